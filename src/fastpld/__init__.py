@@ -1,0 +1,48 @@
+"""fastpld: certified privacy accounting by evolving discretisation.
+
+Compose privacy loss distributions of DP mechanisms (DP-SGD steps, Laplace or
+Gaussian releases, randomized response, ...) and query ``delta(epsilon)`` and
+``epsilon(delta)`` with certified lower and upper bounds.
+
+>>> import fastpld
+>>> pld = fastpld.compose(fastpld.PoissonSubsampledGaussian(sigma=1.0, sampling_probability=0.01), 10_000)
+>>> pld.epsilon(1e-5)  # doctest: +SKIP
+Bounds(lower=..., estimate=..., upper=...)
+"""
+from ._fft import available_backends, get_backend, set_backend
+from .compose import compose
+from .curve import Bounds, PrivacyLossDistribution, StageInfo
+from .mechanisms import (
+    ApproxDP,
+    CustomCDF,
+    CustomPMF,
+    Gaussian,
+    Laplace,
+    Mechanism,
+    PoissonSubsampledGaussian,
+    PoissonSubsampledLaplace,
+    PureDP,
+    RandomizedResponse,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "compose",
+    "Bounds",
+    "PrivacyLossDistribution",
+    "StageInfo",
+    "Mechanism",
+    "Gaussian",
+    "Laplace",
+    "PoissonSubsampledGaussian",
+    "PoissonSubsampledLaplace",
+    "PureDP",
+    "RandomizedResponse",
+    "ApproxDP",
+    "CustomCDF",
+    "CustomPMF",
+    "set_backend",
+    "get_backend",
+    "available_backends",
+]

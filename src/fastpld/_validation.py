@@ -1,0 +1,98 @@
+"""Argument checks shared by the public API.
+
+Every check raises ``ValueError`` naming the offending parameter, so that a bad
+input never reaches numerical code (where it would become a NaN, a hang or a
+silently wrong privacy bound).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+
+def positive_float(name: str, value, *, allow_inf: bool = False) -> float:
+    """Return ``value`` as a float, requiring it to be finite and > 0."""
+    v = real_float(name, value, allow_inf=allow_inf)
+    if not v > 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+    return v
+
+
+def nonnegative_float(name: str, value) -> float:
+    v = real_float(name, value)
+    if v < 0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+    return v
+
+
+def real_float(name: str, value, *, allow_inf: bool = False) -> float:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    v = float(value)
+    if math.isnan(v):
+        raise ValueError(f"{name} must not be NaN")
+    if math.isinf(v) and not allow_inf:
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return v
+
+
+def probability(name: str, value, *, open_low: bool = False, open_high: bool = False) -> float:
+    v = real_float(name, value)
+    lo_ok = v > 0 if open_low else v >= 0
+    hi_ok = v < 1 if open_high else v <= 1
+    if not (lo_ok and hi_ok):
+        lo = "(0" if open_low else "[0"
+        hi = "1)" if open_high else "1]"
+        raise ValueError(f"{name} must be in {lo}, {hi}, got {value!r}")
+    return v
+
+
+def positive_int(name: str, value) -> int:
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if isinstance(value, (numbers.Integral, np.integer)):
+        v = int(value)
+    elif isinstance(value, (float, np.floating)) and math.isfinite(value) and float(value).is_integer():
+        v = int(value)
+    else:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if v <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return v
+
+
+def eps_error(value) -> float:
+    v = positive_float("eps_error", value)
+    if v > 10:
+        raise ValueError(f"eps_error must be in (0, 10], got {value!r}")
+    return v
+
+
+def delta_error(value) -> float:
+    v = real_float("delta_error", value)
+    if not (0 < v < 0.1):
+        raise ValueError(f"delta_error must be in (0, 0.1), got {value!r}")
+    if v < 1e-250:
+        raise ValueError(f"delta_error must be >= 1e-250, got {value!r}")
+    return v
+
+
+def query_array(name: str, value, *, lo: float | None = None, hi: float | None = None,
+                lo_open: bool = False) -> np.ndarray:
+    """Validate a scalar or array query argument; returns a float64 array."""
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a real number or an array of real numbers, got {value!r}") from None
+    if np.isnan(arr).any():
+        raise ValueError(f"{name} must not contain NaN")
+    if lo is not None:
+        bad = (arr <= lo) if lo_open else (arr < lo)
+        if bad.any():
+            op = ">" if lo_open else ">="
+            raise ValueError(f"{name} must be {op} {lo}, got {arr[bad].ravel()[0]!r}")
+    if hi is not None and (arr > hi).any():
+        raise ValueError(f"{name} must be <= {hi}, got {arr[arr > hi].ravel()[0]!r}")
+    return arr

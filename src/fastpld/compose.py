@@ -1,0 +1,690 @@
+"""Composition of privacy loss distributions by evolving discretisation.
+
+A *plan* is a tree: leaves discretise one mechanism's privacy loss (Algorithm 1)
+on the finest mesh of their chain, and each node convolves its children
+(``m``-fold powers in the Fourier domain, modulo its window) after
+re-discretising them onto the node's mesh.  ``glw`` is one node over one mesh,
+``two_stage`` is Algorithm 2 (``k = k1 k2 + r``) and ``recursive`` is
+Algorithm 3 generalised to any ``k`` by a mixed-radix expansion with carries.
+
+Certificate (what makes the bounds rigorous).  Let ``Y^k`` be the exact
+composition of the finite parts and ``Z`` the PMF we return.  We couple them as
+follows and add up what each step costs.
+
+* Truncation: each leaf copy is ``Y`` conditioned on its window; total
+  variation ``instances * (mass outside)``, computed from the CDF itself.
+* Discretisation: every leaf copy (Algorithm 1, mean preserved) and every
+  re-discretised copy (mean-preserving split, ``E[Y~ | Y] = Y``) adds a
+  difference of conditional mean zero lying in an interval of known length
+  ``r``.  Ordered leaves first, they form one martingale, so Azuma-Hoeffding
+  gives ``|sum| <= sqrt(sum r^2 / 2 * log(2 / eta))`` except with probability
+  ``eta``.  This is the paper's Hoeffding step applied once to all stages
+  instead of once per stage.  The mesh sizes ``h_i`` are chosen to minimise the
+  predicted work subject to this term equalling the eps budget.
+* Wrap-around: a node instance differs from the linear convolution of its
+  inputs only if the linear sum leaves the window; every node's input PMFs are
+  concrete, so this probability is bounded a posteriori by a Chernoff bound on
+  their exact moment generating function, and charged once per instance.
+* Round-off: FFT error is bounded per node (componentwise forward error
+  ``12 u log2 N``, propagated through the powers and the inverse transform)
+  and charged as total variation per instance; nodes whose charge would not fit
+  run in long double.  CDF round-off widens the leaf coupling range (see
+  :mod:`fastpld.discretize`).  Mean errors add ``instances * bias`` to eps.
+
+The resulting pair ``(eps_spent, delta_spent)`` satisfies
+``|Y^k - Z| <=_{delta_spent} eps_spent``; queries use these spent values.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from . import _fft
+from . import _validation as V
+from .curve import DirectionResult, PrivacyLossDistribution, StageInfo
+from .discretize import GridPMF, discretize_loss, rediscretize, truncation_window
+from .mechanisms import DiscreteLoss, Mechanism, PrivacyLoss
+
+__all__ = ["compose", "METHODS", "DEFAULT_MAX_BUCKETS"]
+
+METHODS = ("auto", "glw", "two_stage", "recursive")
+DEFAULT_MAX_BUCKETS = 1 << 23
+
+_U64 = np.finfo(np.float64).eps / 2
+_ULD = float(np.finfo(np.longdouble).eps) / 2
+
+# Shares of the delta budget (caps; the spent amounts are usually far smaller).
+_SHARE_ETA = 0.4
+_SHARE_TRUNC = 0.2
+_SHARE_WRAP = 0.2
+_SHARE_FP = 0.15
+# Share of the eps budget kept for mean-correction bias and CDF round-off.
+_EPS_RESERVE = 0.03
+
+
+# --------------------------------------------------------------------------------------
+# Plans
+# --------------------------------------------------------------------------------------
+class _Leaf:
+    __slots__ = ("loss", "group", "count")
+
+    def __init__(self, loss, group, count):
+        self.loss, self.group, self.count = loss, group, count
+
+
+class _Node:
+    __slots__ = ("children", "group", "count", "label")
+
+    def __init__(self, children, group, label):
+        self.children = [(c, int(m)) for c, m in children if m > 0]
+        self.group = group
+        self.label = label
+        self.count = sum(c.count * m for c, m in self.children)
+
+
+class _Plan:
+    def __init__(self, root, method, params):
+        self.root = root
+        self.method = method
+        self.params = params
+        # topological order: children before parents
+        order, seen = [], set()
+
+        def visit(o):
+            if id(o) in seen:
+                return
+            seen.add(id(o))
+            if isinstance(o, _Node):
+                for c, _ in o.children:
+                    visit(c)
+            order.append(o)
+
+        visit(root)
+        self.order = order
+        inst = {id(root): 1}
+        for o in reversed(order):
+            if isinstance(o, _Node):
+                for c, m in o.children:
+                    inst[id(c)] = inst.get(id(c), 0) + inst[id(o)] * m
+        self.instances = inst
+        self.groups = sorted({o.group for o in order})
+        self.n_nodes = sum(isinstance(o, _Node) for o in order)
+        self.n_leaves = len(order) - self.n_nodes
+
+    def copies_per_group(self):
+        """Number of coupling differences per mesh group (leaf copies + re-discretised copies)."""
+        a = {g: 0 for g in self.groups}
+        for o in self.order:
+            if isinstance(o, _Leaf):
+                a[o.group] += self.instances[id(o)]
+            else:
+                for c, m in o.children:
+                    if c.group != o.group:
+                        a[o.group] += self.instances[id(o)] * m
+        return a
+
+
+def _chain(loss, count, method, arity, gid):
+    """Top-level children (on the final group 0) of a plan for ``loss`` composed ``count`` times.
+
+    ``gid`` yields fresh group ids for the lower levels.
+    """
+    if method == "glw" or count < 4:
+        return [(_Leaf(loss, 0, 1), count)], {"levels": 1}
+    if method == "two_stage":
+        k1 = math.isqrt(count)
+        k2, r = divmod(count, k1)
+        g1 = next(gid)
+        leaf = _Leaf(loss, g1, 1)
+        a = _Node([(leaf, k1)], g1, f"k1={k1}")
+        top = [(a, k2)]
+        if r == 1:
+            top.append((leaf, 1))
+        elif r > 1:
+            top.append((_Node([(leaf, r)], g1, f"r={r}"), 1))
+        return top, {"k1": k1, "k2": k2, "r": r, "levels": 2}
+    # recursive: mixed radix with constant arity; carries accumulate lower digits
+    a = max(2, int(arity))
+    t = 1
+    while a ** t <= count // a:
+        t += 1
+    # levels: node_1..node_{t}; node_j = node_{j-1}^a on group g_j; top digit = count // a^t
+    groups = [next(gid) for _ in range(t)]
+    leaf = _Leaf(loss, groups[0], 1)
+    nodes = [leaf]
+    for j in range(1, t + 1):
+        nodes.append(_Node([(nodes[j - 1], a)], groups[j - 1], f"x{a}"))
+    digits = []
+    rem = count
+    for j in range(t):
+        rem, d = divmod(rem, a)
+        digits.append(d)
+    top_digit = rem  # >= 1
+    carry = None
+    for j in range(t):  # carry_j combines node_0..node_j digits, lives on group of node_{j+1}
+        d = digits[j]
+        kids = []
+        if carry is not None:
+            kids.append((carry, 1))
+        if d:
+            kids.append((nodes[j], d))
+        if not kids:
+            continue
+        if len(kids) == 1 and kids[0][1] == 1:
+            carry = kids[0][0]
+            continue
+        carry = _Node(kids, groups[j], f"carry{j}")
+    top = [(nodes[t], top_digit)]
+    if carry is not None:
+        top.append((carry, 1))
+    return top, {"arity": a, "levels": t + 1}
+
+
+def _build_plan(parts, method, arity):
+    gid = iter(range(1, 1 << 30))
+    top = []
+    params = []
+    for loss, count in parts:
+        t, p = _chain(loss, count, method, arity, gid)
+        top.extend(t)
+        params.append(p)
+    root = _Node(top, 0, "root")
+    return _Plan(root, method, params)
+
+
+# --------------------------------------------------------------------------------------
+# Window estimates for planning (Chernoff bounds from the mechanisms' MGFs)
+# --------------------------------------------------------------------------------------
+_S_ABS = np.geomspace(1e-7, 1e5, 361)
+
+
+def _k_grid(loss):
+    """Cached ``(K(+s), K(-s))`` on the absolute grid ``_S_ABS``."""
+    cache = getattr(loss, "_fastpld_kgrid", None)
+    if cache is None:
+        s = _S_ABS
+        if isinstance(loss, DiscreteLoss):
+            kp, kn = loss.log_mgf(s), loss.log_mgf(-s)
+        else:
+            with np.errstate(over="ignore", invalid="ignore"):
+                kp = np.asarray(loss.log_mgf(np.where(s <= 512, s, np.nan)), dtype=np.float64)
+                kn = np.asarray(loss.log_mgf(np.where(s <= 512, -s, np.nan)), dtype=np.float64)
+            kp = np.where(np.isnan(kp), np.inf, kp)
+            kn = np.where(np.isnan(kn), np.inf, kn)
+        cache = (kp, kn)
+        try:
+            loss._fastpld_kgrid = cache
+        except AttributeError:  # pragma: no cover
+            pass
+    return cache
+
+
+def _est_window(parts, tail):
+    """Approximate ``[lo, hi]`` holding ``sum_i (count_i copies of loss_i)`` up to ``tail`` each side."""
+    kp = np.zeros_like(_S_ABS)
+    kn = np.zeros_like(_S_ABS)
+    lo_sup = hi_sup = 0.0
+    mean = var = 0.0
+    for loss, c in parts:
+        a, b = _k_grid(loss)
+        kp = kp + c * a
+        kn = kn + c * b
+        lo_sup += c * loss.support[0] if math.isfinite(loss.support[0]) else -math.inf
+        hi_sup += c * loss.support[1] if math.isfinite(loss.support[1]) else math.inf
+        mean += c * loss.mean()
+        var += c * loss.std() ** 2
+    lt = math.log(tail)
+    with np.errstate(invalid="ignore", over="ignore"):
+        up = np.nanmin(np.where(np.isfinite(kp), (kp - lt) / _S_ABS, np.inf))
+        lo = np.nanmax(np.where(np.isfinite(kn), -(kn - lt) / _S_ABS, -np.inf))
+    z = math.sqrt(2 * -lt) * 1.5
+    if not math.isfinite(up):
+        up = mean + z * math.sqrt(var)
+    if not math.isfinite(lo):
+        lo = mean - z * math.sqrt(var)
+    return max(lo, lo_sup), min(up, hi_sup)
+
+
+# --------------------------------------------------------------------------------------
+# Mesh choice
+# --------------------------------------------------------------------------------------
+_LEAF_COST = 24.0  # a bucketed CDF point costs about this many FFT points
+
+
+def _predict(plan, eps_az, log_term, wrap_tail, trunc_tail):
+    """Choose meshes per group and predict the work; returns (meshes, cost, sizes)."""
+    a = plan.copies_per_group()
+    widths = {g: 0.0 for g in plan.groups}
+    node_w = {}
+    for o in plan.order:
+        inst = plan.instances[id(o)]
+        if isinstance(o, _Leaf):
+            lo, hi = _est_window([(o.loss, 1)], trunc_tail / max(inst, 1))
+            w = hi - lo
+            widths[o.group] += _LEAF_COST * w
+        else:
+            parts = _leaf_parts(o)
+            lo, hi = _est_window(parts, wrap_tail / max(inst, 1))
+            w = hi - lo
+            widths[o.group] += w * (len(o.children) + 1)
+        node_w[id(o)] = w
+    shape = {}
+    for g in plan.groups:
+        wg = max(widths[g], 1e-300)
+        ag = max(a[g], 1)
+        shape[g] = (wg / ag) ** (1.0 / 3.0)
+    denom = sum(a[g] * shape[g] ** 2 for g in plan.groups)
+    scale = eps_az / math.sqrt(max(denom, 1e-300) * log_term / 2)
+    meshes = {g: scale * shape[g] for g in plan.groups}
+    cost = 0.0
+    sizes = {}
+    for o in plan.order:
+        n = node_w[id(o)] / meshes[o.group] + 1
+        sizes[id(o)] = n
+        if isinstance(o, _Leaf):
+            cost += _LEAF_COST * n
+        else:
+            nn = max(n, 2.0)
+            cost += nn * math.log2(nn) * (len(o.children) + 1)
+    return meshes, cost, sizes
+
+
+def _leaf_parts(node):
+    acc = {}
+    stack = [(node, 1)]
+    while stack:
+        o, mult = stack.pop()
+        if isinstance(o, _Leaf):
+            acc[id(o.loss)] = (o.loss, acc.get(id(o.loss), (o.loss, 0))[1] + mult)
+        else:
+            for c, m in o.children:
+                stack.append((c, mult * m))
+    return list(acc.values())
+
+
+# --------------------------------------------------------------------------------------
+# Execution
+# --------------------------------------------------------------------------------------
+@dataclass
+class _Budgets:
+    eps: float
+    delta: float
+    eta: float
+    trunc: float
+    wrap: float
+    fp: float
+
+
+def _chernoff_window(inputs, w):
+    """Window of the linear index sum and helpers for exact tail bounds.
+
+    ``inputs``: list of (probs, centre_index, m).  Returns (lo, hi, tailfun) where
+    ``tailfun(x, upper)`` bounds ``Pr[I >= x]`` / ``Pr[I <= x]``.
+    """
+    sd2 = 0.0
+    ks = []
+    for p, cen, m in inputs:
+        pf = np.asarray(p, dtype=np.float64)
+        idx = np.arange(pf.size, dtype=np.float64) - cen
+        tot = pf.sum()
+        mu = float(np.dot(idx, pf) / tot)
+        sd2 += m * float(np.dot((idx - mu) ** 2, pf) / tot)
+        ks.append((pf, idx, m))
+    sd = math.sqrt(sd2) if sd2 > 0 else 1.0
+    s = np.geomspace(0.02, 80.0, 56) / sd
+    s_all = np.concatenate([s, -s])
+    K = np.zeros_like(s_all)
+    for pf, idx, m in ks:
+        with np.errstate(divide="ignore"):
+            logp = np.log(pf)
+        M = s_all[:, None] * idx[None, :] + logp[None, :]
+        mx = M.max(axis=1)
+        K += m * (mx + np.log(np.exp(M - mx[:, None]).sum(axis=1)))
+    K = K + 1e-9 * (1 + np.abs(K))  # round-off margin on the log-MGF
+    sp, sn = s_all[: s.size], s_all[s.size:]
+    Kp, Kn = K[: s.size], K[s.size:]
+
+    def tail(x, upper):
+        if upper:
+            e = Kp - sp * x
+        else:
+            e = Kn - sn * x
+        return float(min(1.0, math.exp(min(0.0, float(e.min())))))
+
+    lw = math.log(2.0 / w)
+    u_star = float(np.min((Kp + lw) / sp))
+    l_star = float(np.max((Kn + lw) / sn))
+    return math.floor(l_star) + 1, math.ceil(u_star) - 1, tail
+
+
+def _fp_fft_bound(specs, N, u):
+    """Bound on ||computed - exact||_1 of irfft(prod X_c^m_c) (see module docstring).
+
+    ``specs``: list of (X_computed, m).  Returns (l1_bound, linf_bound).
+    """
+    g = 12.0 * u * math.ceil(math.log2(max(N, 2)))
+    log_prod = 0.0
+    amp = 0.0
+    logs = []
+    for X, m in specs:
+        r = np.abs(X).astype(np.float64)
+        with np.errstate(divide="ignore"):
+            lr = np.log(r)
+            lrg = np.log(r + g)
+        logs.append((lr, lrg, m, np.angle(X).astype(np.float64)))
+        log_prod = log_prod + m * lrg
+    # derivative term: sum_c m_c (r_c+g)^(m_c-1) g prod_{c' != c} (r_c'+g)^(m_c')
+    with np.errstate(over="ignore", invalid="ignore"):
+        for lr, lrg, m, ph in logs:
+            amp = amp + m * g * np.exp(log_prod - lrg)
+        # rounding of the power itself (polar form): relative error ~ u (1 + m|log r| + m|phase|)
+        prod_r = np.exp(sum(m * lr for lr, _, m, _ in logs))
+        cond = sum(1.0 + m * (np.abs(np.where(np.isfinite(lr), lr, 0.0)) + np.abs(ph)) for lr, _, m, ph in logs)
+        amp = amp + 8 * u * cond * prod_r
+    amp = np.where(np.isfinite(amp), amp, 0.0)
+    w = np.full(amp.shape, 2.0)
+    w[0] = 1.0
+    if N % 2 == 0:
+        w[-1] = 1.0
+    e2 = math.sqrt(float(np.sum(w * amp**2)))
+    p2 = math.sqrt(float(np.sum(w * np.exp(2 * log_prod))))  # >= ||P||_2 (full spectrum)
+    l2 = (e2 + g * p2) / math.sqrt(N)
+    return e2 + g * p2, l2
+
+
+def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets):
+    """Convolve the node's inputs; returns (GridPMF, info dict)."""
+    h = inputs[0][0].mesh
+    # centre each input at its mean index (keeps phases small in the powers)
+    ins = []
+    base_val = 0.0
+    full = 1
+    for pmf, m in inputs:
+        p = np.asarray(pmf.probs)
+        pf = p.astype(np.float64)
+        cen = int(round(float(np.dot(np.arange(pf.size), pf) / pf.sum())))
+        ins.append((p, cen, m))
+        base_val += m * (pmf.offset + cen * h)
+        full += m * (p.size - 1)
+    w_per = budgets.wrap / (n_objects * inst)
+    if len(ins) == 1 and ins[0][2] == 1:
+        p, cen, m = ins[0]
+        return GridPMF(p, inputs[0][0].offset, h), {"N": p.size, "wrap": 0.0, "fp": 0.0, "dtype": p.dtype, "window": (0, p.size - 1)}
+    lo_full = -sum(m * cen for _, cen, m in ins)
+    lo, hi, tail = _chernoff_window(ins, w_per)
+    need = hi - lo + 1
+    if need >= full:
+        N = _fft.fast_length(full)
+        c = lo_full
+        wrap = 0.0
+    else:
+        N = _fft.fast_length(need)
+        if N >= full:
+            N = _fft.fast_length(full)
+            c = lo_full
+            wrap = 0.0
+        else:
+            c = lo - (N - need) // 2
+            wrap = tail(c + N, True) + tail(c - 1, False)
+    if N > max_buckets:
+        raise ValueError(
+            f"composition needs an FFT of {N} buckets at mesh {h:.3g} (node {node.label}), more than "
+            f"max_buckets={max_buckets}; increase eps_error or max_buckets"
+        )
+    # precision: long double where the float64 round-off charge would not fit
+    allowance = budgets.fp / n_objects
+    msum = sum(m for _, _, m in ins)
+    est64 = inst * (2.0 * msum * 12 * _U64 * math.ceil(math.log2(N)) + 4 * _U64)
+    dtype = np.float64 if est64 <= 0.25 * allowance else np.longdouble
+    u = _U64 if dtype is np.float64 else _ULD
+    specs = []
+    logmag = phase = None
+    for p, cen, m in ins:
+        buf = np.zeros(N, dtype=dtype)
+        pos = (np.arange(p.size) - cen) % N
+        np.add.at(buf, pos, p.astype(dtype))
+        X = backend.rfft(buf, N)
+        specs.append((X, m))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lr = np.log(np.abs(X))
+            ph = np.angle(X)
+        logmag = m * lr if logmag is None else logmag + m * lr
+        phase = m * ph if phase is None else phase + m * ph
+    phase = np.remainder(phase, 2 * np.pi)
+    with np.errstate(under="ignore"):
+        Pc = np.exp(logmag) * (np.cos(phase) + 1j * np.sin(phase))
+    Pc[~np.isfinite(logmag)] = 0
+    out = backend.irfft(Pc, N)
+    fp_l1, fp_linf = _fp_fft_bound(specs, N, u)
+    lin = np.roll(out, -(c % N)) if c % N else out
+    # exact result is non-negative: clipping only moves towards it
+    lin = np.maximum(lin, 0)
+    tv_fp = 2 * fp_l1 + 4 * u
+    # drop round-off-level entries where the charge fits (keeps next windows tight)
+    floor = fp_linf
+    small = lin < floor
+    removed = float(np.sum(lin[small], dtype=np.float64))
+    if inst * 2 * removed <= 0.25 * allowance:
+        lin = np.where(small, 0, lin)
+        tv_fp += 2 * removed
+    nz = np.flatnonzero(lin)
+    if nz.size == 0:
+        raise ValueError("composition lost all probability mass to round-off; increase eps_error or delta_error")
+    a, b = int(nz[0]), int(nz[-1])
+    lin = lin[a:b + 1]
+    lin = lin / lin.sum()
+    # base_val = sum m_c (offset_c + cen_c h); entry j of lin is the index sum I' = c + a + j
+    offset = base_val + (c + a) * h
+    info = {"N": N, "wrap": wrap, "fp": tv_fp, "dtype": dtype, "window": (c, c + N - 1)}
+    return GridPMF(lin, offset, h), info
+
+
+def _execute(plan, meshes, budgets, backend, max_buckets):
+    """Run a plan for one direction; returns (final GridPMF, eps_spent, delta_spent, stages, cert)."""
+    results = {}
+    redisc = {}
+    n_objects = plan.n_nodes + plan.n_leaves
+    V = 0.0
+    bias = 0.0
+    tv_trunc = tv_wrap = tv_fp = 0.0
+    stages = []
+    for o in plan.order:
+        inst = plan.instances[id(o)]
+        if isinstance(o, _Leaf):
+            tail = budgets.trunc / (n_objects * inst * 2)
+            pmf = discretize_loss(o.loss, meshes[o.group], tail, max_buckets=max_buckets)
+            results[id(o)] = pmf
+            V += inst * pmf.coupling_range**2
+            bias += inst * pmf.bias
+            tv_trunc += inst * pmf.truncated
+            tv_fp += inst * pmf.tv
+            stages.append(StageInfo("leaf", 1, pmf.mesh, (float(pmf.offset), float(pmf.offset + pmf.mesh * (pmf.probs.size - 1))),
+                                    pmf.probs.size, inst, inst * pmf.truncated, inst * pmf.tv, inst * pmf.coupling_range**2,
+                                    "float64"))
+            continue
+        h = meshes[o.group]
+        inputs = []
+        for c, m in o.children:
+            pmf = results[id(c)]
+            if c.group != o.group:
+                key = (id(c), o.group)
+                if key not in redisc:
+                    rd = rediscretize(pmf, h, dtype=pmf.probs.dtype if pmf.probs.dtype == np.longdouble else np.float64)
+                    redisc[key] = rd
+                rd = redisc[key]
+                copies = inst * m
+                V += copies * rd.coupling_range**2
+                bias += copies * rd.bias
+                tv_fp += copies * rd.tv
+                pmf = rd
+            inputs.append((pmf, m))
+        out, info = _run_node(o, inputs, inst, budgets, n_objects, backend, max_buckets)
+        results[id(o)] = out
+        tv_wrap += inst * info["wrap"]
+        tv_fp += inst * info["fp"]
+        stages.append(StageInfo(o.label, sum(c.count * m for c, m in o.children), h,
+                                (float(out.offset), float(out.offset + h * (out.probs.size - 1))),
+                                info["N"], inst, inst * info["wrap"], inst * info["fp"], 0.0,
+                                "longdouble" if info["dtype"] is np.longdouble else "float64"))
+    final = results[id(plan.root)]
+    final = GridPMF(np.asarray(final.probs, dtype=np.float64), float(final.offset), final.mesh)
+    # The Azuma failure probability gets whatever the measured charges leave of the budget
+    # (planning assumed _SHARE_ETA; a larger eta only shrinks the eps term).
+    tv = tv_trunc + tv_wrap + tv_fp
+    eta = budgets.delta - tv
+    if not eta > 0:
+        raise ValueError(
+            f"delta_error={budgets.delta:.3g} is too small for this composition: round-off alone costs "
+            f"{tv_fp:.3g} (wrap-around {tv_wrap:.3g}, truncation {tv_trunc:.3g}); increase delta_error"
+        )
+    azuma = math.sqrt(V / 2 * math.log(2.0 / eta))
+    eps_spent = azuma + bias
+    delta_spent = budgets.delta  # = eta + tv in exact arithmetic
+    cert = {"eta": eta, "azuma": azuma, "variance_proxy": V, "bias": bias,
+            "truncation": tv_trunc, "wrap": tv_wrap, "roundoff": tv_fp}
+    return final, eps_spent, delta_spent, stages, cert
+
+
+# --------------------------------------------------------------------------------------
+# Public entry point
+# --------------------------------------------------------------------------------------
+def _normalise_events(mechanism, count):
+    if isinstance(mechanism, Mechanism):
+        if count is None:
+            raise ValueError("count is required when composing a single mechanism")
+        return [(mechanism, V.positive_int("count", count))]
+    if count is not None:
+        raise ValueError("count must not be given with a list of (mechanism, count) pairs")
+    if isinstance(mechanism, (str, bytes)) or not isinstance(mechanism, Sequence) and not hasattr(mechanism, "__iter__"):
+        raise ValueError(f"mechanism must be a Mechanism or a list of (mechanism, count) pairs, got {mechanism!r}")
+    events = []
+    for i, item in enumerate(mechanism):
+        if not (isinstance(item, (tuple, list)) and len(item) == 2):
+            raise ValueError(f"events[{i}] must be a (mechanism, count) pair, got {item!r}")
+        mech, c = item
+        if not isinstance(mech, Mechanism):
+            raise ValueError(f"events[{i}][0] must be a Mechanism, got {mech!r}")
+        events.append((mech, V.positive_int(f"events[{i}] count", c)))
+    if not events:
+        raise ValueError("events must not be empty")
+    return events
+
+
+def _direction_parts(events):
+    """Per direction, the list of (loss, count) with identical losses merged."""
+    dirs = {}
+    symmetric = True
+    for mech, c in events:
+        losses = mech.privacy_losses()
+        if losses["add"] is not losses["remove"]:
+            symmetric = False
+    names = ("remove",) if symmetric else ("remove", "add")
+    for d in names:
+        acc = {}
+        for mech, c in events:
+            loss = mech.privacy_losses()[d]
+            key = id(loss)
+            if key in acc:
+                acc[key] = (loss, acc[key][1] + c)
+            else:
+                acc[key] = (loss, c)
+        dirs[d] = list(acc.values())
+    return dirs
+
+
+def _candidates(method, parts):
+    if method == "glw":
+        return [("glw", None)]
+    if method == "two_stage":
+        return [("two_stage", None)]
+    if method == "recursive":
+        return [("recursive", a) for a in (2, 4, 8, 16, 32)]
+    # auto: everything, pick the cheapest predicted plan
+    out = [("glw", None), ("two_stage", None)]
+    out += [("recursive", a) for a in (2, 3, 4, 6, 8, 12, 16, 24, 32, 64)]
+    return out
+
+
+def compose(mechanism, count: int | None = None, *, eps_error: float = 0.1, delta_error: float = 1e-10,
+            method: str = "auto", backend: str | None = None, arity: int | None = None,
+            max_buckets: int = DEFAULT_MAX_BUCKETS) -> PrivacyLossDistribution:
+    """Compose privacy loss distributions with certified error.
+
+    Parameters
+    ----------
+    mechanism : Mechanism or list of (Mechanism, int)
+        One mechanism composed ``count`` times, or a heterogeneous list of
+        ``(mechanism, count)`` pairs.
+    count : int, optional
+        Number of compositions of a single ``mechanism``.
+    eps_error, delta_error : float
+        Target errors: the result ``Z`` satisfies ``|Y - Z| <=_delta_error eps_error``
+        for the exact composed privacy loss ``Y``, so that
+        ``delta_Z(eps + eps_error) - delta_error <= delta(eps) <= delta_Z(eps - eps_error) + delta_error``.
+    method : {"auto", "glw", "two_stage", "recursive"}
+        ``glw``: one fine grid (Gopi-Lee-Wutschitz); ``two_stage``: Algorithm 2;
+        ``recursive``: Algorithm 3 for any ``k`` (``arity`` chooses the branching;
+        default: the cheapest of several); ``auto``: the cheapest predicted plan.
+    backend : {"native", "numpy"}, optional
+        FFT backend (default: :func:`fastpld.get_backend`).
+    arity : int, optional
+        Branching factor of the recursive method.
+    max_buckets : int
+        Refuse (``ValueError``) before allocating an FFT or a discretisation
+        larger than this.
+
+    Returns
+    -------
+    PrivacyLossDistribution
+        Query with ``delta(eps)`` and ``epsilon(delta)``; both return
+        ``Bounds(lower, estimate, upper)``.
+    """
+    events = _normalise_events(mechanism, count)
+    eps_err = V.eps_error(eps_error)
+    delta_err = V.delta_error(delta_error)
+    if not isinstance(method, str) or method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if arity is not None:
+        arity = V.positive_int("arity", arity)
+        if arity < 2:
+            raise ValueError(f"arity must be >= 2, got {arity}")
+        if method not in ("recursive", "auto"):
+            raise ValueError("arity applies to method='recursive' only")
+    max_buckets = V.positive_int("max_buckets", max_buckets)
+    be = _fft.resolve(backend)
+
+    budgets = _Budgets(
+        eps=eps_err, delta=delta_err, eta=_SHARE_ETA * delta_err, trunc=_SHARE_TRUNC * delta_err,
+        wrap=_SHARE_WRAP * delta_err, fp=_SHARE_FP * delta_err,
+    )
+    log_term = math.log(2.0 / budgets.eta)
+    eps_az = eps_err * (1 - _EPS_RESERVE)
+    directions = {}
+    for name, parts in _direction_parts(events).items():
+        p_inf_log = sum(c * math.log1p(-loss.p_inf) for loss, c in parts)
+        p_inf = -math.expm1(p_inf_log)
+        cands = _candidates(method, parts)
+        if arity is not None:
+            cands = [("recursive", arity)]
+        best = None
+        for meth, ar in cands:
+            plan = _build_plan(parts, meth, ar)
+            n_obj = plan.n_nodes + plan.n_leaves
+            meshes, cost, sizes = _predict(plan, eps_az, log_term, budgets.wrap / n_obj, budgets.trunc / n_obj)
+            if best is None or cost < best[2]:
+                best = (plan, meshes, cost)
+        plan, meshes, cost = best
+        final, eps_spent, delta_spent, stages, cert = _execute(plan, meshes, budgets, be, max_buckets)
+        if eps_spent > eps_err:
+            raise ValueError(
+                f"the certified eps error {eps_spent:.4g} exceeds eps_error={eps_err:.4g} (round-off and "
+                f"truncation left delta {cert['eta']:.3g} for the discretisation term; mean-correction bias "
+                f"{cert['bias']:.3g}); increase eps_error or delta_error"
+            )
+        method_name = plan.method if plan.method != "recursive" else f"recursive(arity={plan.params[0].get('arity')})"
+        directions[name] = DirectionResult(final, p_inf, eps_spent, delta_spent, tuple(stages), cert, method_name)
+    return PrivacyLossDistribution(directions, eps_err, delta_err, tuple(events), be.name)

@@ -1,0 +1,997 @@
+"""Mechanisms and their privacy loss random variables (PRVs).
+
+A mechanism with output distributions ``P`` (on a dataset) and ``Q`` (on a
+neighbour) has the privacy loss ``Y = log(Q(w) / P(w))`` with ``w ~ Q``; its
+privacy curve is ``delta(eps) = E[(1 - e^(eps - Y))_+]`` (mass of ``Y`` at
+``+inf`` counts fully).  Composition adds independent PRVs.
+
+Each mechanism exposes its PRV per neighbouring direction through
+:meth:`Mechanism.privacy_losses`, a mapping ``{"add": loss, "remove": loss}``.
+Symmetric mechanisms (Gaussian, Laplace, pure DP) return the same object for
+both directions, so it is composed once.
+
+A :class:`PrivacyLoss` describes the *finite part* of ``Y`` (a probability
+distribution) plus ``p_inf``, the mass at ``+inf``.  Continuous losses give a
+CDF and a survival function that stay accurate deep in the tails (they are
+evaluated separately, never as ``1 - cdf``), a density for the round-off
+certificate, partial first moments for the mean correction of Algorithm 1, and
+an upper bound on the cumulant generating function ``log E[e^(sY)]`` for
+Chernoff tail bounds of any number of self-compositions.  Discrete losses give
+their atoms exactly.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+import numpy as np
+from scipy import special
+
+from . import _validation as V
+
+__all__ = [
+    "PrivacyLoss",
+    "DiscreteLoss",
+    "ContinuousLoss",
+    "Mechanism",
+    "Gaussian",
+    "Laplace",
+    "PoissonSubsampledGaussian",
+    "PoissonSubsampledLaplace",
+    "PureDP",
+    "RandomizedResponse",
+    "ApproxDP",
+    "CustomCDF",
+    "CustomPMF",
+]
+
+_U = np.finfo(np.float64).eps / 2  # unit round-off of float64
+_LOG_HALF = math.log(0.5)
+
+
+def _log_add_exp(a, b):
+    return np.logaddexp(a, b)
+
+
+# --------------------------------------------------------------------------------------
+# Privacy losses
+# --------------------------------------------------------------------------------------
+class PrivacyLoss:
+    """Distribution of a privacy loss random variable (one direction).
+
+    Attributes
+    ----------
+    p_inf : float
+        Probability that the loss is ``+inf`` (e.g. the ``delta`` of an
+        (eps, delta)-DP mechanism).  Every other method describes the finite
+        part, conditioned on being finite.
+    support : tuple of float
+        Bounds ``(lo, hi)`` of the finite part (may be infinite).
+    """
+
+    p_inf: float = 0.0
+    support: tuple = (-math.inf, math.inf)
+    is_discrete: bool = False
+
+    def log_mgf(self, s: np.ndarray) -> np.ndarray:
+        """Upper bound on ``log E[exp(s Y)]`` of the finite part (``+inf`` if unknown)."""
+        raise NotImplementedError
+
+    def mean(self) -> float:
+        raise NotImplementedError
+
+    def std(self) -> float:
+        raise NotImplementedError
+
+    # Chernoff tail bounds ------------------------------------------------------------
+    def tail_bound(self, count: int, x: float, *, upper: bool = True) -> float:
+        """Rigorous bound on ``Pr[Y_1 + ... + Y_count >= x]`` (or ``<= x`` if ``upper=False``).
+
+        Uses ``Pr[S >= x] <= exp(count * K(s) - s x)`` minimised over a grid of
+        ``s`` (any ``s`` gives a valid bound), and the support of the loss.
+        """
+        lo, hi = self.support
+        if upper and x > count * hi:
+            return 0.0
+        if not upper and x < count * lo:
+            return 0.0
+        s = _s_grid(self.std() * math.sqrt(count))
+        if not upper:
+            s = -s
+        with np.errstate(over="ignore", invalid="ignore"):
+            expo = count * self.log_mgf(s) - s * x
+        expo = expo[np.isfinite(expo)]
+        if expo.size == 0:
+            return 1.0
+        return float(min(1.0, math.exp(min(0.0, expo.min()))))
+
+    def tail_quantile(self, count: int, tail: float, *, upper: bool = True) -> float:
+        """Smallest ``x`` (largest if ``upper=False``) with ``tail_bound(count, x) <= tail``.
+
+        Solved per grid point ``s``: ``x(s) = (count K(s) - log tail) / s``; the
+        best grid point is returned, which is a valid (slightly loose) answer.
+        """
+        lo, hi = self.support
+        s = _s_grid(self.std() * math.sqrt(count))
+        if not upper:
+            s = -s
+        with np.errstate(over="ignore", invalid="ignore"):
+            xs = (count * self.log_mgf(s) - math.log(tail)) / s
+        xs = xs[np.isfinite(xs)]
+        if upper:
+            best = xs.min() if xs.size else math.inf
+            return float(min(best, count * hi))
+        best = xs.max() if xs.size else -math.inf
+        return float(max(best, count * lo))
+
+
+def _s_grid(scale: float) -> np.ndarray:
+    """Grid of Chernoff parameters around the natural scale ``1/scale``."""
+    scale = max(scale, 1e-300)
+    return np.geomspace(1e-3, 1e4, 160) / scale
+
+
+class DiscreteLoss(PrivacyLoss):
+    """A privacy loss with finitely many finite values (plus mass at ``+inf``)."""
+
+    is_discrete = True
+
+    def __init__(self, values, probabilities, p_inf: float = 0.0):
+        v = np.asarray(values, dtype=np.float64).ravel()
+        p = np.asarray(probabilities, dtype=np.float64).ravel()
+        if v.size == 0 or v.shape != p.shape:
+            raise ValueError("values and probabilities must be non-empty arrays of the same length")
+        if not np.all(np.isfinite(v)):
+            raise ValueError("values must be finite (put mass at +infinity into p_inf)")
+        if np.isnan(p).any() or (p < 0).any():
+            raise ValueError("probabilities must be >= 0")
+        total = p.sum()
+        if not (abs(total - 1.0) <= 1e-9 or (p_inf > 0 and abs(total + p_inf - 1.0) <= 1e-9)):
+            raise ValueError(f"probabilities must sum to 1 (or to 1 - p_inf), got {total!r}")
+        keep = p > 0
+        v, p = v[keep], p[keep]
+        order = np.argsort(v, kind="stable")
+        self.values = v[order]
+        self.probs = p[order] / p.sum()
+        self.p_inf = float(p_inf)
+        self.support = (float(self.values[0]), float(self.values[-1]))
+
+    def log_mgf(self, s):
+        s = np.asarray(s, dtype=np.float64)
+        return special.logsumexp(np.multiply.outer(s, self.values), b=self.probs, axis=-1)
+
+    def mean(self) -> float:
+        return float(np.dot(self.values, self.probs))
+
+    def std(self) -> float:
+        m = self.mean()
+        return float(math.sqrt(max(np.dot((self.values - m) ** 2, self.probs), 0.0)))
+
+    def __repr__(self):
+        return f"DiscreteLoss(n={self.values.size}, p_inf={self.p_inf})"
+
+
+class ContinuousLoss(PrivacyLoss):
+    """A privacy loss given by its CDF (possibly with atoms).
+
+    Subclasses implement :meth:`cdf`, :meth:`sf`, :meth:`pdf` (density of the
+    continuous part, used only for the round-off certificate) and
+    :meth:`log_mgf`; they may override :meth:`partial_mean` with a closed form.
+    ``atoms`` lists the locations of point masses.
+    """
+
+    atoms: tuple = ()
+    #: Relative accuracy of ``cdf``/``sf`` (in the tail region that matters),
+    #: used by the round-off certificate of the discretisation.
+    cdf_rel_error: float = 1e-12
+
+    def cdf(self, t):
+        raise NotImplementedError
+
+    def sf(self, t):
+        raise NotImplementedError
+
+    def pdf(self, t):
+        raise NotImplementedError
+
+    def partial_mean(self, edges: np.ndarray) -> tuple[float, float]:
+        """``E[Y; edges[0] < Y <= edges[-1]]`` and an error bound.
+
+        Generic version: Stieltjes integration by parts
+        ``int t dF = b F(b) - a F(a) - int_a^b F(t) dt`` with Gauss-Legendre on
+        the panels given by ``edges`` (the discretisation's own buckets, so the
+        panels are fine where the mass is).  Panels whose 8- and 16-point rules
+        disagree are split adaptively; the remaining disagreement, inflated
+        tenfold, is the error bound.
+        """
+        edges = np.asarray(edges, dtype=np.float64)
+        a, b = float(edges[0]), float(edges[-1])
+        # split panels at atoms so that F is smooth on each panel
+        pts = np.unique(np.concatenate([edges, [x for x in self.atoms if a < x < b]]))
+        lo, hi = pts[:-1], pts[1:]
+        total = 0.0
+        err = 0.0
+        tol = 1e-15
+        for level in range(8):
+            i16 = _gl_panels(self.cdf, lo, hi, 16)
+            i8 = _gl_panels(self.cdf, lo, hi, 8)
+            d = np.abs(i16 - i8)
+            bad = d > tol * np.maximum(hi - lo, 1e-300) / max(b - a, 1e-300) * 1e3
+            if level == 7 or not bad.any():
+                total += float(i16.sum())
+                err += float(d.sum())
+                break
+            total += float(i16[~bad].sum())
+            err += float(d[~bad].sum())
+            lo, hi = lo[bad], hi[bad]
+            sub = np.linspace(0.0, 1.0, 5)
+            pts2 = lo[:, None] + (hi - lo)[:, None] * sub[None, :]
+            lo, hi = pts2[:, :-1].ravel(), pts2[:, 1:].ravel()
+        fa, fb = float(self.cdf(np.array([a]))[0]), float(self.cdf(np.array([b]))[0])
+        val = b * fb - a * fa - total
+        err = 10.0 * err + 16 * _U * (abs(b) + abs(a) + abs(total) + (b - a))
+        return float(val), float(err)
+
+    def mean(self) -> float:
+        raise NotImplementedError
+
+    def std(self) -> float:
+        raise NotImplementedError
+
+
+_GL_CACHE: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _gl_panels(f, lo, hi, n):
+    """Gauss-Legendre integral of ``f`` over each panel ``[lo_i, hi_i]``."""
+    if n not in _GL_CACHE:
+        _GL_CACHE[n] = np.polynomial.legendre.leggauss(n)
+    x, w = _GL_CACHE[n]
+    mid = 0.5 * (lo + hi)
+    half = 0.5 * (hi - lo)
+    pts = mid[:, None] + half[:, None] * x[None, :]
+    vals = f(pts.ravel()).reshape(pts.shape)
+    return half * (vals @ w)
+
+
+def _gl_integrate(f, lo, hi, n):
+    return float(np.sum(_gl_panels(f, lo, hi, n)))
+
+
+class GaussianLoss(ContinuousLoss):
+    """Loss of the Gaussian mechanism: ``Y ~ N(mu^2/2, mu^2)``."""
+
+    cdf_rel_error = 64 * _U
+
+    def __init__(self, mu: float):
+        self.mu = float(mu)
+        self.m = 0.5 * self.mu**2
+        self.s = self.mu
+        self.support = (-math.inf, math.inf)
+
+    def cdf(self, t):
+        return special.ndtr((np.asarray(t, dtype=np.float64) - self.m) / self.s)
+
+    def sf(self, t):
+        return special.ndtr((self.m - np.asarray(t, dtype=np.float64)) / self.s)
+
+    def pdf(self, t):
+        z = (np.asarray(t, dtype=np.float64) - self.m) / self.s
+        return np.exp(-0.5 * z * z) / (self.s * math.sqrt(2 * math.pi))
+
+    def partial_mean(self, edges):
+        a, b = float(edges[0]), float(edges[-1])
+        al, be = (a - self.m) / self.s, (b - self.m) / self.s
+        # mass via the tail that avoids cancellation
+        if al > 0:
+            mass = special.ndtr(-al) - special.ndtr(-be)
+        else:
+            mass = special.ndtr(be) - special.ndtr(al)
+        phi = lambda z: math.exp(-0.5 * z * z) / math.sqrt(2 * math.pi) if math.isfinite(z) else 0.0
+        val = self.m * mass + self.s * (phi(al) - phi(be))
+        err = 64 * _U * (abs(self.m) * mass + self.s * (phi(al) + phi(be)) + abs(val))
+        return float(val), float(err)
+
+    def log_mgf(self, s):
+        s = np.asarray(s, dtype=np.float64)
+        return s * self.m + 0.5 * s * s * self.s**2
+
+    def mean(self):
+        return self.m
+
+    def std(self):
+        return self.s
+
+    def __repr__(self):
+        return f"GaussianLoss(mu={self.mu})"
+
+
+class LaplaceLoss(ContinuousLoss):
+    """Loss of the Laplace mechanism with ``eps0 = sensitivity / scale``.
+
+    Atom ``1/2`` at ``+eps0``, atom ``e^(-eps0)/2`` at ``-eps0``, and on
+    ``(-eps0, eps0)`` the density ``e^((t - eps0)/2) / 4``.
+    """
+
+    cdf_rel_error = 64 * _U
+
+    def __init__(self, eps0: float):
+        self.e = float(eps0)
+        self.atoms = (-self.e, self.e)
+        self.support = (-self.e, self.e)
+
+    def cdf(self, t):
+        t = np.asarray(t, dtype=np.float64)
+        inside = 0.5 * np.exp((np.clip(t, -self.e, self.e) - self.e) / 2)
+        return np.where(t < -self.e, 0.0, np.where(t >= self.e, 1.0, inside))
+
+    def sf(self, t):
+        t = np.asarray(t, dtype=np.float64)
+        inside = 1.0 - 0.5 * np.exp((np.clip(t, -self.e, self.e) - self.e) / 2)
+        return np.where(t < -self.e, 1.0, np.where(t >= self.e, 0.0, inside))
+
+    def pdf(self, t):
+        t = np.asarray(t, dtype=np.float64)
+        inside = 0.25 * np.exp((np.clip(t, -self.e, self.e) - self.e) / 2)
+        return np.where((t > -self.e) & (t < self.e), inside, 0.0)
+
+    def _cont_moment(self, x1, x2):
+        # int_{x1}^{x2} t e^((t-e)/2)/4 dt = [e^((t-e)/2) (t - 2) / 2]
+        g = lambda x: 0.5 * math.exp((x - self.e) / 2) * (x - 2)
+        return g(x2) - g(x1)
+
+    def partial_mean(self, edges):
+        a, b = float(edges[0]), float(edges[-1])
+        val = 0.0
+        if a < -self.e <= b:
+            val += -self.e * 0.5 * math.exp(-self.e)
+        if a < self.e <= b:
+            val += self.e * 0.5
+        x1, x2 = max(a, -self.e), min(b, self.e)
+        if x2 > x1:
+            val += self._cont_moment(x1, x2)
+        return val, 64 * _U * (1 + abs(val) + self.e)
+
+    def log_mgf(self, s):
+        s = np.asarray(s, dtype=np.float64)
+        e = self.e
+        t1 = _LOG_HALF + s * e
+        t2 = _LOG_HALF - e * (1 + s)
+        a = (s + 0.5) * e
+        absa = np.abs(a)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            # log(2 sinh(a)/a) computed stably
+            log_sinhc = np.where(
+                absa > 1e-6, absa + np.log1p(-np.exp(-2 * absa)) - np.log(np.maximum(absa, 1e-300)), a * a / 6 + math.log(2.0)
+            )
+            log_sinhc = np.where(absa > 1e-6, log_sinhc, math.log(2.0) + a * a / 6)
+        # continuous part: (1/4) e^{-e/2} * 2 sinh(a)/(s + 1/2) = (e/4) e^{-e/2} * 2 sinh(a)/a
+        t3 = math.log(0.25 * e) - e / 2 + log_sinhc if e > 0 else np.full_like(s, -np.inf)
+        return np.logaddexp(np.logaddexp(t1, t2), t3)
+
+    def mean(self):
+        return self.partial_mean(np.array([-math.inf, math.inf]))[0]
+
+    def std(self):
+        k1 = self.mean()
+        # second moment: atoms + continuous part  int t^2 e^{(t-e)/2}/4 = [e^{(t-e)/2}(t^2 - 4t + 8)/2]
+        e = self.e
+        g = lambda x: 0.5 * math.exp((x - e) / 2) * (x * x - 4 * x + 8)
+        m2 = 0.5 * e * e + 0.5 * math.exp(-e) * e * e + g(e) - g(-e)
+        return math.sqrt(max(m2 - k1 * k1, 0.0))
+
+    def __repr__(self):
+        return f"LaplaceLoss(eps0={self.e})"
+
+
+# ---- Poisson subsampling -------------------------------------------------------------
+class _BasePair:
+    """A pair ``P`` (base) vs ``Q`` (shifted) with ``L = log(Q/P)``; used by subsampling."""
+
+    atoms: tuple = ()
+    support: tuple = (-math.inf, math.inf)
+
+    def cdf_P(self, l, *, strict=False):  # Pr_P[L <= l] (or < l if strict)
+        raise NotImplementedError
+
+    def cdf_Q(self, l):
+        raise NotImplementedError
+
+    def sf_P(self, l, *, strict=False):  # Pr_P[L > l] (or >= l if strict)
+        raise NotImplementedError
+
+    def sf_Q(self, l):
+        raise NotImplementedError
+
+    def pdf_P(self, l):
+        raise NotImplementedError
+
+    def pdf_Q(self, l):
+        raise NotImplementedError
+
+    def log_moment_P(self, lam):
+        """``log E_P[e^(lam L)]`` for real ``lam`` (closed form)."""
+        raise NotImplementedError
+
+
+class _GaussPair(_BasePair):
+    """``P = N(0, sigma^2)``, ``Q = N(1, sigma^2)``: ``L = (2w - 1)/(2 sigma^2)``."""
+
+    def __init__(self, sigma):
+        self.sg = float(sigma)
+        self.v = 1.0 / self.sg**2  # L ~ N(-v/2, v) under P, N(v/2, v) under Q
+        self.sd = math.sqrt(self.v)
+
+    def cdf_P(self, l, *, strict=False):
+        return special.ndtr((l + self.v / 2) / self.sd)
+
+    def sf_P(self, l, *, strict=False):
+        return special.ndtr(-(l + self.v / 2) / self.sd)
+
+    def cdf_Q(self, l):
+        return special.ndtr((l - self.v / 2) / self.sd)
+
+    def sf_Q(self, l):
+        return special.ndtr(-(l - self.v / 2) / self.sd)
+
+    def pdf_P(self, l):
+        z = (l + self.v / 2) / self.sd
+        return np.exp(-0.5 * z * z) / (self.sd * math.sqrt(2 * math.pi))
+
+    def pdf_Q(self, l):
+        z = (l - self.v / 2) / self.sd
+        return np.exp(-0.5 * z * z) / (self.sd * math.sqrt(2 * math.pi))
+
+    def log_moment_P(self, lam):
+        lam = np.asarray(lam, dtype=np.float64)
+        return lam * (lam - 1) * self.v / 2
+
+
+class _LaplacePair(_BasePair):
+    """``P = Lap(0, b)``, ``Q = Lap(D, b)``: ``L`` in ``[-eps0, eps0]`` with atoms at the ends."""
+
+    def __init__(self, eps0):
+        self.e = float(eps0)
+        self.atoms = (-self.e, self.e)
+        self.support = (-self.e, self.e)
+        self._q = LaplaceLoss(self.e)
+
+    # Under Q, L is the Laplace PRV.
+    def cdf_Q(self, l):
+        return self._q.cdf(l)
+
+    def sf_Q(self, l):
+        return self._q.sf(l)
+
+    def pdf_Q(self, l):
+        return self._q.pdf(l)
+
+    # Under P: atom 1/2 at -e, atom e^{-e}/2 at +e, density e^{-(l+e)/2}/4 inside.
+    def cdf_P(self, l, *, strict=False):
+        l = np.asarray(l, dtype=np.float64)
+        e = self.e
+        inside = 1.0 - 0.5 * np.exp(-(np.clip(l, -e, e) + e) / 2)
+        if strict:
+            return np.where(l <= -e, 0.0, np.where(l > e, 1.0, inside))
+        return np.where(l < -e, 0.0, np.where(l >= e, 1.0, inside))
+
+    def sf_P(self, l, *, strict=False):
+        l = np.asarray(l, dtype=np.float64)
+        e = self.e
+        inside = 0.5 * np.exp(-(np.clip(l, -e, e) + e) / 2)
+        if strict:
+            return np.where(l <= -e, 1.0, np.where(l > e, 0.0, inside))
+        return np.where(l < -e, 1.0, np.where(l >= e, 0.0, inside))
+
+    def pdf_P(self, l):
+        l = np.asarray(l, dtype=np.float64)
+        e = self.e
+        return np.where((l > -e) & (l < e), 0.25 * np.exp(-(np.clip(l, -e, e) + e) / 2), 0.0)
+
+    def log_moment_P(self, lam):
+        # E_P[e^{lam L}] = E_Q[e^{(lam - 1) L}]
+        return self._q.log_mgf(np.asarray(lam, dtype=np.float64) - 1.0)
+
+
+def _log_binomial_moment(pair: _BasePair, q: float, a: np.ndarray) -> np.ndarray:
+    """``log E_P[(M/P)^a]`` for integer ``a >= 0``, ``M = (1-q) P + q Q`` (exact binomial sum)."""
+    out = np.empty(a.shape, dtype=np.float64)
+    for idx, ai in np.ndenumerate(a):
+        ai = int(ai)
+        j = np.arange(ai + 1)
+        logc = special.gammaln(ai + 1) - special.gammaln(j + 1) - special.gammaln(ai - j + 1)
+        with np.errstate(divide="ignore"):
+            terms = logc + (ai - j) * math.log1p(-q) + j * math.log(q) + pair.log_moment_P(j.astype(float))
+        if q == 1.0:
+            terms = np.where(j == ai, pair.log_moment_P(float(ai)), -np.inf)
+        out[idx] = special.logsumexp(terms)
+    return out
+
+
+def _integer_chord(fn, x):
+    """Upper bound of a convex ``fn`` at real ``x >= 0`` via the chord between integers."""
+    x = np.asarray(x, dtype=np.float64)
+    lo = np.floor(x)
+    hi = lo + 1
+    flo, fhi = fn(lo), fn(hi)
+    w = x - lo
+    with np.errstate(invalid="ignore"):
+        return np.where(w == 0, flo, (1 - w) * flo + w * fhi)
+
+
+class SubsampledLoss(ContinuousLoss):
+    """Loss of a Poisson-subsampled mechanism in one direction.
+
+    ``remove``: ``Y = log(1 - q + q e^L)`` with ``w ~ M = (1-q) P + q Q``
+    (bounded below by ``log(1-q)``); ``add``: ``Y = -log(1 - q + q e^L)`` with
+    ``w ~ P`` (bounded above by ``-log(1-q)``).
+    """
+
+    cdf_rel_error = 1e-11
+
+    def __init__(self, pair: _BasePair, q: float, direction: str):
+        self.pair = pair
+        self.q = float(q)
+        self.direction = direction
+        self._ylo = math.log1p(-self.q)
+        g = lambda l: math.log1p(-self.q + self.q * math.exp(l)) if math.isfinite(l) else (math.inf if l > 0 else self._ylo)
+        lo, hi = pair.support
+        if direction == "remove":
+            self.support = (max(self._ylo, g(lo)), g(hi))
+            self.atoms = tuple(g(x) for x in pair.atoms)
+        else:
+            self.support = (-g(hi), min(-self._ylo, -g(lo)))
+            self.atoms = tuple(-g(x) for x in pair.atoms)
+        self._mean = None
+        self._std = None
+
+    # l(t) = g^{-1}(t) = log((e^t - 1 + q)/q), defined for t > log(1-q)
+    def _ginv(self, t):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            arg = np.expm1(t) + self.q
+            out = np.log(np.maximum(arg, 0.0)) - math.log(self.q)
+        return np.where(arg > 0, out, -np.inf)
+
+    def cdf(self, t):
+        t = np.asarray(t, dtype=np.float64)
+        q = self.q
+        if self.direction == "remove":
+            l = self._ginv(t)
+            return (1 - q) * self.pair.cdf_P(l) + q * self.pair.cdf_Q(l)
+        # Y <= t  <=>  L >= ginv(-t)
+        l = self._ginv(-t)
+        return np.where(t >= -self._ylo, 1.0, self.pair.sf_P(l, strict=True))
+
+    def sf(self, t):
+        t = np.asarray(t, dtype=np.float64)
+        q = self.q
+        if self.direction == "remove":
+            l = self._ginv(t)
+            return (1 - q) * self.pair.sf_P(l) + q * self.pair.sf_Q(l)
+        l = self._ginv(-t)
+        return np.where(t >= -self._ylo, 0.0, self.pair.cdf_P(l, strict=True))
+
+    def pdf(self, t):
+        t = np.asarray(t, dtype=np.float64)
+        q = self.q
+        sgn = 1.0 if self.direction == "remove" else -1.0
+        tt = sgn * t
+        l = self._ginv(tt)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            dl = np.exp(tt) / (np.expm1(tt) + q)
+            if self.direction == "remove":
+                dens = ((1 - q) * self.pair.pdf_P(l) + q * self.pair.pdf_Q(l)) * dl
+            else:
+                dens = self.pair.pdf_P(l) * dl
+        return np.where(np.isfinite(dens), dens, 0.0)
+
+    def _K_binom(self, a):
+        return _log_binomial_moment(self.pair, self.q, np.asarray(a))
+
+    def log_mgf(self, s):
+        s = np.asarray(s, dtype=np.float64)
+        out = np.full(s.shape, np.inf)
+        q = self.q
+        if self.direction == "remove":
+            # s >= 0: E_M[(M/P)^s] = E_P[(M/P)^(s+1)], convex in s: chord between integers.
+            pos = s >= 0
+            if pos.any():
+                out[pos] = _integer_chord(lambda a: self._K_binom(a + 1), np.minimum(s[pos], 4096))
+            mid = (s < 0) & (s >= -1)
+            out[mid] = 0.0  # Jensen: E_P[(M/P)^(1+s)] <= 1
+            neg = s < -1
+            if neg.any():
+                a = -1 - s[neg]
+                # x -> x^(-a) convex: (1-q + q Q/P)^(-a) <= (1-q) + q (P/Q)^a
+                out[neg] = np.logaddexp(math.log1p(-q) if q < 1 else -np.inf, math.log(q) + self.pair.log_moment_P(-a))
+        else:
+            pos = s > 0
+            if pos.any():
+                a = s[pos]
+                out[pos] = np.logaddexp(math.log1p(-q) if q < 1 else -np.inf, math.log(q) + self.pair.log_moment_P(-a))
+            mid = (s <= 0) & (s >= -1)
+            out[mid] = 0.0
+            neg = s < -1
+            if neg.any():
+                out[neg] = _integer_chord(self._K_binom, np.minimum(-s[neg], 4096))
+        return out
+
+    def _moments(self):
+        if self._mean is None:
+            # KL-type moments by quadrature on a quantile-adapted panel grid.
+            lo, hi = _generic_window(self, 1e-18)
+            edges = np.linspace(lo, hi, 2049)
+            m, _ = self.partial_mean(edges)
+            # second moment: int t^2 dF = b^2 F(b) - a^2 F(a) - 2 int t F(t) dt
+            i16 = _gl_integrate(lambda x: x * self.cdf(x), edges[:-1], edges[1:], 16)
+            fa, fb = float(self.cdf(np.array([lo]))[0]), float(self.cdf(np.array([hi]))[0])
+            m2 = hi * hi * fb - lo * lo * fa - 2 * i16
+            self._mean = float(m)
+            self._std = float(math.sqrt(max(m2 - m * m, 0.0)))
+        return self._mean, self._std
+
+    def mean(self):
+        return self._moments()[0]
+
+    def std(self):
+        return self._moments()[1]
+
+    def __repr__(self):
+        return f"SubsampledLoss({type(self.pair).__name__}, q={self.q}, {self.direction})"
+
+
+def _generic_window(loss: ContinuousLoss, tail: float, centre: float = 0.0, scale: float = 1.0) -> tuple[float, float]:
+    """Points ``a <= b`` with ``cdf(a) <= tail`` and ``sf(b) <= tail``.
+
+    Searched on a vectorised geometric ladder around ``centre``; any such pair is
+    valid where it is used, because callers charge the mass actually left out.
+    """
+    lo, hi = loss.support
+    a = ladder(loss.cdf, tail, centre, scale, -1.0, lo)
+    b = ladder(loss.sf, tail, centre, scale, +1.0, hi)
+    return a, b
+
+
+def ladder(fn, tail, centre, scale, direction, limit):
+    """First point ``centre + direction * d`` (``d`` on a refined ladder) with ``fn <= tail``.
+
+    Points beyond a finite support ``limit`` are replaced by a point just outside
+    it, where ``fn`` (a CDF below the support, a survival function above) is 0.
+    """
+    steps = np.concatenate([[0.0], np.geomspace(1e-9, 1e7, 400)]) * max(scale, 1e-300)
+    xs = centre + direction * steps
+    if math.isfinite(limit):
+        out = limit + direction * max(1e-12 * abs(limit), 1e-300)
+        xs = np.where(direction * (xs - limit) >= 0, out, xs)
+    vals = fn(xs)
+    ok = np.nonzero(vals <= tail)[0]
+    if ok.size == 0:
+        raise ValueError(
+            f"the privacy loss distribution has tail mass above {tail:.3g} beyond 1e7 standard "
+            "deviations; its parameters are outside the supported range"
+        )
+    i = ok[0]
+    if i == 0:
+        return float(xs[0])
+    fine = np.linspace(xs[i - 1], xs[i], 48)
+    okf = np.nonzero(fn(fine) <= tail)[0]
+    return float(fine[okf[0]])
+
+
+# --------------------------------------------------------------------------------------
+# Mechanisms
+# --------------------------------------------------------------------------------------
+class Mechanism:
+    """Base class: a mechanism knows its privacy losses per neighbouring direction."""
+
+    def privacy_losses(self) -> Mapping[str, PrivacyLoss]:
+        raise NotImplementedError
+
+    # frozen dataclass subclasses provide __eq__/__hash__ for merging identical events
+
+
+@dataclass(frozen=True)
+class Gaussian(Mechanism):
+    """Gaussian mechanism ``f(x) + N(0, sigma^2)`` with L2 sensitivity ``sensitivity``.
+
+    Parameters
+    ----------
+    sigma : float
+        Standard deviation of the noise (> 0).
+    sensitivity : float, default 1.0
+        L2 sensitivity of ``f`` (> 0).
+    """
+
+    sigma: float
+    sensitivity: float = 1.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "sigma", V.positive_float("sigma", self.sigma))
+        object.__setattr__(self, "sensitivity", V.positive_float("sensitivity", self.sensitivity))
+
+    def privacy_losses(self):
+        loss = _cached(self, lambda: GaussianLoss(self.sensitivity / self.sigma))
+        return {"add": loss, "remove": loss}
+
+
+@dataclass(frozen=True)
+class Laplace(Mechanism):
+    """Laplace mechanism ``f(x) + Lap(0, scale)`` with L1 sensitivity ``sensitivity``."""
+
+    scale: float
+    sensitivity: float = 1.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "scale", V.positive_float("scale", self.scale))
+        object.__setattr__(self, "sensitivity", V.positive_float("sensitivity", self.sensitivity))
+
+    def privacy_losses(self):
+        loss = _cached(self, lambda: LaplaceLoss(self.sensitivity / self.scale))
+        return {"add": loss, "remove": loss}
+
+
+_NEIGHBOURING = ("add_or_remove", "remove", "add")
+
+
+def _subsampled_losses(mech, pair_factory, full_loss_factory):
+    q = mech.sampling_probability
+    if q == 0.0:
+        loss = _cached(mech, lambda: DiscreteLoss([0.0], [1.0]))
+        return {"add": loss, "remove": loss}
+    if q == 1.0:
+        loss = _cached(mech, full_loss_factory)
+        return {"add": loss, "remove": loss}
+
+    def build():
+        pair = pair_factory()
+        return {"remove": SubsampledLoss(pair, q, "remove"), "add": SubsampledLoss(pair, q, "add")}
+
+    losses = _cached(mech, build)
+    if mech.neighboring == "add_or_remove":
+        return losses
+    one = losses[mech.neighboring]
+    return {"add": one, "remove": one}
+
+
+@dataclass(frozen=True)
+class PoissonSubsampledGaussian(Mechanism):
+    """Gaussian mechanism on a Poisson subsample (the DP-SGD step).
+
+    Parameters
+    ----------
+    sigma : float
+        Noise standard deviation in units of the sensitivity is ``sigma / sensitivity``.
+    sampling_probability : float
+        Probability ``q`` in ``[0, 1]`` that each record is in the subsample.
+    sensitivity : float, default 1.0
+    neighboring : {"add_or_remove", "remove", "add"}, default "add_or_remove"
+        ``"add_or_remove"`` gives the maximum over both directions (as
+        ``dp_accounting``); ``"remove"`` selects the single direction that
+        ``prv_accountant`` uses.
+    """
+
+    sigma: float
+    sampling_probability: float
+    sensitivity: float = 1.0
+    neighboring: str = "add_or_remove"
+
+    def __post_init__(self):
+        object.__setattr__(self, "sigma", V.positive_float("sigma", self.sigma))
+        object.__setattr__(
+            self, "sampling_probability", V.probability("sampling_probability", self.sampling_probability)
+        )
+        object.__setattr__(self, "sensitivity", V.positive_float("sensitivity", self.sensitivity))
+        if self.neighboring not in _NEIGHBOURING:
+            raise ValueError(f"neighboring must be one of {_NEIGHBOURING}, got {self.neighboring!r}")
+
+    def privacy_losses(self):
+        s = self.sigma / self.sensitivity
+        return _subsampled_losses(self, lambda: _GaussPair(s), lambda: GaussianLoss(1.0 / s))
+
+
+@dataclass(frozen=True)
+class PoissonSubsampledLaplace(Mechanism):
+    """Laplace mechanism on a Poisson subsample; see :class:`PoissonSubsampledGaussian`."""
+
+    scale: float
+    sampling_probability: float
+    sensitivity: float = 1.0
+    neighboring: str = "add_or_remove"
+
+    def __post_init__(self):
+        object.__setattr__(self, "scale", V.positive_float("scale", self.scale))
+        object.__setattr__(
+            self, "sampling_probability", V.probability("sampling_probability", self.sampling_probability)
+        )
+        object.__setattr__(self, "sensitivity", V.positive_float("sensitivity", self.sensitivity))
+        if self.neighboring not in _NEIGHBOURING:
+            raise ValueError(f"neighboring must be one of {_NEIGHBOURING}, got {self.neighboring!r}")
+
+    def privacy_losses(self):
+        e0 = self.sensitivity / self.scale
+        return _subsampled_losses(self, lambda: _LaplacePair(e0), lambda: LaplaceLoss(e0))
+
+
+@dataclass(frozen=True)
+class PureDP(Mechanism):
+    """An ``epsilon``-DP mechanism (binary randomized response is the worst case)."""
+
+    epsilon: float
+
+    def __post_init__(self):
+        object.__setattr__(self, "epsilon", V.nonnegative_float("epsilon", self.epsilon))
+
+    def privacy_losses(self):
+        e = self.epsilon
+        loss = _cached(self, lambda: DiscreteLoss([e, -e], [special.expit(e), special.expit(-e)]))
+        return {"add": loss, "remove": loss}
+
+
+@dataclass(frozen=True)
+class RandomizedResponse(Mechanism):
+    """k-ary randomized response: the true category w.p. ``e^eps / (e^eps + c - 1)``."""
+
+    epsilon: float
+    num_categories: int = 2
+
+    def __post_init__(self):
+        object.__setattr__(self, "epsilon", V.nonnegative_float("epsilon", self.epsilon))
+        c = V.positive_int("num_categories", self.num_categories)
+        if c < 2:
+            raise ValueError(f"num_categories must be >= 2, got {self.num_categories!r}")
+        object.__setattr__(self, "num_categories", c)
+
+    def privacy_losses(self):
+        e, c = self.epsilon, self.num_categories
+
+        def build():
+            # probabilities via logs: p = e^e/(e^e + c - 1), r = 1/(e^e + c - 1)
+            logden = np.logaddexp(e, math.log(c - 1))
+            p, r = math.exp(e - logden), math.exp(-logden)
+            return DiscreteLoss([e, -e, 0.0], [p, r, (c - 2) * r])
+
+        loss = _cached(self, build)
+        return {"add": loss, "remove": loss}
+
+
+@dataclass(frozen=True)
+class ApproxDP(Mechanism):
+    """An ``(epsilon, delta)``-DP mechanism: pure ``epsilon`` loss plus mass ``delta`` at infinity."""
+
+    epsilon: float
+    delta: float
+
+    def __post_init__(self):
+        object.__setattr__(self, "epsilon", V.nonnegative_float("epsilon", self.epsilon))
+        object.__setattr__(self, "delta", V.probability("delta", self.delta, open_high=True))
+
+    def privacy_losses(self):
+        e, d = self.epsilon, self.delta
+        loss = _cached(self, lambda: DiscreteLoss([e, -e], [special.expit(e), special.expit(-e)], p_inf=d))
+        return {"add": loss, "remove": loss}
+
+
+class _CustomContinuous(ContinuousLoss):
+    def __init__(self, cdf, sf, pdf, log_mgf, mean, std, support, p_inf, atoms, rel_err):
+        self._cdf, self._sf, self._pdf, self._lm = cdf, sf, pdf, log_mgf
+        self._mean, self._std = mean, std
+        self.support = support
+        self.p_inf = p_inf
+        self.atoms = atoms
+        self.cdf_rel_error = rel_err
+
+    def cdf(self, t):
+        return np.asarray(self._cdf(np.asarray(t, dtype=np.float64)), dtype=np.float64)
+
+    def sf(self, t):
+        if self._sf is None:
+            return 1.0 - self.cdf(t)
+        return np.asarray(self._sf(np.asarray(t, dtype=np.float64)), dtype=np.float64)
+
+    def pdf(self, t):
+        if self._pdf is None:
+            t = np.asarray(t, dtype=np.float64)
+            h = 1e-6 * np.maximum(1.0, np.abs(t))
+            return np.maximum((self.cdf(t + h) - self.cdf(t - h)) / (2 * h), 0.0)
+        return np.asarray(self._pdf(np.asarray(t, dtype=np.float64)), dtype=np.float64)
+
+    def log_mgf(self, s):
+        s = np.asarray(s, dtype=np.float64)
+        if self._lm is None:
+            return np.full(s.shape, np.inf)
+        return np.asarray(self._lm(s), dtype=np.float64)
+
+    def mean(self):
+        return self._mean
+
+    def std(self):
+        return self._std
+
+
+class CustomCDF(Mechanism):
+    """A mechanism given by the CDF of its privacy loss and an MGF tail bound.
+
+    Parameters
+    ----------
+    cdf : callable
+        Vectorised CDF of the finite part of the privacy loss.
+    log_mgf : callable
+        Vectorised *upper bound* on ``log E[exp(s Y)]`` for real ``s`` (``inf``
+        where unknown); it is the tail bound used to size grids.
+    mean, std : float
+        Mean and standard deviation of the finite part (used for planning; the
+        mean correction uses the CDF).
+    sf : callable, optional
+        Survival function, accurate in the upper tail (default ``1 - cdf``).
+    pdf : callable, optional
+        Density of the continuous part (default: numerical derivative).
+    support : (float, float), optional
+    p_inf : float, default 0
+    atoms : tuple of float, optional
+        Locations of point masses of the CDF.
+    cdf_rel_error : float, default 1e-10
+        Relative accuracy of ``cdf``/``sf``, charged in the certificate.
+    """
+
+    def __init__(self, cdf: Callable, log_mgf: Callable, mean: float, std: float, *, sf: Callable | None = None,
+                 pdf: Callable | None = None, support=(-math.inf, math.inf), p_inf: float = 0.0, atoms=(),
+                 cdf_rel_error: float = 1e-10):
+        if not callable(cdf):
+            raise ValueError("cdf must be callable")
+        if not callable(log_mgf):
+            raise ValueError("log_mgf must be callable (an upper bound on the log MGF, used as tail bound)")
+        mean = V.real_float("mean", mean)
+        std = V.nonnegative_float("std", std)
+        p_inf = V.probability("p_inf", p_inf, open_high=True)
+        self._loss = _CustomContinuous(cdf, sf, pdf, log_mgf, mean, std, tuple(map(float, support)), p_inf,
+                                       tuple(map(float, atoms)), V.positive_float("cdf_rel_error", cdf_rel_error))
+
+    def privacy_losses(self):
+        return {"add": self._loss, "remove": self._loss}
+
+
+class CustomPMF(Mechanism):
+    """A mechanism whose privacy loss takes finitely many values.
+
+    Parameters
+    ----------
+    values : array_like
+        Finite privacy-loss values.
+    probabilities : array_like
+        Their probabilities; they sum to ``1 - p_inf``.
+    p_inf : float, default 0
+        Probability of an infinite privacy loss.
+    """
+
+    def __init__(self, values, probabilities, p_inf: float = 0.0):
+        p_inf = V.probability("p_inf", p_inf, open_high=True)
+        self._loss = DiscreteLoss(values, probabilities, p_inf)
+        self._key = (tuple(self._loss.values.tolist()), tuple(self._loss.probs.tolist()), p_inf)
+
+    def privacy_losses(self):
+        return {"add": self._loss, "remove": self._loss}
+
+    def __eq__(self, other):
+        return isinstance(other, CustomPMF) and other._key == self._key
+
+    def __hash__(self):
+        return hash(self._key)
+
+
+# Loss objects are cached per mechanism value: building a subsampled loss computes moments.
+_LOSS_CACHE: dict = {}
+_CACHE_MAX = 4096
+
+
+def _cached(mech, factory):
+    key = (type(mech), mech)
+    try:
+        return _LOSS_CACHE[key]
+    except KeyError:
+        pass
+    val = factory()
+    if len(_LOSS_CACHE) >= _CACHE_MAX:
+        _LOSS_CACHE.clear()
+    _LOSS_CACHE[key] = val
+    return val

@@ -1,0 +1,75 @@
+"""DiscretizeRV (Algorithm 1) and the split re-discretisation: invariants under random inputs."""
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fastpld
+from fastpld.discretize import GridPMF, discretize_loss, rediscretize
+
+
+def _mean(pmf):
+    return pmf.offset + pmf.mesh * float(np.dot(np.arange(pmf.probs.size), np.asarray(pmf.probs, dtype=float)))
+
+
+@settings(max_examples=40, deadline=None)
+@given(sigma=st.floats(0.3, 50.0), h=st.floats(1e-4, 0.2), lattice=st.floats(-1, 1))
+def test_gaussian_discretisation_invariants(sigma, h, lattice):
+    loss = fastpld.Gaussian(sigma).privacy_losses()["remove"]
+    pmf = discretize_loss(loss, h, 1e-14, lattice=lattice)
+    assert abs(pmf.probs.sum() - 1) < 1e-12
+    assert np.all(pmf.probs >= 0)
+    # mean of the window-conditioned loss is preserved (truncation at 1e-14 moves it negligibly)
+    assert abs(_mean(pmf) - loss.mean()) < 1e-9 * (1 + abs(loss.mean())) + 1e-10
+    # support on the shifted grid lattice + mu + i h, |mu| <= h/2
+    centres = pmf.offset - lattice
+    frac = centres / h - round(centres / h)
+    assert abs(frac) <= 0.5 + 1e-6
+
+
+@settings(max_examples=40, deadline=None)
+@given(sigma=st.floats(0.5, 20.0), q=st.floats(0.001, 0.9), h=st.floats(1e-4, 0.05))
+def test_subsampled_discretisation_invariants(sigma, q, h):
+    for loss in fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses().values():
+        pmf = discretize_loss(loss, h, 1e-14)
+        assert abs(pmf.probs.sum() - 1) < 1e-12
+        assert abs(_mean(pmf) - loss.mean()) < 1e-7 * (1 + abs(loss.mean())) + 1e-9
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 60), mesh=st.floats(1e-3, 1.0), ratio=st.floats(0.3, 40.0),
+    offset=st.floats(-50, 50), seed=st.integers(0, 2**31 - 1),
+)
+def test_split_rediscretisation_preserves_mass_and_mean(n, mesh, ratio, offset, seed):
+    rng = np.random.default_rng(seed)
+    p = rng.random(n)
+    p /= p.sum()
+    src = GridPMF(p, offset, mesh)
+    out = rediscretize(src, mesh * ratio)
+    assert abs(out.probs.sum() - 1) < 1e-12
+    assert abs(_mean(out) - _mean(src)) < 1e-9 * (1 + abs(offset))
+    # support on the target lattice
+    assert abs(out.offset / out.mesh - round(out.offset / out.mesh)) < 1e-6
+
+
+@settings(max_examples=40, deadline=None)
+@given(e0=st.floats(0.0, 3.0), h=st.floats(1e-3, 1.0))
+def test_discrete_leaf_exact(e0, h):
+    loss = fastpld.PureDP(e0).privacy_losses()["remove"]
+    pmf = discretize_loss(loss, h, 0.0)
+    assert abs(pmf.probs.sum() - 1) < 1e-12
+    assert abs(_mean(pmf) - loss.mean()) < 1e-12
+
+
+def test_inconsistent_custom_mechanism_is_refused():
+    import pytest
+    from scipy.stats import norm
+    # CDF of N(0.5, 1) but a partial mean of another distribution -> mean correction > h/2
+    m = fastpld.CustomCDF(lambda t: norm.cdf(t - 0.5), lambda s: 0.5 * s + s * s / 2, mean=0.5, std=1.0,
+                          sf=lambda t: norm.sf(t - 0.5), pdf=lambda t: norm.pdf(t - 0.5))
+    loss = m.privacy_losses()["remove"]
+    loss.partial_mean = lambda edges: (3.0, 0.0)
+    with pytest.raises(ValueError, match="mean correction"):
+        discretize_loss(loss, 0.01, 1e-12)
