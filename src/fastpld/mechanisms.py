@@ -495,18 +495,28 @@ class _LaplacePair(_BasePair):
 
 
 def _log_binomial_moment(pair: _BasePair, q: float, a: np.ndarray) -> np.ndarray:
-    """``log E_P[(M/P)^a]`` for integer ``a >= 0``, ``M = (1-q) P + q Q`` (exact binomial sum)."""
-    out = np.empty(a.shape, dtype=np.float64)
-    for idx, ai in np.ndenumerate(a):
-        ai = int(ai)
-        j = np.arange(ai + 1)
-        logc = special.gammaln(ai + 1) - special.gammaln(j + 1) - special.gammaln(ai - j + 1)
-        with np.errstate(divide="ignore"):
-            terms = logc + (ai - j) * math.log1p(-q) + j * math.log(q) + pair.log_moment_P(j.astype(float))
-        if q == 1.0:
-            terms = np.where(j == ai, pair.log_moment_P(float(ai)), -np.inf)
-        out[idx] = special.logsumexp(terms)
-    return out
+    """``log E_P[(M/P)^a]`` for integer ``a >= 0``, ``M = (1-q) P + q Q`` (exact binomial sum).
+
+    All requested orders are evaluated at once as one masked log-sum-exp.
+    """
+    a = np.asarray(a)
+    flat = a.astype(np.int64).ravel()
+    if flat.size == 0:
+        return np.zeros(a.shape)
+    amax = int(flat.max())
+    j = np.arange(amax + 1)
+    lm = pair.log_moment_P(j.astype(np.float64))
+    A = flat[:, None]
+    J = j[None, :]
+    valid = J <= A
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logc = special.gammaln(A + 1) - special.gammaln(J + 1) - special.gammaln(np.maximum(A - J, 0) + 1)
+        lq1 = math.log1p(-q) if q < 1 else -np.inf
+        terms = logc + np.where(A - J > 0, (A - J) * lq1, 0.0) + J * math.log(q) + lm[None, :]
+    terms = np.where(valid, terms, -np.inf)
+    mx = terms.max(axis=1)
+    out = mx + np.log(np.exp(terms - mx[:, None]).sum(axis=1))
+    return out.reshape(a.shape)
 
 
 def _integer_chord(fn, x):
