@@ -98,36 +98,42 @@ class FastPLDAccountant(IAccountant):
             counts[mech] = counts.get(mech, 0) + n
         return list(counts.items())
 
-    def get_pld(self, delta_error: float) -> Optional[PrivacyLossDistribution]:
+    def get_pld(self, delta_error: float, eps_error: Optional[float] = None) -> Optional[PrivacyLossDistribution]:
         """The composed privacy loss distribution of ``history`` (cached).
 
         Parameters
         ----------
         delta_error : float
             Certified delta error of the composition.
+        eps_error : float, optional
+            Certified epsilon error (default: the accountant's ``eps_error``).
 
         Returns
         -------
         fastpld.PrivacyLossDistribution or None
             ``None`` if no private step was taken.
         """
+        eps_error = self.eps_error if eps_error is None else V.eps_error(eps_error)
         events = self._events()
         if not events:
             return None
-        key = (tuple(events), self.eps_error, delta_error)
+        key = (tuple(events), eps_error, delta_error)
         pld = self._cache.get(key)
         if pld is None:
-            pld = _compose(events, eps_error=self.eps_error, delta_error=delta_error)
+            pld = _compose(events, eps_error=eps_error, delta_error=delta_error)
             self._cache = {key: pld}  # keep one: histories grow step by step
         return pld
 
-    def get_epsilon_bounds(self, delta: float, *, delta_error: Optional[float] = None) -> Bounds:
+    def get_epsilon_bounds(self, delta: float, *, eps_error: Optional[float] = None,
+                           delta_error: Optional[float] = None) -> Bounds:
         """Certified bounds on epsilon at ``delta``.
 
         Parameters
         ----------
         delta : float
             In ``(0, 1]``.
+        eps_error : float, optional
+            Overrides the accountant's ``eps_error``.
         delta_error : float, optional
             Overrides the accountant's ``delta_error`` (default ``delta / 1000``).
 
@@ -142,7 +148,7 @@ class FastPLDAccountant(IAccountant):
             return Bounds(math.inf, math.inf, math.inf)
         if delta_error is None:
             delta_error = self.delta_error if self.delta_error is not None else delta / 1000
-        pld = self.get_pld(V.delta_error(delta_error))
+        pld = self.get_pld(V.delta_error(delta_error), eps_error)
         if pld is None:
             return Bounds(0.0, 0.0, 0.0)
         return pld.epsilon(delta)
@@ -167,14 +173,7 @@ class FastPLDAccountant(IAccountant):
         -------
         float
         """
-        if eps_error is not None and V.eps_error(eps_error) != self.eps_error:
-            saved = self.eps_error
-            self.eps_error = eps_error
-            try:
-                return float(self.get_epsilon_bounds(delta, delta_error=delta_error).upper)
-            finally:
-                self.eps_error = saved
-        return float(self.get_epsilon_bounds(delta, delta_error=delta_error).upper)
+        return float(self.get_epsilon_bounds(delta, eps_error=eps_error, delta_error=delta_error).upper)
 
     def __len__(self) -> int:
         """Number of ``history`` segments (as every Opacus accountant counts)."""
