@@ -214,7 +214,8 @@ def _run_calibrate(args):
     steps = V.positive_int("steps", args.steps)
     V.eps_error(args.eps_error)
     V.delta_error(args.delta_error)
-    res = _find_noise_multiplier()(te, td, q, steps, eps_error=args.eps_error)
+    res = _find_noise_multiplier()(target_epsilon=te, target_delta=td, sampling_probability=q, steps=steps,
+                                   eps_error=args.eps_error, delta_error=args.delta_error)
     sigma = float(getattr(res, "sigma", res))
     mech = Gaussian(sigma) if q == 1.0 else PoissonSubsampledGaussian(sigma, q)
     # report the certified epsilon actually reached, computed here, whatever the calibrator did
