@@ -121,6 +121,10 @@ def test_non_private_and_no_op():
     assert acc.get_epsilon(1e-5) == 0.0
     acc.compose(dpa.GaussianDpEvent(0.0))
     assert acc.get_epsilon(1e-5) == math.inf and acc.get_delta(3.0) == 1.0
+    replace = FastPLDAccountant(R.REPLACE_ONE).compose(dpa.RandomizedResponseDpEvent(1.0, 4), 5)
+    assert replace.get_epsilon_bounds(1e-5) == (0.0, 0.0, 0.0)
+    replace.compose(dpa.RandomizedResponseDpEvent(0.0, 4))
+    assert replace.get_epsilon(1e-5) == math.inf
     acc2 = FastPLDAccountant().compose(dpa.NonPrivateDpEvent())
     assert acc2.get_epsilon_bounds(1e-5) == (math.inf, math.inf, math.inf)
     assert PLDAccountant().compose(dpa.NonPrivateDpEvent()).get_epsilon(1e-5) == math.inf

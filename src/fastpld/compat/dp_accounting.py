@@ -34,7 +34,8 @@ sensitivity, as in ``dp_accounting``):
 ================================================  ==========================================  ==========================
 
 A zero noise multiplier (or ``p = 0`` for randomized response) is non-private,
-a zero sampling probability (or one bucket) is a no-op, as in ``dp_accounting``.
+a zero sampling probability (or one bucket) is a no-op, as in ``dp_accounting``;
+so are ``p = 1`` and ``EpsilonDeltaDpEvent(0, 0)``, whose outputs do not depend on the input.
 Every other event, including ``REPLACE_SPECIAL``, is reported unsupported
 (``supports(event)`` is ``False``; ``compose`` raises
 ``dp_accounting.UnsupportedEventError``).  The Poisson-subsampled mechanisms
@@ -202,7 +203,7 @@ class FastPLDAccountant(PrivacyAccountant):
                            f"{self.neighboring_relation}.")
             k = V.positive_int("num_buckets", event.num_buckets)
             p = V.probability("noise_parameter", event.noise_parameter)
-            if k == 1:
+            if k == 1 or p == 1:  # the output does not depend on the input
                 return _NO_OP, None
             if p == 0:
                 return _NON_PRIVATE, None
@@ -212,6 +213,8 @@ class FastPLDAccountant(PrivacyAccountant):
             d = V.probability("delta", event.delta)
             if d == 1:
                 return _NON_PRIVATE, None
+            if e == 0 and d == 0:
+                return _NO_OP, None
             return (PureDP(e) if d == 0 else ApproxDP(e, d)), None
         return None, _CompositionErrorDetails(event, "Unsupported event.")
 
