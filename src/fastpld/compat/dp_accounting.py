@@ -14,31 +14,28 @@ Replace ``dp_accounting.pld.PLDAccountant`` by :class:`FastPLDAccountant`::
 Importing this module imports ``dp_accounting`` (install ``fastpld[compat]``).
 
 Event mapping (``noise_multiplier`` is the noise scale divided by the
-sensitivity, as in ``dp_accounting``):
+sensitivity, as in ``dp_accounting``; "replace" means ``REPLACE_ONE``):
 
-================================================  ==========================================  ==========================
-``DpEvent``                                       ``ADD_OR_REMOVE_ONE``                       ``REPLACE_ONE``
-================================================  ==========================================  ==========================
-``GaussianDpEvent(s)``                            ``Gaussian(s)``                             ``Gaussian(s, sensitivity=2)``
-``LaplaceDpEvent(b)``                             ``Laplace(b)``                              ``Laplace(b, sensitivity=2)``
-``PoissonSampledDpEvent(q, GaussianDpEvent(s))``  ``PoissonSubsampledGaussian(s, q)`` (both   unsupported for 0 < q < 1
-                                                  directions, maximum taken)
-``PoissonSampledDpEvent(q, LaplaceDpEvent(b))``   ``PoissonSubsampledLaplace(b, q)``          unsupported for 0 < q < 1
-``RandomizedResponseDpEvent(p, k)``               unsupported (as in ``dp_accounting``)       ``RandomizedResponse(eps, k)``,
-                                                                                              ``eps = log(1 + k (1 - p) / p)``
-:class:`EpsilonDeltaDpEvent` ``(eps, delta)``     ``ApproxDP(eps, delta)`` (``PureDP`` if     same
-                                                  ``delta == 0``)
-``SelfComposedDpEvent``, ``ComposedDpEvent``      recursed into                               same
-``NoOpDpEvent``                                   nothing                                     same
-``NonPrivateDpEvent``                             epsilon = inf, delta = 1                    same
-================================================  ==========================================  ==========================
+* ``GaussianDpEvent(s)``: ``Gaussian(s)``; replace: ``Gaussian(s, sensitivity=2)``.
+* ``LaplaceDpEvent(b)``: ``Laplace(b)``; replace: ``Laplace(b, sensitivity=2)``.
+* ``PoissonSampledDpEvent(q, GaussianDpEvent(s))``: ``PoissonSubsampledGaussian(s, q)``
+  (both directions, the maximum taken); replace: unsupported for ``0 < q < 1``.
+* ``PoissonSampledDpEvent(q, LaplaceDpEvent(b))``: ``PoissonSubsampledLaplace(b, q)``;
+  replace: unsupported for ``0 < q < 1``.
+* ``RandomizedResponseDpEvent(p, k)``: unsupported under ``ADD_OR_REMOVE_ONE``
+  (as in ``dp_accounting``); replace: ``RandomizedResponse(log(1 + k (1 - p) / p), k)``.
+* :class:`EpsilonDeltaDpEvent` ``(eps, delta)``: ``ApproxDP(eps, delta)`` (``PureDP(eps)``
+  if ``delta == 0``), under either relation.
+* ``SelfComposedDpEvent`` and ``ComposedDpEvent`` are recursed into; ``NoOpDpEvent``
+  does nothing; ``NonPrivateDpEvent`` makes epsilon infinite and delta 1.
 
 A zero noise multiplier (or ``p = 0`` for randomized response) is non-private,
 a zero sampling probability (or one bucket) is a no-op, as in ``dp_accounting``;
-so are ``p = 1`` and ``EpsilonDeltaDpEvent(0, 0)``, whose outputs do not depend on the input.
-Every other event, including ``REPLACE_SPECIAL``, is reported unsupported
+``p = 1`` and ``EpsilonDeltaDpEvent(0, 0)`` are no-ops too (their output does not
+depend on the input).  Every other event is reported unsupported
 (``supports(event)`` is ``False``; ``compose`` raises
-``dp_accounting.UnsupportedEventError``).  The Poisson-subsampled mechanisms
+``dp_accounting.UnsupportedEventError``); ``REPLACE_SPECIAL`` is refused when the
+accountant is constructed.  The Poisson-subsampled mechanisms
 under ``REPLACE_ONE`` (a mixture against a mixture) are not implemented by the
 fastpld core, so they are refused rather than approximated.
 """
