@@ -796,8 +796,16 @@ def _choose_plan(parts, method, arity, eps_az, log_term, budgets):
             c_best = chains[int(np.argmin(costs))]
         else:
             c_best = chains[0]
-        for m in merges:
-            evaluate(c_best, m)
+        # block sizes in increasing order until the predicted cost rises (it is unimodal in
+        # practice); the single root only while it can compete
+        if len(parts) <= 64:
+            evaluate(c_best, None)
+        prev = math.inf
+        for m in sorted(b for b in merges if b is not None):
+            c = evaluate(c_best, m)[0]
+            if c > prev:
+                break
+            prev = c
     cost, plan, meshes = min(memo.values(), key=lambda t: t[0])
     return plan, meshes, cost
 
