@@ -10,6 +10,8 @@ Gaussian releases, randomized response, ...) and query ``delta(epsilon)`` and
 Bounds(lower=..., estimate=..., upper=...)
 """
 from ._fft import available_backends, get_backend, set_backend
+from .accountant import PrivacyAccountant
+from .calibrate import calibrate, find_noise_multiplier, find_sampling_probability, find_steps
 from .compose import compose
 from .curve import Bounds, PrivacyLossDistribution, StageInfo
 from .mechanisms import (
@@ -29,6 +31,11 @@ __version__ = "0.1.0"
 
 __all__ = [
     "compose",
+    "PrivacyAccountant",
+    "calibrate",
+    "find_noise_multiplier",
+    "find_sampling_probability",
+    "find_steps",
     "Bounds",
     "PrivacyLossDistribution",
     "StageInfo",

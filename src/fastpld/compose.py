@@ -128,13 +128,13 @@ class _Plan:
         return a
 
 
-def _chain(loss, count, method, arity, gid):
-    """Top-level children (on the final group 0) of a plan for ``loss`` composed ``count`` times.
+def _chain(loss, count, method, arity, gid, top_group=0):
+    """Top-level children (for a parent on ``top_group``) of a plan for ``loss`` composed ``count`` times.
 
     ``gid`` yields fresh group ids for the lower levels.
     """
     if method == "glw" or count < 4:
-        return [(_Leaf(loss, 0, 1), count)], {"levels": 1}
+        return [(_Leaf(loss, top_group, 1), count)], {"levels": 1}
     if method == "two_stage":
         k1 = math.isqrt(count)
         k2, r = divmod(count, k1)
@@ -184,15 +184,63 @@ def _chain(loss, count, method, arity, gid):
     return top, {"arity": a, "levels": t + 1}
 
 
-def _build_plan(parts, method, arity):
+def _build_plan(parts, method, arity, merge=None):
+    """Plan for the heterogeneous list ``parts`` of ``(loss, count)``.
+
+    ``merge=None``: every part's chain feeds one root (Appendix B with one block).
+    ``merge=b``: parts are grouped into blocks of about ``b``, each block convolved
+    on a fine narrow grid (one mesh group per level), the block results
+    re-discretised onto a coarser, wider grid and grouped again, until at most
+    ``b`` remain for the root: ``n`` distinct parts then cost ``O(n / b)`` small
+    convolutions per level and ``O(log_b n)`` levels instead of ``n`` inputs to
+    one full-size root.  Every level is an ordinary node of the plan, so the
+    certificate (leaves, re-discretisations, wrap, round-off) covers it unchanged.
+    """
     gid = iter(range(1, 1 << 30))
-    top = []
     params = []
-    for loss, count in parts:
-        t, p = _chain(loss, count, method, arity, gid)
-        top.extend(t)
+    if merge is None or len(parts) <= merge:
+        top = []
+        for loss, count in parts:
+            t, p = _chain(loss, count, method, arity, gid)
+            top.extend(t)
+            params.append(p)
+        root = _Node(top, 0, "root")
+        return _Plan(root, method, params)
+    b = max(2, int(merge))
+    # similar parts side by side keep the narrow blocks narrow (order does not affect correctness)
+    # (key: upper Chernoff quantile of each part at a moderate tail, from the cached MGF grids)
+    kp = np.array([_k_grid(loss)[0] for loss, _ in parts]) * np.array([float(c) for _, c in parts])[:, None]
+    with np.errstate(invalid="ignore", over="ignore"):
+        size = np.min((kp + 20.0) / _S_ABS, axis=1)
+    order = sorted(range(len(parts)), key=lambda i: (size[i], parts[i][1]))
+    g = next(gid)
+    tops = []
+    for i in order:
+        loss, count = parts[i]
+        t, p = _chain(loss, count, method, arity, gid, top_group=g)
+        tops.append(t)
         params.append(p)
-    root = _Node(top, 0, "root")
+    level = 1
+    items = tops  # each item: a list of (object, multiplicity) to convolve on group g
+    while True:
+        nb = -(-len(items) // b)
+        bounds = [len(items) * j // nb for j in range(nb + 1)]  # balanced blocks
+        nodes = []
+        for j in range(nb):
+            kids = [kid for it in items[bounds[j]:bounds[j + 1]] for kid in it if kid[1] > 0]
+            if len(kids) == 1 and kids[0][1] == 1:
+                nodes.append(kids[0][0])  # a lone child passes through
+            else:
+                nodes.append(_Node(kids, g, f"block{level}"))
+        if len(nodes) <= b:
+            break
+        g = next(gid)
+        level += 1
+        items = [[(o, 1)] for o in nodes]
+    root = _Node([(o, 1) for o in nodes], 0, "root")
+    for p in params:
+        p["merge"] = b
+        p["merge_levels"] = level + 1
     return _Plan(root, method, params)
 
 
@@ -255,20 +303,65 @@ def _est_window(parts, tail):
 _LEAF_COST = 24.0  # a bucketed CDF point costs about this many FFT points
 
 
-def _predict(plan, eps_az, log_term, wrap_tail, trunc_tail):
-    """Choose meshes per group and predict the work; returns (meshes, cost, sizes)."""
+def _predict(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache=None):
+    """Choose meshes per group and predict the work; returns (meshes, cost, sizes).
+
+    ``wcache`` (a dict shared by the candidate plans of one composition) memoises the
+    windows of objects holding copies of a single loss, keyed by the log tail rounded
+    to an integer (prediction only: execution computes its own windows).
+    """
+    if wcache is None:
+        wcache = {}
     a = plan.copies_per_group()
     widths = {g: 0.0 for g in plan.groups}
     node_w = {}
+    single = {}  # per object holding copies of one loss: (loss, copies)
+    agg = {}  # per other object: summed MGF grids and supports of its leaf copies (bottom-up)
+
+    def window_single(loss, copies, tail):
+        key = (id(loss), copies, round(math.log(tail)))
+        r = wcache.get(key)
+        if r is None:
+            r = wcache[key] = _est_window([(loss, copies)], tail)
+        return r
+
+    def get_agg(o):
+        r = agg.get(id(o))
+        if r is None:
+            loss, copies = single[id(o)]
+            kp, kn = _k_grid(loss)
+            lo, hi = loss.support
+            r = (copies * kp, copies * kn, copies * lo if math.isfinite(lo) else -math.inf,
+                 copies * hi if math.isfinite(hi) else math.inf)
+        return r
+
     for o in plan.order:
         inst = plan.instances[id(o)]
         if isinstance(o, _Leaf):
-            lo, hi = _est_window([(o.loss, 1)], trunc_tail / max(inst, 1))
+            lo, hi = window_single(o.loss, 1, trunc_tail / max(inst, 1))
             w = hi - lo
             widths[o.group] += _LEAF_COST * w
+            single[id(o)] = (o.loss, 1)
         else:
-            parts = _leaf_parts(o)
-            lo, hi = _est_window(parts, wrap_tail / max(inst, 1))
+            tail = wrap_tail / max(inst, 1)
+            kids = [single.get(id(c)) for c, _ in o.children]
+            if all(k is not None for k in kids) and len({id(k[0]) for k in kids}) == 1:
+                copies = sum(k[1] * m for k, (_, m) in zip(kids, o.children))
+                single[id(o)] = (kids[0][0], copies)
+                lo, hi = window_single(kids[0][0], copies, tail)
+            else:
+                kp = kn = None
+                lo_s = hi_s = 0.0
+                for c, m in o.children:
+                    ckp, ckn, clo, chi = get_agg(c)
+                    kp = m * ckp if kp is None else kp + m * ckp
+                    kn = m * ckn if kn is None else kn + m * ckn
+                    lo_s += m * clo
+                    hi_s += m * chi
+                agg[id(o)] = (kp, kn, lo_s, hi_s)
+                lo, hi = _agg_window(kp, kn, lo_s, hi_s, tail)
+                if not (math.isfinite(lo) and math.isfinite(hi)):
+                    lo, hi = _est_window(_leaf_parts(o), tail)
             w = hi - lo
             widths[o.group] += w * (len(o.children) + 1)
         node_w[id(o)] = w
@@ -291,6 +384,19 @@ def _predict(plan, eps_az, log_term, wrap_tail, trunc_tail):
             nn = max(n, 2.0)
             cost += nn * math.log2(nn) * (len(o.children) + 1)
     return meshes, cost, sizes
+
+
+def _agg_window(kp, kn, lo_sup, hi_sup, tail):
+    """Chernoff window of a sum from its summed MGF grids (as :func:`_est_window`, non-finite if unknown)."""
+    lt = math.log(tail)
+    with np.errstate(invalid="ignore", over="ignore"):
+        up = float(np.min((kp - lt) / _S_ABS))
+        lo = -float(np.min((kn - lt) / _S_ABS))
+    if math.isnan(up):
+        up = math.inf
+    if math.isnan(lo):
+        lo = -math.inf
+    return max(lo, lo_sup), min(up, hi_sup)
 
 
 def _leaf_parts(node):
@@ -602,17 +708,106 @@ def _direction_parts(events):
     return dirs
 
 
-def _candidates(method, parts):
+_MERGES = (2, 4, 8, 16, 32)
+
+
+def _candidates(method, parts, arity=None):
+    """Candidate chains ``[(method, arity)]`` and groupings ``[merge block size or None]``.
+
+    ``glw`` stays one grid.  ``two_stage`` may group many distinct parts into blocks
+    of about ``sqrt(n)`` (Appendix B); ``recursive`` and ``auto`` also try
+    multi-level grouping (blocks of ``b`` for several ``b``).
+    """
+    n = len(parts)
     if method == "glw":
-        return [("glw", None)]
+        return [("glw", None)], [None]
+    merges = [None]
+    if n > 2:
+        merges.append(max(2, math.isqrt(n - 1) + 1))  # two levels: blocks of ~sqrt(n), then the root
     if method == "two_stage":
-        return [("two_stage", None)]
+        return [("two_stage", None)], merges
+    merges += [b for b in _MERGES if b < n and b not in merges]
+    if arity is not None:
+        return [("recursive", arity)], merges
     if method == "recursive":
-        return [("recursive", a) for a in (2, 4, 8, 16, 32)]
+        return [("recursive", a) for a in (2, 4, 8, 16, 32)], merges
     # auto: everything, pick the cheapest predicted plan
-    out = [("glw", None), ("two_stage", None)]
-    out += [("recursive", a) for a in (2, 3, 4, 6, 8, 12, 16, 24, 32, 64)]
-    return out
+    chains = [("glw", None), ("two_stage", None)]
+    chains += [("recursive", a) for a in (2, 3, 4, 6, 8, 12, 16, 24, 32, 64)]
+    return chains, merges
+
+
+def _chain_signature(count, method, arity):
+    """Shape of the chain tree for ``count`` (multiplicities and sharing, no losses)."""
+    top, _ = _chain(None, count, method, arity, iter(range(1, 1 << 30)))
+    ids = {}
+
+    def shape(o):
+        if isinstance(o, _Leaf):
+            return "L"
+        if id(o) not in ids:
+            ids[id(o)] = (len(ids), tuple((shape(c), m) for c, m in o.children))
+        return ids[id(o)]
+
+    return tuple((shape(o), m) for o, m in top if m > 0)
+
+
+_PRODUCT_LIMIT = 256  # candidate plans x parts above which chain and grouping are searched in turn
+
+
+def _choose_plan(parts, method, arity, eps_az, log_term, budgets):
+    """Cheapest predicted plan: the full product of candidates for small problems,
+    else coordinate search (chain, then grouping, then chain again)."""
+    chains, merges = _candidates(method, parts, arity)
+    memo = {}
+    wcache = {}
+    # chains that build the same tree for every count present are one candidate
+    counts = sorted({c for _, c in parts})
+    sig = {ch: tuple(_chain_signature(c, ch[0], ch[1]) for c in counts) for ch in chains}
+    chains = [ch for i, ch in enumerate(chains) if sig[ch] not in {sig[x] for x in chains[:i]}]
+
+    def evaluate(chain, merge):
+        key = (chain, merge)
+        if key not in memo:
+            plan = _build_plan(parts, chain[0], chain[1], merge)
+            n_obj = plan.n_nodes + plan.n_leaves
+            meshes, cost, _ = _predict(plan, eps_az, log_term, budgets.wrap / n_obj, budgets.trunc / n_obj,
+                                       wcache)
+            memo[key] = (cost, plan, meshes)
+        return memo[key]
+
+    if len(chains) * len(merges) * len(parts) <= _PRODUCT_LIMIT:
+        for c in chains:
+            for m in merges:
+                evaluate(c, m)
+    else:
+        # rank the chains on an evenly spaced sample of the parts, then try every grouping
+        # for the best chain on all parts (planning stays linear in the number of parts)
+        if len(chains) > 1:
+            order = sorted(range(len(parts)), key=lambda i: (parts[i][1], id(parts[i][0])))
+            sample = [parts[order[j * (len(parts) - 1) // 15]] for j in range(16)]
+            sm = [m for m in merges if m is None or m < len(sample)]
+            m0 = min(sm[1:], key=lambda b: abs(b - 4)) if len(sm) > 1 else None
+            costs = []
+            for c in chains:
+                plan = _build_plan(sample, c[0], c[1], m0)
+                n_obj = plan.n_nodes + plan.n_leaves
+                costs.append(_predict(plan, eps_az, log_term, budgets.wrap / n_obj, budgets.trunc / n_obj, wcache)[1])
+            c_best = chains[int(np.argmin(costs))]
+        else:
+            c_best = chains[0]
+        # block sizes in increasing order until the predicted cost rises (it is unimodal in
+        # practice); the single root only while it can compete
+        if len(parts) <= 64:
+            evaluate(c_best, None)
+        prev = math.inf
+        for m in sorted(b for b in merges if b is not None):
+            c = evaluate(c_best, m)[0]
+            if c > prev:
+                break
+            prev = c
+    cost, plan, meshes = min(memo.values(), key=lambda t: t[0])
+    return plan, meshes, cost
 
 
 def compose(mechanism, count: int | None = None, *, eps_error: float = 0.1, delta_error: float = 1e-10,
@@ -673,17 +868,7 @@ def compose(mechanism, count: int | None = None, *, eps_error: float = 0.1, delt
     for name, parts in _direction_parts(events).items():
         p_inf_log = sum(c * math.log1p(-loss.p_inf) for loss, c in parts)
         p_inf = -math.expm1(p_inf_log)
-        cands = _candidates(method, parts)
-        if arity is not None:
-            cands = [("recursive", arity)]
-        best = None
-        for meth, ar in cands:
-            plan = _build_plan(parts, meth, ar)
-            n_obj = plan.n_nodes + plan.n_leaves
-            meshes, cost, sizes = _predict(plan, eps_az, log_term, budgets.wrap / n_obj, budgets.trunc / n_obj)
-            if best is None or cost < best[2]:
-                best = (plan, meshes, cost)
-        plan, meshes, cost = best
+        plan, meshes, cost = _choose_plan(parts, method, arity, eps_az, log_term, budgets)
         final, eps_spent, delta_spent, stages, cert = _execute(plan, meshes, budgets, be, max_buckets)
         if eps_spent > eps_err:
             raise ValueError(
@@ -692,5 +877,7 @@ def compose(mechanism, count: int | None = None, *, eps_error: float = 0.1, delt
                 f"{cert['bias']:.3g}); increase eps_error or delta_error"
             )
         method_name = plan.method if plan.method != "recursive" else f"recursive(arity={plan.params[0].get('arity')})"
+        if plan.params[0].get("merge"):
+            method_name += f"+blocks({plan.params[0]['merge']})"
         directions[name] = DirectionResult(final, p_inf, eps_spent, delta_spent, tuple(stages), cert, method_name)
     return PrivacyLossDistribution(directions, eps_err, delta_err, tuple(events), be.name)

@@ -1,0 +1,350 @@
+"""Calibration that never overshoots: the certified upper bound decides.
+
+Every search here treats ``p -> upper bound on epsilon(target_delta)`` (the
+certified :attr:`Bounds.upper` of :func:`fastpld.compose` at the given errors)
+as a monotone function of the parameter ``p`` and keeps a bracket
+``[infeasible, feasible]`` whose *both ends have been evaluated*.  It stops when
+the ends are within a factor ``1 + rtol`` (``rtol = 1%`` by default) and returns
+the feasible end, so
+
+* the certified upper bound at the returned parameter is ``<= target_epsilon``
+  (it was computed, not interpolated), and
+* the returned parameter is within ``rtol`` of the boundary of the feasible set
+  (the smallest feasible noise multiplier, the largest feasible sampling
+  probability or number of steps).
+
+Brackets are found by geometric expansion from an analytic guess (no fixed
+range); inside the bracket the next point is the root of the log-log secant of
+``epsilon(p)``, placed just on alternating sides of the predicted root so that
+typically two or three compositions close a 1% bracket.  An unattainable target
+raises ``ValueError`` saying why.  The default ``eps_error`` is a fraction of the
+target (``min(0.1, target_epsilon / 20)``), so tiny targets get a fine enough
+grid, and ``compose``'s ``max_buckets`` guard bounds memory and time.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from scipy import special
+
+from . import _validation as V
+from .compose import DEFAULT_MAX_BUCKETS, compose
+from .mechanisms import Mechanism, PoissonSubsampledGaussian
+
+__all__ = ["calibrate", "find_noise_multiplier", "find_sampling_probability", "find_steps"]
+
+
+def _default_errors(target_epsilon, target_delta, eps_error, delta_error):
+    if eps_error is None:
+        eps_error = min(0.1, target_epsilon / 20)
+    eps_error = V.eps_error(eps_error)
+    if delta_error is None:
+        delta_error = max(target_delta * 1e-3, 1e-250)
+    delta_error = V.delta_error(delta_error)
+    if not delta_error < target_delta:
+        raise ValueError(f"delta_error={delta_error:.3g} must be smaller than target_delta={target_delta:.3g}")
+    return eps_error, delta_error
+
+
+def _targets(target_epsilon, target_delta):
+    te = V.positive_float("target_epsilon", target_epsilon)
+    td = V.probability("target_delta", target_delta, open_low=True, open_high=True)
+    return te, td
+
+
+class _Evaluator:
+    """``p -> certified upper epsilon``, memoised; compose failures recorded, not hidden."""
+
+    def __init__(self, make, run):
+        self.make, self.run = make, run
+        self.memo = {}
+        self.last_error = None
+
+    def __call__(self, p):
+        if p not in self.memo:
+            mech = self.make(p)  # bad parameters raise here, unmasked
+            try:
+                self.memo[p] = float(self.run(mech))
+            except ValueError as e:  # not certifiable here (grid too large, delta too small, ...)
+                self.last_error = e
+                self.memo[p] = math.inf
+        return self.memo[p]
+
+
+def _search(ev, target, *, decreasing, guess, lower, upper, rtol, integer, name, slope=1.0):
+    """Monotone search on the certified upper bound; see the module docstring.
+
+    ``decreasing``: epsilon decreases in ``p`` (feasible set ``[p*, upper]``),
+    else it increases (feasible set ``[lower, p*]``).  Returns the feasible end.
+    """
+    def feasible(p):
+        return ev(p) <= target
+
+    def clamp(p):
+        p = min(max(p, lower), upper)
+        return float(round(p)) if integer else p
+
+    p = clamp(guess)
+    # expansion until both a feasible and an infeasible point are known: each step jumps to
+    # just past the root predicted by a local power law epsilon ~ p^(+-a) (a from the last
+    # two points, 1 at first), at least by 1 + rtol and at most by a growing factor
+    good = bad = None
+    prev = None
+    cap = 4.0
+    while True:
+        e = ev(p)
+        if e <= target:
+            good = p
+        else:
+            bad = p
+        if good is not None and bad is not None:
+            break
+        up = (good is not None) != decreasing  # direction that leads towards the other side
+        a = slope
+        if prev is not None and math.isfinite(e) and math.isfinite(prev[1]) and e > 0 and prev[1] > 0 \
+                and prev[0] != p and prev[1] != e:
+            a = min(max(abs(math.log(e / prev[1]) / math.log(p / prev[0])), 0.25), 4.0)
+        if math.isfinite(e) and e > 0:
+            factor = abs(math.log(e / target)) / a + math.log1p(0.45 * rtol)
+            factor = min(max(math.exp(factor), 1 + rtol), cap)
+        else:
+            factor = cap
+        cap = min(cap * 4, 1e3)
+        nxt = clamp(p * factor if up else p / factor)
+        if nxt == p:
+            if good is not None:  # hit the range limit: every parameter up to it is feasible
+                return p
+            why = f" (last composition failed: {ev.last_error})" if ev.last_error is not None and \
+                math.isinf(e) else ""
+            limit = "upper" if decreasing else "lower"
+            raise ValueError(
+                f"target_epsilon={target:.4g} is not attainable: the certified epsilon at the {limit} limit "
+                f"{name}={p:.6g} is {e:.4g}{why}")
+        prev = (p, e)
+        p = nxt
+
+    def done(g, b):
+        if integer and abs(g - b) <= 1:
+            return True
+        hi, lo = max(g, b), min(g, b)
+        return hi <= lo * (1 + rtol)
+
+    side = 1 if bad == p else -1  # first aim at the side the expansion did not end on
+    while not done(good, bad):
+        lo, hi = min(good, bad), max(good, bad)
+        eg, eb = ev(good), ev(bad)
+        x = None
+        if math.isfinite(eg) and math.isfinite(eb) and eg > 0 and eb > 0 and eg != eb:
+            # log-log secant root of epsilon(p) = target
+            lg, lb = math.log(good), math.log(bad)
+            t = (math.log(target) - math.log(eg)) / (math.log(eb) - math.log(eg))
+            x = math.exp(lg + t * (lb - lg))
+        if x is None or not (lo < x < hi):
+            x = math.sqrt(lo * hi)
+        # aim just past the predicted root, alternately on the feasible and the infeasible side
+        f = 1 + 0.45 * rtol
+        x = x * f if (side > 0) == decreasing else x / f
+        side = -side
+        r = hi / lo
+        x = min(max(x, lo * r ** 0.02), hi / r ** 0.02)
+        if integer:
+            x = float(round(x))
+            if x <= lo or x >= hi:
+                x = float(math.floor((lo + hi) / 2))
+        if x in ev.memo or not (lo < x < hi):
+            x = math.sqrt(lo * hi) if not integer else float(math.floor((lo + hi) / 2))
+        if feasible(x):
+            good = x
+        else:
+            bad = x
+    return good
+
+
+def calibrate(make_mechanism: Callable[[float], Mechanism], count: int, target_epsilon: float,
+              target_delta: float, bracket: tuple | None = None, *, decreasing: bool = True,
+              eps_error: float | None = None, delta_error: float | None = None, rtol: float = 0.01,
+              guess: float | None = None, method: str = "auto", max_buckets: int = DEFAULT_MAX_BUCKETS) -> float:
+    """Find the parameter of ``make_mechanism`` at which ``count`` compositions meet the target.
+
+    Parameters
+    ----------
+    make_mechanism : callable
+        ``p -> Mechanism`` for a parameter ``p > 0``.
+    count : int
+        Number of compositions.
+    target_epsilon, target_delta : float
+        The guarantee to meet: the certified upper bound on ``epsilon(target_delta)``
+        at the returned parameter is ``<= target_epsilon``.
+    bracket : (float, float), optional
+        Range ``(lower, upper)`` to search; default ``(1e-6, 1e6)``, explored by
+        geometric expansion from ``guess`` (so only the part near the answer is
+        evaluated).
+    decreasing : bool
+        ``True`` if epsilon decreases as the parameter grows (a noise scale: the
+        smallest feasible parameter is returned), ``False`` if it increases (the
+        largest feasible parameter is returned).
+    eps_error, delta_error : float, optional
+        Composition errors; default ``min(0.1, target_epsilon / 20)`` and
+        ``target_delta / 1000``.
+    rtol : float
+        Relative width of the final bracket (default 1%).
+    guess : float, optional
+        Starting point (default: geometric middle of the bracket, or 1).
+    method, max_buckets
+        Passed to :func:`fastpld.compose`.
+
+    Returns
+    -------
+    float
+        A feasible parameter within ``rtol`` of the boundary of the feasible set.
+
+    Raises
+    ------
+    ValueError
+        If the target cannot be met anywhere in the bracket or cannot be certified.
+    """
+    if not callable(make_mechanism):
+        raise ValueError(f"make_mechanism must be callable, got {make_mechanism!r}")
+    count = V.positive_int("count", count)
+    te, td = _targets(target_epsilon, target_delta)
+    ee, de = _default_errors(te, td, eps_error, delta_error)
+    rtol = V.positive_float("rtol", rtol)
+    if bracket is None:
+        lower, upper = 1e-6, 1e6
+    else:
+        if not (isinstance(bracket, (tuple, list)) and len(bracket) == 2):
+            raise ValueError(f"bracket must be a (lower, upper) pair, got {bracket!r}")
+        lower = V.positive_float("bracket[0]", bracket[0])
+        upper = V.positive_float("bracket[1]", bracket[1])
+        if not lower < upper:
+            raise ValueError(f"bracket must satisfy lower < upper, got {bracket!r}")
+    if guess is None:
+        guess = math.sqrt(lower * upper) if bracket is not None else 1.0
+    guess = V.positive_float("guess", guess)
+
+    def make(p):
+        mech = make_mechanism(p)
+        if not isinstance(mech, Mechanism):
+            raise ValueError(f"make_mechanism({p!r}) returned {mech!r}, not a Mechanism")
+        return mech
+
+    def run(mech):
+        return compose(mech, count, eps_error=ee, delta_error=de, method=method,
+                       max_buckets=max_buckets).epsilon(td).upper
+
+    return _search(_Evaluator(make, run), te, decreasing=decreasing, guess=guess, lower=lower, upper=upper,
+                   rtol=rtol, integer=False, name="parameter")
+
+
+# --------------------------------------------------------------------------------------
+# DP-SGD (Poisson-subsampled Gaussian)
+# --------------------------------------------------------------------------------------
+def _gaussian_mu(eps, delta):
+    """mu of the Gaussian mechanism with delta(eps) = delta (Balle & Wang), by bisection."""
+    def d(mu):
+        return special.ndtr(-eps / mu + mu / 2) - math.exp(eps) * special.ndtr(-eps / mu - mu / 2)
+    lo, hi = 1e-6, 1.0
+    while d(hi) < delta and hi < 1e6:
+        hi *= 2
+    for _ in range(100):
+        mid = math.sqrt(lo * hi)
+        if d(mid) < delta:
+            lo = mid
+        else:
+            hi = mid
+    return math.sqrt(lo * hi)
+
+
+def _clt_sigma(eps, delta, q, steps):
+    """Central-limit (GDP) guess: mu = q sqrt(T (e^(1/sigma^2) - 1)) (Bu et al. 2020)."""
+    mu = _gaussian_mu(eps, delta)
+    x = (mu / q) ** 2 / steps
+    return 1.0 / math.sqrt(math.log1p(x)) if x > 0 else 1.0
+
+
+def _psg_errors(te, td, eps_error, delta_error):
+    return _default_errors(te, td, eps_error, delta_error)
+
+
+def find_noise_multiplier(target_epsilon: float, target_delta: float, sampling_probability: float, steps: int,
+                          *, eps_error: float | None = None, delta_error: float | None = None, rtol: float = 0.01,
+                          neighboring: str = "add_or_remove", max_buckets: int = DEFAULT_MAX_BUCKETS) -> float:
+    """Smallest noise multiplier (within ``rtol``) for DP-SGD to be (target_epsilon, target_delta)-DP.
+
+    DP-SGD with Poisson sampling rate ``sampling_probability`` for ``steps`` steps:
+    the certified upper bound on epsilon at the returned ``sigma`` is
+    ``<= target_epsilon``, and ``sigma / (1 + rtol)`` was found infeasible (or is
+    within the stated tolerance).  See :func:`calibrate` for the errors.
+    """
+    te, td = _targets(target_epsilon, target_delta)
+    q = V.probability("sampling_probability", sampling_probability, open_low=True)
+    steps = V.positive_int("steps", steps)
+    ee, de = _psg_errors(te, td, eps_error, delta_error)
+
+    def make(s):
+        return PoissonSubsampledGaussian(sigma=s, sampling_probability=q, neighboring=neighboring)
+
+    def run(mech):
+        return compose(mech, steps, eps_error=ee, delta_error=de, max_buckets=max_buckets).epsilon(td).upper
+
+    guess = _clt_sigma(max(te - ee, te / 2), td, q, steps)
+    # local exponent of epsilon ~ sigma^(-a) in the same model, for the first jump
+    g2 = _clt_sigma(max(te - ee, te / 2) * 1.05, td, q, steps)
+    slope = min(max(math.log(1.05) / abs(math.log(guess / g2)), 0.25), 4.0) if g2 != guess else 1.0
+    make(guess)  # validates neighboring
+    return _search(_Evaluator(make, run), te, decreasing=True, guess=guess, lower=1e-3, upper=1e6, rtol=rtol,
+                   integer=False, name="sigma", slope=slope)
+
+
+def find_sampling_probability(target_epsilon: float, target_delta: float, noise_multiplier: float, steps: int,
+                              *, eps_error: float | None = None, delta_error: float | None = None,
+                              rtol: float = 0.01, neighboring: str = "add_or_remove",
+                              max_buckets: int = DEFAULT_MAX_BUCKETS) -> float:
+    """Largest Poisson sampling rate (within ``rtol``) meeting the target for ``steps`` DP-SGD steps.
+
+    Returns 1.0 if even full-batch training meets the target.
+    """
+    te, td = _targets(target_epsilon, target_delta)
+    sigma = V.positive_float("noise_multiplier", noise_multiplier)
+    steps = V.positive_int("steps", steps)
+    ee, de = _psg_errors(te, td, eps_error, delta_error)
+
+    def make(q):
+        return PoissonSubsampledGaussian(sigma=sigma, sampling_probability=q, neighboring=neighboring)
+
+    def run(mech):
+        return compose(mech, steps, eps_error=ee, delta_error=de, max_buckets=max_buckets).epsilon(td).upper
+
+    # GDP guess: q = mu / sqrt(T (e^(1/sigma^2) - 1))
+    mu = _gaussian_mu(max(te - ee, te / 2), td)
+    guess = min(1.0, mu / math.sqrt(steps * math.expm1(min(1.0 / sigma**2, 700.0))))
+    make(guess)  # validates neighboring
+    return _search(_Evaluator(make, run), te, decreasing=False, guess=guess, lower=1e-9, upper=1.0, rtol=rtol,
+                   integer=False, name="sampling_probability")
+
+
+def find_steps(target_epsilon: float, target_delta: float, mechanism: Mechanism, *,
+               eps_error: float | None = None, delta_error: float | None = None, rtol: float = 0.01,
+               max_steps: int = 10**9, max_buckets: int = DEFAULT_MAX_BUCKETS) -> int:
+    """Largest number of compositions of ``mechanism`` (within ``rtol``, or exact when small) meeting the target.
+
+    Raises ``ValueError`` if a single use already exceeds the target; returns
+    ``max_steps`` if that many uses still meet it.
+    """
+    if not isinstance(mechanism, Mechanism):
+        raise ValueError(f"mechanism must be a fastpld Mechanism, got {mechanism!r}")
+    te, td = _targets(target_epsilon, target_delta)
+    max_steps = V.positive_int("max_steps", max_steps)
+    ee, de = _default_errors(te, td, eps_error, delta_error)
+
+    def run(k):
+        return compose(mechanism, int(k), eps_error=ee, delta_error=de, max_buckets=max_buckets).epsilon(td).upper
+
+    ev = _Evaluator(lambda k: k, run)
+    if not ev(1.0) <= te:
+        why = f" ({ev.last_error})" if ev.last_error is not None else ""
+        raise ValueError(f"target_epsilon={te:.4g} is not attainable: one use of {mechanism!r} already has a "
+                         f"certified epsilon of {ev(1.0):.4g}{why}")
+    return int(_search(ev, te, decreasing=False, guess=1.0, lower=1.0, upper=float(max_steps), rtol=rtol,
+                       integer=True, name="steps"))

@@ -1,0 +1,72 @@
+"""Calibration: the certified upper bound at the answer meets the target; 1% smaller does not."""
+import math
+
+import pytest
+
+import fastpld
+
+TARGET = (2.0, 1e-5)
+
+
+def _eps(mech, k, ee, de, delta):
+    return fastpld.compose(mech, k, eps_error=ee, delta_error=de).epsilon(delta).upper
+
+
+def test_noise_multiplier_never_overshoots_and_is_tight():
+    te, td = TARGET
+    q, steps = 0.02, 300
+    s = fastpld.find_noise_multiplier(te, td, q, steps)
+    ee, de = min(0.1, te / 20), td * 1e-3
+    assert _eps(fastpld.PoissonSubsampledGaussian(s, q), steps, ee, de, td) <= te
+    assert _eps(fastpld.PoissonSubsampledGaussian(s / 1.01, q), steps, ee, de, td) > te
+
+
+def test_generic_calibrate_gaussian_against_closed_form():
+    # k Gaussians with sigma: mu = sqrt(k)/sigma; the certified answer sits just above the exact sigma
+    from oracles import gaussian_epsilon
+    te, td, k = 1.5, 1e-6, 16
+    s = fastpld.calibrate(lambda p: fastpld.Gaussian(p), k, te, td)
+    assert gaussian_epsilon(td, math.sqrt(k) / s) <= te
+    assert _eps(fastpld.Gaussian(s), k, 0.075, td * 1e-3, td) <= te
+    assert _eps(fastpld.Gaussian(s / 1.01), k, 0.075, td * 1e-3, td) > te
+
+
+def test_sampling_probability_and_steps():
+    te, td = TARGET
+    q = fastpld.find_sampling_probability(te, td, 1.0, 200)
+    ee, de = 0.1, td * 1e-3
+    assert _eps(fastpld.PoissonSubsampledGaussian(1.0, q), 200, ee, de, td) <= te
+    assert _eps(fastpld.PoissonSubsampledGaussian(1.0, min(1.0, q * 1.01)), 200, ee, de, td) > te
+    mech = fastpld.PoissonSubsampledGaussian(1.0, 0.02)
+    k = fastpld.find_steps(te, td, mech)
+    assert _eps(mech, k, ee, de, td) <= te
+    k_more = max(k + 1, math.floor(k * 1.01))
+    assert _eps(mech, k_more, ee, de, td) > te
+
+
+def test_full_batch_feasible_returns_one():
+    assert fastpld.find_sampling_probability(50.0, 1e-5, 5.0, 10) == 1.0
+
+
+def test_impossible_targets_raise():
+    with pytest.raises(ValueError, match="not attainable"):
+        fastpld.find_steps(0.05, 1e-5, fastpld.Gaussian(1.0))
+    # delta at or below the mass at infinity: no parameter certifies it
+    with pytest.raises(ValueError, match="not attainable"):
+        fastpld.calibrate(lambda e: fastpld.ApproxDP(e, 1e-3), 1, 1.0, 1e-4, bracket=(0.01, 10.0), decreasing=False)
+    with pytest.raises(ValueError):
+        fastpld.find_noise_multiplier(-1.0, 1e-5, 0.01, 100)
+    with pytest.raises(ValueError):
+        fastpld.find_noise_multiplier(1.0, 0.0, 0.01, 100)
+    with pytest.raises(ValueError):
+        fastpld.find_noise_multiplier(1.0, 1e-5, 1.5, 100)
+    with pytest.raises(ValueError):
+        fastpld.find_noise_multiplier(1.0, 1e-5, 0.01, 0)
+    with pytest.raises(ValueError):
+        fastpld.calibrate(lambda p: fastpld.Gaussian(p), 1, 1.0, 1e-5, bracket=(5.0, 1.0))
+
+
+def test_tiny_target_is_bounded():
+    # target epsilon 0.01: eps_error defaults to target/20, the grid stays within max_buckets
+    s = fastpld.find_noise_multiplier(0.01, 1e-5, 0.01, 10)
+    assert _eps(fastpld.PoissonSubsampledGaussian(s, 0.01), 10, 0.0005, 1e-8, 1e-5) <= 0.01
