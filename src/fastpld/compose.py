@@ -225,27 +225,31 @@ def _k_grid(loss):
 
 def _est_window(parts, tail):
     """Approximate ``[lo, hi]`` holding ``sum_i (count_i copies of loss_i)`` up to ``tail`` each side."""
-    kp = np.zeros_like(_S_ABS)
-    kn = np.zeros_like(_S_ABS)
+    # Called ~10 times per candidate plan: kept lean (same arithmetic as the straightforward
+    # version: the non-finite grid points are +inf after scaling and drop out of min/max).
+    kp = kn = None
     lo_sup = hi_sup = 0.0
-    mean = var = 0.0
     for loss, c in parts:
         a, b = _k_grid(loss)
-        kp = kp + c * a
-        kn = kn + c * b
+        kp = c * a if kp is None else kp + c * a
+        kn = c * b if kn is None else kn + c * b
         lo_sup += c * loss.support[0] if math.isfinite(loss.support[0]) else -math.inf
         hi_sup += c * loss.support[1] if math.isfinite(loss.support[1]) else math.inf
-        mean += c * loss.mean()
-        var += c * loss.std() ** 2
     lt = math.log(tail)
     with np.errstate(invalid="ignore", over="ignore"):
-        up = np.nanmin(np.where(np.isfinite(kp), (kp - lt) / _S_ABS, np.inf))
-        lo = np.nanmax(np.where(np.isfinite(kn), -(kn - lt) / _S_ABS, -np.inf))
-    z = math.sqrt(2 * -lt) * 1.5
-    if not math.isfinite(up):
-        up = mean + z * math.sqrt(var)
-    if not math.isfinite(lo):
-        lo = mean - z * math.sqrt(var)
+        # +inf entries give +inf here (ignored by min); NaN cannot occur (_k_grid maps it to inf)
+        up = float(((kp - lt) / _S_ABS).min())
+        lo = -float(((kn - lt) / _S_ABS).min())
+    if not (math.isfinite(up) and math.isfinite(lo)):
+        mean = var = 0.0
+        for loss, c in parts:
+            mean += c * loss.mean()
+            var += c * loss.std() ** 2
+        z = math.sqrt(2 * -lt) * 1.5
+        if not math.isfinite(up):
+            up = mean + z * math.sqrt(var)
+        if not math.isfinite(lo):
+            lo = mean - z * math.sqrt(var)
     return max(lo, lo_sup), min(up, hi_sup)
 
 
