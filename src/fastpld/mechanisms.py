@@ -205,6 +205,15 @@ class ContinuousLoss(PrivacyLoss):
         disagree are split adaptively; the remaining disagreement, inflated
         tenfold, is the error bound.
         """
+        return self._partial_moments(edges)[:2]
+
+    def _partial_moments(self, edges, second=False):
+        """:meth:`partial_mean` and, if ``second``, ``int_a^b t F(t) dt`` on the panels ``edges``.
+
+        The second integral reuses the 16-point CDF values of the first level
+        (same nodes, same arithmetic as a separate Gauss-Legendre pass); it is
+        ``None`` when atoms split the panels.
+        """
         edges = np.asarray(edges, dtype=np.float64)
         a, b = float(edges[0]), float(edges[-1])
         # split panels at atoms so that F is smooth on each panel
@@ -213,8 +222,14 @@ class ContinuousLoss(PrivacyLoss):
         total = 0.0
         err = 0.0
         tol = 1e-15
+        tf = None
         for level in range(8):
-            i16 = _gl_panels(self.cdf, lo, hi, 16)
+            if level == 0 and second and pts.size == edges.size:
+                i16, nodes, vals = _gl_panels(self.cdf, lo, hi, 16, keep=True)
+                half = 0.5 * (hi - lo)
+                tf = float(np.sum(half * ((nodes * vals) @ _GL_CACHE[16][1])))
+            else:
+                i16 = _gl_panels(self.cdf, lo, hi, 16)
             i8 = _gl_panels(self.cdf, lo, hi, 8)
             d = np.abs(i16 - i8)
             bad = d > tol * np.maximum(hi - lo, 1e-300) / max(b - a, 1e-300) * 1e3
@@ -231,7 +246,7 @@ class ContinuousLoss(PrivacyLoss):
         fa, fb = float(self.cdf(np.array([a]))[0]), float(self.cdf(np.array([b]))[0])
         val = b * fb - a * fa - total
         err = 10.0 * err + 16 * _U * (abs(b) + abs(a) + abs(total) + (b - a))
-        return float(val), float(err)
+        return float(val), float(err), tf
 
     def mean(self) -> float:
         raise NotImplementedError
@@ -243,8 +258,8 @@ class ContinuousLoss(PrivacyLoss):
 _GL_CACHE: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
 
-def _gl_panels(f, lo, hi, n):
-    """Gauss-Legendre integral of ``f`` over each panel ``[lo_i, hi_i]``."""
+def _gl_panels(f, lo, hi, n, keep=False):
+    """Gauss-Legendre integral of ``f`` over each panel ``[lo_i, hi_i]`` (``keep``: also nodes, values)."""
     if n not in _GL_CACHE:
         _GL_CACHE[n] = np.polynomial.legendre.leggauss(n)
     x, w = _GL_CACHE[n]
@@ -252,6 +267,8 @@ def _gl_panels(f, lo, hi, n):
     half = 0.5 * (hi - lo)
     pts = mid[:, None] + half[:, None] * x[None, :]
     vals = f(pts.ravel()).reshape(pts.shape)
+    if keep:
+        return half * (vals @ w), pts, vals
     return half * (vals @ w)
 
 
@@ -636,9 +653,11 @@ class SubsampledLoss(ContinuousLoss):
             # KL-type moments by quadrature on a quantile-adapted panel grid.
             lo, hi = _generic_window(self, 1e-18)
             edges = np.linspace(lo, hi, 2049)
-            m, _ = self.partial_mean(edges)
             # second moment: int t^2 dF = b^2 F(b) - a^2 F(a) - 2 int t F(t) dt
-            i16 = _gl_integrate(lambda x: x * self.cdf(x), edges[:-1], edges[1:], 16)
+            # (the CDF values at the 16-point nodes serve both integrals)
+            m, _, i16 = self._partial_moments(edges, second=True)
+            if i16 is None:
+                i16 = _gl_integrate(lambda x: x * self.cdf(x), edges[:-1], edges[1:], 16)
             fa, fb = float(self.cdf(np.array([lo]))[0]), float(self.cdf(np.array([hi]))[0])
             m2 = hi * hi * fb - lo * lo * fa - 2 * i16
             self._mean = float(m)
