@@ -43,7 +43,7 @@ from typing import Sequence
 
 import numpy as np
 
-from . import _fft
+from . import _fft, _kernels
 from . import _validation as V
 from .curve import DirectionResult, PrivacyLossDistribution, StageInfo
 from .discretize import GridPMF, discretize_loss, rediscretize, truncation_window
@@ -323,26 +323,37 @@ class _Budgets:
     fp: float
 
 
-def _chernoff_window(inputs, w):
+_S_REL = np.geomspace(0.02, 80.0, 56)
+
+
+def _chernoff_window(inputs, w, native=False):
     """Window of the linear index sum and helpers for exact tail bounds.
 
     ``inputs``: list of (probs, centre_index, m).  Returns (lo, hi, tailfun) where
-    ``tailfun(x, upper)`` bounds ``Pr[I >= x]`` / ``Pr[I <= x]``.
+    ``tailfun(x, upper)`` bounds ``Pr[I >= x]`` / ``Pr[I <= x]``.  ``native``: the
+    moments and the log-MGF grid come from the compiled kernels (same sums).
     """
     sd2 = 0.0
     ks = []
     for p, cen, m in inputs:
         pf = np.asarray(p, dtype=np.float64)
+        if native:
+            sd2 += m * _kernels.pmf_moments(pf, cen)[2]
+            ks.append((pf, cen, m))
+            continue
         idx = np.arange(pf.size, dtype=np.float64) - cen
         tot = pf.sum()
         mu = float(np.dot(idx, pf) / tot)
         sd2 += m * float(np.dot((idx - mu) ** 2, pf) / tot)
         ks.append((pf, idx, m))
     sd = math.sqrt(sd2) if sd2 > 0 else 1.0
-    s = np.geomspace(0.02, 80.0, 56) / sd
+    s = _S_REL / sd
     s_all = np.concatenate([s, -s])
     K = np.zeros_like(s_all)
     for pf, idx, m in ks:
+        if native:
+            _kernels.log_mgf_grid(pf, idx, s_all, m, K)
+            continue
         with np.errstate(divide="ignore"):
             logp = np.log(pf)
         M = s_all[:, None] * idx[None, :] + logp[None, :]
@@ -419,7 +430,7 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets):
         p, cen, m = ins[0]
         return GridPMF(p, inputs[0][0].offset, h), {"N": p.size, "wrap": 0.0, "fp": 0.0, "dtype": p.dtype, "window": (0, p.size - 1)}
     lo_full = -sum(m * cen for _, cen, m in ins)
-    lo, hi, tail = _chernoff_window(ins, w_per)
+    lo, hi, tail = _chernoff_window(ins, w_per, backend.native)
     need = hi - lo + 1
     if need >= full:
         N = _fft.fast_length(full)
@@ -447,7 +458,9 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets):
     u = _U64 if dtype is np.float64 else _ULD
     specs = []
     logmag = phase = None
-    for p, cen, m in ins:
+    if backend.native:  # cached plans, compiled placement/power/round-off kernels (same arithmetic)
+        out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u)
+    for p, cen, m in ([] if backend.native else ins):
         buf = np.zeros(N, dtype=dtype)
         pos = (np.arange(p.size) - cen) % N
         np.add.at(buf, pos, p.astype(dtype))
@@ -458,12 +471,13 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets):
             ph = np.angle(X)
         logmag = m * lr if logmag is None else logmag + m * lr
         phase = m * ph if phase is None else phase + m * ph
-    phase = np.remainder(phase, 2 * np.pi)
-    with np.errstate(under="ignore"):
-        Pc = np.exp(logmag) * (np.cos(phase) + 1j * np.sin(phase))
-    Pc[~np.isfinite(logmag)] = 0
-    out = backend.irfft(Pc, N)
-    fp_l1, fp_linf = _fp_fft_bound(specs, N, u)
+    if not backend.native:
+        phase = np.remainder(phase, 2 * np.pi)
+        with np.errstate(under="ignore"):
+            Pc = np.exp(logmag) * (np.cos(phase) + 1j * np.sin(phase))
+        Pc[~np.isfinite(logmag)] = 0
+        out = backend.irfft(Pc, N)
+        fp_l1, fp_linf = _fp_fft_bound(specs, N, u)
     lin = np.roll(out, -(c % N)) if c % N else out
     # exact result is non-negative: clipping only moves towards it
     lin = np.maximum(lin, 0)
@@ -500,7 +514,7 @@ def _execute(plan, meshes, budgets, backend, max_buckets):
         inst = plan.instances[id(o)]
         if isinstance(o, _Leaf):
             tail = budgets.trunc / (n_objects * inst * 2)
-            pmf = discretize_loss(o.loss, meshes[o.group], tail, max_buckets=max_buckets)
+            pmf = discretize_loss(o.loss, meshes[o.group], tail, max_buckets=max_buckets, native=backend.native)
             results[id(o)] = pmf
             V += inst * pmf.coupling_range**2
             bias += inst * pmf.bias
@@ -517,7 +531,8 @@ def _execute(plan, meshes, budgets, backend, max_buckets):
             if c.group != o.group:
                 key = (id(c), o.group)
                 if key not in redisc:
-                    rd = rediscretize(pmf, h, dtype=pmf.probs.dtype if pmf.probs.dtype == np.longdouble else np.float64)
+                    rd = rediscretize(pmf, h, dtype=pmf.probs.dtype if pmf.probs.dtype == np.longdouble else np.float64,
+                                      native=backend.native)
                     redisc[key] = rd
                 rd = redisc[key]
                 copies = inst * m
