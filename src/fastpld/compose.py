@@ -236,10 +236,9 @@ def _est_window(parts, tail):
         lo_sup += c * loss.support[0] if math.isfinite(loss.support[0]) else -math.inf
         hi_sup += c * loss.support[1] if math.isfinite(loss.support[1]) else math.inf
     lt = math.log(tail)
-    with np.errstate(invalid="ignore", over="ignore"):
-        # +inf entries give +inf here (ignored by min); NaN cannot occur (_k_grid maps it to inf)
-        up = float(((kp - lt) / _S_ABS).min())
-        lo = -float(((kn - lt) / _S_ABS).min())
+    # +inf entries give +inf here (ignored by min); NaN cannot occur (_k_grid maps it to inf)
+    up = float(((kp - lt) / _S_ABS).min())
+    lo = -float(((kn - lt) / _S_ABS).min())
     if not (math.isfinite(up) and math.isfinite(lo)):
         mean = var = 0.0
         for loss, c in parts:
@@ -261,17 +260,31 @@ _LEAF_COST = 24.0  # a bucketed CDF point costs about this many FFT points
 
 def _predict(plan, eps_az, log_term, wrap_tail, trunc_tail):
     """Choose meshes per group and predict the work; returns (meshes, cost, sizes)."""
+    with np.errstate(invalid="ignore", over="ignore"):  # once here, not per _est_window call
+        return _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail)
+
+
+def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail):
     a = plan.copies_per_group()
     widths = {g: 0.0 for g in plan.groups}
     node_w = {}
+    counts = {}  # id(node) -> {id(loss): (loss, count)}, bottom-up (plan.order lists children first)
     for o in plan.order:
         inst = plan.instances[id(o)]
         if isinstance(o, _Leaf):
+            counts[id(o)] = {id(o.loss): (o.loss, 1)}
             lo, hi = _est_window([(o.loss, 1)], trunc_tail / max(inst, 1))
             w = hi - lo
             widths[o.group] += _LEAF_COST * w
         else:
-            parts = _leaf_parts(o)
+            acc = {}
+            for c, m in o.children:
+                for key, (loss, n) in counts[id(c)].items():
+                    acc[key] = (loss, acc.get(key, (loss, 0))[1] + n * m)
+            counts[id(o)] = acc
+            # one loss: the same list as _leaf_parts without its walk (O(depth^2) on recursive plans);
+            # several: _leaf_parts fixes the order in which their log-MGFs are added
+            parts = list(acc.values()) if len(acc) == 1 else _leaf_parts(o)
             lo, hi = _est_window(parts, wrap_tail / max(inst, 1))
             w = hi - lo
             widths[o.group] += w * (len(o.children) + 1)

@@ -577,7 +577,9 @@ def _integer_chord(fn, x):
     x = np.asarray(x, dtype=np.float64)
     lo = np.floor(x)
     hi = lo + 1
-    flo, fhi = fn(lo), fn(hi)
+    # one call for both ends (fn is elementwise; its set-up is shared)
+    both = fn(np.concatenate([lo.ravel(), hi.ravel()]))
+    flo, fhi = both[: lo.size].reshape(lo.shape), both[lo.size:].reshape(hi.shape)
     w = x - lo
     with np.errstate(invalid="ignore"):
         return np.where(w == 0, flo, (1 - w) * flo + w * fhi)
@@ -650,7 +652,15 @@ class SubsampledLoss(ContinuousLoss):
         return np.where(np.isfinite(dens), dens, 0.0)
 
     def _K_binom(self, a):
-        return _log_binomial_moment(self.pair, self.q, np.asarray(a))
+        # memo per (pair, q): both directions need nearly the same integer orders
+        a = np.asarray(a)
+        memo = self.pair.__dict__.setdefault("_binom_memo", {}).setdefault(self.q, {})
+        flat = a.astype(np.int64).ravel()
+        need = [v for v in set(flat.tolist()) if v not in memo]
+        if need:
+            vals = _log_binomial_moment(self.pair, self.q, np.array(need, dtype=np.int64))
+            memo.update(zip(need, vals.tolist()))
+        return np.array([memo[v] for v in flat.tolist()], dtype=np.float64).reshape(a.shape)
 
     def log_mgf(self, s):
         s = np.asarray(s, dtype=np.float64)
