@@ -15,3 +15,106 @@ def test_cli_bad_input_exit_2(capsys):
     assert main(["epsilon", "--sigma", "-1", "--steps", "10", "--delta", "1e-5"]) == 2
     err = capsys.readouterr().err
     assert "sigma" in err and "Traceback" not in err
+
+
+import importlib.util  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+def _json(capsys, argv):
+    assert main(argv + ["--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_cli_main_job_human_readable(capsys):
+    # the README's main job (fewer steps to stay quick); output format is stable
+    assert main(["epsilon", "--sigma", "1.0", "--sampling-probability", "0.01", "--steps", "100",
+                 "--delta", "1e-5"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("epsilon = ") and "certified:" in out[0] and "<= epsilon <=" in out[0]
+    assert "PoissonSubsampledGaussian" in out[1] and "100 steps" in out[1]
+
+
+@pytest.mark.parametrize("mech,name", [
+    (["--sigma", "5"], "Gaussian"),
+    (["--laplace-scale", "20"], "Laplace"),
+    (["--laplace-scale", "2", "--sampling-probability", "0.05"], "PoissonSubsampledLaplace"),
+    (["--sigma", "1", "--sampling-probability", "0.05", "--neighboring", "remove"], "neighboring='remove'"),
+    (["--pure-dp", "0.1"], "PureDP"),
+    (["--randomized-response", "0.5", "--num-categories", "4"], "RandomizedResponse"),
+    (["--approx-dp", "0.1", "1e-8"], "ApproxDP"),
+])
+def test_cli_mechanisms_delta_json(capsys, mech, name):
+    out = _json(capsys, ["delta"] + mech + ["--steps", "20", "--epsilon", "1.0"])
+    d = out["delta"]
+    assert 0 <= d["lower"] <= d["estimate"] <= d["upper"] <= 1
+    assert name in out["parameters"]["mechanism"] and out["parameters"]["epsilon"] == 1.0
+
+
+def test_cli_matches_library(capsys):
+    import fastpld
+
+    out = _json(capsys, ["epsilon", "--randomized-response", "0.5", "--num-categories", "4", "--steps", "30",
+                         "--delta", "1e-6"])
+    b = fastpld.compose(fastpld.RandomizedResponse(0.5, 4), 30, eps_error=0.1, delta_error=1e-10).epsilon(1e-6)
+    assert out["epsilon"] == {"lower": b.lower, "estimate": b.estimate, "upper": b.upper}
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["epsilon", "--sigma", "abc", "--steps", "3", "--delta", "1e-5"], "--sigma"),
+    (["epsilon", "--steps", "3", "--delta", "1e-5"], "--sigma"),
+    (["epsilon", "--sigma", "1", "--pure-dp", "1", "--steps", "3", "--delta", "1e-5"], "only one mechanism"),
+    (["epsilon", "--sigma", "1", "--steps", "0", "--delta", "1e-5"], "steps"),
+    (["epsilon", "--sigma", "1", "--steps", "3", "--delta", "2"], "delta"),
+    (["delta", "--sigma", "1", "--steps", "3", "--epsilon", "-1"], "epsilon"),
+    (["epsilon", "--sigma", "1", "--steps", "3"], "--delta"),
+    (["epsilon", "--pure-dp", "1", "--sampling-probability", "0.1", "--steps", "3", "--delta", "1e-5"],
+     "--sampling-probability"),
+    (["epsilon", "--randomized-response", "1", "--num-categories", "1", "--steps", "3", "--delta", "1e-3"],
+     "num_categories"),
+    (["epsilon", "--sigma", "1", "--sampling-probability", "1.5", "--steps", "3", "--delta", "1e-3"],
+     "sampling_probability"),
+    (["epsilon", "--sigma", "1", "--steps", "3", "--delta", "1e-5", "--eps-error", "0"], "eps_error"),
+    (["calibrate", "--target-epsilon", "-1", "--delta", "1e-5", "--sampling-probability", "0.1", "--steps", "3"],
+     "target_epsilon"),
+    (["plot", "--sigma", "1", "-o", "x.png"], "--steps"),
+    (["plot", "--sigma", "1", "--steps-grid", "1,x", "--delta", "1e-5", "-o", "x.png"], "--steps-grid"),
+    (["plot", "--sigma", "1", "--steps-grid", "1,10", "-o", "x.png"], "--delta"),
+    ([], "command"),
+    (["frobnicate"], "frobnicate"),
+])
+def test_cli_bad_input_one_line(capsys, argv, needle):
+    assert main(argv) == 2
+    cap = capsys.readouterr()
+    lines = cap.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fastpld: error: ") and needle in lines[0], cap.err
+    assert cap.out == ""
+
+
+def test_cli_calibrate_json(capsys):
+    # Uses fastpld.calibrate.find_noise_multiplier when present (issue #4), else the CLI's local
+    # bisection fallback; either way the CLI re-certifies the epsilon it reports.
+    out = _json(capsys, ["calibrate", "--target-epsilon", "2", "--delta", "1e-5", "--sampling-probability",
+                         "0.05", "--steps", "100"])
+    sigma = out["sigma"]
+    assert isinstance(sigma, float) and 0.5 < sigma < 5
+    assert out["epsilon"]["upper"] <= 2.0
+    assert out["parameters"]["steps"] == 100
+    # a 10% smaller sigma must miss the target: the answer is close to the smallest one
+    import fastpld
+
+    b = fastpld.compose(fastpld.PoissonSubsampledGaussian(0.9 * sigma, 0.05), 100).epsilon(1e-5)
+    assert b.upper > 2.0
+
+
+@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="matplotlib not installed")
+def test_cli_plot_writes_png(tmp_path, capsys):
+    out = tmp_path / "curve.png"
+    assert main(["plot", "--sigma", "1.0", "--sampling-probability", "0.05", "--steps", "50",
+                 "--steps-grid", "1,10,50", "--delta", "1e-5", "-o", str(out), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)["plot"]
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert info["steps_grid"] == [1, 10, 50] and len(info["epsilon"]["upper"]) == 3
+    assert main(["plot", "--sigma", "1.0", "--steps", "5", "-o", str(tmp_path / "no_such_dir" / "x.png")]) == 2
+    assert "--output" in capsys.readouterr().err

@@ -1,75 +1,326 @@
-"""Command line: ``fastpld epsilon`` and ``fastpld delta`` for a DP-SGD style run.
+"""Command line: ``fastpld epsilon | delta | calibrate | plot``.
 
-Bad input prints one line naming the parameter and exits with status 2.
+Examples::
+
+    fastpld epsilon --sigma 1.0 --sampling-probability 0.01 --steps 10000 --delta 1e-5
+    fastpld delta --laplace-scale 20 --steps 100 --epsilon 1.0 --json
+    fastpld epsilon --randomized-response 0.5 --num-categories 4 --steps 50 --delta 1e-6
+    fastpld calibrate --target-epsilon 3 --delta 1e-5 --sampling-probability 0.01 --steps 10000
+    fastpld plot --sigma 1.0 --sampling-probability 0.01 --steps 1000 -o curve.png
+    fastpld plot --sigma 1.0 --sampling-probability 0.01 --steps-grid 100,1000,10000 --delta 1e-5 -o eps.png
+
+The mechanism is chosen by exactly one of ``--sigma`` (Gaussian),
+``--laplace-scale``, ``--pure-dp EPS``, ``--randomized-response EPS``
+(with ``--num-categories``) or ``--approx-dp EPS DELTA``;
+``--sampling-probability`` makes the Gaussian or Laplace mechanism
+Poisson-subsampled.  Output is human-readable; ``--json`` prints
+``{"epsilon": {"lower": ..., "estimate": ..., "upper": ...}, "parameters": {...}}``
+(``"delta"`` for ``fastpld delta``, ``"sigma"`` for ``fastpld calibrate``).
+
+Bad input prints one line naming the parameter (``fastpld: error: ...``) and
+exits with status 2, also for argument-parsing errors.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
+from . import _validation as V
 from . import compose
-from .mechanisms import Gaussian, Laplace, PoissonSubsampledGaussian, PoissonSubsampledLaplace
+from .mechanisms import (
+    ApproxDP,
+    Gaussian,
+    Laplace,
+    PoissonSubsampledGaussian,
+    PoissonSubsampledLaplace,
+    PureDP,
+    RandomizedResponse,
+)
+
+__all__ = ["main", "build_parser"]
+
+
+class _UsageError(Exception):
+    """An argument-parsing error, reported as one line with exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    # argparse prints the usage block and exits; we want one line and no SystemExit inside main().
+    def error(self, message):
+        raise _UsageError(message)
 
 
 def _mechanism(args):
+    """Build the mechanism from the flags; exactly one mechanism flag must be given."""
+    given = [name for name, val in (("--sigma", args.sigma), ("--laplace-scale", args.laplace_scale),
+                                    ("--pure-dp", args.pure_dp), ("--randomized-response", args.randomized_response),
+                                    ("--approx-dp", args.approx_dp)) if val is not None]
+    if not given:
+        raise ValueError("one of --sigma, --laplace-scale, --pure-dp, --randomized-response or --approx-dp is required")
+    if len(given) > 1:
+        raise ValueError(f"give only one mechanism, got {' and '.join(given)}")
     q = args.sampling_probability
+    sens = args.sensitivity
+    if q is not None and given[0] not in ("--sigma", "--laplace-scale"):
+        raise ValueError(f"--sampling-probability applies to --sigma or --laplace-scale, not {given[0]}")
+    if args.num_categories is not None and given[0] != "--randomized-response":
+        raise ValueError("--num-categories applies to --randomized-response only")
+    if args.sigma is not None:
+        if q is None or q == 1.0:
+            return Gaussian(args.sigma, sensitivity=sens)
+        return PoissonSubsampledGaussian(args.sigma, q, sensitivity=sens, neighboring=args.neighboring)
     if args.laplace_scale is not None:
         if q is None or q == 1.0:
-            return Laplace(args.laplace_scale)
-        return PoissonSubsampledLaplace(args.laplace_scale, q)
-    if args.sigma is None:
-        raise ValueError("one of --sigma or --laplace-scale is required")
-    if q is None or q == 1.0:
-        return Gaussian(args.sigma)
-    return PoissonSubsampledGaussian(args.sigma, q)
+            return Laplace(args.laplace_scale, sensitivity=sens)
+        return PoissonSubsampledLaplace(args.laplace_scale, q, sensitivity=sens, neighboring=args.neighboring)
+    if args.pure_dp is not None:
+        return PureDP(args.pure_dp)
+    if args.randomized_response is not None:
+        return RandomizedResponse(args.randomized_response,
+                                  2 if args.num_categories is None else args.num_categories)
+    return ApproxDP(*args.approx_dp)
 
 
-def _common(p):
-    p.add_argument("--sigma", type=float, help="Gaussian noise multiplier (noise std / sensitivity)")
-    p.add_argument("--laplace-scale", type=float, help="Laplace scale (instead of --sigma)")
-    p.add_argument("--sampling-probability", type=float, default=None, help="Poisson sampling probability q")
-    p.add_argument("--steps", type=int, required=True, help="number of compositions")
-    p.add_argument("--eps-error", type=float, default=0.1)
-    p.add_argument("--delta-error", type=float, default=1e-10)
-    p.add_argument("--method", default="auto")
+def _add_mechanism(p):
+    g = p.add_argument_group("mechanism (exactly one)")
+    g.add_argument("--sigma", type=float, help="Gaussian noise multiplier (noise std / sensitivity)")
+    g.add_argument("--laplace-scale", type=float, help="Laplace noise scale")
+    g.add_argument("--pure-dp", type=float, metavar="EPS", help="an EPS-DP mechanism")
+    g.add_argument("--randomized-response", type=float, metavar="EPS", help="k-ary randomized response with EPS")
+    g.add_argument("--approx-dp", type=float, nargs=2, metavar=("EPS", "DELTA"), help="an (EPS, DELTA)-DP mechanism")
+    p.add_argument("--sampling-probability", type=float, default=None,
+                   help="Poisson sampling probability q (subsampled Gaussian/Laplace)")
+    p.add_argument("--sensitivity", type=float, default=1.0, help="sensitivity of the Gaussian/Laplace query")
+    p.add_argument("--num-categories", type=int, default=None, help="categories of randomized response (default 2)")
+    p.add_argument("--neighboring", choices=("add_or_remove", "remove", "add"), default="add_or_remove",
+                   help="neighbouring direction(s) of subsampled mechanisms (default: both)")
+
+
+def _add_budget(p):
+    p.add_argument("--eps-error", type=float, default=0.1, help="certified epsilon error (default 0.1)")
+    p.add_argument("--delta-error", type=float, default=1e-10, help="certified delta error (default 1e-10)")
+    p.add_argument("--method", default="auto", help="auto, glw, two_stage or recursive")
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fastpld", description="Certified privacy accounting by evolving discretisation.")
+    """The argument parser of the ``fastpld`` command.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+    """
+    parser = _Parser(prog="fastpld", description="Certified privacy accounting by evolving discretisation.")
     sub = parser.add_subparsers(dest="command", required=True)
     pe = sub.add_parser("epsilon", help="epsilon(delta) of a composed mechanism")
-    _common(pe)
+    _add_mechanism(pe)
+    pe.add_argument("--steps", type=int, required=True, help="number of compositions")
     pe.add_argument("--delta", type=float, required=True)
+    _add_budget(pe)
     pd = sub.add_parser("delta", help="delta(epsilon) of a composed mechanism")
-    _common(pd)
+    _add_mechanism(pd)
+    pd.add_argument("--steps", type=int, required=True, help="number of compositions")
     pd.add_argument("--epsilon", type=float, required=True)
+    _add_budget(pd)
+    pc = sub.add_parser("calibrate", help="smallest DP-SGD noise multiplier meeting (target epsilon, delta)")
+    pc.add_argument("--target-epsilon", type=float, required=True)
+    pc.add_argument("--delta", type=float, required=True, help="target delta")
+    pc.add_argument("--sampling-probability", type=float, required=True)
+    pc.add_argument("--steps", type=int, required=True)
+    pc.add_argument("--eps-error", type=float, default=0.1)
+    pc.add_argument("--delta-error", type=float, default=1e-10)
+    pc.add_argument("--json", action="store_true", help="print JSON")
+    pp = sub.add_parser("plot", help="plot delta(eps) with its bounds and/or epsilon against steps")
+    _add_mechanism(pp)
+    pp.add_argument("--steps", type=int, help="compositions for the delta(eps) curve")
+    pp.add_argument("--steps-grid", type=str, help="comma-separated step counts for epsilon against steps")
+    pp.add_argument("--delta", type=float, help="delta of the epsilon-against-steps curve")
+    pp.add_argument("-o", "--output", required=True, help="image file to write (.png, .pdf, .svg)")
+    _add_budget(pp)
     return parser
 
 
-def main(argv=None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        mech = _mechanism(args)
-        pld = compose(mech, args.steps, eps_error=args.eps_error, delta_error=args.delta_error, method=args.method)
-        if args.command == "epsilon":
-            b = pld.epsilon(args.delta)
-            key, query = "epsilon", {"delta": args.delta}
-        else:
-            b = pld.delta(args.epsilon)
-            key, query = "delta", {"epsilon": args.epsilon}
-    except ValueError as exc:
-        print(f"fastpld: error: {exc}", file=sys.stderr)
-        return 2
+def _bounds_dict(b):
+    return {"lower": float(b.lower), "estimate": float(b.estimate), "upper": float(b.upper)}
+
+
+def _run_query(args):
+    mech = _mechanism(args)
+    V.positive_int("steps", args.steps)
+    if args.command == "epsilon":
+        V.probability("delta", args.delta, open_low=True)
+    else:
+        V.nonnegative_float("epsilon", args.epsilon)
+    pld = compose(mech, args.steps, eps_error=args.eps_error, delta_error=args.delta_error, method=args.method)
+    if args.command == "epsilon":
+        b = pld.epsilon(args.delta)
+        key, query = "epsilon", {"delta": args.delta}
+    else:
+        b = pld.delta(args.epsilon)
+        key, query = "delta", {"epsilon": args.epsilon}
     params = {"mechanism": repr(mech), "steps": args.steps, "eps_error": args.eps_error,
               "delta_error": args.delta_error, "method": pld.method, **query}
     if args.json:
-        print(json.dumps({key: {"lower": b.lower, "estimate": b.estimate, "upper": b.upper}, "parameters": params}))
+        print(json.dumps({key: _bounds_dict(b), "parameters": params}))
     else:
         print(f"{key} = {b.estimate:.6g}  (certified: {b.lower:.6g} <= {key} <= {b.upper:.6g})")
         print(f"  {mech!r}, {args.steps} steps, method {pld.method}")
+
+
+def _fallback_find_noise_multiplier(target_epsilon, target_delta, sampling_probability, steps, eps_error=0.1,
+                                    delta_error=1e-10):
+    """Bisection on sigma, used only while ``fastpld.calibrate`` is absent.
+
+    Returns a sigma whose certified upper epsilon is <= ``target_epsilon``
+    (checked, not assumed), within 0.1% of the smallest such sigma on the
+    bisection path.
+    """
+    def eps_up(sigma):
+        mech = (Gaussian(sigma) if sampling_probability == 1.0
+                else PoissonSubsampledGaussian(sigma, sampling_probability))
+        return compose(mech, steps, eps_error=eps_error, delta_error=delta_error).epsilon(target_delta).upper
+
+    hi = 1.0
+    while eps_up(hi) > target_epsilon:
+        hi *= 2
+        if hi > 1e6:
+            raise ValueError(f"target_epsilon={target_epsilon!r} is not reachable with sigma <= 1e6")
+    lo = hi / 2
+    while lo > 1e-3 and eps_up(lo) <= target_epsilon:
+        hi, lo = lo, lo / 2
+    while hi / lo > 1.001:
+        mid = math.sqrt(lo * hi)
+        if eps_up(mid) <= target_epsilon:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def _find_noise_multiplier():
+    try:  # helper issue #4 provides the real calibration; the lead merges both branches
+        from .calibrate import find_noise_multiplier
+    except ImportError:
+        return _fallback_find_noise_multiplier
+    return find_noise_multiplier
+
+
+def _run_calibrate(args):
+    te = V.positive_float("target_epsilon", args.target_epsilon)
+    td = V.probability("delta", args.delta, open_low=True, open_high=True)
+    q = V.probability("sampling_probability", args.sampling_probability, open_low=True)
+    steps = V.positive_int("steps", args.steps)
+    V.eps_error(args.eps_error)
+    V.delta_error(args.delta_error)
+    res = _find_noise_multiplier()(target_epsilon=te, target_delta=td, sampling_probability=q, steps=steps,
+                                   eps_error=args.eps_error, delta_error=args.delta_error)
+    sigma = float(getattr(res, "sigma", res))
+    mech = Gaussian(sigma) if q == 1.0 else PoissonSubsampledGaussian(sigma, q)
+    # report the certified epsilon actually reached, computed here, whatever the calibrator did
+    b = compose(mech, steps, eps_error=args.eps_error, delta_error=args.delta_error).epsilon(td)
+    params = {"target_epsilon": te, "delta": td, "sampling_probability": q, "steps": steps,
+              "eps_error": args.eps_error, "delta_error": args.delta_error}
+    if args.json:
+        print(json.dumps({"sigma": sigma, "epsilon": _bounds_dict(b), "parameters": params}))
+    else:
+        print(f"sigma = {sigma:.6g}")
+        print(f"  certified epsilon at delta={td:g}: {b.lower:.6g} <= epsilon <= {b.upper:.6g} "
+              f"(target {te:g}), q={q:g}, {steps} steps")
+
+
+def _parse_grid(text):
+    try:
+        ks = [int(float(t)) if float(t).is_integer() else None for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise ValueError(f"--steps-grid must be comma-separated positive integers, got {text!r}") from None
+    if not ks or any(k is None or k <= 0 for k in ks):
+        raise ValueError(f"--steps-grid must be comma-separated positive integers, got {text!r}")
+    return sorted(set(ks))
+
+
+def _run_plot(args):
+    mech = _mechanism(args)
+    if args.steps is None and args.steps_grid is None:
+        raise ValueError("plot needs --steps (delta curve) and/or --steps-grid with --delta (epsilon against steps)")
+    grid = None
+    if args.steps_grid is not None:
+        grid = _parse_grid(args.steps_grid)
+        if args.delta is None:
+            raise ValueError("--steps-grid needs --delta")
+        V.probability("delta", args.delta, open_low=True)
+    if args.steps is not None:
+        V.positive_int("steps", args.steps)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")  # writing a file: no display needed
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise _MissingDependency("fastpld plot needs matplotlib: pip install 'fastpld[plot]'") from None
+    from .plot import _describe, epsilon_vs_steps, plot_delta_curve, plot_epsilon_vs_steps
+
+    panels = (args.steps is not None) + (grid is not None)
+    fig, axes = plt.subplots(1, panels, figsize=(6.4 * panels, 4.6), layout="constrained", squeeze=False)
+    axes = list(axes[0])
+    out = {"output": args.output, "mechanism": repr(mech)}
+    if args.steps is not None:
+        pld = compose(mech, args.steps, eps_error=args.eps_error, delta_error=args.delta_error, method=args.method)
+        ax = plot_delta_curve(pld, axes.pop(0))
+        ax.set_title(f"delta(eps) after {args.steps} steps\n{_describe(mech)}", fontsize="small")
+        out["steps"] = args.steps
+    if grid is not None:
+        b = epsilon_vs_steps(mech, grid, args.delta, eps_error=args.eps_error, delta_error=args.delta_error,
+                             method=args.method)
+        ax = plot_epsilon_vs_steps(mech, grid, args.delta, axes.pop(0), bounds=b, label="estimate")
+        ax.set_title(f"epsilon at delta={args.delta:g}\n{_describe(mech)}", fontsize="small")
+        out["steps_grid"] = grid
+        out["epsilon"] = {"lower": b.lower.tolist(), "estimate": b.estimate.tolist(), "upper": b.upper.tolist()}
+    try:
+        fig.savefig(args.output, dpi=120)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--output: cannot write {args.output!r}: {exc}") from None
+    finally:
+        plt.close(fig)
+    if args.json:
+        print(json.dumps({"plot": out, "parameters": {"eps_error": args.eps_error, "delta_error": args.delta_error}}))
+    else:
+        print(f"wrote {args.output}")
+
+
+class _MissingDependency(Exception):
+    pass
+
+
+def main(argv=None) -> int:
+    """Run the command line.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        Arguments (default ``sys.argv[1:]``).
+
+    Returns
+    -------
+    int
+        Exit status: 0 on success, 2 on bad input, 1 if an optional
+        dependency is missing.
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command in ("epsilon", "delta"):
+            _run_query(args)
+        elif args.command == "calibrate":
+            _run_calibrate(args)
+        else:
+            _run_plot(args)
+    except (_UsageError, ValueError) as exc:
+        print(f"fastpld: error: {exc}", file=sys.stderr)
+        return 2
+    except _MissingDependency as exc:
+        print(f"fastpld: error: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -502,6 +502,12 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets):
     if inst * 2 * removed <= 0.25 * allowance:
         lin = np.where(small, 0, lin)
         tv_fp += 2 * removed
+    # entries below float64's range would vanish when the next node casts to float64 for its
+    # Chernoff MGF: drop them here and charge their (tiny) mass
+    tiny = (lin > 0) & (lin < 1e-300)
+    if tiny.any():
+        tv_fp += 2 * float(np.sum(lin[tiny]) if lin.dtype == np.float64 else tiny.sum() * 1e-300)
+        lin = np.where(tiny, 0, lin)
     nz = np.flatnonzero(lin)
     if nz.size == 0:
         raise ValueError("composition lost all probability mass to round-off; increase eps_error or delta_error")

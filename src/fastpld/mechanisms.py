@@ -840,6 +840,15 @@ class Laplace(Mechanism):
 _NEIGHBOURING = ("add_or_remove", "remove", "add")
 
 
+def _validate_subsampled(mech, noise_name):
+    """Shared checks of the Poisson-subsampled mechanisms (frozen dataclasses)."""
+    object.__setattr__(mech, noise_name, V.positive_float(noise_name, getattr(mech, noise_name)))
+    object.__setattr__(mech, "sampling_probability", V.probability("sampling_probability", mech.sampling_probability))
+    object.__setattr__(mech, "sensitivity", V.positive_float("sensitivity", mech.sensitivity))
+    if mech.neighboring not in _NEIGHBOURING:
+        raise ValueError(f"neighboring must be one of {_NEIGHBOURING}, got {mech.neighboring!r}")
+
+
 def _subsampled_losses(mech, pair_factory, full_loss_factory):
     q = mech.sampling_probability
     if q == 0.0:
@@ -883,13 +892,7 @@ class PoissonSubsampledGaussian(Mechanism):
     neighboring: str = "add_or_remove"
 
     def __post_init__(self):
-        object.__setattr__(self, "sigma", V.positive_float("sigma", self.sigma))
-        object.__setattr__(
-            self, "sampling_probability", V.probability("sampling_probability", self.sampling_probability)
-        )
-        object.__setattr__(self, "sensitivity", V.positive_float("sensitivity", self.sensitivity))
-        if self.neighboring not in _NEIGHBOURING:
-            raise ValueError(f"neighboring must be one of {_NEIGHBOURING}, got {self.neighboring!r}")
+        _validate_subsampled(self, "sigma")
 
     def privacy_losses(self):
         s = self.sigma / self.sensitivity
@@ -906,13 +909,7 @@ class PoissonSubsampledLaplace(Mechanism):
     neighboring: str = "add_or_remove"
 
     def __post_init__(self):
-        object.__setattr__(self, "scale", V.positive_float("scale", self.scale))
-        object.__setattr__(
-            self, "sampling_probability", V.probability("sampling_probability", self.sampling_probability)
-        )
-        object.__setattr__(self, "sensitivity", V.positive_float("sensitivity", self.sensitivity))
-        if self.neighboring not in _NEIGHBOURING:
-            raise ValueError(f"neighboring must be one of {_NEIGHBOURING}, got {self.neighboring!r}")
+        _validate_subsampled(self, "scale")
 
     def privacy_losses(self):
         e0 = self.sensitivity / self.scale

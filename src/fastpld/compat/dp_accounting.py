@@ -1,0 +1,334 @@
+"""A ``dp_accounting.PrivacyAccountant`` backed by fastpld.
+
+Replace ``dp_accounting.pld.PLDAccountant`` by :class:`FastPLDAccountant`::
+
+    from fastpld.compat.dp_accounting import FastPLDAccountant
+    import dp_accounting
+
+    acc = FastPLDAccountant()
+    event = dp_accounting.PoissonSampledDpEvent(0.01, dp_accounting.GaussianDpEvent(1.0))
+    acc.compose(event, 10_000)
+    acc.get_epsilon(1e-5)          # certified upper bound (a float)
+    acc.get_epsilon_bounds(1e-5)   # Bounds(lower, estimate, upper)
+
+Importing this module imports ``dp_accounting`` (install ``fastpld[compat]``).
+
+Event mapping (``noise_multiplier`` is the noise scale divided by the
+sensitivity, as in ``dp_accounting``; "replace" means ``REPLACE_ONE``):
+
+* ``GaussianDpEvent(s)``: ``Gaussian(s)``; replace: ``Gaussian(s, sensitivity=2)``.
+* ``LaplaceDpEvent(b)``: ``Laplace(b)``; replace: ``Laplace(b, sensitivity=2)``.
+* ``PoissonSampledDpEvent(q, GaussianDpEvent(s))``: ``PoissonSubsampledGaussian(s, q)``
+  (both directions, the maximum taken); replace: unsupported for ``0 < q < 1``.
+* ``PoissonSampledDpEvent(q, LaplaceDpEvent(b))``: ``PoissonSubsampledLaplace(b, q)``;
+  replace: unsupported for ``0 < q < 1``.
+* ``RandomizedResponseDpEvent(p, k)``: unsupported under ``ADD_OR_REMOVE_ONE``
+  (as in ``dp_accounting``); replace: ``RandomizedResponse(log(1 + k (1 - p) / p), k)``.
+* :class:`EpsilonDeltaDpEvent` ``(eps, delta)``: ``ApproxDP(eps, delta)`` (``PureDP(eps)``
+  if ``delta == 0``), under either relation.
+* ``SelfComposedDpEvent`` and ``ComposedDpEvent`` are recursed into; ``NoOpDpEvent``
+  does nothing; ``NonPrivateDpEvent`` makes epsilon infinite and delta 1.
+
+A zero noise multiplier (or ``p = 0`` for randomized response) is non-private,
+a zero sampling probability (or one bucket) is a no-op, as in ``dp_accounting``;
+``p = 1`` and ``EpsilonDeltaDpEvent(0, 0)`` are no-ops too (their output does not
+depend on the input).  Every other event is reported unsupported
+(``supports(event)`` is ``False``; ``compose`` raises
+``dp_accounting.UnsupportedEventError``); ``REPLACE_SPECIAL`` is refused when the
+accountant is constructed.  The Poisson-subsampled mechanisms
+under ``REPLACE_ONE`` (a mixture against a mixture) are not implemented by the
+fastpld core, so they are refused rather than approximated.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import attr
+from dp_accounting import dp_event
+from dp_accounting.privacy_accountant import NeighboringRelation, PrivacyAccountant
+
+from .. import _validation as V
+from ..compose import compose as _compose
+from ..curve import Bounds, PrivacyLossDistribution
+from ..mechanisms import (
+    ApproxDP,
+    Gaussian,
+    Laplace,
+    Mechanism,
+    PoissonSubsampledGaussian,
+    PoissonSubsampledLaplace,
+    PureDP,
+    RandomizedResponse,
+)
+
+__all__ = ["FastPLDAccountant", "EpsilonDeltaDpEvent", "randomized_response_epsilon"]
+
+_CompositionErrorDetails = PrivacyAccountant.CompositionErrorDetails
+_NON_PRIVATE = object()  # marker: the event releases its input without noise
+_NO_OP = object()
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class EpsilonDeltaDpEvent(dp_event.DpEvent):
+    """A mechanism known only to be ``(epsilon, delta)``-DP.
+
+    ``dp_accounting`` 0.6 has no such event; this one composes in
+    :class:`FastPLDAccountant` (and is unsupported by ``dp_accounting``'s own
+    accountants).  The guarantee is taken to hold for the accountant's
+    neighbouring relation.
+
+    Parameters
+    ----------
+    epsilon : float
+        ``epsilon >= 0``.
+    delta : float
+        ``0 <= delta <= 1``; ``delta = 0`` is pure DP, ``delta = 1`` non-private.
+    """
+
+    epsilon: float
+    delta: float = 0.0
+
+
+def randomized_response_epsilon(noise_parameter: float, num_buckets: int) -> float:
+    """Pure-DP epsilon of ``dp_accounting``'s randomized response.
+
+    ``RandomizedResponseDpEvent(p, k)`` outputs the true bucket with probability
+    ``1 - p + p / k`` and each other bucket with probability ``p / k``, which is
+    fastpld's ``RandomizedResponse(epsilon, k)`` with
+    ``e^epsilon = (1 - p + p / k) / (p / k) = 1 + k (1 - p) / p``.
+
+    Parameters
+    ----------
+    noise_parameter : float
+        ``p`` in ``(0, 1]``.
+    num_buckets : int
+        ``k >= 2``.
+
+    Returns
+    -------
+    float
+        ``log1p(k (1 - p) / p)`` (0 for ``p = 1``).
+    """
+    p = V.probability("noise_parameter", noise_parameter, open_low=True)
+    k = V.positive_int("num_buckets", num_buckets)
+    if k < 2:
+        raise ValueError(f"num_buckets must be >= 2, got {num_buckets!r}")
+    return math.log1p(k * (1.0 - p) / p)
+
+
+def _epsilon_delta_types():
+    # A future dp_accounting may ship its own (epsilon, delta) event; accept it too.
+    own = getattr(dp_event, "EpsilonDeltaDpEvent", None)
+    return (EpsilonDeltaDpEvent,) if own is None else (EpsilonDeltaDpEvent, own)
+
+
+class FastPLDAccountant(PrivacyAccountant):
+    """Privacy accountant with certified bounds, a drop-in for ``PLDAccountant``.
+
+    Events are recorded when composed; the privacy loss distribution is
+    composed (heterogeneously, identical mechanisms merged) on the first query
+    after a change and reused until the next :meth:`compose`.
+
+    Parameters
+    ----------
+    neighboring_relation : dp_accounting.NeighboringRelation, default ADD_OR_REMOVE_ONE
+        ``ADD_OR_REMOVE_ONE`` or ``REPLACE_ONE`` (see the module docstring for
+        what each supports).
+    eps_error : float, default 0.01
+        Certified epsilon error of the composition: the returned upper bound is
+        at most about ``2 * eps_error`` above the true epsilon.
+    delta_error : float, default 1e-10
+        Certified delta error; queries need ``target_delta`` well above it.
+    method : str, default "auto"
+        Composition method of :func:`fastpld.compose`.
+
+    Raises
+    ------
+    ValueError
+        If ``neighboring_relation`` is ``REPLACE_SPECIAL`` or the error budgets
+        are invalid.
+    """
+
+    def __init__(self, neighboring_relation: NeighboringRelation = NeighboringRelation.ADD_OR_REMOVE_ONE,
+                 eps_error: float = 0.01, delta_error: float = 1e-10, method: str = "auto"):
+        if neighboring_relation not in (NeighboringRelation.ADD_OR_REMOVE_ONE, NeighboringRelation.REPLACE_ONE):
+            raise ValueError(
+                f"neighboring_relation must be ADD_OR_REMOVE_ONE or REPLACE_ONE, got {neighboring_relation!r}")
+        super().__init__(neighboring_relation)
+        self._eps_error = V.eps_error(eps_error)
+        self._delta_error = V.delta_error(delta_error)
+        self._method = method
+        self._counts: dict[Mechanism, int] = {}
+        self._non_private = False
+        self._pld: Optional[PrivacyLossDistribution] = None
+
+    # ---- event translation ----------------------------------------------------------
+    def _translate(self, event) -> tuple[object, Optional[_CompositionErrorDetails]]:
+        """Map a leaf event to a fastpld mechanism, ``_NO_OP``, ``_NON_PRIVATE`` or an error."""
+        replace = self.neighboring_relation is NeighboringRelation.REPLACE_ONE
+        sens = 2.0 if replace else 1.0
+        if isinstance(event, dp_event.GaussianDpEvent):
+            s = V.nonnegative_float("noise_multiplier", event.noise_multiplier)
+            return (_NON_PRIVATE if s == 0 else Gaussian(s, sensitivity=sens)), None
+        if isinstance(event, dp_event.LaplaceDpEvent):
+            b = V.nonnegative_float("noise_multiplier", event.noise_multiplier)
+            return (_NON_PRIVATE if b == 0 else Laplace(b, sensitivity=sens)), None
+        if isinstance(event, dp_event.PoissonSampledDpEvent):
+            q = V.probability("sampling_probability", event.sampling_probability)
+            inner = event.event
+            if not isinstance(inner, (dp_event.GaussianDpEvent, dp_event.LaplaceDpEvent)):
+                return None, _CompositionErrorDetails(
+                    event, f"Subevent of PoissonSampledDpEvent must be GaussianDpEvent or LaplaceDpEvent, found {inner}.")
+            if q == 0:
+                return _NO_OP, None
+            if q == 1:
+                return self._translate(inner)
+            if replace:
+                return None, _CompositionErrorDetails(
+                    event, "PoissonSampledDpEvent with 0 < sampling_probability < 1 is supported only for "
+                           "ADD_OR_REMOVE_ONE.")
+            s = V.nonnegative_float("noise_multiplier", inner.noise_multiplier)
+            if s == 0:
+                return _NON_PRIVATE, None
+            cls = PoissonSubsampledGaussian if isinstance(inner, dp_event.GaussianDpEvent) else PoissonSubsampledLaplace
+            return cls(s, q), None
+        if isinstance(event, dp_event.RandomizedResponseDpEvent):
+            if not replace:
+                return None, _CompositionErrorDetails(
+                    event, "neighboring_relation must be REPLACE_ONE for RandomizedResponseDpEvent, found "
+                           f"{self.neighboring_relation}.")
+            k = V.positive_int("num_buckets", event.num_buckets)
+            p = V.probability("noise_parameter", event.noise_parameter)
+            if k == 1 or p == 1:  # the output does not depend on the input
+                return _NO_OP, None
+            if p == 0:
+                return _NON_PRIVATE, None
+            return RandomizedResponse(randomized_response_epsilon(p, k), k), None
+        if isinstance(event, _epsilon_delta_types()):
+            e = V.nonnegative_float("epsilon", event.epsilon)
+            d = V.probability("delta", event.delta)
+            if d == 1:
+                return _NON_PRIVATE, None
+            if e == 0 and d == 0:
+                return _NO_OP, None
+            return (PureDP(e) if d == 0 else ApproxDP(e, d)), None
+        return None, _CompositionErrorDetails(event, "Unsupported event.")
+
+    def _maybe_compose(self, event: dp_event.DpEvent, count: int,
+                       do_compose: bool) -> Optional[_CompositionErrorDetails]:
+        if isinstance(event, dp_event.NoOpDpEvent):
+            return None
+        if isinstance(event, dp_event.NonPrivateDpEvent):
+            if do_compose and count > 0:
+                self._non_private = True
+            return None
+        if isinstance(event, dp_event.SelfComposedDpEvent):
+            return self._maybe_compose(event.event, event.count * count, do_compose)
+        if isinstance(event, dp_event.ComposedDpEvent):
+            for e in event.events:
+                err = self._maybe_compose(e, count, do_compose)
+                if err is not None:
+                    return err
+            return None
+        mech, err = self._translate(event)
+        if err is not None:
+            return err
+        if do_compose and count > 0:
+            if mech is _NON_PRIVATE:
+                self._non_private = True
+            elif mech is not _NO_OP:
+                self._counts[mech] = self._counts.get(mech, 0) + count
+                self._pld = None
+        return None
+
+    # ---- queries --------------------------------------------------------------------
+    def get_pld(self) -> Optional[PrivacyLossDistribution]:
+        """The composed :class:`fastpld.PrivacyLossDistribution` (``None`` if nothing was composed).
+
+        Returns
+        -------
+        PrivacyLossDistribution or None
+            ``None`` when no private mechanism was composed (or a non-private one was).
+        """
+        if self._non_private or not self._counts:
+            return None
+        if self._pld is None:
+            self._pld = _compose(list(self._counts.items()), eps_error=self._eps_error,
+                                 delta_error=self._delta_error, method=self._method)
+        return self._pld
+
+    def get_epsilon_bounds(self, target_delta: float) -> Bounds:
+        """Certified bounds on epsilon at ``target_delta``.
+
+        Parameters
+        ----------
+        target_delta : float
+            In ``(0, 1]``.
+
+        Returns
+        -------
+        Bounds
+            ``(lower, estimate, upper)`` floats; all ``inf`` after a
+            ``NonPrivateDpEvent``, all 0 when nothing private was composed.
+        """
+        d = V.probability("target_delta", target_delta, open_low=True)
+        if self._non_private:
+            return Bounds(math.inf, math.inf, math.inf)
+        pld = self.get_pld()
+        if pld is None:
+            return Bounds(0.0, 0.0, 0.0)
+        return pld.epsilon(d)
+
+    def get_delta_bounds(self, target_epsilon: float) -> Bounds:
+        """Certified bounds on delta at ``target_epsilon``.
+
+        Parameters
+        ----------
+        target_epsilon : float
+            ``>= 0`` and finite.
+
+        Returns
+        -------
+        Bounds
+            ``(lower, estimate, upper)`` floats; all 1 after a
+            ``NonPrivateDpEvent``, all 0 when nothing private was composed.
+        """
+        e = V.nonnegative_float("target_epsilon", target_epsilon)
+        if self._non_private:
+            return Bounds(1.0, 1.0, 1.0)
+        pld = self.get_pld()
+        if pld is None:
+            return Bounds(0.0, 0.0, 0.0)
+        return pld.delta(e)
+
+    def get_epsilon(self, target_delta: float) -> float:
+        """Certified upper bound on epsilon at ``target_delta`` (see :meth:`get_epsilon_bounds`).
+
+        Parameters
+        ----------
+        target_delta : float
+            In ``(0, 1]``.
+
+        Returns
+        -------
+        float
+            The upper bound; ``inf`` after a ``NonPrivateDpEvent``.
+        """
+        return float(self.get_epsilon_bounds(target_delta).upper)
+
+    def get_delta(self, target_epsilon: float) -> float:
+        """Certified upper bound on delta at ``target_epsilon`` (see :meth:`get_delta_bounds`).
+
+        Parameters
+        ----------
+        target_epsilon : float
+            ``>= 0``.
+
+        Returns
+        -------
+        float
+            The upper bound; 1 after a ``NonPrivateDpEvent``.
+        """
+        return float(self.get_delta_bounds(target_epsilon).upper)
+

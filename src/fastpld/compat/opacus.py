@@ -1,0 +1,193 @@
+"""An Opacus accountant backed by fastpld, registered as ``"fastpld"``.
+
+Importing this module imports ``opacus`` (and so ``torch``) and registers
+:class:`FastPLDAccountant` in Opacus's accountant registry, after which::
+
+    import fastpld.compat.opacus  # registers "fastpld"
+    from opacus import PrivacyEngine
+    from opacus.accountants.utils import get_noise_multiplier
+
+    engine = PrivacyEngine(accountant="fastpld")
+    sigma = get_noise_multiplier(target_epsilon=3.0, target_delta=1e-5, sample_rate=0.01,
+                                 steps=10_000, accountant="fastpld")
+
+Opacus has no plug-in discovery, so the import above is required; it is
+idempotent.  Each ``(noise_multiplier, sample_rate)`` segment of ``history`` is
+one ``PoissonSubsampledGaussian(noise_multiplier, sample_rate)`` (both
+neighbouring directions, the maximum taken: add/remove adjacency) composed
+``steps`` times; the segments are composed heterogeneously.  ``get_epsilon``
+returns the certified upper bound, like Opacus's ``PRVAccountant``.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from opacus.accountants import IAccountant, register_accountant
+
+from .. import _validation as V
+from ..compose import compose as _compose
+from ..curve import Bounds, PrivacyLossDistribution
+from ..mechanisms import PoissonSubsampledGaussian
+
+__all__ = ["FastPLDAccountant", "register", "MECHANISM"]
+
+#: Name under which the accountant is registered in Opacus.
+MECHANISM = "fastpld"
+
+
+class FastPLDAccountant(IAccountant):
+    """Opacus ``IAccountant`` with certified bounds.
+
+    Parameters
+    ----------
+    eps_error : float, default 0.01
+        Certified epsilon error of the composition (Opacus's ``PRVAccountant``
+        uses 0.01 too); the upper bound is at most about ``2 * eps_error``
+        above the true epsilon.
+    delta_error : float, optional
+        Certified delta error; default ``delta / 1000`` at each query (as
+        Opacus's ``PRVAccountant``).
+
+    Attributes
+    ----------
+    history : list of tuple
+        ``(noise_multiplier, sample_rate, num_steps)`` segments, Opacus's format.
+        It may be assigned directly (``get_noise_multiplier`` does).
+    """
+
+    def __init__(self, eps_error: float = 0.01, delta_error: Optional[float] = None):
+        super().__init__()
+        self.eps_error = V.eps_error(eps_error)
+        self.delta_error = None if delta_error is None else V.delta_error(delta_error)
+        self._cache: dict = {}
+
+    def step(self, *, noise_multiplier: float, sample_rate: float) -> None:
+        """Record one optimisation step.
+
+        Parameters
+        ----------
+        noise_multiplier : float
+            Noise standard deviation divided by the clipping norm (>= 0).
+        sample_rate : float
+            Poisson sampling rate in ``[0, 1]``.
+        """
+        V.nonnegative_float("noise_multiplier", noise_multiplier)
+        V.probability("sample_rate", sample_rate)
+        if self.history and self.history[-1][0] == noise_multiplier and self.history[-1][1] == sample_rate:
+            s, q, n = self.history[-1]
+            self.history[-1] = (s, q, n + 1)
+        else:
+            self.history.append((noise_multiplier, sample_rate, 1))
+
+    def _events(self):
+        """Mechanisms and counts of ``history``; ``None`` if a step was non-private."""
+        counts: dict = {}
+        for i, seg in enumerate(self.history):
+            if len(seg) != 3:
+                raise ValueError(f"history[{i}] must be (noise_multiplier, sample_rate, num_steps), got {seg!r}")
+            s, q, n = seg
+            s = V.nonnegative_float(f"history[{i}] noise_multiplier", s)
+            q = V.probability(f"history[{i}] sample_rate", q)
+            n = 0 if n == 0 else V.positive_int(f"history[{i}] num_steps", n)
+            if n == 0 or q == 0:
+                continue
+            if s == 0:
+                return None
+            mech = PoissonSubsampledGaussian(s, q)
+            counts[mech] = counts.get(mech, 0) + n
+        return list(counts.items())
+
+    def get_pld(self, delta_error: float, eps_error: Optional[float] = None) -> Optional[PrivacyLossDistribution]:
+        """The composed privacy loss distribution of ``history`` (cached).
+
+        Parameters
+        ----------
+        delta_error : float
+            Certified delta error of the composition.
+        eps_error : float, optional
+            Certified epsilon error (default: the accountant's ``eps_error``).
+
+        Returns
+        -------
+        fastpld.PrivacyLossDistribution or None
+            ``None`` if no private step was taken.
+        """
+        eps_error = self.eps_error if eps_error is None else V.eps_error(eps_error)
+        events = self._events()
+        if not events:
+            return None
+        key = (tuple(events), eps_error, delta_error)
+        pld = self._cache.get(key)
+        if pld is None:
+            pld = _compose(events, eps_error=eps_error, delta_error=delta_error)
+            self._cache = {key: pld}  # keep one: histories grow step by step
+        return pld
+
+    def get_epsilon_bounds(self, delta: float, *, eps_error: Optional[float] = None,
+                           delta_error: Optional[float] = None) -> Bounds:
+        """Certified bounds on epsilon at ``delta``.
+
+        Parameters
+        ----------
+        delta : float
+            In ``(0, 1]``.
+        eps_error : float, optional
+            Overrides the accountant's ``eps_error``.
+        delta_error : float, optional
+            Overrides the accountant's ``delta_error`` (default ``delta / 1000``).
+
+        Returns
+        -------
+        Bounds
+            ``(lower, estimate, upper)``; all ``inf`` if a step had no noise,
+            all 0 before any private step.
+        """
+        delta = V.probability("delta", delta, open_low=True)
+        if self._events() is None:
+            return Bounds(math.inf, math.inf, math.inf)
+        if delta_error is None:
+            delta_error = self.delta_error if self.delta_error is not None else delta / 1000
+        pld = self.get_pld(V.delta_error(delta_error), eps_error)
+        if pld is None:
+            return Bounds(0.0, 0.0, 0.0)
+        return pld.epsilon(delta)
+
+    def get_epsilon(self, delta: float, *, eps_error: Optional[float] = None, delta_error: Optional[float] = None,
+                    **kwargs) -> float:
+        """Certified upper bound on the epsilon spent so far.
+
+        Parameters
+        ----------
+        delta : float
+            Target delta in ``(0, 1]``.
+        eps_error : float, optional
+            Overrides the accountant's ``eps_error`` for this query (Opacus's
+            ``get_noise_multiplier`` forwards keyword arguments here).
+        delta_error : float, optional
+            Default ``delta / 1000``.
+        **kwargs
+            Ignored (other accountants' options), as Opacus's accountants do.
+
+        Returns
+        -------
+        float
+        """
+        return float(self.get_epsilon_bounds(delta, eps_error=eps_error, delta_error=delta_error).upper)
+
+    def __len__(self) -> int:
+        """Number of ``history`` segments (as every Opacus accountant counts)."""
+        return len(self.history)
+
+    @classmethod
+    def mechanism(cls) -> str:
+        """The registry name, ``"fastpld"``."""
+        return MECHANISM
+
+
+def register() -> None:
+    """Register :class:`FastPLDAccountant` as ``"fastpld"`` in Opacus's registry (idempotent)."""
+    register_accountant(MECHANISM, FastPLDAccountant, force=True)
+
+
+register()

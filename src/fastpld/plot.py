@@ -1,0 +1,189 @@
+"""Plots of certified privacy curves (needs matplotlib: ``pip install fastpld[plot]``).
+
+>>> import fastpld
+>>> from fastpld.plot import plot_delta_curve, plot_epsilon_vs_steps
+>>> pld = fastpld.compose(fastpld.PoissonSubsampledGaussian(1.0, 0.01), 1000)
+>>> ax = plot_delta_curve(pld)                                          # doctest: +SKIP
+>>> ax = plot_epsilon_vs_steps(fastpld.PoissonSubsampledGaussian(1.0, 0.01),
+...                            [100, 1000, 10_000], delta=1e-5)         # doctest: +SKIP
+
+matplotlib is imported when a function is called, never at ``import fastpld``.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from . import _validation as V
+from .compose import compose
+from .curve import Bounds, PrivacyLossDistribution
+from .mechanisms import Mechanism
+
+__all__ = ["plot_delta_curve", "plot_epsilon_vs_steps", "epsilon_vs_steps"]
+
+_BAND_ALPHA = 0.3
+_FLOOR = 1e-300  # log-scale axes cannot show a certified lower bound of exactly 0
+
+
+def _describe(mech) -> str:
+    """Compact label: the mechanism's class and the fields that differ from their defaults."""
+    import dataclasses
+
+    if not dataclasses.is_dataclass(mech):
+        return type(mech).__name__
+    parts = []
+    for f in dataclasses.fields(mech):
+        v = getattr(mech, f.name)
+        if f.default is not dataclasses.MISSING and v == f.default:
+            continue
+        parts.append(f"{f.name}={v:g}" if isinstance(v, float) else f"{f.name}={v}")
+    return f"{type(mech).__name__}({', '.join(parts)})"
+
+
+def _axes(ax):
+    if ax is not None:
+        return ax
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError as exc:  # pragma: no cover - exercised only without matplotlib
+        raise ImportError("fastpld.plot needs matplotlib: pip install 'fastpld[plot]'") from exc
+    _, ax = plt.subplots(figsize=(6.4, 4.4), layout="constrained")
+    return ax
+
+
+def _default_epsilons(pld: PrivacyLossDistribution, num: int) -> np.ndarray:
+    """From 0 to the certified epsilon at the smallest delta the composition can certify (>= 1e-12)."""
+    for d in (1e-12, 1e-10, 1e-8, 1e-6, 1e-4, 1e-2):
+        try:
+            top = float(pld.epsilon(d).upper)
+        except ValueError:
+            continue
+        if np.isfinite(top) and top > 0:
+            return np.linspace(0.0, top, num)
+    return np.linspace(0.0, 10.0, num)
+
+
+def plot_delta_curve(pld: PrivacyLossDistribution, ax=None, *, epsilons: Sequence[float] | None = None,
+                     num: int = 200, label: str | None = None, color: str | None = None):
+    """Draw ``delta(eps)`` with its certified lower/upper band on a log scale.
+
+    Parameters
+    ----------
+    pld : fastpld.PrivacyLossDistribution
+        A composed distribution (from :func:`fastpld.compose`).
+    ax : matplotlib.axes.Axes, optional
+        Axes to draw on (default: a new figure).
+    epsilons : array_like, optional
+        Where to evaluate (default: ``num`` points from 0 to the certified
+        epsilon at ``delta = 1e-12``, or the smallest delta that can be certified).
+    num : int, default 200
+        Number of points when ``epsilons`` is not given.
+    label : str, optional
+        Legend label of the estimate (default ``"estimate"``).
+    color : str, optional
+        Matplotlib colour of line and band.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+    """
+    if not isinstance(pld, PrivacyLossDistribution):
+        raise ValueError(f"pld must be a fastpld.PrivacyLossDistribution, got {pld!r}")
+    num = V.positive_int("num", num)
+    eps = _default_epsilons(pld, max(num, 2)) if epsilons is None else V.query_array("epsilons", epsilons, lo=0.0)
+    eps = np.sort(np.atleast_1d(eps))
+    b = pld.delta(eps)
+    ax = _axes(ax)
+    line, = ax.plot(eps, np.maximum(b.estimate, _FLOOR), color=color, label=label or "estimate")
+    ax.fill_between(eps, np.maximum(b.lower, _FLOOR), np.maximum(b.upper, _FLOOR), color=line.get_color(),
+                    alpha=_BAND_ALPHA, linewidth=0, label="certified bounds" if label is None else f"{label} bounds")
+    ax.set_yscale("log")
+    positive = np.asarray(b.upper)[np.asarray(b.upper) > 0]
+    if positive.size:
+        ax.set_ylim(bottom=max(float(positive.min()) / 10, 1e-16))
+    ax.set_xlabel(r"$\varepsilon$")
+    ax.set_ylabel(r"$\delta(\varepsilon)$")
+    ax.set_title(f"Privacy curve (eps_error={pld.eps_error:g}, delta_error={pld.delta_error:g})")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend()
+    return ax
+
+
+def epsilon_vs_steps(mechanism: Mechanism, steps: Sequence[int], delta: float, *, eps_error: float = 0.1,
+                     delta_error: float = 1e-10, method: str = "auto") -> Bounds:
+    """Certified epsilon at ``delta`` after each number of steps in ``steps``.
+
+    Parameters
+    ----------
+    mechanism : fastpld.Mechanism
+        The mechanism run at every step.
+    steps : sequence of int
+        Step counts (each composed separately).
+    delta : float
+        In ``(0, 1]``.
+    eps_error, delta_error : float
+        Error budgets passed to :func:`fastpld.compose`.
+    method : str, default "auto"
+
+    Returns
+    -------
+    Bounds
+        Arrays ``lower``, ``estimate``, ``upper`` aligned with ``steps``.
+    """
+    if not isinstance(mechanism, Mechanism):
+        raise ValueError(f"mechanism must be a fastpld.Mechanism, got {mechanism!r}")
+    ks = [V.positive_int(f"steps[{i}]", k) for i, k in enumerate(steps)]
+    if not ks:
+        raise ValueError("steps must not be empty")
+    delta = V.probability("delta", delta, open_low=True)
+    rows = [compose(mechanism, k, eps_error=eps_error, delta_error=delta_error, method=method).epsilon(delta)
+            for k in ks]
+    return Bounds(*(np.array([r[i] for r in rows], dtype=np.float64) for i in range(3)))
+
+
+def plot_epsilon_vs_steps(mechanism: Mechanism, steps: Sequence[int], delta: float, ax=None, *,
+                          eps_error: float = 0.1, delta_error: float = 1e-10, label: str | None = None,
+                          color: str | None = None, bounds: Bounds | None = None):
+    """Draw certified epsilon against the number of steps (log-scaled steps).
+
+    Parameters
+    ----------
+    mechanism : fastpld.Mechanism
+        The mechanism run at every step.
+    steps : sequence of int
+        Step counts of the schedule.
+    delta : float
+        Target delta.
+    ax : matplotlib.axes.Axes, optional
+        Axes to draw on (default: a new figure).
+    eps_error, delta_error : float
+        Error budgets of each composition.
+    label : str, optional
+        Legend label (default: the mechanism's repr).
+    color : str, optional
+        Matplotlib colour.
+    bounds : Bounds, optional
+        Precomputed :func:`epsilon_vs_steps` result (skips the computation).
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+    """
+    ks = np.asarray([V.positive_int(f"steps[{i}]", k) for i, k in enumerate(steps)])
+    order = np.argsort(ks)
+    if bounds is None:
+        bounds = epsilon_vs_steps(mechanism, ks.tolist(), delta, eps_error=eps_error, delta_error=delta_error)
+    lo, est, up = (np.asarray(x)[order] for x in bounds)
+    ks = ks[order]
+    ax = _axes(ax)
+    line, = ax.plot(ks, est, marker="o", markersize=3, color=color, label=label or _describe(mechanism))
+    ax.fill_between(ks, lo, up, color=line.get_color(), alpha=_BAND_ALPHA, linewidth=0, label="certified bounds")
+    if ks.size > 1 and ks[-1] / ks[0] >= 10:
+        ax.set_xscale("log")
+    ax.set_xlabel("steps")
+    ax.set_ylabel(rf"$\varepsilon$ at $\delta$ = {delta:g}")
+    ax.set_title("Epsilon against steps")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize="small")
+    return ax
