@@ -252,6 +252,34 @@ def _est_window(parts, tail):
     return max(lo, lo_sup), min(up, hi_sup)
 
 
+def _est_windows(reqs):
+    """:func:`_est_window` for many ``(parts, tail)`` at once (same arithmetic, one array op per loss)."""
+    out = [None] * len(reqs)
+    single = {}
+    for i, (parts, tail) in enumerate(reqs):
+        if len(parts) == 1:
+            single.setdefault(id(parts[0][0]), []).append(i)
+        else:
+            out[i] = _est_window(parts, tail)
+    for idx in single.values():
+        loss = reqs[idx[0]][0][0][0]
+        a, b = _k_grid(loss)
+        c = np.array([float(reqs[i][0][0][1]) for i in idx])
+        lt = np.array([math.log(reqs[i][1]) for i in idx])
+        up = ((c[:, None] * a[None, :] - lt[:, None]) / _S_ABS).min(axis=1)
+        lo = -((c[:, None] * b[None, :] - lt[:, None]) / _S_ABS).min(axis=1)
+        s0, s1 = loss.support
+        for j, i in enumerate(idx):
+            if not (math.isfinite(up[j]) and math.isfinite(lo[j])):
+                out[i] = _est_window(*reqs[i])
+                continue
+            cnt = reqs[i][0][0][1]
+            lo_sup = cnt * s0 if math.isfinite(s0) else -math.inf
+            hi_sup = cnt * s1 if math.isfinite(s1) else math.inf
+            out[i] = (max(float(lo[j]), lo_sup), min(float(up[j]), hi_sup))
+    return out
+
+
 # --------------------------------------------------------------------------------------
 # Mesh choice
 # --------------------------------------------------------------------------------------
@@ -269,13 +297,12 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail):
     widths = {g: 0.0 for g in plan.groups}
     node_w = {}
     counts = {}  # id(node) -> {id(loss): (loss, count)}, bottom-up (plan.order lists children first)
+    reqs = []
     for o in plan.order:
         inst = plan.instances[id(o)]
         if isinstance(o, _Leaf):
             counts[id(o)] = {id(o.loss): (o.loss, 1)}
-            lo, hi = _est_window([(o.loss, 1)], trunc_tail / max(inst, 1))
-            w = hi - lo
-            widths[o.group] += _LEAF_COST * w
+            reqs.append(([(o.loss, 1)], trunc_tail / max(inst, 1)))
         else:
             acc = {}
             for c, m in o.children:
@@ -285,8 +312,13 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail):
             # one loss: the same list as _leaf_parts without its walk (O(depth^2) on recursive plans);
             # several: _leaf_parts fixes the order in which their log-MGFs are added
             parts = list(acc.values()) if len(acc) == 1 else _leaf_parts(o)
-            lo, hi = _est_window(parts, wrap_tail / max(inst, 1))
-            w = hi - lo
+            reqs.append((parts, wrap_tail / max(inst, 1)))
+    windows = _est_windows(reqs)
+    for o, (lo, hi) in zip(plan.order, windows):
+        w = hi - lo
+        if isinstance(o, _Leaf):
+            widths[o.group] += _LEAF_COST * w
+        else:
             widths[o.group] += w * (len(o.children) + 1)
         node_w[id(o)] = w
     shape = {}
