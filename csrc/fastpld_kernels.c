@@ -1,15 +1,171 @@
 /* Plain C kernels of fastpld (see fastpld_kernels.h). */
 #include "fastpld_kernels.h"
 
+#include <math.h>
+
+#define FPLD_BLOCK 32
+
 /* out[j] = sum_{i>=j} p[i] factor^(i-j); stable for factor in [0, 1] (no growth). */
 int fpld_discounted_rcumsum(const double *p, ptrdiff_t n, double factor, double *out)
 {
     if (!(factor >= 0.0 && factor <= 1.0))
-        return 1;
+        return FPLD_EINVAL;
     double acc = 0.0;
     for (ptrdiff_t j = n - 1; j >= 0; --j) {
         acc = p[j] + factor * acc;
         out[j] = acc;
     }
-    return 0;
+    return FPLD_OK;
+}
+
+int fpld_query_tables(const double *p, ptrdiff_t n, double factor, double *S1, double *T, double *dgrid)
+{
+    if (!(factor >= 0.0 && factor <= 1.0))
+        return FPLD_EINVAL;
+    double s = 0.0, t = 0.0;
+    S1[n] = 0.0;
+    T[n] = 0.0;
+    for (ptrdiff_t j = n - 1; j >= 0; --j) {
+        /* dgrid[j] uses the tables at j + 1, before they absorb p[j] */
+        double d = s - factor * t;
+        dgrid[j] = d > 0.0 ? d : 0.0;
+        s += p[j];
+        t = p[j] + factor * t;
+        S1[j] = s;
+        T[j] = t;
+    }
+    return FPLD_OK;
+}
+
+int fpld_bucket_masses(const double *F, const double *S, ptrdiff_t n, ptrdiff_t split, double *q, double *total)
+{
+    if (n < 1 || split < 1 || split > n)
+        return FPLD_EINVAL;
+    double tot = 0.0;
+    for (ptrdiff_t i = 0; i < n; ++i) {
+        double v;
+        if (i < split - 1)
+            v = F[i + 1] - F[i];
+        else if (i == split - 1)
+            v = 1.0 - F[split - 1] - S[split];
+        else
+            v = S[i] - S[i + 1];
+        /* clipping only moves a computed mass towards the exact (non-negative) one;
+           NaN (a broken CDF) is kept so that the caller sees it */
+        if (v < 0.0)
+            v = 0.0;
+        q[i] = v;
+        tot += v;
+    }
+    *total = tot;
+    return FPLD_OK;
+}
+
+int fpld_normalise_mean(double *q, ptrdiff_t n, double total, double *mean_index)
+{
+    if (!(total > 0.0))
+        return FPLD_ENOMASS;
+    double acc = 0.0;
+    for (ptrdiff_t i = 0; i < n; ++i) {
+        q[i] = q[i] / total;
+        acc += (double)i * q[i];
+    }
+    *mean_index = acc;
+    return FPLD_OK;
+}
+
+int fpld_leaf_roundoff(const double *F, const double *S, const double *dens, ptrdiff_t m,
+                       double tau, double c0, double limit, double *widen, double *tv)
+{
+    double wmax = 0.0, charged = 0.0;
+    int any = 0;
+    for (ptrdiff_t i = 0; i < m; ++i) {
+        double mn = F[i] < S[i] ? F[i] : S[i];
+        double dev = tau * mn + c0;
+        double move = dens[i] > 0.0 ? dev / (0.5 * dens[i]) : INFINITY;
+        if (move <= limit) {
+            if (!any || move > wmax)
+                wmax = move;
+            any = 1;
+        } else {
+            charged += dev;
+        }
+    }
+    *widen = any ? 2.0 * wmax : 0.0;
+    *tv = charged;
+    return FPLD_OK;
+}
+
+int fpld_pmf_moments(const double *p, ptrdiff_t n, double cen, double *total, double *mean, double *var)
+{
+    double tot = 0.0, s1 = 0.0;
+    for (ptrdiff_t i = 0; i < n; ++i) {
+        tot += p[i];
+        s1 += ((double)i - cen) * p[i];
+    }
+    if (!(tot > 0.0))
+        return FPLD_ENOMASS;
+    double mu = s1 / tot, s2 = 0.0;
+    for (ptrdiff_t i = 0; i < n; ++i) {
+        double d = ((double)i - cen) - mu;
+        s2 += d * d * p[i];
+    }
+    *total = tot;
+    *mean = mu;
+    *var = s2 / tot;
+    return FPLD_OK;
+}
+
+int fpld_log_mgf_grid(const double *p, ptrdiff_t n, double cen, const double *s, ptrdiff_t ns,
+                      double m, double *K, double *logp)
+{
+    if (n < 1)
+        return FPLD_ENOMASS;
+    /* only the positive entries contribute (log 0 = -inf gives e^-inf = 0 in the reference) */
+    ptrdiff_t lo = 0, hi = n - 1;
+    while (lo < n && !(p[lo] > 0.0))
+        ++lo;
+    while (hi > lo && !(p[hi] > 0.0))
+        --hi;
+    if (lo >= n)
+        return FPLD_ENOMASS;
+    for (ptrdiff_t i = lo; i <= hi; ++i)
+        logp[i] = p[i] > 0.0 ? log(p[i]) : -INFINITY;
+    for (ptrdiff_t j = 0; j < ns; ++j) {
+        double sj = s[j];
+        double mx = -INFINITY;
+        for (ptrdiff_t i = lo; i <= hi; ++i) {
+            double M = sj * ((double)i - cen) + logp[i];
+            if (M > mx)
+                mx = M;
+        }
+        /* sum_i p_i e^(s (i - cen) - mx): within blocks of FPLD_BLOCK indices the factor
+         * e^(s (i - cen) - mx) is a geometric sequence (one exp per block, then products;
+         * relative error <= (FPLD_BLOCK + 2) u per term, far inside the 1e-9 margin the
+         * caller adds to K).  Exact exps where a block's factor could over/underflow. */
+        double r = exp(sj);
+        int geometric = fabs(sj) * FPLD_BLOCK < 600.0;
+        double acc = 0.0;
+        for (ptrdiff_t b = lo; b <= hi; b += FPLD_BLOCK) {
+            ptrdiff_t e = b + FPLD_BLOCK - 1 < hi ? b + FPLD_BLOCK - 1 : hi;
+            double x0 = sj * ((double)b - cen) - mx;
+            double x1 = x0 + sj * (double)(e - b);  /* exponent at the block's end */
+            if (geometric && x0 < 600.0 && x1 < 600.0 && x0 > -600.0) {
+                double w = exp(x0);
+                for (ptrdiff_t i = b; i <= e; ++i) {
+                    acc += p[i] * w;
+                    w *= r;
+                }
+            } else {
+                for (ptrdiff_t i = b; i <= e; ++i) {
+                    double d = sj * ((double)i - cen) + logp[i] - mx;
+                    /* e^d underflows to 0 below about -745.2: skip the call */
+                    if (d > -746.0)
+                        acc += exp(d);
+                }
+            }
+        }
+        K[j] += m * (mx + log(acc));
+    }
+    return FPLD_OK;
 }

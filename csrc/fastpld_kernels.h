@@ -1,11 +1,52 @@
-/* Plain C kernels of fastpld: no Python, an int status (0 = ok). */
+/* Plain C kernels of fastpld: no Python, an int status (0 = ok).
+ *
+ * Each kernel mirrors a numpy reference in fastpld (named in its comment);
+ * the results agree up to the order of floating-point summation.  Kernels
+ * that must work in both double and long double live in _core.pyx as fused
+ * Cython functions; the ones here are double only.
+ */
 #ifndef FASTPLD_KERNELS_H
 #define FASTPLD_KERNELS_H
 #include <stddef.h>
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+#define FPLD_OK 0
+#define FPLD_EINVAL 1   /* an argument is out of its domain */
+#define FPLD_ENOMASS 2  /* no positive mass where some is required */
+
+/* out[j] = sum_{i>=j} p[i] factor^(i-j)  (curve._Query) */
 int fpld_discounted_rcumsum(const double *p, ptrdiff_t n, double factor, double *out);
+
+/* Query tables of curve._Query: S1[j] = sum_{i>=j} p_i, T[j] = sum_{i>=j} p_i f^(i-j)
+ * (both length n+1, last entry 0) and dgrid[j] = max(S1[j+1] - f T[j+1], 0) (length n). */
+int fpld_query_tables(const double *p, ptrdiff_t n, double factor, double *S1, double *T, double *dgrid);
+
+/* Bucket masses of Algorithm 1 (discretize._discretize_continuous) from CDF F and
+ * survival function S at the n+1 bucket edges: CDF differences below `split`,
+ * survival differences above it, the straddling bucket by complement; clipped at 0.
+ * Writes the n masses to q and their sum to *total. */
+int fpld_bucket_masses(const double *F, const double *S, ptrdiff_t n, ptrdiff_t split, double *q, double *total);
+
+/* q /= total in place; *mean_index = sum_i i q_i (after normalisation). */
+int fpld_normalise_mean(double *q, ptrdiff_t n, double total, double *mean_index);
+
+/* Round-off certificate of the leaf (discretize._discretize_continuous): per edge
+ * dev = tau min(F, S) + c0, move = dev / (dens / 2) (inf where dens <= 0);
+ * edges with move <= limit widen the coupling range by 2 max(move), the others
+ * are charged dev to total variation. */
+int fpld_leaf_roundoff(const double *F, const double *S, const double *dens, ptrdiff_t m,
+                       double tau, double c0, double limit, double *widen, double *tv);
+
+/* Weighted moments of a PMF on indices i - cen: total, mean and variance (compose._chernoff_window). */
+int fpld_pmf_moments(const double *p, ptrdiff_t n, double cen, double *total, double *mean, double *var);
+
+/* K[j] += m log sum_i p_i e^(s_j (i - cen)) for j < ns, by a max-shifted log-sum-exp
+ * (compose._chernoff_window).  logp: scratch of length n. */
+int fpld_log_mgf_grid(const double *p, ptrdiff_t n, double cen, const double *s, ptrdiff_t ns,
+                      double m, double *K, double *logp);
+
 #ifdef __cplusplus
 }
 #endif

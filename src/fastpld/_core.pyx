@@ -1,28 +1,305 @@
-# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Native kernels (typed memoryviews, GIL released).
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Native kernels of fastpld (typed memoryviews; the GIL is released around every kernel).
 
-Issue 3 grows this module; it starts with the discounted reverse cumulative
-sum behind every delta/epsilon query.
+Every kernel has a numpy reference in :mod:`fastpld._kernels` (or in the module
+that uses it) and agrees with it up to the order of floating-point summation.
+Kernels return an ``int`` status inside the ``nogil`` block; it is turned into
+an exception afterwards.  Double-only kernels are plain C (``csrc/``); the ones
+that run in double and long double are fused Cython functions.
 """
 import numpy as np
+cimport cython
 cimport numpy as cnp
-
-cdef extern from "fastpld_kernels.h" nogil:
-    int fpld_discounted_rcumsum(const double *p, Py_ssize_t n, double factor, double *out)
+from libc.math cimport (atan2, atan2l, cos, cosl, exp, expl, fmod, fmodl, hypot, hypotl, isfinite, log, logl,
+                        sin, sinl, fabs, floor)
+from libc.string cimport memset
 
 cnp.import_array()
 
+cdef double _TWO_PI = 2.0 * 3.141592653589793  # the float64 value numpy uses (2 * np.pi)
 
+
+cdef inline void _check(int status, str what) except *:
+    if status == FPLD_OK:
+        return
+    if status == FPLD_ENOMASS:
+        raise ValueError(f"{what}: no positive probability mass")
+    raise ValueError(f"{what}: invalid argument")
+
+
+# ---------------------------------------------------------------------------------------
+# double-only kernels (plain C)
+# ---------------------------------------------------------------------------------------
 def discounted_rcumsum(const double[::1] p, double factor):
     """``out[j] = sum_{i >= j} p[i] * factor**(i - j)`` computed right to left."""
     cdef Py_ssize_t n = p.shape[0]
     out = np.empty(n, dtype=np.float64)
     cdef double[::1] o = out
-    cdef int status
+    cdef int status = FPLD_OK
     if n == 0:
         return out
     with nogil:
         status = fpld_discounted_rcumsum(&p[0], n, factor, &o[0])
-    if status != 0:
+    if status != FPLD_OK:
         raise ValueError("discounted_rcumsum: factor must be in [0, 1]")
     return out
+
+
+def query_tables(const double[::1] p, double factor):
+    """``(S1, T, dgrid)`` of :class:`fastpld.curve._Query` (see ``fpld_query_tables``)."""
+    cdef Py_ssize_t n = p.shape[0]
+    S1 = np.empty(n + 1, dtype=np.float64)
+    T = np.empty(n + 1, dtype=np.float64)
+    dg = np.empty(max(n, 1), dtype=np.float64)
+    cdef double[::1] s1v = S1, tv = T, dv = dg
+    cdef int status = FPLD_OK
+    if n == 0:
+        raise ValueError("query_tables: empty PMF")
+    with nogil:
+        status = fpld_query_tables(&p[0], n, factor, &s1v[0], &tv[0], &dv[0])
+    if status != FPLD_OK:
+        raise ValueError("query_tables: factor must be in [0, 1]")
+    return S1, T, dg
+
+
+def bucket_masses(const double[::1] F, const double[::1] S, Py_ssize_t split):
+    """Masses of Algorithm 1 from the CDF/SF at the ``n + 1`` edges: ``(q, total)`` (q not normalised)."""
+    cdef Py_ssize_t n = F.shape[0] - 1
+    if S.shape[0] != F.shape[0] or n < 1:
+        raise ValueError("bucket_masses: F and S must have the same length >= 2")
+    q = np.empty(n, dtype=np.float64)
+    cdef double[::1] qv = q
+    cdef double total = 0.0
+    cdef int status = FPLD_OK
+    with nogil:
+        status = fpld_bucket_masses(&F[0], &S[0], n, split, &qv[0], &total)
+    _check(status, "bucket_masses")
+    return q, total
+
+
+def normalise_mean(double[::1] q, double total):
+    """Normalise ``q`` in place by ``total``; returns ``sum_i i q_i``."""
+    cdef Py_ssize_t n = q.shape[0]
+    cdef double mean_index = 0.0
+    cdef int status = FPLD_OK
+    if n == 0:
+        raise ValueError("normalise_mean: empty PMF")
+    with nogil:
+        status = fpld_normalise_mean(&q[0], n, total, &mean_index)
+    _check(status, "normalise_mean")
+    return mean_index
+
+
+def leaf_roundoff(const double[::1] F, const double[::1] S, const double[::1] dens, double tau, double c0,
+                  double limit):
+    """``(widen, tv)`` of the leaf round-off certificate (see ``fpld_leaf_roundoff``)."""
+    cdef Py_ssize_t m = F.shape[0]
+    if S.shape[0] != m or dens.shape[0] != m or m == 0:
+        raise ValueError("leaf_roundoff: F, S and dens must have the same non-zero length")
+    cdef double widen = 0.0, tv = 0.0
+    cdef int status = FPLD_OK
+    with nogil:
+        status = fpld_leaf_roundoff(&F[0], &S[0], &dens[0], m, tau, c0, limit, &widen, &tv)
+    _check(status, "leaf_roundoff")
+    return widen, tv
+
+
+def pmf_moments(const double[::1] p, double cen):
+    """``(total, mean, variance)`` of the PMF ``p`` on the indices ``i - cen``."""
+    cdef Py_ssize_t n = p.shape[0]
+    cdef double total = 0.0, mean = 0.0, var = 0.0
+    cdef int status = FPLD_ENOMASS
+    if n:
+        with nogil:
+            status = fpld_pmf_moments(&p[0], n, cen, &total, &mean, &var)
+    _check(status, "pmf_moments")
+    return total, mean, var
+
+
+def log_mgf_grid(const double[::1] p, double cen, const double[::1] s, double m, double[::1] K):
+    """``K[j] += m * log(sum_i p_i exp(s_j (i - cen)))`` (max-shifted log-sum-exp)."""
+    cdef Py_ssize_t n = p.shape[0], ns = s.shape[0]
+    if K.shape[0] != ns:
+        raise ValueError("log_mgf_grid: K and s must have the same length")
+    scratch = np.empty(max(n, 1), dtype=np.float64)
+    cdef double[::1] lp = scratch
+    cdef int status = FPLD_ENOMASS
+    if n and ns:
+        with nogil:
+            status = fpld_log_mgf_grid(&p[0], n, cen, &s[0], ns, m, &K[0], &lp[0])
+    elif n:
+        status = FPLD_OK
+    _check(status, "log_mgf_grid")
+
+
+# ---------------------------------------------------------------------------------------
+# fused kernels (double and long double)
+# ---------------------------------------------------------------------------------------
+cdef int _fold(const real_in[::1] p, Py_ssize_t cen, real_out[::1] out) noexcept nogil:
+    cdef Py_ssize_t n = p.shape[0], N = out.shape[0], i, j
+    if N <= 0:
+        return FPLD_EINVAL
+    for i in range(N):
+        out[i] = 0
+    j = (-cen) % N
+    if j < 0:
+        j += N
+    for i in range(n):
+        out[j] += <real_out>p[i]
+        j += 1
+        if j == N:
+            j = 0
+    return FPLD_OK
+
+
+def fold(const real_in[::1] p, Py_ssize_t cen, real_out[::1] out):
+    """Circular placement: ``out[:] = 0; out[(i - cen) mod N] += p[i]`` (wrap-around folding)."""
+    cdef int status
+    with nogil:
+        status = _fold(p, cen, out)
+    _check(status, "fold")
+
+
+cdef int _split(const real_in[::1] p, double offset, double mesh_in, double mesh_out, Py_ssize_t j0,
+                real_out[::1] lower, real_out[::1] upper) noexcept nogil:
+    cdef Py_ssize_t n = p.shape[0], m = lower.shape[0], i, jj
+    cdef double t, j
+    cdef real_out theta, pd
+    for i in range(m):
+        lower[i] = 0
+        upper[i] = 0
+    for i in range(n):
+        t = (offset + mesh_in * <double>i) / mesh_out
+        j = floor(t)
+        theta = <real_out>(t - j)
+        jj = <Py_ssize_t>j - j0
+        if jj < 0 or jj + 1 >= m:
+            return FPLD_EINVAL
+        pd = <real_out>p[i]
+        lower[jj] += pd * (1 - theta)
+        upper[jj + 1] += pd * theta
+    for i in range(m):
+        lower[i] = lower[i] + upper[i]
+    return FPLD_OK
+
+
+def split(const real_in[::1] p, double offset, double mesh_in, double mesh_out, Py_ssize_t j0,
+          real_out[::1] out, real_out[::1] scratch):
+    """Mean-preserving split of atoms at ``offset + i mesh_in`` onto ``(j0 + k) mesh_out`` into ``out``.
+
+    ``scratch`` has the length of ``out``.
+    """
+    if scratch.shape[0] != out.shape[0]:
+        raise ValueError("split: scratch and out must have the same length")
+    cdef int status
+    with nogil:
+        status = _split(p, offset, mesh_in, mesh_out, j0, out, scratch)
+    _check(status, "split")
+
+
+cdef int _spectrum_terms(const cplx[::1] X, double m, real_out[::1] logmag, real_out[::1] phase,
+                         double[::1] lr64, double[::1] lrg64, double[::1] ph64, double g, bint first) noexcept nogil:
+    cdef Py_ssize_t F = X.shape[0], k
+    cdef real_out a, lr, ph
+    cdef double r
+    if logmag.shape[0] != F or phase.shape[0] != F or lr64.shape[0] != F or lrg64.shape[0] != F \
+            or ph64.shape[0] != F:
+        return FPLD_EINVAL
+    for k in range(F):
+        if cplx is cython.doublecomplex:
+            a = hypot(X[k].real, X[k].imag)
+            ph = atan2(X[k].imag, X[k].real)
+        else:
+            a = hypotl(X[k].real, X[k].imag)
+            ph = atan2l(X[k].imag, X[k].real)
+        if real_out is double:
+            lr = log(a)
+        else:
+            lr = logl(a)
+        if first:
+            logmag[k] = m * lr
+            phase[k] = m * ph
+        else:
+            logmag[k] = logmag[k] + m * lr
+            phase[k] = phase[k] + m * ph
+        r = <double>a
+        lr64[k] = log(r)
+        lrg64[k] = log(r + g)
+        ph64[k] = <double>ph
+    return FPLD_OK
+
+
+def spectrum_terms(const cplx[::1] X, double m, real_out[::1] logmag, real_out[::1] phase, double[::1] lr64,
+                   double[::1] lrg64, double[::1] ph64, double g, bint first):
+    """Accumulate ``m log|X|`` and ``m arg X`` (polar power) and the float64 terms of the round-off bound."""
+    cdef int status
+    with nogil:
+        status = _spectrum_terms(X, m, logmag, phase, lr64, lrg64, ph64, g, first)
+    _check(status, "spectrum_terms")
+
+
+cdef int _power_fp(const real_out[::1] logmag, const real_out[::1] phase, const double[:, ::1] LR,
+                   const double[:, ::1] LRG, const double[:, ::1] PH, const double[::1] ms, double g, double u,
+                   Py_ssize_t N, cplx[::1] Pc, double *e2, double *p2) noexcept nogil:
+    cdef Py_ssize_t F = logmag.shape[0], C = ms.shape[0], k, c
+    cdef real_out ph, lm, e, two_pi = <real_out>_TWO_PI
+    cdef double log_prod, amp, sum_lr, cond, lrc, w, se2 = 0.0, sp2 = 0.0, eight_u = 8.0 * u
+    if phase.shape[0] != F or Pc.shape[0] != F or LR.shape[0] != C or LRG.shape[0] != C or PH.shape[0] != C:
+        return FPLD_EINVAL
+    if C and (LR.shape[1] != F or LRG.shape[1] != F or PH.shape[1] != F):
+        return FPLD_EINVAL
+    for k in range(F):
+        # powers in polar form: phase reduced mod 2 pi as numpy.remainder does
+        lm = logmag[k]
+        if real_out is double:
+            ph = fmod(phase[k], two_pi)
+        else:
+            ph = fmodl(phase[k], two_pi)
+        if ph != 0 and ph < 0:
+            ph = ph + two_pi
+        if isfinite(lm):
+            if real_out is double:
+                e = exp(lm)
+                Pc[k].real = e * cos(ph)
+                Pc[k].imag = e * sin(ph)
+            else:
+                e = expl(lm)
+                Pc[k].real = e * cosl(ph)
+                Pc[k].imag = e * sinl(ph)
+        else:
+            Pc[k].real = 0
+            Pc[k].imag = 0
+        # round-off bound (compose._fp_fft_bound), float64
+        log_prod = 0.0
+        for c in range(C):
+            log_prod = log_prod + ms[c] * LRG[c, k]
+        amp = 0.0
+        sum_lr = 0.0
+        cond = 0.0
+        for c in range(C):
+            amp = amp + ms[c] * g * exp(log_prod - LRG[c, k])
+        for c in range(C):
+            sum_lr = sum_lr + ms[c] * LR[c, k]
+            lrc = LR[c, k] if isfinite(LR[c, k]) else 0.0
+            cond = cond + (1.0 + ms[c] * (fabs(lrc) + fabs(PH[c, k])))
+        amp = amp + eight_u * cond * exp(sum_lr)
+        if not isfinite(amp):
+            amp = 0.0
+        w = 1.0 if (k == 0 or (N % 2 == 0 and k == F - 1)) else 2.0
+        se2 = se2 + w * amp * amp
+        sp2 = sp2 + w * exp(2.0 * log_prod)
+    e2[0] = se2
+    p2[0] = sp2
+    return FPLD_OK
+
+
+def power_fp(const real_out[::1] logmag, const real_out[::1] phase, const double[:, ::1] LR,
+             const double[:, ::1] LRG, const double[:, ::1] PH, const double[::1] ms, double g, double u,
+             Py_ssize_t N, cplx[::1] Pc):
+    """Write ``exp(logmag + i phase)`` into ``Pc``; return the weighted sums ``(sum w amp^2, sum w P^2)``."""
+    cdef double e2 = 0.0, p2 = 0.0
+    cdef int status
+    with nogil:
+        status = _power_fp(logmag, phase, LR, LRG, PH, ms, g, u, N, Pc, &e2, &p2)
+    _check(status, "power_fp")
+    return e2, p2

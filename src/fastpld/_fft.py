@@ -19,9 +19,16 @@ __all__ = ["set_backend", "get_backend", "available_backends", "fast_length", "B
 
 
 class Backend:
-    """Interface: real FFTs of a given length in float64 or long double."""
+    """Interface: real FFTs of a given length in float64 or long double.
+
+    ``native`` backends also provide ``convolve(ins, N, dtype, u)`` (the whole
+    Fourier-domain power of a node with its round-off bound, see
+    :class:`fastpld._native.NativeBackend`) and run the compiled kernels; the
+    numpy backend runs the reference code inline.
+    """
 
     name = "abstract"
+    native = False
 
     def rfft(self, x: np.ndarray, n: int) -> np.ndarray:
         raise NotImplementedError
@@ -55,13 +62,23 @@ def available_backends() -> tuple[str, ...]:
     return tuple(_BACKENDS)
 
 
+_native_error: list = [None]
+
+
 def _load_native() -> None:
-    if "native" in _BACKENDS:
+    if "native" in _BACKENDS or _native_error[0] is not None:
         return
     try:
         from . import _native  # noqa: F401  (registers itself)
-    except Exception:  # pragma: no cover - depends on the build
-        pass
+    except Exception as exc:  # pragma: no cover - depends on the build
+        _native_error[0] = exc
+
+
+def _native_unavailable(stacklevel: int) -> Backend:
+    """Explicit request for ``native`` that cannot be served: warn and use numpy."""
+    warnings.warn(f"the native backend is unavailable ({_native_error[0]}); using the numpy backend",
+                  RuntimeWarning, stacklevel=stacklevel + 1)
+    return _BACKENDS["numpy"]
 
 
 def _default() -> Backend:
@@ -70,9 +87,7 @@ def _default() -> Backend:
     if env:
         if env not in _BACKENDS:
             if env == "native":
-                warnings.warn("FASTPLD_BACKEND=native but the compiled core or pyFFTW is unavailable; "
-                              "using the numpy backend", RuntimeWarning, stacklevel=3)
-                return _BACKENDS["numpy"]
+                return _native_unavailable(4)
             raise ValueError(f"FASTPLD_BACKEND must be one of {tuple(_BACKENDS)}, got {env!r}")
         return _BACKENDS[env]
     return _BACKENDS.get("native", _BACKENDS["numpy"])
@@ -93,7 +108,8 @@ def set_backend(name: str) -> None:
     key = name.strip().lower()
     if key not in _BACKENDS:
         if key == "native":
-            raise ValueError("backend 'native' is unavailable: the compiled core or pyFFTW failed to load")
+            _current[0] = _native_unavailable(2)
+            return
         raise ValueError(f"backend must be one of {tuple(_BACKENDS)}, got {name!r}")
     _current[0] = _BACKENDS[key]
 
@@ -107,6 +123,8 @@ def resolve(name: str | None) -> Backend:
     _load_native()
     key = name.strip().lower()
     if key not in _BACKENDS:
+        if key == "native":
+            return _native_unavailable(3)
         raise ValueError(f"backend must be one of {tuple(_BACKENDS)}, got {name!r}")
     return _BACKENDS[key]
 

@@ -1,10 +1,18 @@
-"""Kernel dispatch: the compiled core when built, numpy/scipy otherwise.
+"""Kernel dispatch: the compiled core when built, numpy otherwise.
 
-``FASTPLD_PURE_PYTHON=1`` forces the fallback (as msgpack does), so both paths
-stay tested.
+Each function runs the Cython/C kernel of :mod:`fastpld._core` when it is
+available and otherwise a numpy implementation with the same results (up to
+the order of floating-point summation).  ``FASTPLD_PURE_PYTHON=1`` forces the
+numpy implementations (as msgpack does); tests also set ``_kernels._core = None``
+to run them in-process, so both paths stay tested.
+
+The ``numpy`` FFT backend does not come through here: it keeps the reference
+code inline in :mod:`fastpld.compose` and :mod:`fastpld.discretize`; the
+``native`` backend calls these kernels.
 """
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -19,6 +27,8 @@ if os.environ.get("FASTPLD_PURE_PYTHON", "") not in ("1", "true", "yes"):
 
 HAVE_CORE = _core is not None
 
+_TWO_PI = 2 * np.pi
+
 
 def discounted_rcumsum(p: np.ndarray, factor: float) -> np.ndarray:
     """``out[j] = sum_{i >= j} p[i] factor^(i - j)``."""
@@ -28,3 +38,190 @@ def discounted_rcumsum(p: np.ndarray, factor: float) -> np.ndarray:
     if p.size == 0:
         return p.copy()
     return signal.lfilter([1.0], [1.0, -factor], p[::-1])[::-1]
+
+
+def query_tables(p: np.ndarray, factor: float):
+    """``(S1, T, dgrid)`` of :class:`fastpld.curve._Query`.
+
+    ``S1[j] = sum_{i >= j} p_i``, ``T[j] = sum_{i >= j} p_i factor^(i-j)`` (both with a
+    trailing 0) and ``dgrid[j] = max(S1[j+1] - factor T[j+1], 0)``.
+    """
+    p = np.ascontiguousarray(p, dtype=np.float64)
+    if _core is not None:
+        return _core.query_tables(p, float(factor))
+    S1 = np.concatenate([np.cumsum(p[::-1])[::-1], [0.0]])
+    T = np.concatenate([discounted_rcumsum(p, factor), [0.0]])
+    dgrid = np.maximum(S1[1:] - factor * T[1:], 0.0)
+    return S1, T, dgrid
+
+
+def bucket_masses(F: np.ndarray, S: np.ndarray, split: int):
+    """Bucket masses of Algorithm 1 from CDF/SF values at the ``n + 1`` edges: ``(q, total)``.
+
+    CDF differences below bucket ``split - 1``, survival differences above it,
+    the straddling bucket by complement; clipped at 0 (``q`` not normalised).
+    """
+    F = np.ascontiguousarray(F, dtype=np.float64)
+    S = np.ascontiguousarray(S, dtype=np.float64)
+    if _core is not None:
+        return _core.bucket_masses(F, S, int(split))
+    n = F.size - 1
+    if n < 1 or S.size != F.size or not 1 <= split <= n:
+        raise ValueError("bucket_masses: invalid argument")
+    q = np.empty(n, dtype=np.float64)
+    q[: split - 1] = np.diff(F[:split])
+    q[split:] = S[split:n] - S[split + 1:]
+    q[split - 1] = 1.0 - F[split - 1] - S[split]
+    np.maximum(q, 0.0, out=q)
+    return q, float(q.sum())
+
+
+def normalise_mean(q: np.ndarray, total: float):
+    """``(q / total, sum_i i q_i / total)``."""
+    q = np.array(q, dtype=np.float64)
+    if _core is not None:
+        mi = _core.normalise_mean(q, float(total))
+        return q, mi
+    if not total > 0:
+        raise ValueError("normalise_mean: no positive probability mass")
+    qn = q / total
+    return qn, float(np.dot(np.arange(qn.size), qn))
+
+
+def leaf_roundoff(F, S, dens, tau: float, c0: float, limit: float):
+    """``(widen, tv)``: edges whose movement ``(tau min(F, S) + c0) / (dens / 2)`` is at most
+    ``limit`` widen the coupling range by twice the largest movement; the others are charged
+    to total variation."""
+    F = np.ascontiguousarray(F, dtype=np.float64)
+    S = np.ascontiguousarray(S, dtype=np.float64)
+    dens = np.ascontiguousarray(dens, dtype=np.float64)
+    if _core is not None:
+        return _core.leaf_roundoff(F, S, dens, float(tau), float(c0), float(limit))
+    dev = tau * np.minimum(F, S) + c0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        move = np.where(dens > 0, dev / (0.5 * dens), np.inf)
+    small = move <= limit
+    widen = 2 * float(move[small].max()) if small.any() else 0.0
+    return widen, float(dev[~small].sum())
+
+
+def pmf_moments(p: np.ndarray, cen: float):
+    """``(total, mean, variance)`` of the weights ``p`` on the indices ``i - cen``."""
+    p = np.ascontiguousarray(p, dtype=np.float64)
+    if _core is not None:
+        return _core.pmf_moments(p, float(cen))
+    idx = np.arange(p.size, dtype=np.float64) - cen
+    tot = float(p.sum())
+    if not tot > 0:
+        raise ValueError("pmf_moments: no positive probability mass")
+    mu = float(np.dot(idx, p) / tot)
+    return tot, mu, float(np.dot((idx - mu) ** 2, p) / tot)
+
+
+def log_mgf_grid(p: np.ndarray, cen: float, s: np.ndarray, m: float, K: np.ndarray) -> None:
+    """``K += m * log(sum_i p_i exp(s (i - cen)))`` for every ``s`` (in place)."""
+    p = np.ascontiguousarray(p, dtype=np.float64)
+    s = np.ascontiguousarray(s, dtype=np.float64)
+    if _core is not None:
+        _core.log_mgf_grid(p, float(cen), s, float(m), K)
+        return
+    if not (p > 0).any():
+        raise ValueError("log_mgf_grid: no positive probability mass")
+    idx = np.arange(p.size, dtype=np.float64) - cen
+    with np.errstate(divide="ignore"):
+        logp = np.log(p)
+    M = s[:, None] * idx[None, :] + logp[None, :]
+    mx = M.max(axis=1)
+    K += m * (mx + np.log(np.exp(M - mx[:, None]).sum(axis=1)))
+
+
+def fold(p: np.ndarray, cen: int, out: np.ndarray) -> None:
+    """Circular placement into ``out`` (any float dtype): ``out[:] = 0; out[(i - cen) mod N] += p[i]``."""
+    if _core is not None and p.dtype in (np.float64, np.longdouble) and p.flags.c_contiguous:
+        _core.fold(p, int(cen), out)
+        return
+    N = out.size
+    out[:] = 0
+    np.add.at(out, (np.arange(p.size) - cen) % N, p.astype(out.dtype))
+
+
+def split(p: np.ndarray, offset: float, mesh_in: float, mesh_out: float, dtype):
+    """Mean-preserving split of atoms at ``offset + i mesh_in`` onto the lattice ``mesh_out Z``.
+
+    Returns ``(out, j0, tmax)``: masses at ``(j0 + k) mesh_out`` in ``dtype`` and
+    ``max |offset + i mesh_in| / mesh_out`` (for the bias bound).
+    """
+    n = p.size
+    t0 = offset / mesh_out
+    t1 = (offset + mesh_in * float(n - 1)) / mesh_out
+    j0 = int(math.floor(t0))
+    m = int(math.floor(t1)) - j0 + 2
+    tmax = max(abs(t0), abs(t1))
+    if _core is not None and p.dtype in (np.float64, np.longdouble) and p.flags.c_contiguous:
+        out = np.empty(m, dtype=dtype)
+        _core.split(p, float(offset), float(mesh_in), float(mesh_out), j0, out, np.empty(m, dtype=dtype))
+        return out, j0, tmax
+    t = (offset + mesh_in * np.arange(n, dtype=np.float64)) / mesh_out
+    j = np.floor(t)
+    theta = (t - j).astype(dtype)
+    jj = j.astype(np.int64) - j0
+    pd = p.astype(dtype, copy=False)
+    out = np.zeros(m, dtype=dtype)
+    np.add.at(out, jj, pd * (1 - theta))
+    up = np.zeros(m, dtype=dtype)
+    np.add.at(up, jj + 1, pd * theta)
+    return out + up, j0, tmax
+
+
+def spectrum_terms(X, m, logmag, phase, lr64, lrg64, ph64, g, first) -> None:
+    """Accumulate ``m log|X|``, ``m arg X`` (in ``X``'s precision) and the float64 terms of the
+    round-off bound (``log|X|``, ``log(|X| + g)``, ``arg X``) for one input spectrum."""
+    if _core is not None:
+        _core.spectrum_terms(X, float(m), logmag, phase, lr64, lrg64, ph64, float(g), bool(first))
+        return
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a = np.abs(X)
+        ph = np.angle(X)
+        lr = np.log(a)
+        r = a.astype(np.float64)
+        lr64[:] = np.log(r)
+        lrg64[:] = np.log(r + g)
+    ph64[:] = ph.astype(np.float64)
+    if first:
+        logmag[:] = m * lr
+        phase[:] = m * ph
+    else:
+        logmag += m * lr
+        phase += m * ph
+
+
+def power_fp(logmag, phase, LR, LRG, PH, ms, g, u, N, Pc):
+    """Write the polar power ``exp(logmag) e^(i phase)`` into ``Pc``; return the weighted sums
+    ``(sum_k w_k amp_k^2, sum_k w_k P_k^2)`` of the round-off bound of :func:`fastpld.compose._fp_fft_bound`."""
+    ms = np.ascontiguousarray(ms, dtype=np.float64)
+    if _core is not None:
+        return _core.power_fp(logmag, phase, LR, LRG, PH, ms, float(g), float(u), int(N), Pc)
+    ph = np.remainder(phase, _TWO_PI)
+    with np.errstate(under="ignore", over="ignore", invalid="ignore"):
+        P = np.exp(logmag) * (np.cos(ph) + 1j * np.sin(ph))
+    P[~np.isfinite(logmag)] = 0
+    Pc[:] = P
+    with np.errstate(over="ignore", invalid="ignore"):
+        log_prod = 0.0
+        for c in range(ms.size):
+            log_prod = log_prod + ms[c] * LRG[c]
+        amp = 0.0
+        for c in range(ms.size):
+            amp = amp + ms[c] * g * np.exp(log_prod - LRG[c])
+        cond = 0.0
+        sum_lr = 0.0
+        for c in range(ms.size):
+            sum_lr = sum_lr + ms[c] * LR[c]
+            cond = cond + (1.0 + ms[c] * (np.abs(np.where(np.isfinite(LR[c]), LR[c], 0.0)) + np.abs(PH[c])))
+        amp = amp + 8 * u * cond * np.exp(sum_lr)
+        amp = np.where(np.isfinite(amp), amp, 0.0)
+        w = np.full(amp.shape, 2.0)
+        w[0] = 1.0
+        if N % 2 == 0:
+            w[-1] = 1.0
+        return float(np.sum(w * amp**2)), float(np.sum(w * np.exp(2 * log_prod)))

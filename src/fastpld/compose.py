@@ -43,7 +43,7 @@ from typing import Sequence
 
 import numpy as np
 
-from . import _fft
+from . import _fft, _kernels
 from . import _validation as V
 from .curve import DirectionResult, PrivacyLossDistribution, StageInfo
 from .discretize import GridPMF, discretize_loss, rediscretize, truncation_window
@@ -273,27 +273,30 @@ def _k_grid(loss):
 
 def _est_window(parts, tail):
     """Approximate ``[lo, hi]`` holding ``sum_i (count_i copies of loss_i)`` up to ``tail`` each side."""
-    kp = np.zeros_like(_S_ABS)
-    kn = np.zeros_like(_S_ABS)
+    # Called ~10 times per candidate plan: kept lean (same arithmetic as the straightforward
+    # version: the non-finite grid points are +inf after scaling and drop out of min/max).
+    kp = kn = None
     lo_sup = hi_sup = 0.0
-    mean = var = 0.0
     for loss, c in parts:
         a, b = _k_grid(loss)
-        kp = kp + c * a
-        kn = kn + c * b
+        kp = c * a if kp is None else kp + c * a
+        kn = c * b if kn is None else kn + c * b
         lo_sup += c * loss.support[0] if math.isfinite(loss.support[0]) else -math.inf
         hi_sup += c * loss.support[1] if math.isfinite(loss.support[1]) else math.inf
-        mean += c * loss.mean()
-        var += c * loss.std() ** 2
     lt = math.log(tail)
-    with np.errstate(invalid="ignore", over="ignore"):
-        up = np.nanmin(np.where(np.isfinite(kp), (kp - lt) / _S_ABS, np.inf))
-        lo = np.nanmax(np.where(np.isfinite(kn), -(kn - lt) / _S_ABS, -np.inf))
-    z = math.sqrt(2 * -lt) * 1.5
-    if not math.isfinite(up):
-        up = mean + z * math.sqrt(var)
-    if not math.isfinite(lo):
-        lo = mean - z * math.sqrt(var)
+    # +inf entries give +inf here (ignored by min); NaN cannot occur (_k_grid maps it to inf)
+    up = float(((kp - lt) / _S_ABS).min())
+    lo = -float(((kn - lt) / _S_ABS).min())
+    if not (math.isfinite(up) and math.isfinite(lo)):
+        mean = var = 0.0
+        for loss, c in parts:
+            mean += c * loss.mean()
+            var += c * loss.std() ** 2
+        z = math.sqrt(2 * -lt) * 1.5
+        if not math.isfinite(up):
+            up = mean + z * math.sqrt(var)
+        if not math.isfinite(lo):
+            lo = mean - z * math.sqrt(var)
     return max(lo, lo_sup), min(up, hi_sup)
 
 
@@ -310,6 +313,11 @@ def _predict(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache=None):
     windows of objects holding copies of a single loss, keyed by the log tail rounded
     to an integer (prediction only: execution computes its own windows).
     """
+    with np.errstate(invalid="ignore", over="ignore"):  # once here, not per _est_window call
+        return _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache)
+
+
+def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache):
     if wcache is None:
         wcache = {}
     a = plan.copies_per_group()
@@ -425,26 +433,37 @@ class _Budgets:
     fp: float
 
 
-def _chernoff_window(inputs, w):
+_S_REL = np.geomspace(0.02, 80.0, 56)
+
+
+def _chernoff_window(inputs, w, native=False):
     """Window of the linear index sum and helpers for exact tail bounds.
 
     ``inputs``: list of (probs, centre_index, m).  Returns (lo, hi, tailfun) where
-    ``tailfun(x, upper)`` bounds ``Pr[I >= x]`` / ``Pr[I <= x]``.
+    ``tailfun(x, upper)`` bounds ``Pr[I >= x]`` / ``Pr[I <= x]``.  ``native``: the
+    moments and the log-MGF grid come from the compiled kernels (same sums).
     """
     sd2 = 0.0
     ks = []
     for p, cen, m in inputs:
         pf = np.asarray(p, dtype=np.float64)
+        if native:
+            sd2 += m * _kernels.pmf_moments(pf, cen)[2]
+            ks.append((pf, cen, m))
+            continue
         idx = np.arange(pf.size, dtype=np.float64) - cen
         tot = pf.sum()
         mu = float(np.dot(idx, pf) / tot)
         sd2 += m * float(np.dot((idx - mu) ** 2, pf) / tot)
         ks.append((pf, idx, m))
     sd = math.sqrt(sd2) if sd2 > 0 else 1.0
-    s = np.geomspace(0.02, 80.0, 56) / sd
+    s = _S_REL / sd
     s_all = np.concatenate([s, -s])
     K = np.zeros_like(s_all)
     for pf, idx, m in ks:
+        if native:
+            _kernels.log_mgf_grid(pf, idx, s_all, m, K)
+            continue
         with np.errstate(divide="ignore"):
             logp = np.log(pf)
         M = s_all[:, None] * idx[None, :] + logp[None, :]
@@ -521,7 +540,7 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets):
         p, cen, m = ins[0]
         return GridPMF(p, inputs[0][0].offset, h), {"N": p.size, "wrap": 0.0, "fp": 0.0, "dtype": p.dtype, "window": (0, p.size - 1)}
     lo_full = -sum(m * cen for _, cen, m in ins)
-    lo, hi, tail = _chernoff_window(ins, w_per)
+    lo, hi, tail = _chernoff_window(ins, w_per, backend.native)
     need = hi - lo + 1
     if need >= full:
         N = _fft.fast_length(full)
@@ -549,7 +568,9 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets):
     u = _U64 if dtype is np.float64 else _ULD
     specs = []
     logmag = phase = None
-    for p, cen, m in ins:
+    if backend.native:  # cached plans, compiled placement/power/round-off kernels (same arithmetic)
+        out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u)
+    for p, cen, m in ([] if backend.native else ins):
         buf = np.zeros(N, dtype=dtype)
         pos = (np.arange(p.size) - cen) % N
         np.add.at(buf, pos, p.astype(dtype))
@@ -560,23 +581,25 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets):
             ph = np.angle(X)
         logmag = m * lr if logmag is None else logmag + m * lr
         phase = m * ph if phase is None else phase + m * ph
-    phase = np.remainder(phase, 2 * np.pi)
-    with np.errstate(under="ignore"):
-        Pc = np.exp(logmag) * (np.cos(phase) + 1j * np.sin(phase))
-    Pc[~np.isfinite(logmag)] = 0
-    out = backend.irfft(Pc, N)
-    fp_l1, fp_linf = _fp_fft_bound(specs, N, u)
+    if not backend.native:
+        phase = np.remainder(phase, 2 * np.pi)
+        with np.errstate(under="ignore"):
+            Pc = np.exp(logmag) * (np.cos(phase) + 1j * np.sin(phase))
+        Pc[~np.isfinite(logmag)] = 0
+        out = backend.irfft(Pc, N)
+        fp_l1, fp_linf = _fp_fft_bound(specs, N, u)
     lin = np.roll(out, -(c % N)) if c % N else out
     # exact result is non-negative: clipping only moves towards it
     lin = np.maximum(lin, 0)
     tv_fp = 2 * fp_l1 + 4 * u
-    # drop round-off-level entries where the charge fits (keeps next windows tight)
+    # drop round-off-level entries where the charge fits (keeps next windows tight); the
+    # charge is N * floor >= the mass removed, not the mass itself, so that it does not depend
+    # on which backend's noise happens to fall below the floor (bounds agree across backends)
     floor = fp_linf
-    small = lin < floor
-    removed = float(np.sum(lin[small], dtype=np.float64))
-    if inst * 2 * removed <= 0.25 * allowance:
-        lin = np.where(small, 0, lin)
-        tv_fp += 2 * removed
+    trim_charge = 2 * N * floor
+    if inst * trim_charge <= 0.25 * allowance:
+        lin = np.where(lin < floor, 0, lin)
+        tv_fp += trim_charge
     # entries below float64's range would vanish when the next node casts to float64 for its
     # Chernoff MGF: drop them here and charge their (tiny) mass
     tiny = (lin > 0) & (lin < 1e-300)
@@ -608,7 +631,7 @@ def _execute(plan, meshes, budgets, backend, max_buckets):
         inst = plan.instances[id(o)]
         if isinstance(o, _Leaf):
             tail = budgets.trunc / (n_objects * inst * 2)
-            pmf = discretize_loss(o.loss, meshes[o.group], tail, max_buckets=max_buckets)
+            pmf = discretize_loss(o.loss, meshes[o.group], tail, max_buckets=max_buckets, native=backend.native)
             results[id(o)] = pmf
             V += inst * pmf.coupling_range**2
             bias += inst * pmf.bias
@@ -625,7 +648,8 @@ def _execute(plan, meshes, budgets, backend, max_buckets):
             if c.group != o.group:
                 key = (id(c), o.group)
                 if key not in redisc:
-                    rd = rediscretize(pmf, h, dtype=pmf.probs.dtype if pmf.probs.dtype == np.longdouble else np.float64)
+                    rd = rediscretize(pmf, h, dtype=pmf.probs.dtype if pmf.probs.dtype == np.longdouble else np.float64,
+                                      native=backend.native)
                     redisc[key] = rd
                 rd = redisc[key]
                 copies = inst * m
@@ -644,10 +668,11 @@ def _execute(plan, meshes, budgets, backend, max_buckets):
                                 "longdouble" if info["dtype"] is np.longdouble else "float64"))
     final = results[id(plan.root)]
     final = GridPMF(np.asarray(final.probs, dtype=np.float64), float(final.offset), final.mesh)
-    # The Azuma failure probability gets whatever the measured charges leave of the budget
-    # (planning assumed _SHARE_ETA; a larger eta only shrinks the eps term).
+    # The Azuma failure probability is the planned share (deterministic: the eps term then does
+    # not depend on backend-level noise in the other charges); only when the measured charges
+    # overrun their shares does it take what they leave of the budget.
     tv = tv_trunc + tv_wrap + tv_fp
-    eta = budgets.delta - tv
+    eta = min(budgets.eta, budgets.delta - tv)
     if not eta > 0:
         raise ValueError(
             f"delta_error={budgets.delta:.3g} is too small for this composition: round-off alone costs "
@@ -655,7 +680,7 @@ def _execute(plan, meshes, budgets, backend, max_buckets):
         )
     azuma = math.sqrt(V / 2 * math.log(2.0 / eta))
     eps_spent = azuma + bias
-    delta_spent = budgets.delta  # = eta + tv in exact arithmetic
+    delta_spent = min(budgets.delta, (eta + tv) * (1 + 4 * _U64))
     cert = {"eta": eta, "azuma": azuma, "variance_proxy": V, "bias": bias,
             "truncation": tv_trunc, "wrap": tv_wrap, "roundoff": tv_fp}
     return final, eps_spent, delta_spent, stages, cert

@@ -75,11 +75,8 @@ class _Query:
         self.n = p.size
         self.p = p
         # S1[j] = sum_{i >= j} p_i ; T[j] = sum_{i >= j} p_i e^{-(i-j) h}; index n is the empty sum
-        self.S1 = np.concatenate([np.cumsum(p[::-1])[::-1], [0.0]])
-        T = _kernels.discounted_rcumsum(p, math.exp(-self.h))
-        self.T = np.concatenate([T, [0.0]])
-        # d at grid points v_j: sum_{i > j}
-        self.dgrid = np.maximum(self.S1[1:] - math.exp(-self.h) * self.T[1:], 0.0)
+        # (dgrid: d at grid points v_j, sum_{i > j}); one pass of the compiled kernel when built
+        self.S1, self.T, self.dgrid = _kernels.query_tables(p, math.exp(-self.h))
         self.pad = 4 * (self.n + 4) * _U
 
     def values(self, j):

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import _kernels
 from .mechanisms import ContinuousLoss, DiscreteLoss, PrivacyLoss, _generic_window
 
 __all__ = ["GridPMF", "discretize_loss", "rediscretize", "truncation_window"]
@@ -62,7 +63,7 @@ def truncation_window(loss: ContinuousLoss, tail: float) -> tuple[float, float]:
 
 
 def discretize_loss(loss: PrivacyLoss, mesh: float, tail: float, *, lattice: float = 0.0,
-                    max_buckets: int = 1 << 24) -> GridPMF:
+                    max_buckets: int = 1 << 24, native: bool = False) -> GridPMF:
     """Algorithm 1 (DiscretizeRV): bucket ``Y`` on ``lattice + mesh * Z`` and correct the mean.
 
     Parameters
@@ -78,6 +79,8 @@ def discretize_loss(loss: PrivacyLoss, mesh: float, tail: float, *, lattice: flo
         Centre of bucket 0.
     max_buckets : int
         Refuse with ``ValueError`` beyond this many buckets.
+    native : bool
+        Use the compiled kernels (same arithmetic) instead of the numpy reference.
 
     Returns
     -------
@@ -86,7 +89,7 @@ def discretize_loss(loss: PrivacyLoss, mesh: float, tail: float, *, lattice: flo
     """
     if isinstance(loss, DiscreteLoss):
         return _discretize_discrete(loss, mesh, lattice)
-    return _discretize_continuous(loss, mesh, tail, lattice, max_buckets)
+    return _discretize_continuous(loss, mesh, tail, lattice, max_buckets, native)
 
 
 def _discretize_discrete(loss: DiscreteLoss, h: float, lattice: float) -> GridPMF:
@@ -116,7 +119,8 @@ def _check_mu(mu, h, slack):
         )
 
 
-def _discretize_continuous(loss: ContinuousLoss, h: float, tail: float, lattice: float, max_buckets: int) -> GridPMF:
+def _discretize_continuous(loss: ContinuousLoss, h: float, tail: float, lattice: float, max_buckets: int,
+                           native: bool = False) -> GridPMF:
     a0, b0 = truncation_window(loss, tail)
     # keep atoms away from bucket edges so that every edge lies where F is continuous
     for shift in (0.0, 0.25, 0.125, 0.375):
@@ -139,14 +143,17 @@ def _discretize_continuous(loss: ContinuousLoss, h: float, tail: float, lattice:
     # lower half from CDF differences, upper half from survival differences
     split = int(np.searchsorted(F, 0.5))  # first edge with F >= 1/2
     split = min(max(split, 1), n)  # bucket index split-1 straddles the median
-    q = np.empty(n, dtype=np.float64)
-    q[: split - 1] = np.diff(F[:split])
-    q[split:] = S[split:n] - S[split + 1:]
-    q[split - 1] = 1.0 - F[split - 1] - S[split]
-    np.maximum(q, 0.0, out=q)
+    if native:
+        q, total = _kernels.bucket_masses(F, S, split)
+    else:
+        q = np.empty(n, dtype=np.float64)
+        q[: split - 1] = np.diff(F[:split])
+        q[split:] = S[split:n] - S[split + 1:]
+        q[split - 1] = 1.0 - F[split - 1] - S[split]
+        np.maximum(q, 0.0, out=q)
+        total = float(q.sum())
     out_lo, out_hi = float(F[0]), float(S[-1])
     truncated = (out_lo + out_hi) * (1 + 8 * loss.cdf_rel_error)
-    total = float(q.sum())
     if not total > 0:
         raise ValueError("the discretisation window holds no probability mass; the mechanism parameters are degenerate")
 
@@ -158,34 +165,48 @@ def _discretize_continuous(loss: ContinuousLoss, h: float, tail: float, lattice:
     inside = 1.0 - out_lo - out_hi
     true_mean = part / inside - ref
     mean_err = part_err / inside + 8 * loss.cdf_rel_error * abs(part / inside) + 8 * _U * abs(ref)
-    qn = q / total
-    disc_mean = float(np.dot(np.arange(n), qn)) * h
+    if native:
+        qn, mean_index = _kernels.normalise_mean(q, total)
+        disc_mean = mean_index * h
+    else:
+        qn = q / total
+        disc_mean = float(np.dot(np.arange(n), qn)) * h
     mu = true_mean - disc_mean
 
     # round-off certificate: edge movement -> coupling range; where density vanishes -> TV
     tau = 4 * (loss.cdf_rel_error + _U)
-    dev = tau * np.minimum(F, S) + 4 * _U * (out_lo + out_hi)
     dens = loss.pdf(edges)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        move = np.where(dens > 0, dev / (0.5 * dens), np.inf)
-    small = move <= 1e-3 * h
-    widen = 2 * float(move[small].max()) if small.any() else 0.0
-    tv = float(dev[~small].sum())
+    if native:
+        widen, tv = _kernels.leaf_roundoff(F, S, dens, tau, 4 * _U * (out_lo + out_hi), 1e-3 * h)
+    else:
+        dev = tau * np.minimum(F, S) + 4 * _U * (out_lo + out_hi)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            move = np.where(dens > 0, dev / (0.5 * dens), np.inf)
+        small = move <= 1e-3 * h
+        widen = 2 * float(move[small].max()) if small.any() else 0.0
+        tv = float(dev[~small].sum())
     _check_mu(mu, h, widen)
     return GridPMF(qn, ref + mu, h, coupling_range=h + widen, tv=tv, bias=mean_err, truncated=truncated)
 
 
-def rediscretize(pmf: GridPMF, mesh: float, dtype=np.float64) -> GridPMF:
+def rediscretize(pmf: GridPMF, mesh: float, dtype=np.float64, *, native: bool = False) -> GridPMF:
     """Mean-preserving split of ``pmf`` onto the lattice ``mesh * Z``.
 
     Each atom at ``v`` with ``j h <= v < (j+1) h`` sends ``(j+1 - v/h)`` of its
     mass to ``j h`` and ``(v/h - j)`` to ``(j+1) h``, so ``E[Y_tilde | Y] = Y``
     and ``Y_tilde - Y`` lies in an interval of length ``h``.  This conditional
     mean-zero property makes all re-discretisation errors of a plan one
-    martingale (see :mod:`fastpld.compose`).
+    martingale (see :mod:`fastpld.compose`).  ``native``: the compiled split
+    kernel (same products, sums in index order).
     """
     p = np.asarray(pmf.probs)
     n = p.size
+    if native:
+        out, j0, tmax = _kernels.split(p, pmf.offset, pmf.mesh, mesh, dtype)
+        ratio = mesh / pmf.mesh
+        eps = float(np.finfo(dtype).eps) / 2
+        return GridPMF(out, j0 * mesh, mesh, coupling_range=mesh, tv=4 * (ratio + 3) * eps,
+                       bias=4 * _U * tmax * mesh)
     t = (pmf.offset + pmf.mesh * np.arange(n, dtype=np.float64)) / mesh
     j = np.floor(t)
     theta = (t - j).astype(dtype)

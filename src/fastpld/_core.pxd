@@ -1,0 +1,29 @@
+# cython: language_level=3
+"""Declarations of the native kernels (for cimport by other Cython modules)."""
+
+ctypedef fused real_in:
+    double
+    long double
+
+ctypedef fused real_out:
+    double
+    long double
+
+ctypedef fused cplx:
+    double complex
+    long double complex
+
+cdef extern from "fastpld_kernels.h" nogil:
+    int FPLD_OK
+    int FPLD_EINVAL
+    int FPLD_ENOMASS
+    int fpld_discounted_rcumsum(const double *p, Py_ssize_t n, double factor, double *out)
+    int fpld_query_tables(const double *p, Py_ssize_t n, double factor, double *S1, double *T, double *dgrid)
+    int fpld_bucket_masses(const double *F, const double *S, Py_ssize_t n, Py_ssize_t split, double *q,
+                           double *total)
+    int fpld_normalise_mean(double *q, Py_ssize_t n, double total, double *mean_index)
+    int fpld_leaf_roundoff(const double *F, const double *S, const double *dens, Py_ssize_t m, double tau,
+                           double c0, double limit, double *widen, double *tv)
+    int fpld_pmf_moments(const double *p, Py_ssize_t n, double cen, double *total, double *mean, double *var)
+    int fpld_log_mgf_grid(const double *p, Py_ssize_t n, double cen, const double *s, Py_ssize_t ns, double m,
+                          double *K, double *logp)

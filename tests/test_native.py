@@ -1,0 +1,314 @@
+"""Native backend (pyFFTW plans + compiled kernels) against the numpy reference.
+
+* every compiled kernel against its numpy fallback (``_kernels._core = None``), in float64
+  and long double;
+* the backend switch (``set_backend``, ``backend=``, ``FASTPLD_BACKEND``, ``FASTPLD_PURE_PYTHON``);
+* both backends on several workloads: the PMFs and estimates agree to 1e-9, the bounds to
+  1e-6 (see ``test_backends_agree`` for why not closer), and the exact oracles hold on both;
+* compose from many threads at once (per-thread plans) gives the serial answers.
+"""
+import math
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import fastpld
+from fastpld import _fft, _kernels
+from oracles import gaussian_delta, pure_dp_delta
+
+NATIVE = "native" in fastpld.available_backends()
+needs_native = pytest.mark.skipif(not NATIVE, reason="compiled core or pyFFTW unavailable")
+DTYPES = [np.float64, np.longdouble]
+
+
+@pytest.fixture
+def pure(monkeypatch):
+    """Run a block with the numpy fallbacks of the kernels."""
+    def run(fn, *args, **kw):
+        with monkeypatch.context() as m:
+            m.setattr(_kernels, "_core", None)
+            return fn(*args, **kw)
+    return run
+
+
+def _close(a, b, rtol, atol=0.0):
+    np.testing.assert_allclose(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64), rtol=rtol, atol=atol)
+
+
+# ---------------------------------------------------------------------------------------
+# kernels: compiled vs numpy fallback
+# ---------------------------------------------------------------------------------------
+@needs_native
+@pytest.mark.parametrize("dt_in", DTYPES)
+@pytest.mark.parametrize("dt_out", DTYPES)
+@pytest.mark.parametrize("cen,N", [(0, 16), (7, 16), (40, 32), (-3, 10), (3, 5)])
+def test_fold_matches(pure, dt_in, dt_out, cen, N):
+    rng = np.random.default_rng(cen + N)
+    p = rng.random(23).astype(dt_in)
+    a = np.full(N, 9.0, dtype=dt_out)
+    b = np.full(N, 9.0, dtype=dt_out)
+    _kernels.fold(p, cen, a)
+    pure(_kernels.fold, p, cen, b)
+    assert np.array_equal(a, b)  # same additions in the same order
+
+
+@needs_native
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("offset,mesh_in,mesh_out", [(-3.217, 0.01, 0.07), (0.5, 0.013, 0.013 * 5.5), (2.0, 0.1, 0.1)])
+def test_split_matches(pure, dtype, offset, mesh_in, mesh_out):
+    p = np.random.default_rng(1).random(301).astype(dtype)
+    p /= p.sum()
+    a, j0a, ta = _kernels.split(p, offset, mesh_in, mesh_out, dtype)
+    b, j0b, tb = pure(_kernels.split, p, offset, mesh_in, mesh_out, dtype)
+    assert (j0a, ta) == (j0b, tb) and a.dtype == b.dtype == dtype
+    _close(a, b, rtol=0, atol=8 * float(np.finfo(dtype).eps))
+    # mean preserved: sum_k (j0 + k) h out_k = sum_i v_i p_i
+    v = offset + mesh_in * np.arange(p.size)
+    mean_out = float(np.dot((j0a + np.arange(a.size)) * mesh_out, a.astype(np.float64)))
+    assert mean_out == pytest.approx(float(np.dot(v, p.astype(np.float64))), abs=1e-12)
+
+
+@needs_native
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("N", [64, 63])
+def test_spectrum_power_and_roundoff_match(pure, dtype, N):
+    from fastpld.compose import _fp_fft_bound
+    rng = np.random.default_rng(N)
+    cdt = np.clongdouble if dtype is np.longdouble else np.complex128
+    specs = []
+    for m in (3, 1):
+        x = rng.random(N).astype(dtype)
+        specs.append((np.fft.rfft(x / x.sum()).astype(cdt), m))
+    F = N // 2 + 1
+    u = float(np.finfo(dtype).eps) / 2
+    g = 12.0 * u * math.ceil(math.log2(N))
+    out = {}
+    for mode in ("core", "pure"):
+        lm, ph = np.empty(F, dtype), np.empty(F, dtype)
+        LR, LRG, PH = np.empty((2, F)), np.empty((2, F)), np.empty((2, F))
+        Pc = np.empty(F, cdt)
+
+        def go():
+            for c, (X, m) in enumerate(specs):
+                _kernels.spectrum_terms(X, m, lm, ph, LR[c], LRG[c], PH[c], g, c == 0)
+            return _kernels.power_fp(lm, ph, LR, LRG, PH, [3, 1], g, u, N, Pc)
+
+        sums = go() if mode == "core" else pure(go)
+        out[mode] = (Pc.copy(), sums)
+    (Pa, sa), (Pb, sb) = out["core"], out["pure"]
+    exact = specs[0][0] ** 3 * specs[1][0]
+    tol = 64 * float(np.finfo(dtype).eps)
+    assert np.max(np.abs(Pa - exact)) <= tol and np.max(np.abs(Pb - exact)) <= tol
+    _close(sa, sb, rtol=1e-12)
+    # and the same bound as the reference of compose
+    l1, _ = _fp_fft_bound(specs, N, u)
+    assert math.sqrt(sa[0]) + g * math.sqrt(sa[1]) == pytest.approx(l1, rel=1e-12)
+
+
+@needs_native
+def test_double_kernels_match(pure):
+    rng = np.random.default_rng(3)
+    p = rng.random(500) ** 8
+    p /= p.sum()
+    s = np.concatenate([np.geomspace(0.02, 80, 56), -np.geomspace(0.02, 80, 56)]) / 40.0
+    Ka, Kb = np.zeros(s.size), np.zeros(s.size)
+    _kernels.log_mgf_grid(p, 211.0, s, 7.0, Ka)
+    pure(_kernels.log_mgf_grid, p, 211.0, s, 7.0, Kb)
+    _close(Ka, Kb, rtol=1e-12, atol=1e-12)  # blocked geometric sums in C: ~1e-14
+    _close(_kernels.pmf_moments(p, 211.0), pure(_kernels.pmf_moments, p, 211.0), rtol=1e-12, atol=1e-12)
+    for fn, args in [(_kernels.query_tables, (p, math.exp(-0.01))),
+                     (_kernels.discounted_rcumsum, (p, 0.97))]:
+        for x, y in zip(np.atleast_1d(fn(*args)) if fn is _kernels.discounted_rcumsum else fn(*args),
+                        np.atleast_1d(pure(fn, *args)) if fn is _kernels.discounted_rcumsum else pure(fn, *args)):
+            _close(x, y, rtol=1e-13, atol=1e-17)
+    from scipy import special
+    edges = np.linspace(-4, 4, 101)
+    F, S = special.ndtr(edges), special.ndtr(-edges)
+    split = int(np.searchsorted(F, 0.5))
+    qa, ta = _kernels.bucket_masses(F, S, split)
+    qb, tb = pure(_kernels.bucket_masses, F, S, split)
+    assert np.array_equal(qa, qb) and ta == pytest.approx(tb, rel=1e-14)
+    na, ma = _kernels.normalise_mean(qa, ta)
+    nb, mb = pure(_kernels.normalise_mean, qb, tb)
+    _close(na, nb, rtol=1e-14)
+    assert ma == pytest.approx(mb, rel=1e-13)
+    dens = np.exp(-edges**2 / 2) / math.sqrt(2 * math.pi)
+    dens[:3] = 0.0
+    wa = _kernels.leaf_roundoff(F, S, dens, 1e-14, 1e-17, 1e-5)
+    wb = pure(_kernels.leaf_roundoff, F, S, dens, 1e-14, 1e-17, 1e-5)
+    _close(wa, wb, rtol=1e-13)
+
+
+@needs_native
+def test_kernel_errors_are_value_errors():
+    with pytest.raises(ValueError, match="factor"):
+        _kernels.discounted_rcumsum(np.ones(3), 1.5)
+    with pytest.raises(ValueError, match="mass"):
+        _kernels.log_mgf_grid(np.zeros(4), 0.0, np.ones(2), 1.0, np.zeros(2))
+    with pytest.raises(ValueError, match="mass"):
+        _kernels.normalise_mean(np.zeros(3), 0.0)
+
+
+# ---------------------------------------------------------------------------------------
+# the switch
+# ---------------------------------------------------------------------------------------
+def test_backend_switch():
+    prev = fastpld.get_backend()
+    try:
+        assert prev == ("native" if NATIVE else "numpy")
+        fastpld.set_backend("numpy")
+        assert fastpld.get_backend() == "numpy"
+        assert fastpld.compose(fastpld.PureDP(0.5), 20).backend == "numpy"
+        if NATIVE:
+            assert fastpld.compose(fastpld.PureDP(0.5), 20, backend="native").backend == "native"
+        with pytest.raises(ValueError, match="backend"):
+            fastpld.set_backend("cuda")
+        with pytest.raises(ValueError, match="backend"):
+            fastpld.compose(fastpld.PureDP(0.5), 20, backend="fftw3")
+    finally:
+        fastpld.set_backend(prev)
+
+
+def _probe(env_extra):
+    env = dict(os.environ, **env_extra)
+    code = ("import warnings, fastpld\n"
+            "with warnings.catch_warnings(record=True) as w:\n"
+            "    warnings.simplefilter('always')\n"
+            "    b = fastpld.get_backend()\n"
+            "    r = fastpld.compose(fastpld.PureDP(0.5), 10).delta(0.5).upper\n"
+            "print(b, len([x for x in w if issubclass(x.category, RuntimeWarning)]), r)\n")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    b, nwarn, r = out.stdout.split()
+    return b, int(nwarn), float(r)
+
+
+def test_pure_python_env_falls_back():
+    # implicit default: numpy without a warning; explicit FASTPLD_BACKEND=native: numpy with a warning
+    b, nwarn, r1 = _probe({"FASTPLD_PURE_PYTHON": "1", "FASTPLD_BACKEND": ""})
+    assert (b, nwarn) == ("numpy", 0)
+    b, nwarn, r2 = _probe({"FASTPLD_PURE_PYTHON": "1", "FASTPLD_BACKEND": "native"})
+    assert (b, nwarn) == ("numpy", 1)
+    assert r1 == r2
+    if NATIVE:
+        b, nwarn, r3 = _probe({"FASTPLD_PURE_PYTHON": "", "FASTPLD_BACKEND": "native"})
+        assert (b, nwarn) == ("native", 0)
+        assert r3 == pytest.approx(r1, rel=1e-6)
+
+
+def test_explicit_native_without_core_warns(monkeypatch):
+    monkeypatch.delitem(_fft._BACKENDS, "native", raising=False)
+    monkeypatch.setattr(_fft, "_native_error", [ImportError("not built")])
+    with pytest.warns(RuntimeWarning, match="native backend is unavailable"):
+        pld = fastpld.compose(fastpld.PureDP(0.5), 10, backend="native")
+    assert pld.backend == "numpy"
+
+
+# ---------------------------------------------------------------------------------------
+# both backends on whole compositions
+# ---------------------------------------------------------------------------------------
+WORKLOADS = [
+    ("psg", lambda: fastpld.PoissonSubsampledGaussian(27.1, 0.2), 2**10, "auto"),
+    ("psg-small-sigma", lambda: fastpld.PoissonSubsampledGaussian(1.2, 0.05), 300, "recursive"),
+    ("laplace", lambda: fastpld.Laplace(134.8), 2**10, "two_stage"),
+    ("sub-laplace", lambda: fastpld.PoissonSubsampledLaplace(2.0, 0.05), 300, "auto"),
+    ("rr", lambda: fastpld.RandomizedResponse(0.5, 3), 500, "recursive"),
+    ("gauss-glw", lambda: fastpld.Gaussian(8.0), 97, "glw"),
+    ("hetero", lambda: [(fastpld.Gaussian(3.0), 5), (fastpld.Laplace(2.0), 40)], None, "auto"),
+]
+
+
+@needs_native
+@pytest.mark.parametrize("name,make,k,method", WORKLOADS, ids=[w[0] for w in WORKLOADS])
+def test_backends_agree(name, make, k, method):
+    """PMFs, estimates and certified bounds agree to 1e-9 relative across backends.
+
+    Round-off-level entries (below the certified error floor) are trimmed differently by
+    different FFT implementations, so the PMFs are compared on their common value grid; the
+    trimming charge does not depend on the noise, so the bounds agree.
+    """
+    a = fastpld.compose(make(), k, method=method, backend="native")
+    b = fastpld.compose(make(), k, method=method, backend="numpy")
+    assert (a.backend, b.backend) == ("native", "numpy")
+    assert [s.buckets for s in a.stages] == [s.buckets for s in b.stages]
+    for d in a.directions:
+        pa, pb = a.directions[d].pmf, b.directions[d].pmf
+        assert pa.mesh == pb.mesh
+        shift = (pb.offset - pa.offset) / pa.mesh
+        assert abs(shift - round(shift)) < 1e-6
+        shift = round(shift)
+        lo = min(0, shift)
+        n = max(pa.probs.size, shift + pb.probs.size) - lo
+        xa = np.zeros(n)
+        xb = np.zeros(n)
+        xa[-lo:-lo + pa.probs.size] = pa.probs
+        xb[shift - lo:shift - lo + pb.probs.size] = pb.probs
+        assert np.abs(xa - xb).sum() <= 1e-9
+        assert a.directions[d].eps_spent == pytest.approx(b.directions[d].eps_spent, rel=1e-9)
+    eps = np.array([0.25, 0.5, 1.0, 2.0])
+    da, db = a.delta(eps), b.delta(eps)
+    _close(da.estimate, db.estimate, rtol=1e-9, atol=1e-15)
+    _close(da.lower, db.lower, rtol=1e-9, atol=1e-15)
+    _close(da.upper, db.upper, rtol=1e-9, atol=1e-15)
+    ea, eb = a.epsilon([1e-5, 1e-7]), b.epsilon([1e-5, 1e-7])
+    _close(ea.estimate, eb.estimate, rtol=1e-9, atol=1e-12)
+    _close(ea.lower, eb.lower, rtol=1e-9, atol=1e-12)
+    _close(ea.upper, eb.upper, rtol=1e-9, atol=1e-12)
+
+
+@needs_native
+def test_native_with_numpy_kernels(pure):
+    """The native pipeline with every kernel replaced by its numpy fallback."""
+    a = fastpld.compose(fastpld.PoissonSubsampledGaussian(27.1, 0.2), 2**10, backend="native")
+    b = pure(fastpld.compose, fastpld.PoissonSubsampledGaussian(27.1, 0.2), 2**10, backend="native")
+    da, db = a.delta([0.5, 1.0]), b.delta([0.5, 1.0])
+    _close(da.estimate, db.estimate, rtol=1e-9)
+    _close(da.upper, db.upper, rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["native", "numpy"])
+@pytest.mark.parametrize("method", ["two_stage", "recursive"])
+def test_oracles_hold_on_each_backend(backend, method):
+    if backend == "native" and not NATIVE:
+        pytest.skip("native backend unavailable")
+    eps = np.array([0.0, 0.5, 1.0, 2.0])
+    b = fastpld.compose(fastpld.Gaussian(300.0), 2**16 + 3, method=method, backend=backend).delta(eps)
+    exact = gaussian_delta(eps, math.sqrt(2**16 + 3) / 300.0)
+    assert np.all(b.lower <= exact) and np.all(exact <= b.upper)
+    b = fastpld.compose(fastpld.PureDP(0.02), 5003, method=method, backend=backend).delta(eps)
+    exact = np.array([pure_dp_delta(e, 0.02, 5003) for e in eps])
+    assert np.all(b.lower <= exact) and np.all(exact <= b.upper)
+
+
+# ---------------------------------------------------------------------------------------
+# threads
+# ---------------------------------------------------------------------------------------
+@needs_native
+def test_compose_from_many_threads():
+    jobs = [(fastpld.PoissonSubsampledGaussian(27.1, 0.2), 2**10), (fastpld.Laplace(134.8), 2**10),
+            (fastpld.Gaussian(8.0), 97), (fastpld.PureDP(0.1), 100)] * 2
+    serial = [fastpld.compose(m, k, backend="native").delta(1.0) for m, k in jobs]
+    results = [None] * len(jobs)
+    errors = []
+    barrier = threading.Barrier(len(jobs))
+
+    def work(i):
+        try:
+            barrier.wait()
+            m, k = jobs[i]
+            results[i] = fastpld.compose(m, k, backend="native").delta(1.0)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for r, s in zip(results, serial):
+        assert r == s  # per-thread plans: bit-identical to the serial run
