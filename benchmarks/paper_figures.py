@@ -1,6 +1,6 @@
 """Reproduce the paper's Figures 1 and 2 (time, buckets, delta bounds against k) and go past them.
 
-    python benchmarks/paper_figures.py            # full mode: 20 runs, k = 2^4, 2^6, ..., 2^16, caps 150 s
+    python benchmarks/paper_figures.py            # full mode: 20 runs, k = 2^4, 2^6, ..., 2^16, cap 120 s
     python benchmarks/paper_figures.py --quick    # smoke test (< 60 s): few k, 2 runs, small caps
     python benchmarks/paper_figures.py --all-powers --runs 20 --out DIR
 
@@ -55,7 +55,7 @@ def config(a):
                 "memory_methods": ("auto",), "memory_exps": [16]}
     exps = list(range(4, 17)) if a.all_powers else list(range(4, 17, 2))
     return {"paper_exps": exps, "runs": a.runs or 20, "beyond_exps": [10, 16, 20, 24, 30],
-            "peer_beyond_exps": [16, 20, 24, 30], "cap": a.cap or 150.0,
+            "peer_beyond_exps": [16, 20, 24, 30], "cap": a.cap or 120.0,
             "accuracy_exps": list(range(4, 17, 2)) + [20, 24, 30], "memory_methods": FASTPLD_METHODS,
             "memory_exps": [10, 16, 20, 24, 30]}
 
@@ -227,7 +227,7 @@ def beyond_section(cfg, noise):
             recs = {}
             for e in cfg["peer_beyond_exps"]:
                 k, nz = 2**e, noise_for(noise, mech, e)
-                mp = memprobe(lib, mech, nz, k, timeout=cfg["cap"] * 1.5 + 30, trace_max=cfg["cap"] / 5)
+                mp = memprobe(lib, mech, nz, k, timeout=cfg["cap"] + 30, trace_max=cfg["cap"] / 5)
                 recs[str(e)] = mp
                 wall = mp.get("wall")
                 _log(f"[beyond] {mech} {name} k=2^{e}: " + (f"{wall:.2f} s, rss +{(mp.get('rss_peak_extra') or 0) / 2**20:.1f} MB"
@@ -566,6 +566,7 @@ def main(argv=None):
     ap.add_argument("--all-powers", action="store_true", help="every power of two 2^4..2^16 (default: even)")
     ap.add_argument("--noise-file", default=NOISE_FILE)
     ap.add_argument("--skip", default="", help="comma-separated sections to skip: beyond,accuracy")
+    ap.add_argument("--replot", action="store_true", help="redraw figures and tables from OUT/results.json")
     a = ap.parse_args(argv)
     cfg = config(a)
     skip = {s for s in a.skip.split(",") if s}
@@ -578,6 +579,11 @@ def main(argv=None):
 
     os.makedirs(a.out, exist_ok=True)
     noise = load_noise(a.noise_file)
+    if a.replot:
+        with open(os.path.join(a.out, "results.json")) as fh:
+            res = json.load(fh)
+        _draw(res, noise, res["meta"]["config"], a.out, plt)
+        return
     backends = list(fastpld.available_backends())
     t0 = time.perf_counter()
     res = {"meta": {"command": "python benchmarks/paper_figures.py " + " ".join(argv if argv is not None else sys.argv[1:]),
@@ -585,20 +591,26 @@ def main(argv=None):
                     "machine": f"{platform.machine()}, {os.cpu_count()} cpus, python {platform.python_version()}",
                     "backends": backends, "config": cfg, "versions": _versions()}}
     res["paper"] = paper_section(cfg, noise, backends)
-    for mech in C.MECHANISMS:
-        fig_paper(mech, res["paper"][mech], noise, os.path.join(a.out, f"fig_{mech}.png"), plt)
     if "beyond" not in skip:
         res["beyond"] = beyond_section(cfg, noise)
-        fig_scaling(res["beyond"], os.path.join(a.out, "fig_scaling.png"), plt)
     if "accuracy" not in skip:
         res["accuracy"] = accuracy_section(cfg, noise, res["paper"])
-        fig_accuracy(res["accuracy"], os.path.join(a.out, "fig_accuracy.png"), plt)
     res["meta"]["seconds"] = time.perf_counter() - t0
     with open(os.path.join(a.out, "results.json"), "w") as fh:
         json.dump(res, fh, indent=1, default=_json_default)
-    with open(os.path.join(a.out, "results.md"), "w") as fh:
-        fh.write(markdown(res, noise, cfg))
+    _draw(res, noise, cfg, a.out, plt)
     _log(f"wrote {a.out}/results.json, results.md and figures in {res['meta']['seconds']:.0f} s")
+
+
+def _draw(res, noise, cfg, out, plt):
+    for mech in C.MECHANISMS:
+        fig_paper(mech, res["paper"][mech], noise, os.path.join(out, f"fig_{mech}.png"), plt)
+    if "beyond" in res:
+        fig_scaling(res["beyond"], os.path.join(out, "fig_scaling.png"), plt)
+    if "accuracy" in res:
+        fig_accuracy(res["accuracy"], os.path.join(out, "fig_accuracy.png"), plt)
+    with open(os.path.join(out, "results.md"), "w") as fh:
+        fh.write(markdown(res, noise, cfg))
 
 
 def _json_default(o):
