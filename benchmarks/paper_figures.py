@@ -320,6 +320,9 @@ def _ks(d):
     return es, np.array([2.0 ** int(e) for e in es])
 
 
+YMIN = 2e-8  # bottom of the delta axis; lower bounds below it (or 0) run off the axis
+
+
 def _log2_axis(ax):
     ax.set_xscale("log", base=2)
     ax.set_xlabel("number of compositions k")
@@ -340,17 +343,19 @@ def fig_paper(mech, res, noise, path, plt):
         axs[0].fill_between(ks, lo, hi, color=st["color"], alpha=0.15)
         axs[1].plot(ks, [r["buckets"] for r in rec], label=name, **st)
         # (c): shift the x positions a little per series so the brackets do not hide each other
-        shift = 2.0 ** ((i - (ns - 1) / 2) * 0.09)
+        shift = 2.0 ** ((i - (ns - 1) / 2) * 0.16)
         est = np.array([r["estimate"] for r in rec])
         if C.finite(rec[0].get("lower")):
             low = np.array([r["lower"] for r in rec])
             up = np.array([r["upper"] for r in rec])
-            axs[2].errorbar(ks * shift, est, yerr=[est - np.maximum(low, 1e-12), up - est], fmt=st["marker"],
+            # a lower bound of 0 (or below the axis) is drawn down to the bottom of the axis
+            axs[2].errorbar(ks * shift, est, yerr=[est - np.maximum(low, YMIN), up - est], fmt=st["marker"],
                             color=st["color"], capsize=3, label=name, ms=5,
                             mfc="none" if st.get("linestyle") == "--" else st["color"])
         else:
             axs[2].plot(ks * shift, est, st["marker"], color=st["color"], label=name + " (estimate only)", ms=6)
     axs[2].axhline(C.TARGET_DELTA, color="gray", lw=1, ls=":", label="calibrated truth 1e-6")
+    axs[2].set_ylim(YMIN, 2e-4)
     axs[0].set_ylabel("time per accountant (s), mean and 20-80th pct.")
     axs[0].set_yscale("log")
     axs[1].set_ylabel("discretisation buckets")
@@ -364,7 +369,7 @@ def fig_paper(mech, res, noise, path, plt):
         _log2_axis(ax)
         ax.grid(True, which="major", alpha=0.3)
     axs[0].legend(fontsize=8, loc="upper left")
-    axs[2].legend(fontsize=7, loc="lower left")
+    axs[2].legend(fontsize=7, loc="upper center", ncol=2)
     fig.suptitle(f"{C.LABEL[mech]}: noise calibrated to delta(1.0) = 1e-6 at each k; eps_error 0.1, "
                  f"delta_error 1e-10, dp_accounting interval 1e-4", fontsize=11)
     fig.tight_layout()
@@ -374,6 +379,7 @@ def fig_paper(mech, res, noise, path, plt):
 
 def fig_scaling(beyond, path, plt):
     fig, axs = plt.subplots(1, 2, figsize=(14, 5.2))
+    failed = []
     for mech, mk in (("laplace", "-"), ("psg", "--")):
         short = "Lap" if mech == "laplace" else "PSG"
         for m, recs in beyond["fastpld"][mech].items():
@@ -385,22 +391,29 @@ def fig_scaling(beyond, path, plt):
             axs[0].plot(ks, t, mk, label=f"fastpld {m} ({short})", color=st["color"], marker=st["marker"])
             axs[1].plot(ks, [x / 2**20 if x is not None else np.nan for x in mem], mk, color=st["color"],
                         marker=st["marker"], label=f"fastpld {m} ({short})")
-            for e, kk, tt in zip(es, ks, t):
-                if recs[e]["delta_error"] != C.DELTA_ERROR:
-                    axs[0].annotate(f"de={recs[e]['delta_error']:.0e}", (kk, tt), fontsize=6, color=st["color"],
-                                    xytext=(3, 3), textcoords="offset points")
+            # white-filled marker: delta_error 1e-10 was refused, run at the smallest feasible one
+            loose = [i for i, e in enumerate(es) if recs[e]["delta_error"] != C.DELTA_ERROR]
+            axs[0].plot([ks[i] for i in loose], [t[i] for i in loose], st["marker"], color=st["color"], mfc="white",
+                        ms=7)
         for name, recs in beyond["peers"][mech].items():
             es = sorted((e for e, r in recs.items() if r.get("wall") is not None), key=int)
             st = _style(name)
+            for e, r in recs.items():
+                if r.get("wall") is None:
+                    failed.append(f"{name.split()[0]} ({short}) at k = 2^{e}: {r.get('error', 'failed')}")
             axs[0].plot([2.0 ** int(e) for e in es], [recs[e]["wall"] for e in es], mk, color=st["color"],
                         marker=st["marker"], label=f"{name} ({short})")
             axs[1].plot([2.0 ** int(e) for e in es], [(recs[e].get("rss_peak_extra") or np.nan) / 2**20 for e in es],
                         mk, color=st["color"], marker=st["marker"], label=f"{name} ({short})")
     axs[1].axhline(50, color="gray", ls=":", lw=1, label="target 50 MB")
+    if failed:
+        axs[0].text(0.98, 0.03, "\n".join(failed), transform=axs[0].transAxes, ha="right", va="bottom", fontsize=7,
+                    bbox=dict(fc="white", ec="0.7", alpha=0.9))
     axs[0].set_ylabel("time (s; fastpld median, peers one run)")
     axs[1].set_ylabel("peak extra resident memory (MB)")
-    axs[0].set_title("time up to k = 2^30 (de = delta_error where 1e-10 is infeasible)")
-    axs[1].set_title("peak extra memory (one subprocess per point)")
+    axs[0].set_title("time up to k = 2^30 (white markers: delta_error 1e-10 refused, run at\n"
+                     "the smallest feasible one, <= 3e-7; solid: Laplace, dashed: subsampled Gaussian)", fontsize=10)
+    axs[1].set_title("peak extra resident memory (VmHWM - VmRSS before, one subprocess per point)", fontsize=10)
     for ax in axs:
         _log2_axis(ax)
         ax.set_yscale("log")
@@ -425,8 +438,8 @@ def fig_accuracy(acc, path, plt):
         wes = [e for e in es if "rel_width" in g[e][name]]
         if wes:
             axs[1].plot([2.0 ** int(e) for e in wes], [g[e][name]["rel_width"] for e in wes], label=name, **st)
-    axs[0].set_title("Gaussian: |estimate - exact| / exact")
-    axs[1].set_title("Gaussian: (upper - lower) / exact")
+    axs[0].set_title("Gaussian (exact delta known): |estimate - exact| / exact")
+    axs[1].set_title("Gaussian: certified bracket (upper - lower) / exact")
     axs[0].set_ylabel("relative error of the delta(1.0) estimate")
     axs[1].set_ylabel("relative width of the certified bracket")
     lap = acc["laplace"]
@@ -437,15 +450,15 @@ def fig_accuracy(acc, path, plt):
         y = np.array([d["per_k"][e]["rel_error"] for e in es]) * 100
         axs[2].plot(ks, y, label=f"{name}: {d['min_rel_error']:+.0%} .. {d['max_rel_error']:+.0%}", **st)
     axs[2].axhline(0, color="gray", lw=1)
-    axs[2].set_yscale("symlog", linthresh=10)
-    axs[2].set_title("Laplace: estimate vs certified reference (eps_error 0.001)")
+    axs[2].set_title("Laplace: estimate vs certified reference (fastpld, eps_error 0.001, +-2%)")
     axs[2].set_ylabel("relative error of the delta(1.0) estimate (%)")
-    for ax in axs[:2]:
-        ax.set_yscale("log")
+    axs[0].set_yscale("log")
     for ax in axs:
         _log2_axis(ax)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)
+    axs[2].set_ylim(-100, 300)
+    axs[2].legend(fontsize=7, loc="upper left", ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
