@@ -13,7 +13,7 @@ The plain Gaussian needs no search: k Gaussians of std sigma compose exactly to 
 
 Also re-measures the paper's quoted sigma = 226.86 and b = 1133.84 at k = 2^16.
 
-    python benchmarks/calibrate_noise.py            # ~3-5 min on 2 shared cores
+    python benchmarks/calibrate_noise.py            # ~8 min on 2 shared cores
     python benchmarks/calibrate_noise.py --quick    # k = 2^4, 2^10 only (for testing the script)
 """
 from __future__ import annotations
