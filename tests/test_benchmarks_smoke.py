@@ -1,0 +1,56 @@
+"""Smoke test of the paper-figure benchmark: ``--quick`` runs end to end and writes finite numbers.
+
+Nothing about speed is asserted (timings live in benchmarks/).  Skipped when the peers or
+matplotlib are not installed.
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "benchmarks", "paper_figures.py")
+
+
+def _finite(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def test_paper_figures_quick(tmp_path):
+    for mod in ("matplotlib", "prv_accountant", "dp_accounting"):
+        pytest.importorskip(mod)
+    env = dict(os.environ, MPLBACKEND="Agg", PYTHONWARNINGS="ignore")
+    p = subprocess.run([sys.executable, SCRIPT, "--quick", "--out", str(tmp_path)], capture_output=True, text=True,
+                       timeout=600, env=env, cwd=ROOT)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    for name in ("fig_laplace.png", "fig_psg.png", "fig_scaling.png", "fig_accuracy.png"):
+        f = tmp_path / name
+        assert f.is_file() and f.stat().st_size > 10_000, name
+        assert f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    md = (tmp_path / "results.md").read_text()
+    assert "Calibrated noise" in md and "prv_accountant" in md
+    res = json.loads((tmp_path / "results.json").read_text())
+    for mech in ("laplace", "psg"):
+        series = res["paper"][mech]
+        assert any(s.startswith("prv_accountant") for s in series)
+        assert any(s.startswith("fastpld recursive") for s in series)
+        for name, per_k in series.items():
+            assert per_k, name
+            for e, r in per_k.items():
+                assert all(_finite(t) and t > 0 for t in r["times"]), (name, e)
+                assert _finite(r["time_median"]) and _finite(r["estimate"]), (name, e)
+                assert isinstance(r["buckets"], int) and r["buckets"] > 0, (name, e)
+                if r.get("lower") is not None:
+                    assert r["lower"] <= r["estimate"] <= r["upper"], (name, e)
+        for m, ratio in res["beyond"]["ratio"][mech].items():
+            assert _finite(ratio["ratio_same_delta_error"]) and ratio["ratio_same_delta_error"] > 0, m
+        for m, recs in res["beyond"]["fastpld"][mech].items():
+            assert any(r.get("delta_error") is not None for r in recs.values()), m
+    mem = [r["memory"]["tracemalloc_peak"] for recs in res["beyond"]["fastpld"]["psg"].values()
+           for r in recs.values() if r.get("memory")]
+    assert mem and all(_finite(x) and x > 0 for x in mem)
+    g = res["accuracy"]["gaussian"]
+    assert g and all(_finite(r["rel_error"]) for row in g.values() for r in row.values() if "rel_error" in r)
