@@ -132,19 +132,32 @@ def _s_grid(scale: float) -> np.ndarray:
     return np.geomspace(1e-3, 1e4, 160) / scale
 
 
+def _real_vector(name, value):
+    """``value`` as a flat float64 array, or ``ValueError`` naming ``name``."""
+    try:
+        raw = np.asarray(value)
+        if raw.dtype.kind not in "iufO":  # no bools, complex numbers or strings
+            raise TypeError
+        return np.asarray(raw, dtype=np.float64).ravel()
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be an array of real numbers, got {value!r}") from None
+
+
 class DiscreteLoss(PrivacyLoss):
     """A privacy loss with finitely many finite values (plus mass at ``+inf``)."""
 
     is_discrete = True
 
     def __init__(self, values, probabilities, p_inf: float = 0.0):
-        v = np.asarray(values, dtype=np.float64).ravel()
-        p = np.asarray(probabilities, dtype=np.float64).ravel()
+        v = _real_vector("values", values)
+        p = _real_vector("probabilities", probabilities)
         if v.size == 0 or v.shape != p.shape:
             raise ValueError("values and probabilities must be non-empty arrays of the same length")
         if not np.all(np.isfinite(v)):
             raise ValueError("values must be finite (put mass at +infinity into p_inf)")
-        if np.isnan(p).any() or (p < 0).any():
+        if not np.all(np.isfinite(p)):
+            raise ValueError("probabilities must be finite (not NaN or infinite)")
+        if (p < 0).any():
             raise ValueError("probabilities must be >= 0")
         total = p.sum()
         if not (abs(total - 1.0) <= 1e-9 or (p_inf > 0 and abs(total + p_inf - 1.0) <= 1e-9)):
@@ -545,7 +558,12 @@ class SubsampledLoss(ContinuousLoss):
         self.q = float(q)
         self.direction = direction
         self._ylo = math.log1p(-self.q)
-        g = lambda l: math.log1p(-self.q + self.q * math.exp(l)) if math.isfinite(l) else (math.inf if l > 0 else self._ylo)
+        def g(l):
+            if not math.isfinite(l):
+                return math.inf if l > 0 else self._ylo
+            if l > 700:  # e^l overflows: log(1 - q + q e^l) = l + log(q) + log1p((1 - q) e^-l / q)
+                return l + math.log(self.q) + math.log1p((1 - self.q) * math.exp(-l) / self.q)
+            return math.log1p(-self.q + self.q * math.exp(l))
         lo, hi = pair.support
         if direction == "remove":
             self.support = (max(self._ylo, g(lo)), g(hi))
@@ -948,11 +966,26 @@ class CustomCDF(Mechanism):
             raise ValueError("cdf must be callable")
         if not callable(log_mgf):
             raise ValueError("log_mgf must be callable (an upper bound on the log MGF, used as tail bound)")
+        if sf is not None and not callable(sf):
+            raise ValueError("sf must be callable or None")
+        if pdf is not None and not callable(pdf):
+            raise ValueError("pdf must be callable or None")
         mean = V.real_float("mean", mean)
         std = V.nonnegative_float("std", std)
         p_inf = V.probability("p_inf", p_inf, open_high=True)
-        self._loss = _CustomContinuous(cdf, sf, pdf, log_mgf, mean, std, tuple(map(float, support)), p_inf,
-                                       tuple(map(float, atoms)), V.positive_float("cdf_rel_error", cdf_rel_error))
+        if isinstance(support, (str, bytes)) or not hasattr(support, "__len__") or len(support) != 2:
+            raise ValueError(f"support must be a pair (lo, hi), got {support!r}")
+        lo = V.real_float("support[0]", support[0], allow_inf=True)
+        hi = V.real_float("support[1]", support[1], allow_inf=True)
+        if not lo < hi:
+            raise ValueError(f"support must satisfy lo < hi, got {support!r}")
+        if isinstance(atoms, (str, bytes)) or not hasattr(atoms, "__iter__"):
+            raise ValueError(f"atoms must be a sequence of real numbers, got {atoms!r}")
+        atoms = tuple(V.real_float(f"atoms[{i}]", a) for i, a in enumerate(atoms))
+        rel = V.positive_float("cdf_rel_error", cdf_rel_error)
+        if rel > 1e-3:
+            raise ValueError(f"cdf_rel_error must be in (0, 1e-3], got {cdf_rel_error!r}")
+        self._loss = _CustomContinuous(cdf, sf, pdf, log_mgf, mean, std, (lo, hi), p_inf, atoms, rel)
 
     def privacy_losses(self):
         return {"add": self._loss, "remove": self._loss}
@@ -974,6 +1007,10 @@ class CustomPMF(Mechanism):
     def __init__(self, values, probabilities, p_inf: float = 0.0):
         p_inf = V.probability("p_inf", p_inf, open_high=True)
         self._loss = DiscreteLoss(values, probabilities, p_inf)
+        total = float(_real_vector("probabilities", probabilities).sum())
+        # as documented: the finite masses and p_inf together make one distribution
+        if not abs(total + p_inf - 1.0) <= 1e-9:
+            raise ValueError(f"probabilities must sum to 1 - p_inf = {1 - p_inf!r}, got {total!r}")
         self._key = (tuple(self._loss.values.tolist()), tuple(self._loss.probs.tolist()), p_inf)
 
     def privacy_losses(self):
