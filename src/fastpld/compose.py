@@ -489,6 +489,15 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets):
     return GridPMF(lin, offset, h), info
 
 
+def _check_tv(budgets, tv_trunc, tv_wrap, tv_fp):
+    if not budgets.delta - (tv_trunc + tv_wrap + tv_fp) > 0:
+        raise ValueError(
+            f"delta_error={budgets.delta:.3g} is too small for this composition: round-off alone costs "
+            f"{tv_fp:.3g} (wrap-around {tv_wrap:.3g}, truncation {tv_trunc:.3g}; round-off grows with the number "
+            f"of compositions); increase delta_error"
+        )
+
+
 def _execute(plan, meshes, budgets, backend, max_buckets):
     """Run a plan for one direction; returns (final GridPMF, eps_spent, delta_spent, stages, cert)."""
     results = {}
@@ -499,6 +508,8 @@ def _execute(plan, meshes, budgets, backend, max_buckets):
     tv_trunc = tv_wrap = tv_fp = 0.0
     stages = []
     for o in plan.order:
+        # refuse as soon as the charges already exceed the budget (before more FFTs)
+        _check_tv(budgets, tv_trunc, tv_wrap, tv_fp)
         inst = plan.instances[id(o)]
         if isinstance(o, _Leaf):
             tail = budgets.trunc / (n_objects * inst * 2)
@@ -541,12 +552,8 @@ def _execute(plan, meshes, budgets, backend, max_buckets):
     # The Azuma failure probability gets whatever the measured charges leave of the budget
     # (planning assumed _SHARE_ETA; a larger eta only shrinks the eps term).
     tv = tv_trunc + tv_wrap + tv_fp
+    _check_tv(budgets, tv_trunc, tv_wrap, tv_fp)
     eta = budgets.delta - tv
-    if not eta > 0:
-        raise ValueError(
-            f"delta_error={budgets.delta:.3g} is too small for this composition: round-off alone costs "
-            f"{tv_fp:.3g} (wrap-around {tv_wrap:.3g}, truncation {tv_trunc:.3g}); increase delta_error"
-        )
     azuma = math.sqrt(V / 2 * math.log(2.0 / eta))
     eps_spent = azuma + bias
     delta_spent = budgets.delta  # = eta + tv in exact arithmetic

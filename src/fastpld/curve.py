@@ -109,6 +109,18 @@ class _Query:
         sol = np.where(np.isfinite(sol), np.abs(sol), 0.0)
         return 8 * _U * (sol + abs(self.v0) + self.h * self.n + 2.0)
 
+    def bracket_pad(self, x):
+        """Round-off pad of ``d`` on the grid interval where ``d = x`` (and above it).
+
+        The cumulative sums have error relative to their own value, so the pad
+        is ``4 (n + 4) u S1[j - 1]`` for the bracket ``(v_{j-1}, v_j]`` of the
+        solution; for any smaller ``x`` the bracket only moves up, where
+        ``S1`` is smaller, so the pad stays valid.
+        """
+        j = np.searchsorted(-self.dgrid, -np.asarray(x, dtype=np.float64), side="left")
+        jj = np.clip(j - 1, 0, self.n - 1)
+        return self.pad * self.S1[jj]
+
     def epsilon(self, x):
         """Smallest ``eps`` with ``d(eps) <= x`` (``-inf`` if ``x >= 1``)."""
         x = np.asarray(x, dtype=np.float64)
@@ -227,7 +239,8 @@ class PrivacyLossDistribution:
                 lo, est, up = (z if a is None else a for a in (lo, est, up))
                 continue
             base = (dq - pinf) / (1 - pinf)
-            x_up = base - ds - q.pad
+            x_up = base - ds
+            x_up = x_up - q.bracket_pad(np.maximum(x_up, 0.0))
             if (x_up[~one] <= 0).any():
                 raise ValueError(
                     f"delta={float(np.min(dq[~one])):.3g} is too small to certify: the composition spent a delta error of "
