@@ -51,6 +51,9 @@ def _reference(inputs):
             e >>= 1
         P = P * R
     ref = np.fft.irfft(P, n)[:full]
+    # the input arrays sum to 1 only up to their last rounding, (1 + theta)^m after the powers;
+    # the node normalises its output, so the exact target is the normalised convolution
+    ref = ref / ref.sum()
     return ref, sum(m * float(p.offset) for p, m in inputs), sum(m for _, m in inputs), n
 
 

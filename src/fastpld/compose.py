@@ -56,6 +56,7 @@ DEFAULT_MAX_BUCKETS = 1 << 23
 
 _U64 = np.finfo(np.float64).eps / 2
 _ULD = float(np.finfo(np.longdouble).eps) / 2
+_TWO_PI_LD = 2 * np.longdouble("3.14159265358979323846264338327950288")
 
 # Shares of the delta budget (caps; the spent amounts are usually far smaller).
 _SHARE_ETA = 0.4
@@ -454,7 +455,9 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets):
             ph = np.angle(X)
         logmag = m * lr if logmag is None else logmag + m * lr
         phase = m * ph if phase is None else phase + m * ph
-    phase = np.remainder(phase, 2 * np.pi)
+    # reduce by 2 pi in the node's precision: a float64 2 pi would put float64-size phase errors
+    # (|phase| * 2.4e-16) into long double nodes, whose charge assumes long double accuracy
+    phase = np.remainder(phase, _TWO_PI_LD if dtype is np.longdouble else 2 * np.pi)
     with np.errstate(under="ignore"):
         Pc = np.exp(logmag) * (np.cos(phase) + 1j * np.sin(phase))
     Pc[~np.isfinite(logmag)] = 0
