@@ -385,7 +385,8 @@ def _fp_fft_bound(specs, N, u):
         # rounding of the power itself (polar form): relative error ~ u (1 + m|log r| + m|phase|)
         prod_r = np.exp(sum(m * lr for lr, _, m, _ in logs))
         cond = sum(1.0 + m * (np.abs(np.where(np.isfinite(lr), lr, 0.0)) + np.abs(ph)) for lr, _, m, ph in logs)
-        amp = amp + 8 * u * cond * prod_r
+        # + m u: |X| itself is rounded (relative u) before the m-th power
+        amp = amp + (8 * cond + 2 * sum(m for *_, m, _ in logs)) * u * prod_r
     amp = np.where(np.isfinite(amp), amp, 0.0)
     w = np.full(amp.shape, 2.0)
     w[0] = 1.0
