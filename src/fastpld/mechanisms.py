@@ -22,6 +22,7 @@ their atoms exactly.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
@@ -655,8 +656,9 @@ class SubsampledLoss(ContinuousLoss):
             i16 = _gl_integrate(lambda x: x * self.cdf(x), edges[:-1], edges[1:], 16)
             fa, fb = float(self.cdf(np.array([lo]))[0]), float(self.cdf(np.array([hi]))[0])
             m2 = hi * hi * fb - lo * lo * fa - 2 * i16
-            self._mean = float(m)
+            # _std before _mean: another thread that sees _mean set must also see _std
             self._std = float(math.sqrt(max(m2 - m * m, 0.0)))
+            self._mean = float(m)
         return self._mean, self._std
 
     def mean(self):
@@ -692,6 +694,8 @@ def ladder(fn, tail, centre, scale, direction, limit):
     if math.isfinite(limit):
         out = limit + direction * max(1e-12 * abs(limit), 1e-300)
         xs = np.where(direction * (xs - limit) >= 0, out, xs)
+        # a scale that underflowed (tiny losses) must not hide the support's end, where fn = 0
+        xs = np.append(xs, out)
     vals = fn(xs)
     ok = np.nonzero(vals <= tail)[0]
     if ok.size == 0:
@@ -737,6 +741,7 @@ class Gaussian(Mechanism):
     def __post_init__(self):
         object.__setattr__(self, "sigma", V.positive_float("sigma", self.sigma))
         object.__setattr__(self, "sensitivity", V.positive_float("sensitivity", self.sensitivity))
+        _check_noise_ratio("sigma", self.sigma, self.sensitivity)
 
     def privacy_losses(self):
         loss = _cached(self, lambda: GaussianLoss(self.sensitivity / self.sigma))
@@ -753,6 +758,7 @@ class Laplace(Mechanism):
     def __post_init__(self):
         object.__setattr__(self, "scale", V.positive_float("scale", self.scale))
         object.__setattr__(self, "sensitivity", V.positive_float("sensitivity", self.sensitivity))
+        _check_noise_ratio("scale", self.scale, self.sensitivity)
 
     def privacy_losses(self):
         loss = _cached(self, lambda: LaplaceLoss(self.sensitivity / self.scale))
@@ -760,6 +766,17 @@ class Laplace(Mechanism):
 
 
 _NEIGHBOURING = ("add_or_remove", "remove", "add")
+_NOISE_RANGE = (1e-100, 1e100)
+
+
+def _check_noise_ratio(name, noise, sensitivity):
+    """Refuse noise/sensitivity ratios whose privacy losses overflow or underflow float64."""
+    r = noise / sensitivity
+    if not (_NOISE_RANGE[0] <= r <= _NOISE_RANGE[1]):
+        raise ValueError(
+            f"{name} / sensitivity must be in [{_NOISE_RANGE[0]:g}, {_NOISE_RANGE[1]:g}] (its privacy loss is not "
+            f"representable in float64 otherwise), got {name}={noise!r}, sensitivity={sensitivity!r}"
+        )
 
 
 def _validate_subsampled(mech, noise_name):
@@ -767,6 +784,7 @@ def _validate_subsampled(mech, noise_name):
     object.__setattr__(mech, noise_name, V.positive_float(noise_name, getattr(mech, noise_name)))
     object.__setattr__(mech, "sampling_probability", V.probability("sampling_probability", mech.sampling_probability))
     object.__setattr__(mech, "sensitivity", V.positive_float("sensitivity", mech.sensitivity))
+    _check_noise_ratio(noise_name, getattr(mech, noise_name), mech.sensitivity)
     if mech.neighboring not in _NEIGHBOURING:
         raise ValueError(f"neighboring must be one of {_NEIGHBOURING}, got {mech.neighboring!r}")
 
@@ -1028,14 +1046,20 @@ _LOSS_CACHE: dict = {}
 _CACHE_MAX = 4096
 
 
+_CACHE_LOCK = threading.RLock()
+
+
 def _cached(mech, factory):
+    # under a lock: concurrent compose calls then share one loss object per mechanism value
+    # (identical events are merged by the loss object's identity)
     key = (type(mech), mech)
-    try:
-        return _LOSS_CACHE[key]
-    except KeyError:
-        pass
-    val = factory()
-    if len(_LOSS_CACHE) >= _CACHE_MAX:
-        _LOSS_CACHE.clear()
-    _LOSS_CACHE[key] = val
-    return val
+    with _CACHE_LOCK:
+        try:
+            return _LOSS_CACHE[key]
+        except KeyError:
+            pass
+        val = factory()
+        if len(_LOSS_CACHE) >= _CACHE_MAX:
+            _LOSS_CACHE.clear()
+        _LOSS_CACHE[key] = val
+        return val
