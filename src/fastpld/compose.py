@@ -534,6 +534,12 @@ def _execute(plan, meshes, budgets, backend, max_buckets):
             if c.group != o.group:
                 key = (id(c), o.group)
                 if key not in redisc:
+                    size = math.ceil(pmf.mesh * (np.asarray(pmf.probs).size - 1) / h) + 2
+                    if size > max_buckets:
+                        raise ValueError(
+                            f"re-discretisation needs {size} buckets at mesh {h:.3g} (node {o.label}), more than "
+                            f"max_buckets={max_buckets}; increase eps_error or max_buckets"
+                        )
                     rd = rediscretize(pmf, h, dtype=pmf.probs.dtype if pmf.probs.dtype == np.longdouble else np.float64)
                     redisc[key] = rd
                 rd = redisc[key]
