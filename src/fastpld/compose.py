@@ -549,6 +549,7 @@ def _execute(plan, meshes, budgets, backend, max_buckets):
                 tv_fp += copies * rd.tv
                 pmf = rd
             inputs.append((pmf, m))
+        _check_tv(budgets, tv_trunc, tv_wrap, tv_fp)  # re-discretisation charges, before the FFT
         out, info = _run_node(o, inputs, inst, budgets, n_objects, backend, max_buckets)
         results[id(o)] = out
         tv_wrap += inst * info["wrap"]
