@@ -72,7 +72,8 @@ def test_gaussian_contains_exact(sigma, k, method):
 def test_pure_dp_contains_exact(eps0, k):
     pld = fastpld.compose(fastpld.PureDP(eps0), k, eps_error=0.2)
     d = pld.delta(EPS)
-    exact = np.array([pure_dp_delta(e, eps0, k) for e in EPS])
+    # delta <= 1 always; the log-space oracle can round above 1 where delta ~ 1
+    exact = np.minimum(np.array([pure_dp_delta(e, eps0, k) for e in EPS]), 1.0)
     # the oracle is a log-space sum: allow its own rounding
     assert np.all(d.lower <= exact * (1 + 1e-12) + 1e-300)
     assert np.all(exact * (1 - 1e-12) <= d.upper)
