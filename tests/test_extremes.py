@@ -76,6 +76,9 @@ CASES = {
     "eps-error-10": lambda: F.compose(F.Gaussian(1.0), 1000, eps_error=10),
     "delta-error-1e-250": lambda: F.compose(F.Gaussian(1.0), 10, delta_error=1e-250),
     "custom-pmf-far-atoms": lambda: F.compose(F.CustomPMF([-1e6, 1e6], [0.5, 0.5]), 10),
+    "subsampled-sigma-1e-3-loose": lambda: F.compose(F.PoissonSubsampledGaussian(1e-3, 0.01), 100, delta_error=1e-3),
+    "subsampled-sigma-1e50": lambda: F.compose(F.PoissonSubsampledGaussian(1e50, 0.5), 10),
+    "q-1e-100": lambda: F.compose(F.PoissonSubsampledGaussian(1.0, 1e-100), 1000),
     "mixed": lambda: F.compose([(F.Gaussian(1e-3), 1), (F.PureDP(0), 5), (F.Laplace(1e6), 10**9),
                                 (F.PoissonSubsampledGaussian(1.0, 1e-9), 10**6)]),
 }

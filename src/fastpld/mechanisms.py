@@ -689,7 +689,11 @@ def ladder(fn, tail, centre, scale, direction, limit):
     Points beyond a finite support ``limit`` are replaced by a point just outside
     it, where ``fn`` (a CDF below the support, a survival function above) is 0.
     """
-    steps = np.concatenate([[0.0], np.geomspace(1e-9, 1e7, 400)]) * max(scale, 1e-300)
+    base = np.concatenate([[0.0], np.geomspace(1e-9, 1e7, 400)])
+    # a second ladder on the scale of |centre|: a standard deviation that underflowed (all the
+    # mass numerically at one point) must not hide the tail; any point found is valid
+    steps = np.concatenate([base * max(scale, 1e-300), base[1:] * max(abs(centre), 1.0)])
+    steps = np.unique(steps)
     xs = centre + direction * steps
     if math.isfinite(limit):
         out = limit + direction * max(1e-12 * abs(limit), 1e-300)
