@@ -10,13 +10,16 @@ that run in double and long double are fused Cython functions.
 import numpy as np
 cimport cython
 cimport numpy as cnp
-from libc.math cimport (atan2, atan2l, cos, cosl, exp, expl, fmod, fmodl, hypot, hypotl, isfinite, log, logl,
+from libc.math cimport (acosl, atan2, atan2l, cos, cosl, exp, expl, fmod, fmodl, hypot, hypotl, isfinite, log, logl,
                         sin, sinl, fabs, floor)
 from libc.string cimport memset
 
 cnp.import_array()
 
 cdef double _TWO_PI = 2.0 * 3.141592653589793  # the float64 value numpy uses (2 * np.pi)
+# long double nodes reduce phases by a long double 2 pi (compose._TWO_PI_LD): a float64 2 pi
+# would add float64-size phase errors that the long double round-off charge does not cover
+cdef long double _TWO_PI_L = 2.0 * acosl(-1.0)
 
 
 cdef inline void _check(int status, str what) except *:
@@ -242,12 +245,18 @@ cdef int _power_fp(const real_out[::1] logmag, const real_out[::1] phase, const 
                    const double[:, ::1] LRG, const double[:, ::1] PH, const double[::1] ms, double g, double u,
                    Py_ssize_t N, cplx[::1] Pc, double *e2, double *p2) noexcept nogil:
     cdef Py_ssize_t F = logmag.shape[0], C = ms.shape[0], k, c
-    cdef real_out ph, lm, e, two_pi = <real_out>_TWO_PI
-    cdef double log_prod, amp, sum_lr, cond, lrc, w, se2 = 0.0, sp2 = 0.0, eight_u = 8.0 * u
+    cdef real_out ph, lm, e, two_pi
+    cdef double log_prod, amp, sum_lr, cond, lrc, w, se2 = 0.0, sp2 = 0.0, eight_u = 8.0 * u, msum = 0.0
+    if real_out is double:
+        two_pi = _TWO_PI
+    else:
+        two_pi = <real_out>_TWO_PI_L
     if phase.shape[0] != F or Pc.shape[0] != F or LR.shape[0] != C or LRG.shape[0] != C or PH.shape[0] != C:
         return FPLD_EINVAL
     if C and (LR.shape[1] != F or LRG.shape[1] != F or PH.shape[1] != F):
         return FPLD_EINVAL
+    for c in range(C):
+        msum = msum + ms[c]
     for k in range(F):
         # powers in polar form: phase reduced mod 2 pi as numpy.remainder does
         lm = logmag[k]
@@ -282,7 +291,8 @@ cdef int _power_fp(const real_out[::1] logmag, const real_out[::1] phase, const 
             sum_lr = sum_lr + ms[c] * LR[c, k]
             lrc = LR[c, k] if isfinite(LR[c, k]) else 0.0
             cond = cond + (1.0 + ms[c] * (fabs(lrc) + fabs(PH[c, k])))
-        amp = amp + eight_u * cond * exp(sum_lr)
+        # polar-power rounding, plus the rounding of |X| before its m-th power (~ m u)
+        amp = amp + (eight_u * cond + 2.0 * u * msum) * exp(sum_lr)
         if not isfinite(amp):
             amp = 0.0
         w = 1.0 if (k == 0 or (N % 2 == 0 and k == F - 1)) else 2.0

@@ -27,6 +27,7 @@ if os.environ.get("FASTPLD_PURE_PYTHON", "") not in ("1", "true", "yes"):
 
 HAVE_CORE = _core is not None
 
+_TWO_PI_LD = 2 * np.longdouble("3.14159265358979323846264338327950288")
 _TWO_PI = 2 * np.pi
 
 
@@ -201,7 +202,8 @@ def power_fp(logmag, phase, LR, LRG, PH, ms, g, u, N, Pc):
     ms = np.ascontiguousarray(ms, dtype=np.float64)
     if _core is not None:
         return _core.power_fp(logmag, phase, LR, LRG, PH, ms, float(g), float(u), int(N), Pc)
-    ph = np.remainder(phase, _TWO_PI)
+    # a long double node reduces by a long double 2 pi (see compose._TWO_PI_LD)
+    ph = np.remainder(phase, _TWO_PI_LD if phase.dtype == np.longdouble else _TWO_PI)
     with np.errstate(under="ignore", over="ignore", invalid="ignore"):
         P = np.exp(logmag) * (np.cos(ph) + 1j * np.sin(ph))
     P[~np.isfinite(logmag)] = 0
@@ -218,7 +220,8 @@ def power_fp(logmag, phase, LR, LRG, PH, ms, g, u, N, Pc):
         for c in range(ms.size):
             sum_lr = sum_lr + ms[c] * LR[c]
             cond = cond + (1.0 + ms[c] * (np.abs(np.where(np.isfinite(LR[c]), LR[c], 0.0)) + np.abs(PH[c])))
-        amp = amp + 8 * u * cond * np.exp(sum_lr)
+        # polar-power rounding, plus the rounding of |X| before its m-th power (~ m u)
+        amp = amp + (8 * u * cond + 2 * u * float(ms.sum())) * np.exp(sum_lr)
         amp = np.where(np.isfinite(amp), amp, 0.0)
         w = np.full(amp.shape, 2.0)
         w[0] = 1.0

@@ -27,7 +27,15 @@ def nonnegative_float(name: str, value) -> float:
     return v
 
 
+def _unwrap_0d(value):
+    """A 0-d numpy array stands for its scalar (``np.array(2.0)`` is a float)."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        return value[()]
+    return value
+
+
 def real_float(name: str, value, *, allow_inf: bool = False) -> float:
+    value = _unwrap_0d(value)
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
         raise ValueError(f"{name} must be a real number, got {value!r}")
     v = float(value)
@@ -50,6 +58,7 @@ def probability(name: str, value, *, open_low: bool = False, open_high: bool = F
 
 
 def positive_int(name: str, value) -> int:
+    value = _unwrap_0d(value)
     if isinstance(value, (bool, np.bool_)):
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if isinstance(value, (numbers.Integral, np.integer)):
@@ -83,7 +92,14 @@ def query_array(name: str, value, *, lo: float | None = None, hi: float | None =
                 lo_open: bool = False) -> np.ndarray:
     """Validate a scalar or array query argument; returns a float64 array."""
     try:
-        arr = np.asarray(value, dtype=np.float64)
+        raw = np.asarray(value)
+        # bools and complex numbers are not silently reinterpreted as real queries
+        if raw.dtype.kind not in "iuf" and raw.dtype != object:
+            raise TypeError
+        if raw.dtype == object and any(isinstance(x, (bool, np.bool_, complex, np.complexfloating))
+                                       for x in raw.ravel()):
+            raise TypeError
+        arr = np.asarray(raw, dtype=np.float64)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be a real number or an array of real numbers, got {value!r}") from None
     if np.isnan(arr).any():

@@ -56,6 +56,7 @@ DEFAULT_MAX_BUCKETS = 1 << 23
 
 _U64 = np.finfo(np.float64).eps / 2
 _ULD = float(np.finfo(np.longdouble).eps) / 2
+_TWO_PI_LD = 2 * np.longdouble("3.14159265358979323846264338327950288")
 
 # Shares of the delta budget (caps; the spent amounts are usually far smaller).
 _SHARE_ETA = 0.4
@@ -509,7 +510,8 @@ def _fp_fft_bound(specs, N, u):
         # rounding of the power itself (polar form): relative error ~ u (1 + m|log r| + m|phase|)
         prod_r = np.exp(sum(m * lr for lr, _, m, _ in logs))
         cond = sum(1.0 + m * (np.abs(np.where(np.isfinite(lr), lr, 0.0)) + np.abs(ph)) for lr, _, m, ph in logs)
-        amp = amp + 8 * u * cond * prod_r
+        # + m u: |X| itself is rounded (relative u) before the m-th power
+        amp = amp + (8 * cond + 2 * sum(m for *_, m, _ in logs)) * u * prod_r
     amp = np.where(np.isfinite(amp), amp, 0.0)
     w = np.full(amp.shape, 2.0)
     w[0] = 1.0
@@ -582,7 +584,9 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets):
         logmag = m * lr if logmag is None else logmag + m * lr
         phase = m * ph if phase is None else phase + m * ph
     if not backend.native:
-        phase = np.remainder(phase, 2 * np.pi)
+        # reduce by 2 pi in the node's precision: a float64 2 pi would put float64-size phase errors
+        # (|phase| * 2.4e-16) into long double nodes, whose charge assumes long double accuracy
+        phase = np.remainder(phase, _TWO_PI_LD if dtype is np.longdouble else 2 * np.pi)
         with np.errstate(under="ignore"):
             Pc = np.exp(logmag) * (np.cos(phase) + 1j * np.sin(phase))
         Pc[~np.isfinite(logmag)] = 0
@@ -618,6 +622,15 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets):
     return GridPMF(lin, offset, h), info
 
 
+def _check_tv(budgets, tv_trunc, tv_wrap, tv_fp):
+    if not budgets.delta - (tv_trunc + tv_wrap + tv_fp) > 0:
+        raise ValueError(
+            f"delta_error={budgets.delta:.3g} is too small for this composition: round-off alone costs "
+            f"{tv_fp:.3g} (wrap-around {tv_wrap:.3g}, truncation {tv_trunc:.3g}; round-off grows with the number "
+            f"of compositions); increase delta_error"
+        )
+
+
 def _execute(plan, meshes, budgets, backend, max_buckets):
     """Run a plan for one direction; returns (final GridPMF, eps_spent, delta_spent, stages, cert)."""
     results = {}
@@ -628,6 +641,8 @@ def _execute(plan, meshes, budgets, backend, max_buckets):
     tv_trunc = tv_wrap = tv_fp = 0.0
     stages = []
     for o in plan.order:
+        # refuse as soon as the charges already exceed the budget (before more FFTs)
+        _check_tv(budgets, tv_trunc, tv_wrap, tv_fp)
         inst = plan.instances[id(o)]
         if isinstance(o, _Leaf):
             tail = budgets.trunc / (n_objects * inst * 2)
@@ -648,6 +663,12 @@ def _execute(plan, meshes, budgets, backend, max_buckets):
             if c.group != o.group:
                 key = (id(c), o.group)
                 if key not in redisc:
+                    size = math.ceil(pmf.mesh * (np.asarray(pmf.probs).size - 1) / h) + 2
+                    if size > max_buckets:
+                        raise ValueError(
+                            f"re-discretisation needs {size} buckets at mesh {h:.3g} (node {o.label}), more than "
+                            f"max_buckets={max_buckets}; increase eps_error or max_buckets"
+                        )
                     rd = rediscretize(pmf, h, dtype=pmf.probs.dtype if pmf.probs.dtype == np.longdouble else np.float64,
                                       native=backend.native)
                     redisc[key] = rd
@@ -658,6 +679,7 @@ def _execute(plan, meshes, budgets, backend, max_buckets):
                 tv_fp += copies * rd.tv
                 pmf = rd
             inputs.append((pmf, m))
+        _check_tv(budgets, tv_trunc, tv_wrap, tv_fp)  # re-discretisation charges, before the FFT
         out, info = _run_node(o, inputs, inst, budgets, n_objects, backend, max_buckets)
         results[id(o)] = out
         tv_wrap += inst * info["wrap"]
@@ -672,12 +694,8 @@ def _execute(plan, meshes, budgets, backend, max_buckets):
     # not depend on backend-level noise in the other charges); only when the measured charges
     # overrun their shares does it take what they leave of the budget.
     tv = tv_trunc + tv_wrap + tv_fp
+    _check_tv(budgets, tv_trunc, tv_wrap, tv_fp)
     eta = min(budgets.eta, budgets.delta - tv)
-    if not eta > 0:
-        raise ValueError(
-            f"delta_error={budgets.delta:.3g} is too small for this composition: round-off alone costs "
-            f"{tv_fp:.3g} (wrap-around {tv_wrap:.3g}, truncation {tv_trunc:.3g}); increase delta_error"
-        )
     azuma = math.sqrt(V / 2 * math.log(2.0 / eta))
     eps_spent = azuma + bias
     delta_spent = min(budgets.delta, (eta + tv) * (1 + 4 * _U64))

@@ -92,8 +92,31 @@ class _Query:
             w = np.exp(np.minimum(eps - vJ, 0.0))
         d = self.S1[J] - w * self.T[J]
         d = np.maximum(d, 0.0)
-        pad = self.pad * self.S1[J]
+        # cumulative-sum round-off, plus the absolute error ~u(|eps| + |v|) of the exponent
+        # eps - v_J and of the bucket boundary J (a term p_j (1 - e^(eps - v_j)) of that size
+        # may be misclassified); it matters at eps ~ 1000 on short grids
+        err = 8 * _U * (np.abs(eps) + abs(self.v0) + self.h * self.n + 1.0)
+        pp = np.concatenate([[0.0], self.p, [0.0]])  # pp[j + 1] = p_j, zero outside the grid
+        near = pp[J] * (eps - self.values(J - 1) <= err) + pp[J + 1] * (vJ - eps <= err)
+        pad = self.pad * self.S1[J] + err * (w * self.T[J] + near)
         return d, pad
+
+    def eps_pad(self, sol):
+        """Bound on the absolute round-off of a solution of :meth:`epsilon` (grid values, log, sum)."""
+        sol = np.where(np.isfinite(sol), np.abs(sol), 0.0)
+        return 8 * _U * (sol + abs(self.v0) + self.h * self.n + 2.0)
+
+    def bracket_pad(self, x):
+        """Round-off pad of ``d`` on the grid interval where ``d = x`` (and above it).
+
+        The cumulative sums have error relative to their own value, so the pad
+        is ``4 (n + 4) u S1[j - 1]`` for the bracket ``(v_{j-1}, v_j]`` of the
+        solution; for any smaller ``x`` the bracket only moves up, where
+        ``S1`` is smaller, so the pad stays valid.
+        """
+        j = np.searchsorted(-self.dgrid, -np.asarray(x, dtype=np.float64), side="left")
+        jj = np.clip(j - 1, 0, self.n - 1)
+        return self.pad * self.S1[jj]
 
     def epsilon(self, x):
         """Smallest ``eps`` with ``d(eps) <= x`` (``-inf`` if ``x >= 1``)."""
@@ -179,8 +202,9 @@ class PrivacyLossDistribution:
             du, pu = q.delta(eps - es)
             dl, pl = q.delta(eps + es)
             de, _ = q.delta(eps)
-            u = pinf + (1 - pinf) * np.minimum(1.0, du + pu + ds)
-            l = pinf + (1 - pinf) * np.maximum(0.0, dl - pl - ds)
+            # (1 +- 8u): rounding of the p_inf combination, outward
+            u = np.minimum(1.0, (pinf + (1 - pinf) * np.minimum(1.0, du + pu + ds)) * (1 + 8 * _U))
+            l = (pinf + (1 - pinf) * np.maximum(0.0, dl - pl - ds)) * (1 - 8 * _U)
             e = np.clip(pinf + (1 - pinf) * de, l, u)
             lo = l if lo is None else np.maximum(lo, l)
             up = u if up is None else np.maximum(up, u)
@@ -196,30 +220,39 @@ class PrivacyLossDistribution:
         delta error spent).
         """
         dq = V.query_array("delta", delta, lo=0.0, hi=1.0, lo_open=True)
+        # delta(eps) <= 1 for every eps: epsilon(1) = 0 exactly, whatever the distribution
+        one = dq >= 1.0
         lo = est = up = None
         for name, d in self.directions.items():
             q = self._q[name]
             es, ds, pinf = d.eps_spent, d.delta_spent, d.p_inf
-            base = (dq - pinf) / (1 - pinf)
-            if (dq <= pinf).any():
+            if (dq[~one] <= pinf).any():
                 raise ValueError(
-                    f"delta={float(np.min(dq)):.3g} is at or below the probability of an infinite privacy loss "
-                    f"({pinf:.3g}): no finite epsilon exists"
+                    f"delta={float(np.min(dq[~one])):.3g} is at or below the probability of an infinite privacy "
+                    f"loss ({pinf:.3g}): no finite epsilon exists"
                 )
-            x_up = base - ds - q.pad
-            if (x_up <= 0).any():
+            if pinf >= 1.0:  # only delta = 1 queries remain (answered 0 below)
+                z = np.zeros(dq.shape)
+                lo, est, up = (z if a is None else a for a in (lo, est, up))
+                continue
+            base = (dq - pinf) / (1 - pinf)
+            x_up = base - ds
+            x_up = x_up - q.bracket_pad(np.maximum(x_up, 0.0))
+            if (x_up[~one] <= 0).any():
                 raise ValueError(
-                    f"delta={float(np.min(dq)):.3g} is too small to certify: the composition spent a delta error of "
+                    f"delta={float(np.min(dq[~one])):.3g} is too small to certify: the composition spent a delta error of "
                     f"{ds:.3g}; compose with a smaller delta_error"
                 )
-            u = q.epsilon(x_up) + es
-            l = q.epsilon(base + ds + q.pad) - es
+            u = q.epsilon(x_up)
+            u = u + es + q.eps_pad(u)
+            l = q.epsilon(base + ds + q.pad)
+            l = l - es - q.eps_pad(l)
             e = q.epsilon(base)
             lo = l if lo is None else np.maximum(lo, l)
             up = u if up is None else np.maximum(up, u)
             est = e if est is None else np.maximum(est, e)
-        lo = np.maximum(lo, 0.0)
-        up = np.maximum(up, 0.0)
+        lo = np.where(one, 0.0, np.maximum(lo, 0.0))
+        up = np.where(one, 0.0, np.maximum(up, 0.0))
         est = np.clip(est, lo, up)
         return _pack(lo, est, up, np.ndim(delta) == 0)
 

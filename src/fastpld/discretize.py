@@ -88,11 +88,19 @@ def discretize_loss(loss: PrivacyLoss, mesh: float, tail: float, *, lattice: flo
         Masses ``q_i`` at ``lattice + i h + mu`` with ``E[Y_tilde] = E[Y | window]``.
     """
     if isinstance(loss, DiscreteLoss):
-        return _discretize_discrete(loss, mesh, lattice)
+        return _discretize_discrete(loss, mesh, lattice, max_buckets)
     return _discretize_continuous(loss, mesh, tail, lattice, max_buckets, native)
 
 
-def _discretize_discrete(loss: DiscreteLoss, h: float, lattice: float) -> GridPMF:
+def _discretize_discrete(loss: DiscreteLoss, h: float, lattice: float, max_buckets: int = 1 << 24) -> GridPMF:
+    # the grid spans the atoms: refuse before bincount allocates it (and before int64 overflows)
+    span = (float(loss.values[-1]) - float(loss.values[0])) / h + 2
+    if not span <= max_buckets:
+        raise ValueError(
+            f"discretising the privacy loss needs {span:.4g} buckets (mesh {h:.3g} over "
+            f"[{loss.values[0]:.4g}, {loss.values[-1]:.4g}]), more than max_buckets={max_buckets}; "
+            "increase eps_error or max_buckets"
+        )
     idx = np.floor((loss.values - lattice) / h + 0.5).astype(np.int64)
     i0 = int(idx[0])
     counts = np.bincount(idx - i0)

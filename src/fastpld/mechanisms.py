@@ -22,6 +22,7 @@ their atoms exactly.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
@@ -132,19 +133,32 @@ def _s_grid(scale: float) -> np.ndarray:
     return np.geomspace(1e-3, 1e4, 160) / scale
 
 
+def _real_vector(name, value):
+    """``value`` as a flat float64 array, or ``ValueError`` naming ``name``."""
+    try:
+        raw = np.asarray(value)
+        if raw.dtype.kind not in "iufO":  # no bools, complex numbers or strings
+            raise TypeError
+        return np.asarray(raw, dtype=np.float64).ravel()
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be an array of real numbers, got {value!r}") from None
+
+
 class DiscreteLoss(PrivacyLoss):
     """A privacy loss with finitely many finite values (plus mass at ``+inf``)."""
 
     is_discrete = True
 
     def __init__(self, values, probabilities, p_inf: float = 0.0):
-        v = np.asarray(values, dtype=np.float64).ravel()
-        p = np.asarray(probabilities, dtype=np.float64).ravel()
+        v = _real_vector("values", values)
+        p = _real_vector("probabilities", probabilities)
         if v.size == 0 or v.shape != p.shape:
             raise ValueError("values and probabilities must be non-empty arrays of the same length")
         if not np.all(np.isfinite(v)):
             raise ValueError("values must be finite (put mass at +infinity into p_inf)")
-        if np.isnan(p).any() or (p < 0).any():
+        if not np.all(np.isfinite(p)):
+            raise ValueError("probabilities must be finite (not NaN or infinite)")
+        if (p < 0).any():
             raise ValueError("probabilities must be >= 0")
         total = p.sum()
         if not (abs(total - 1.0) <= 1e-9 or (p_inf > 0 and abs(total + p_inf - 1.0) <= 1e-9)):
@@ -600,7 +614,12 @@ class SubsampledLoss(ContinuousLoss):
         self.q = float(q)
         self.direction = direction
         self._ylo = math.log1p(-self.q)
-        g = lambda l: math.log1p(-self.q + self.q * math.exp(l)) if math.isfinite(l) else (math.inf if l > 0 else self._ylo)
+        def g(l):
+            if not math.isfinite(l):
+                return math.inf if l > 0 else self._ylo
+            if l > 700:  # e^l overflows: log(1 - q + q e^l) = l + log(q) + log1p((1 - q) e^-l / q)
+                return l + math.log(self.q) + math.log1p((1 - self.q) * math.exp(-l) / self.q)
+            return math.log1p(-self.q + self.q * math.exp(l))
         lo, hi = pair.support
         if direction == "remove":
             self.support = (max(self._ylo, g(lo)), g(hi))
@@ -704,8 +723,9 @@ class SubsampledLoss(ContinuousLoss):
                 i16 = _gl_integrate(lambda x: x * self.cdf(x), edges[:-1], edges[1:], 16)
             fa, fb = float(self.cdf(np.array([lo]))[0]), float(self.cdf(np.array([hi]))[0])
             m2 = hi * hi * fb - lo * lo * fa - 2 * i16
-            self._mean = float(m)
+            # _std before _mean: another thread that sees _mean set must also see _std
             self._std = float(math.sqrt(max(m2 - m * m, 0.0)))
+            self._mean = float(m)
         return self._mean, self._std
 
     def _pair_moments(self):
@@ -765,11 +785,17 @@ def ladder(fn, tail, centre, scale, direction, limit):
     Points beyond a finite support ``limit`` are replaced by a point just outside
     it, where ``fn`` (a CDF below the support, a survival function above) is 0.
     """
-    steps = np.concatenate([[0.0], np.geomspace(1e-9, 1e7, 400)]) * max(scale, 1e-300)
+    base = np.concatenate([[0.0], np.geomspace(1e-9, 1e7, 400)])
+    # a second ladder on the scale of |centre|: a standard deviation that underflowed (all the
+    # mass numerically at one point) must not hide the tail; any point found is valid
+    steps = np.concatenate([base * max(scale, 1e-300), base[1:] * max(abs(centre), 1.0)])
+    steps = np.unique(steps)
     xs = centre + direction * steps
     if math.isfinite(limit):
         out = limit + direction * max(1e-12 * abs(limit), 1e-300)
         xs = np.where(direction * (xs - limit) >= 0, out, xs)
+        # a scale that underflowed (tiny losses) must not hide the support's end, where fn = 0
+        xs = np.append(xs, out)
     vals = fn(xs)
     ok = np.nonzero(vals <= tail)[0]
     if ok.size == 0:
@@ -815,6 +841,7 @@ class Gaussian(Mechanism):
     def __post_init__(self):
         object.__setattr__(self, "sigma", V.positive_float("sigma", self.sigma))
         object.__setattr__(self, "sensitivity", V.positive_float("sensitivity", self.sensitivity))
+        _check_noise_ratio("sigma", self.sigma, self.sensitivity)
 
     def privacy_losses(self):
         loss = _cached(self, lambda: GaussianLoss(self.sensitivity / self.sigma))
@@ -831,6 +858,7 @@ class Laplace(Mechanism):
     def __post_init__(self):
         object.__setattr__(self, "scale", V.positive_float("scale", self.scale))
         object.__setattr__(self, "sensitivity", V.positive_float("sensitivity", self.sensitivity))
+        _check_noise_ratio("scale", self.scale, self.sensitivity)
 
     def privacy_losses(self):
         loss = _cached(self, lambda: LaplaceLoss(self.sensitivity / self.scale))
@@ -838,6 +866,17 @@ class Laplace(Mechanism):
 
 
 _NEIGHBOURING = ("add_or_remove", "remove", "add")
+_NOISE_RANGE = (1e-100, 1e100)
+
+
+def _check_noise_ratio(name, noise, sensitivity):
+    """Refuse noise/sensitivity ratios whose privacy losses overflow or underflow float64."""
+    r = noise / sensitivity
+    if not (_NOISE_RANGE[0] <= r <= _NOISE_RANGE[1]):
+        raise ValueError(
+            f"{name} / sensitivity must be in [{_NOISE_RANGE[0]:g}, {_NOISE_RANGE[1]:g}] (its privacy loss is not "
+            f"representable in float64 otherwise), got {name}={noise!r}, sensitivity={sensitivity!r}"
+        )
 
 
 def _validate_subsampled(mech, noise_name):
@@ -845,6 +884,7 @@ def _validate_subsampled(mech, noise_name):
     object.__setattr__(mech, noise_name, V.positive_float(noise_name, getattr(mech, noise_name)))
     object.__setattr__(mech, "sampling_probability", V.probability("sampling_probability", mech.sampling_probability))
     object.__setattr__(mech, "sensitivity", V.positive_float("sensitivity", mech.sensitivity))
+    _check_noise_ratio(noise_name, getattr(mech, noise_name), mech.sensitivity)
     if mech.neighboring not in _NEIGHBOURING:
         raise ValueError(f"neighboring must be one of {_NEIGHBOURING}, got {mech.neighboring!r}")
 
@@ -1044,11 +1084,26 @@ class CustomCDF(Mechanism):
             raise ValueError("cdf must be callable")
         if not callable(log_mgf):
             raise ValueError("log_mgf must be callable (an upper bound on the log MGF, used as tail bound)")
+        if sf is not None and not callable(sf):
+            raise ValueError("sf must be callable or None")
+        if pdf is not None and not callable(pdf):
+            raise ValueError("pdf must be callable or None")
         mean = V.real_float("mean", mean)
         std = V.nonnegative_float("std", std)
         p_inf = V.probability("p_inf", p_inf, open_high=True)
-        self._loss = _CustomContinuous(cdf, sf, pdf, log_mgf, mean, std, tuple(map(float, support)), p_inf,
-                                       tuple(map(float, atoms)), V.positive_float("cdf_rel_error", cdf_rel_error))
+        if isinstance(support, (str, bytes)) or not hasattr(support, "__len__") or len(support) != 2:
+            raise ValueError(f"support must be a pair (lo, hi), got {support!r}")
+        lo = V.real_float("support[0]", support[0], allow_inf=True)
+        hi = V.real_float("support[1]", support[1], allow_inf=True)
+        if not lo < hi:
+            raise ValueError(f"support must satisfy lo < hi, got {support!r}")
+        if isinstance(atoms, (str, bytes)) or not hasattr(atoms, "__iter__"):
+            raise ValueError(f"atoms must be a sequence of real numbers, got {atoms!r}")
+        atoms = tuple(V.real_float(f"atoms[{i}]", a) for i, a in enumerate(atoms))
+        rel = V.positive_float("cdf_rel_error", cdf_rel_error)
+        if rel > 1e-3:
+            raise ValueError(f"cdf_rel_error must be in (0, 1e-3], got {cdf_rel_error!r}")
+        self._loss = _CustomContinuous(cdf, sf, pdf, log_mgf, mean, std, (lo, hi), p_inf, atoms, rel)
 
     def privacy_losses(self):
         return {"add": self._loss, "remove": self._loss}
@@ -1070,6 +1125,10 @@ class CustomPMF(Mechanism):
     def __init__(self, values, probabilities, p_inf: float = 0.0):
         p_inf = V.probability("p_inf", p_inf, open_high=True)
         self._loss = DiscreteLoss(values, probabilities, p_inf)
+        total = float(_real_vector("probabilities", probabilities).sum())
+        # as documented: the finite masses and p_inf together make one distribution
+        if not abs(total + p_inf - 1.0) <= 1e-9:
+            raise ValueError(f"probabilities must sum to 1 - p_inf = {1 - p_inf!r}, got {total!r}")
         self._key = (tuple(self._loss.values.tolist()), tuple(self._loss.probs.tolist()), p_inf)
 
     def privacy_losses(self):
@@ -1087,14 +1146,20 @@ _LOSS_CACHE: dict = {}
 _CACHE_MAX = 4096
 
 
+_CACHE_LOCK = threading.RLock()
+
+
 def _cached(mech, factory):
+    # under a lock: concurrent compose calls then share one loss object per mechanism value
+    # (identical events are merged by the loss object's identity)
     key = (type(mech), mech)
-    try:
-        return _LOSS_CACHE[key]
-    except KeyError:
-        pass
-    val = factory()
-    if len(_LOSS_CACHE) >= _CACHE_MAX:
-        _LOSS_CACHE.clear()
-    _LOSS_CACHE[key] = val
-    return val
+    with _CACHE_LOCK:
+        try:
+            return _LOSS_CACHE[key]
+        except KeyError:
+            pass
+        val = factory()
+        if len(_LOSS_CACHE) >= _CACHE_MAX:
+            _LOSS_CACHE.clear()
+        _LOSS_CACHE[key] = val
+        return val
