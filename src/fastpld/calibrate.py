@@ -229,9 +229,7 @@ def calibrate(make_mechanism: Callable[[float], Mechanism], count: int, target_e
             raise ValueError(f"make_mechanism({p!r}) returned {mech!r}, not a Mechanism")
         return mech
 
-    def run(mech):
-        return compose(mech, count, eps_error=ee, delta_error=de, method=method,
-                       max_buckets=max_buckets).epsilon(td).upper
+    run = _upper_epsilon(count, ee, de, td, max_buckets, method)
 
     return _search(_Evaluator(make, run), te, decreasing=decreasing, guess=guess, lower=lower, upper=upper,
                    rtol=rtol, integer=False, name="parameter")
@@ -267,6 +265,16 @@ def _psg_errors(te, td, eps_error, delta_error):
     return _default_errors(te, td, eps_error, delta_error)
 
 
+def _upper_epsilon(count, eps_error, delta_error, target_delta, max_buckets, method="auto"):
+    """``mechanism -> certified upper bound on epsilon(target_delta)`` after ``count`` compositions."""
+
+    def run(mech):
+        return compose(mech, count, eps_error=eps_error, delta_error=delta_error, method=method,
+                       max_buckets=max_buckets).epsilon(target_delta).upper
+
+    return run
+
+
 def find_noise_multiplier(target_epsilon: float, target_delta: float, sampling_probability: float, steps: int,
                           *, eps_error: float | None = None, delta_error: float | None = None, rtol: float = 0.01,
                           neighboring: str = "add_or_remove", max_buckets: int = DEFAULT_MAX_BUCKETS) -> float:
@@ -285,8 +293,7 @@ def find_noise_multiplier(target_epsilon: float, target_delta: float, sampling_p
     def make(s):
         return PoissonSubsampledGaussian(sigma=s, sampling_probability=q, neighboring=neighboring)
 
-    def run(mech):
-        return compose(mech, steps, eps_error=ee, delta_error=de, max_buckets=max_buckets).epsilon(td).upper
+    run = _upper_epsilon(steps, ee, de, td, max_buckets)
 
     guess = _clt_sigma(max(te - ee, te / 2), td, q, steps)
     # local exponent of epsilon ~ sigma^(-a) in the same model, for the first jump
@@ -313,8 +320,7 @@ def find_sampling_probability(target_epsilon: float, target_delta: float, noise_
     def make(q):
         return PoissonSubsampledGaussian(sigma=sigma, sampling_probability=q, neighboring=neighboring)
 
-    def run(mech):
-        return compose(mech, steps, eps_error=ee, delta_error=de, max_buckets=max_buckets).epsilon(td).upper
+    run = _upper_epsilon(steps, ee, de, td, max_buckets)
 
     # GDP guess: q = mu / sqrt(T (e^(1/sigma^2) - 1))
     mu = _gaussian_mu(max(te - ee, te / 2), td)
