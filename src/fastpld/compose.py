@@ -396,6 +396,7 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
     sizes = {}
     n_obj = plan.n_nodes + plan.n_leaves
     allowance = budgets.fp / n_obj if budgets is not None else math.inf
+    node_allowance = budgets.fp / max(plan.n_nodes, 1) if budgets is not None else math.inf
     for o in plan.order:
         n = node_w[id(o)] / meshes[o.group] + 1
         sizes[id(o)] = n
@@ -407,10 +408,16 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
             inst = plan.instances[id(o)]
             msum = sum(m for _, m in o.children)
             est64 = inst * (2.0 * msum * 12 * _U64 * lg + 4 * _U64)
-            ld = est64 > 0.25 * allowance
+            # _run_node tries float64 up to the node's share of the round-off budget; the measured
+            # charge is typically a few times est64, so the try is predicted to hold up to half of it
+            ld = est64 > 0.25 * allowance and est64 > 0.5 * node_allowance
             if ld:
                 fp_pred += inst * (2.0 * msum * 12 * _ULD * lg + 4 * _ULD) * 2
+            elif est64 > 0.25 * allowance:
+                fp_pred += 2.5 * est64
             per_point = _T_POINT_LD if ld else _T_POINT_64
+            if ld and est64 <= node_allowance:  # the float64 try that is redone
+                per_point += _T_POINT_64
             cost += _T_NODE + nn * (len(o.children) + 1) * per_point * lg / 12
     if budgets is not None and fp_pred > 0.5 * (budgets.delta - budgets.eta):
         cost = 1e15 * (1 + fp_pred / budgets.delta)  # likely refused for round-off: rank last
@@ -566,7 +573,7 @@ def _fp_fft_bound(specs, N, u):
     return e2 + g * p2, l2
 
 
-def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets):
+def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_nodes=None):
     """Convolve the node's inputs; returns (GridPMF, info dict)."""
     h = inputs[0][0].mesh
     # centre each input at its mean index (keeps phases small in the powers)
@@ -605,36 +612,49 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets):
             f"composition needs an FFT of {N} buckets at mesh {h:.3g} (node {node.label}), more than "
             f"max_buckets={max_buckets}; increase eps_error or max_buckets"
         )
-    # precision: long double where the float64 round-off charge would not fit
+    # precision: long double where the float64 round-off charge would not fit.  Nodes whose
+    # predicted float64 charge is small run in float64; those within the node's share of the
+    # round-off budget (budgets.fp / nodes: leaves and re-discretisations charge ~u per copy)
+    # try float64 and are redone in long double only if the measured charge exceeds that share.
+    # (The precision only decides how much is charged; every node charges its own measured bound.)
     allowance = budgets.fp / n_objects
+    node_allowance = budgets.fp / n_nodes if n_nodes else allowance
     msum = sum(m for _, _, m in ins)
     est64 = inst * (2.0 * msum * 12 * _U64 * math.ceil(math.log2(N)) + 4 * _U64)
-    dtype = np.float64 if est64 <= 0.25 * allowance else np.longdouble
-    u = _U64 if dtype is np.float64 else _ULD
-    specs = []
-    logmag = phase = None
-    if backend.native:  # cached plans, compiled placement/power/round-off kernels (same arithmetic)
-        out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u)
-    for p, cen, m in ([] if backend.native else ins):
-        buf = np.zeros(N, dtype=dtype)
-        pos = (np.arange(p.size) - cen) % N
-        np.add.at(buf, pos, p.astype(dtype))
-        X = backend.rfft(buf, N)
-        specs.append((X, m))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            lr = np.log(np.abs(X))
-            ph = np.angle(X)
-        logmag = m * lr if logmag is None else logmag + m * lr
-        phase = m * ph if phase is None else phase + m * ph
-    if not backend.native:
-        # reduce by 2 pi in the node's precision: a float64 2 pi would put float64-size phase errors
-        # (|phase| * 2.4e-16) into long double nodes, whose charge assumes long double accuracy
-        phase = np.remainder(phase, _TWO_PI_LD if dtype is np.longdouble else 2 * np.pi)
-        with np.errstate(under="ignore"):
-            Pc = np.exp(logmag) * (np.cos(phase) + 1j * np.sin(phase))
-        Pc[~np.isfinite(logmag)] = 0
-        out = backend.irfft(Pc, N)
-        fp_l1, fp_linf = _fp_fft_bound(specs, N, u)
+    if est64 <= 0.25 * allowance:
+        dtypes = (np.float64,)
+    elif est64 <= node_allowance:
+        dtypes = (np.float64, np.longdouble)
+    else:
+        dtypes = (np.longdouble,)
+    for dtype in dtypes:
+        u = _U64 if dtype is np.float64 else _ULD
+        specs = []
+        logmag = phase = None
+        if backend.native:  # cached plans, compiled placement/power/round-off kernels (same arithmetic)
+            out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u)
+        for p, cen, m in ([] if backend.native else ins):
+            buf = np.zeros(N, dtype=dtype)
+            pos = (np.arange(p.size) - cen) % N
+            np.add.at(buf, pos, p.astype(dtype))
+            X = backend.rfft(buf, N)
+            specs.append((X, m))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                lr = np.log(np.abs(X))
+                ph = np.angle(X)
+            logmag = m * lr if logmag is None else logmag + m * lr
+            phase = m * ph if phase is None else phase + m * ph
+        if not backend.native:
+            # reduce by 2 pi in the node's precision: a float64 2 pi would put float64-size phase errors
+            # (|phase| * 2.4e-16) into long double nodes, whose charge assumes long double accuracy
+            phase = np.remainder(phase, _TWO_PI_LD if dtype is np.longdouble else 2 * np.pi)
+            with np.errstate(under="ignore"):
+                Pc = np.exp(logmag) * (np.cos(phase) + 1j * np.sin(phase))
+            Pc[~np.isfinite(logmag)] = 0
+            out = backend.irfft(Pc, N)
+            fp_l1, fp_linf = _fp_fft_bound(specs, N, u)
+        if len(dtypes) == 1 or dtype is np.longdouble or inst * (2 * fp_l1 + 4 * u) <= node_allowance:
+            break
     lin = np.roll(out, -(c % N)) if c % N else out
     # exact result is non-negative: clipping only moves towards it
     lin = np.maximum(lin, 0)
@@ -727,7 +747,7 @@ def _execute(plan, meshes, budgets, backend, max_buckets):
                 pmf = rd
             inputs.append((pmf, m))
         _check_tv(budgets, tv_trunc, tv_wrap, tv_fp)  # re-discretisation charges, before the FFT
-        out, info = _run_node(o, inputs, inst, budgets, n_objects, backend, max_buckets)
+        out, info = _run_node(o, inputs, inst, budgets, n_objects, backend, max_buckets, n_nodes=plan.n_nodes)
         results[id(o)] = out
         tv_wrap += inst * info["wrap"]
         tv_fp += inst * info["fp"]
