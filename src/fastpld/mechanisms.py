@@ -571,18 +571,26 @@ def _log_binomial_moment(pair: _BasePair, q: float, a: np.ndarray) -> np.ndarray
     amax = int(flat.max())
     j = np.arange(amax + 1)
     lm = pair.log_moment_P(j.astype(np.float64))
-    A = flat[:, None]
-    J = j[None, :]
-    valid = J <= A
     # log-factorials from one table (elementwise identical to gammaln on the full grids)
     lf = special.gammaln(np.arange(amax + 2, dtype=np.float64))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        logc = lf[A + 1] - lf[J + 1] - lf[np.maximum(A - J, 0) + 1]
-        lq1 = math.log1p(-q) if q < 1 else -np.inf
-        terms = logc + np.where(A - J > 0, (A - J) * lq1, 0.0) + J * math.log(q) + lm[None, :]
-    terms = np.where(valid, terms, -np.inf)
-    mx = terms.max(axis=1)
-    out = mx + np.log(np.exp(terms - mx[:, None]).sum(axis=1))
+    lq1 = math.log1p(-q) if q < 1 else -np.inf
+    out = np.empty(flat.size)
+    # orders in chunks (sorted, by powers of two), each over its own j <= max order of the chunk:
+    # the masked upper triangle is not computed (same terms, same sums)
+    start = 0
+    while start < flat.size:
+        cap = max(8, 1 << int(flat[start]).bit_length())
+        stop = int(np.searchsorted(flat, cap, side="right"))
+        A = flat[start:stop, None]
+        J = j[None, : int(flat[stop - 1]) + 1]
+        valid = J <= A
+        with np.errstate(divide="ignore", invalid="ignore"):
+            logc = lf[A + 1] - lf[J + 1] - lf[np.maximum(A - J, 0) + 1]
+            terms = logc + np.where(A - J > 0, (A - J) * lq1, 0.0) + J * math.log(q) + lm[None, : J.shape[1]]
+        terms = np.where(valid, terms, -np.inf)
+        mx = terms.max(axis=1)
+        out[start:stop] = mx + np.log(np.exp(terms - mx[:, None]).sum(axis=1))
+        start = stop
     return out[inverse].reshape(a.shape)
 
 
@@ -779,13 +787,16 @@ def _generic_window(loss: ContinuousLoss, tail: float, centre: float = 0.0, scal
     return a, b
 
 
+_LADDER_BASE = np.concatenate([[0.0], np.geomspace(1e-9, 1e7, 400)])
+
+
 def ladder(fn, tail, centre, scale, direction, limit):
     """First point ``centre + direction * d`` (``d`` on a refined ladder) with ``fn <= tail``.
 
     Points beyond a finite support ``limit`` are replaced by a point just outside
     it, where ``fn`` (a CDF below the support, a survival function above) is 0.
     """
-    base = np.concatenate([[0.0], np.geomspace(1e-9, 1e7, 400)])
+    base = _LADDER_BASE
     # a second ladder on the scale of |centre|: a standard deviation that underflowed (all the
     # mass numerically at one point) must not hide the tail; any point found is valid
     steps = np.concatenate([base * max(scale, 1e-300), base[1:] * max(abs(centre), 1.0)])
