@@ -146,8 +146,14 @@ def _discretize_continuous(loss: ContinuousLoss, h: float, tail: float, lattice:
             f"more than max_buckets={max_buckets}; increase eps_error or max_buckets"
         )
     edges = lat + (np.arange(i_lo, i_hi + 2) - 0.5) * h
-    F = loss.cdf(edges)
-    S = loss.sf(edges)
+    # (a loss may evaluate all three at once, sharing work between them; same values)
+    both = getattr(loss, "_cdf_sf_pdf", None)
+    if both is not None:
+        F, S, dens = both(edges)
+    else:
+        F = loss.cdf(edges)
+        S = loss.sf(edges)
+        dens = None
     # lower half from CDF differences, upper half from survival differences
     split = int(np.searchsorted(F, 0.5))  # first edge with F >= 1/2
     split = min(max(split, 1), n)  # bucket index split-1 straddles the median
@@ -185,7 +191,8 @@ def _discretize_continuous(loss: ContinuousLoss, h: float, tail: float, lattice:
 
     # round-off certificate: edge movement -> coupling range; where density vanishes -> TV
     tau = 4 * (loss.cdf_rel_error + _U)
-    dens = loss.pdf(edges)
+    if dens is None:
+        dens = loss.pdf(edges)
     if native:
         widen, tv = _kernels.leaf_roundoff(F, S, dens, tau, 4 * _U * (out_lo + out_hi), 1e-3 * h)
     else:

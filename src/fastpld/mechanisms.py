@@ -642,8 +642,22 @@ class SubsampledLoss(ContinuousLoss):
     def _ginv(self, t):
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             arg = np.expm1(t) + self.q
-            out = np.log(np.maximum(arg, 0.0)) - math.log(self.q)
+            out = np.log(arg) - math.log(self.q)  # NaN / -inf where arg <= 0: replaced below
         return np.where(arg > 0, out, -np.inf)
+
+    def _cdf_sf_pdf(self, t):
+        """``(cdf(t), sf(t), pdf(t))`` with one evaluation of ``g^-1`` (same values as the three calls)."""
+        t = np.asarray(t, dtype=np.float64)
+        q = self.q
+        if self.direction == "remove":
+            l = self._ginv(t)
+            F = (1 - q) * self.pair.cdf_P(l) + q * self.pair.cdf_Q(l)
+            S = (1 - q) * self.pair.sf_P(l) + q * self.pair.sf_Q(l)
+        else:
+            l = self._ginv(-t)
+            F = np.where(t >= -self._ylo, 1.0, self.pair.sf_P(l, strict=True))
+            S = np.where(t >= -self._ylo, 0.0, self.pair.cdf_P(l, strict=True))
+        return F, S, self.pdf(t, _l=l)
 
     def cdf(self, t):
         t = np.asarray(t, dtype=np.float64)
@@ -664,12 +678,12 @@ class SubsampledLoss(ContinuousLoss):
         l = self._ginv(-t)
         return np.where(t >= -self._ylo, 0.0, self.pair.cdf_P(l, strict=True))
 
-    def pdf(self, t):
+    def pdf(self, t, _l=None):
         t = np.asarray(t, dtype=np.float64)
         q = self.q
         sgn = 1.0 if self.direction == "remove" else -1.0
         tt = sgn * t
-        l = self._ginv(tt)
+        l = self._ginv(tt) if _l is None else _l
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             dl = np.exp(tt) / (np.expm1(tt) + q)
             if self.direction == "remove":
