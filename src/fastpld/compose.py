@@ -396,6 +396,7 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
     sizes = {}
     n_obj = plan.n_nodes + plan.n_leaves
     allowance = budgets.fp / n_obj if budgets is not None else math.inf
+    node_allowance = budgets.fp / max(plan.n_nodes, 1) if budgets is not None else math.inf
     for o in plan.order:
         n = node_w[id(o)] / meshes[o.group] + 1
         sizes[id(o)] = n
@@ -407,10 +408,16 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
             inst = plan.instances[id(o)]
             msum = sum(m for _, m in o.children)
             est64 = inst * (2.0 * msum * 12 * _U64 * lg + 4 * _U64)
-            ld = est64 > 0.25 * allowance
+            # _run_node tries float64 up to the node's share of the round-off budget; the measured
+            # charge is typically a few times est64, so the try is predicted to hold up to half of it
+            ld = est64 > 0.25 * allowance and est64 > 0.5 * node_allowance
             if ld:
                 fp_pred += inst * (2.0 * msum * 12 * _ULD * lg + 4 * _ULD) * 2
+            elif est64 > 0.25 * allowance:
+                fp_pred += 2.5 * est64
             per_point = _T_POINT_LD if ld else _T_POINT_64
+            if ld and est64 <= node_allowance:  # the float64 try that is redone
+                per_point += _T_POINT_64
             cost += _T_NODE + nn * (len(o.children) + 1) * per_point * lg / 12
     if budgets is not None and fp_pred > 0.5 * (budgets.delta - budgets.eta):
         cost = 1e15 * (1 + fp_pred / budgets.delta)  # likely refused for round-off: rank last
@@ -456,7 +463,14 @@ class _Budgets:
     fp: float
 
 
-_S_REL = np.geomspace(0.02, 80.0, 56)
+# Chernoff s-grid (in units of 1/sd of the index sum): a coarse grid, then a refinement around
+# the optimum of each side.  s -> (K(s) + c) / s is unimodal (its derivative's numerator
+# s K'(s) - K(s) - c increases, K being convex), so the optimum lies between the coarse
+# neighbours of the best coarse point, and the refinement reaches the spacing of a 56-point
+# grid over the same range with ~13 MGF evaluations per side instead of 56.  Any s > 0 gives a
+# valid bound: the grid only decides how tight the window and the wrap charge are.
+_S_REL = np.geomspace(0.02, 80.0, 12)
+_S_REFINE = (_S_REL[1] / _S_REL[0]) ** (np.array([-4, -3, -2, -1, 1, 2, 3, 4]) / 5.0)
 
 
 def _chernoff_window(inputs, w, native=False):
@@ -478,23 +492,62 @@ def _chernoff_window(inputs, w, native=False):
         tot = pf.sum()
         mu = float(np.dot(idx, pf) / tot)
         sd2 += m * float(np.dot((idx - mu) ** 2, pf) / tot)
-        ks.append((pf, idx, m))
-    sd = math.sqrt(sd2) if sd2 > 0 else 1.0
-    s = _S_REL / sd
-    s_all = np.concatenate([s, -s])
-    K = np.zeros_like(s_all)
-    for pf, idx, m in ks:
-        if native:
-            _kernels.log_mgf_grid(pf, idx, s_all, m, K)
-            continue
         with np.errstate(divide="ignore"):
             logp = np.log(pf)
-        M = s_all[:, None] * idx[None, :] + logp[None, :]
-        mx = M.max(axis=1)
-        K += m * (mx + np.log(np.exp(M - mx[:, None]).sum(axis=1)))
-    K = K + 1e-9 * (1 + np.abs(K))  # round-off margin on the log-MGF
-    sp, sn = s_all[: s.size], s_all[s.size:]
-    Kp, Kn = K[: s.size], K[s.size:]
+        ks.append((logp, idx, m))
+    sd = math.sqrt(sd2) if sd2 > 0 else 1.0
+
+    def log_mgf(s_all):
+        """Exact log-MGF of the index sum at ``s_all`` (plus a round-off margin)."""
+        K = np.zeros_like(s_all)
+        for a, idx, m in ks:
+            if native:
+                _kernels.log_mgf_grid(a, idx, s_all, m, K)
+                continue
+            M = s_all[:, None] * idx[None, :] + a[None, :]
+            mx = M.max(axis=1)
+            K += m * (mx + np.log(np.exp(M - mx[:, None]).sum(axis=1)))
+        return K + 1e-9 * (1 + np.abs(K))  # round-off margin on the log-MGF
+
+    lw = math.log(2.0 / w)
+    s = _S_REL / sd
+    last = s.size - 1
+    # coarse points first around the optimum of a Gaussian sum (s sd = sqrt(2 log(2/w))), then
+    # outwards on a side while its best point is at the edge of what was evaluated (unimodal)
+    k0 = int(round(math.log(math.sqrt(2 * lw) / _S_REL[0]) / math.log(_S_REL[1] / _S_REL[0])))
+    k0 = min(max(k0, 2), last - 2)
+    Kp_d, Kn_d = {}, {}
+    need_u = need_l = list(range(k0 - 2, k0 + 3))
+    while need_u or need_l:
+        K = log_mgf(np.concatenate([s[need_u], -s[need_l]]))
+        Kp_d.update(zip(need_u, K[: len(need_u)]))
+        Kn_d.update(zip(need_l, K[len(need_u):]))
+        iu = min(Kp_d, key=lambda i: (Kp_d[i] + lw) / s[i])
+        il = max(Kn_d, key=lambda i: (Kn_d[i] + lw) / -s[i])
+        need_u = ([j for j in (iu - 1, iu - 2) if j >= 0 and j not in Kp_d]
+                  + [j for j in (iu + 1, iu + 2) if j <= last and j not in Kp_d])
+        need_l = ([j for j in (il - 1, il - 2) if j >= 0 and j not in Kn_d]
+                  + [j for j in (il + 1, il + 2) if j <= last and j not in Kn_d])
+        if iu - 1 in Kp_d or iu == 0:
+            need_u = [j for j in need_u if j > iu]
+        if iu + 1 in Kp_d or iu == last:
+            need_u = [j for j in need_u if j < iu]
+        if il - 1 in Kn_d or il == 0:
+            need_l = [j for j in need_l if j > il]
+        if il + 1 in Kn_d or il == last:
+            need_l = [j for j in need_l if j < il]
+    ku, kl = sorted(Kp_d), sorted(Kn_d)
+    Kp = np.array([Kp_d[i] for i in ku])
+    Kn = np.array([Kn_d[i] for i in kl])
+    s_u, s_l = s[ku], s[kl]
+    # refine each side around its best coarse point (staying between its coarse neighbours)
+    ru = s[iu] * _S_REFINE[(4 if iu == 0 else 0):(4 if iu == last else 8)]
+    rl = s[il] * _S_REFINE[(4 if il == 0 else 0):(4 if il == last else 8)]
+    Kr = log_mgf(np.concatenate([ru, -rl]))
+    sp = np.concatenate([s_u, ru])
+    sn = -np.concatenate([s_l, rl])
+    Kp = np.concatenate([Kp, Kr[: ru.size]])
+    Kn = np.concatenate([Kn, Kr[ru.size:]])
 
     def tail(x, upper):
         if upper:
@@ -503,7 +556,6 @@ def _chernoff_window(inputs, w, native=False):
             e = Kn - sn * x
         return float(min(1.0, math.exp(min(0.0, float(e.min())))))
 
-    lw = math.log(2.0 / w)
     u_star = float(np.min((Kp + lw) / sp))
     l_star = float(np.max((Kn + lw) / sn))
     return math.floor(l_star) + 1, math.ceil(u_star) - 1, tail
@@ -545,7 +597,7 @@ def _fp_fft_bound(specs, N, u):
     return e2 + g * p2, l2
 
 
-def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets):
+def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_nodes=None):
     """Convolve the node's inputs; returns (GridPMF, info dict)."""
     h = inputs[0][0].mesh
     # centre each input at its mean index (keeps phases small in the powers)
@@ -584,36 +636,49 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets):
             f"composition needs an FFT of {N} buckets at mesh {h:.3g} (node {node.label}), more than "
             f"max_buckets={max_buckets}; increase eps_error or max_buckets"
         )
-    # precision: long double where the float64 round-off charge would not fit
+    # precision: long double where the float64 round-off charge would not fit.  Nodes whose
+    # predicted float64 charge is small run in float64; those within the node's share of the
+    # round-off budget (budgets.fp / nodes: leaves and re-discretisations charge ~u per copy)
+    # try float64 and are redone in long double only if the measured charge exceeds that share.
+    # (The precision only decides how much is charged; every node charges its own measured bound.)
     allowance = budgets.fp / n_objects
+    node_allowance = budgets.fp / n_nodes if n_nodes else allowance
     msum = sum(m for _, _, m in ins)
     est64 = inst * (2.0 * msum * 12 * _U64 * math.ceil(math.log2(N)) + 4 * _U64)
-    dtype = np.float64 if est64 <= 0.25 * allowance else np.longdouble
-    u = _U64 if dtype is np.float64 else _ULD
-    specs = []
-    logmag = phase = None
-    if backend.native:  # cached plans, compiled placement/power/round-off kernels (same arithmetic)
-        out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u)
-    for p, cen, m in ([] if backend.native else ins):
-        buf = np.zeros(N, dtype=dtype)
-        pos = (np.arange(p.size) - cen) % N
-        np.add.at(buf, pos, p.astype(dtype))
-        X = backend.rfft(buf, N)
-        specs.append((X, m))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            lr = np.log(np.abs(X))
-            ph = np.angle(X)
-        logmag = m * lr if logmag is None else logmag + m * lr
-        phase = m * ph if phase is None else phase + m * ph
-    if not backend.native:
-        # reduce by 2 pi in the node's precision: a float64 2 pi would put float64-size phase errors
-        # (|phase| * 2.4e-16) into long double nodes, whose charge assumes long double accuracy
-        phase = np.remainder(phase, _TWO_PI_LD if dtype is np.longdouble else 2 * np.pi)
-        with np.errstate(under="ignore"):
-            Pc = np.exp(logmag) * (np.cos(phase) + 1j * np.sin(phase))
-        Pc[~np.isfinite(logmag)] = 0
-        out = backend.irfft(Pc, N)
-        fp_l1, fp_linf = _fp_fft_bound(specs, N, u)
+    if est64 <= 0.25 * allowance:
+        dtypes = (np.float64,)
+    elif est64 <= node_allowance:
+        dtypes = (np.float64, np.longdouble)
+    else:
+        dtypes = (np.longdouble,)
+    for dtype in dtypes:
+        u = _U64 if dtype is np.float64 else _ULD
+        specs = []
+        logmag = phase = None
+        if backend.native:  # cached plans, compiled placement/power/round-off kernels (same arithmetic)
+            out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u)
+        for p, cen, m in ([] if backend.native else ins):
+            buf = np.zeros(N, dtype=dtype)
+            pos = (np.arange(p.size) - cen) % N
+            np.add.at(buf, pos, p.astype(dtype))
+            X = backend.rfft(buf, N)
+            specs.append((X, m))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                lr = np.log(np.abs(X))
+                ph = np.angle(X)
+            logmag = m * lr if logmag is None else logmag + m * lr
+            phase = m * ph if phase is None else phase + m * ph
+        if not backend.native:
+            # reduce by 2 pi in the node's precision: a float64 2 pi would put float64-size phase errors
+            # (|phase| * 2.4e-16) into long double nodes, whose charge assumes long double accuracy
+            phase = np.remainder(phase, _TWO_PI_LD if dtype is np.longdouble else 2 * np.pi)
+            with np.errstate(under="ignore"):
+                Pc = np.exp(logmag) * (np.cos(phase) + 1j * np.sin(phase))
+            Pc[~np.isfinite(logmag)] = 0
+            out = backend.irfft(Pc, N)
+            fp_l1, fp_linf = _fp_fft_bound(specs, N, u)
+        if len(dtypes) == 1 or dtype is np.longdouble or inst * (2 * fp_l1 + 4 * u) <= node_allowance:
+            break
     lin = np.roll(out, -(c % N)) if c % N else out
     # exact result is non-negative: clipping only moves towards it
     lin = np.maximum(lin, 0)
@@ -706,7 +771,7 @@ def _execute(plan, meshes, budgets, backend, max_buckets):
                 pmf = rd
             inputs.append((pmf, m))
         _check_tv(budgets, tv_trunc, tv_wrap, tv_fp)  # re-discretisation charges, before the FFT
-        out, info = _run_node(o, inputs, inst, budgets, n_objects, backend, max_buckets)
+        out, info = _run_node(o, inputs, inst, budgets, n_objects, backend, max_buckets, n_nodes=plan.n_nodes)
         results[id(o)] = out
         tv_wrap += inst * info["wrap"]
         tv_fp += inst * info["fp"]

@@ -242,9 +242,9 @@ class ContinuousLoss(PrivacyLoss):
                 i16, nodes, vals = _gl_panels(self.cdf, lo, hi, 16, keep=True)
                 half = 0.5 * (hi - lo)
                 tf = float(np.sum(half * ((nodes * vals) @ _GL_CACHE[16][1])))
+                i8 = _gl_panels(self.cdf, lo, hi, 8)
             else:
-                i16 = _gl_panels(self.cdf, lo, hi, 16)
-            i8 = _gl_panels(self.cdf, lo, hi, 8)
+                i16, i8 = _gl_panels_16_8(self.cdf, lo, hi)
             d = np.abs(i16 - i8)
             bad = d > tol * np.maximum(hi - lo, 1e-300) / max(b - a, 1e-300) * 1e3
             if level == 7 or not bad.any():
@@ -284,6 +284,20 @@ def _gl_panels(f, lo, hi, n, keep=False):
     if keep:
         return half * (vals @ w), pts, vals
     return half * (vals @ w)
+
+
+def _gl_panels_16_8(f, lo, hi):
+    """:func:`_gl_panels` with 16 and with 8 points from one call of ``f`` (same values)."""
+    for n in (16, 8):
+        if n not in _GL_CACHE:
+            _GL_CACHE[n] = np.polynomial.legendre.leggauss(n)
+    (x16, w16), (x8, w8) = _GL_CACHE[16], _GL_CACHE[8]
+    mid = 0.5 * (lo + hi)
+    half = 0.5 * (hi - lo)
+    p16 = mid[:, None] + half[:, None] * x16[None, :]
+    p8 = mid[:, None] + half[:, None] * x8[None, :]
+    vals = f(np.concatenate([p16.ravel(), p8.ravel()]))
+    return half * (vals[: p16.size].reshape(p16.shape) @ w16), half * (vals[p16.size:].reshape(p8.shape) @ w8)
 
 
 def _gl_integrate(f, lo, hi, n):
@@ -571,18 +585,26 @@ def _log_binomial_moment(pair: _BasePair, q: float, a: np.ndarray) -> np.ndarray
     amax = int(flat.max())
     j = np.arange(amax + 1)
     lm = pair.log_moment_P(j.astype(np.float64))
-    A = flat[:, None]
-    J = j[None, :]
-    valid = J <= A
     # log-factorials from one table (elementwise identical to gammaln on the full grids)
     lf = special.gammaln(np.arange(amax + 2, dtype=np.float64))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        logc = lf[A + 1] - lf[J + 1] - lf[np.maximum(A - J, 0) + 1]
-        lq1 = math.log1p(-q) if q < 1 else -np.inf
-        terms = logc + np.where(A - J > 0, (A - J) * lq1, 0.0) + J * math.log(q) + lm[None, :]
-    terms = np.where(valid, terms, -np.inf)
-    mx = terms.max(axis=1)
-    out = mx + np.log(np.exp(terms - mx[:, None]).sum(axis=1))
+    lq1 = math.log1p(-q) if q < 1 else -np.inf
+    out = np.empty(flat.size)
+    # orders in chunks (sorted, by powers of two), each over its own j <= max order of the chunk:
+    # the masked upper triangle is not computed (same terms, same sums)
+    start = 0
+    while start < flat.size:
+        cap = max(8, 1 << int(flat[start]).bit_length())
+        stop = int(np.searchsorted(flat, cap, side="right"))
+        A = flat[start:stop, None]
+        J = j[None, : int(flat[stop - 1]) + 1]
+        valid = J <= A
+        with np.errstate(divide="ignore", invalid="ignore"):
+            logc = lf[A + 1] - lf[J + 1] - lf[np.maximum(A - J, 0) + 1]
+            terms = logc + np.where(A - J > 0, (A - J) * lq1, 0.0) + J * math.log(q) + lm[None, : J.shape[1]]
+        terms = np.where(valid, terms, -np.inf)
+        mx = terms.max(axis=1)
+        out[start:stop] = mx + np.log(np.exp(terms - mx[:, None]).sum(axis=1))
+        start = stop
     return out[inverse].reshape(a.shape)
 
 
@@ -634,8 +656,22 @@ class SubsampledLoss(ContinuousLoss):
     def _ginv(self, t):
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             arg = np.expm1(t) + self.q
-            out = np.log(np.maximum(arg, 0.0)) - math.log(self.q)
+            out = np.log(arg) - math.log(self.q)  # NaN / -inf where arg <= 0: replaced below
         return np.where(arg > 0, out, -np.inf)
+
+    def _cdf_sf_pdf(self, t):
+        """``(cdf(t), sf(t), pdf(t))`` with one evaluation of ``g^-1`` (same values as the three calls)."""
+        t = np.asarray(t, dtype=np.float64)
+        q = self.q
+        if self.direction == "remove":
+            l = self._ginv(t)
+            F = (1 - q) * self.pair.cdf_P(l) + q * self.pair.cdf_Q(l)
+            S = (1 - q) * self.pair.sf_P(l) + q * self.pair.sf_Q(l)
+        else:
+            l = self._ginv(-t)
+            F = np.where(t >= -self._ylo, 1.0, self.pair.sf_P(l, strict=True))
+            S = np.where(t >= -self._ylo, 0.0, self.pair.cdf_P(l, strict=True))
+        return F, S, self.pdf(t, _l=l)
 
     def cdf(self, t):
         t = np.asarray(t, dtype=np.float64)
@@ -656,12 +692,12 @@ class SubsampledLoss(ContinuousLoss):
         l = self._ginv(-t)
         return np.where(t >= -self._ylo, 0.0, self.pair.cdf_P(l, strict=True))
 
-    def pdf(self, t):
+    def pdf(self, t, _l=None):
         t = np.asarray(t, dtype=np.float64)
         q = self.q
         sgn = 1.0 if self.direction == "remove" else -1.0
         tt = sgn * t
-        l = self._ginv(tt)
+        l = self._ginv(tt) if _l is None else _l
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             dl = np.exp(tt) / (np.expm1(tt) + q)
             if self.direction == "remove":
@@ -779,13 +815,16 @@ def _generic_window(loss: ContinuousLoss, tail: float, centre: float = 0.0, scal
     return a, b
 
 
+_LADDER_BASE = np.concatenate([[0.0], np.geomspace(1e-9, 1e7, 400)])
+
+
 def ladder(fn, tail, centre, scale, direction, limit):
     """First point ``centre + direction * d`` (``d`` on a refined ladder) with ``fn <= tail``.
 
     Points beyond a finite support ``limit`` are replaced by a point just outside
     it, where ``fn`` (a CDF below the support, a survival function above) is 0.
     """
-    base = np.concatenate([[0.0], np.geomspace(1e-9, 1e7, 400)])
+    base = _LADDER_BASE
     # a second ladder on the scale of |centre|: a standard deviation that underflowed (all the
     # mass numerically at one point) must not hide the tail; any point found is valid
     steps = np.concatenate([base * max(scale, 1e-300), base[1:] * max(abs(centre), 1.0)])
