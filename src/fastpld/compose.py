@@ -334,10 +334,13 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
     agg = {}  # per other object: summed MGF grids and supports of its leaf copies (bottom-up)
 
     def window_single(loss, copies, tail):
-        key = (id(loss), copies, round(math.log(tail)))
+        # computed at the key's canonical tail, so the memo's answer does not depend on which
+        # plan asked first (the prediction, hence the meshes, must be deterministic)
+        lt = round(math.log(tail))
+        key = (id(loss), copies, lt)
         r = wcache.get(key)
         if r is None:
-            r = wcache[key] = _est_window([(loss, copies)], tail)
+            r = wcache[key] = _est_window([(loss, copies)], math.exp(lt))
         return r
 
     def get_agg(o):
@@ -412,14 +415,15 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
             # charge is typically a few times est64, so the try is predicted to hold up to half of it
             ld = est64 > 0.25 * allowance and est64 > 0.5 * node_allowance
             if ld:
-                fp_pred += inst * (2.0 * msum * 12 * _ULD * lg + 4 * _ULD) * 2
+                fp_pred += inst * (2.0 * msum * 12 * _ULD * lg + 4 * _ULD)
             elif est64 > 0.25 * allowance:
                 fp_pred += 2.5 * est64
             per_point = _T_POINT_LD if ld else _T_POINT_64
             if ld and est64 <= node_allowance:  # the float64 try that is redone
                 per_point += _T_POINT_64
             cost += _T_NODE + nn * (len(o.children) + 1) * per_point * lg / 12
-    if budgets is not None and fp_pred > 0.5 * (budgets.delta - budgets.eta):
+    # (a plan whose measured charges do not fit is not fatal: compose falls back to the next one)
+    if budgets is not None and fp_pred > 0.9 * (budgets.delta - budgets.eta):
         cost = 1e15 * (1 + fp_pred / budgets.delta)  # likely refused for round-off: rank last
     return meshes, cost, sizes
 
@@ -922,7 +926,8 @@ def _choose_plan(parts, method, arity, eps_az, log_term, budgets):
         # rank the chains on an evenly spaced sample of the parts, then try every grouping
         # for the best chain on all parts (planning stays linear in the number of parts)
         if len(chains) > 1:
-            order = sorted(range(len(parts)), key=lambda i: (parts[i][1], id(parts[i][0])))
+            # by value, never by id(): the sample (hence the chosen chain) must not depend on memory addresses
+            order = sorted(range(len(parts)), key=lambda i: (parts[i][1], parts[i][0].mean(), parts[i][0].std(), i))
             sample = [parts[order[j * (len(parts) - 1) // 15]] for j in range(16)]
             sm = [m for m in merges if m is None or m < len(sample)]
             m0 = min(sm[1:], key=lambda b: abs(b - 4)) if len(sm) > 1 else None

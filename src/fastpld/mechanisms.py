@@ -230,8 +230,11 @@ class ContinuousLoss(PrivacyLoss):
         """
         edges = np.asarray(edges, dtype=np.float64)
         a, b = float(edges[0]), float(edges[-1])
-        # split panels at atoms so that F is smooth on each panel
-        pts = np.unique(np.concatenate([edges, [x for x in self.atoms if a < x < b]]))
+        # split panels at atoms and at finite support ends, so that F is analytic on each panel:
+        # across a support end (e.g. log(1-q) of a subsampled loss) F is C-infinity but not
+        # analytic, and the 8- and 16-point rules can agree on a wrong value (error under-estimated)
+        breaks = [x for x in (*self.atoms, *self.support) if math.isfinite(x) and a < x < b]
+        pts = np.unique(np.concatenate([edges, breaks]))
         lo, hi = pts[:-1], pts[1:]
         total = 0.0
         err = 0.0
