@@ -1008,10 +1008,9 @@ def compose(mechanism, count: int | None = None, *, eps_error: float = 0.1, delt
     log_term = math.log(2.0 / budgets.eta)
     eps_az = eps_err * (1 - _EPS_RESERVE)
     directions = {}
-    for name, parts in _direction_parts(events).items():
-        p_inf_log = sum(c * math.log1p(-loss.p_inf) for loss, c in parts)
-        p_inf = -math.expm1(p_inf_log)
-        ranked = _choose_plan(parts, method, arity, eps_az, log_term, budgets)
+    reuse = None  # chain chosen for the first direction of a one-mechanism auto composition
+
+    def run(ranked):
         # the cheapest predicted plan first; if its measured round-off/wrap charges do not fit
         # delta_error (the prediction cannot see, e.g., the spectral peaks of lattice PMFs),
         # the next ones, so that the answer is the fastest plan that certifies
@@ -1025,11 +1024,28 @@ def compose(mechanism, count: int | None = None, *, eps_error: float = 0.1, delt
                         f"truncation left delta {cert['eta']:.3g} for the discretisation term; mean-correction "
                         f"bias {cert['bias']:.3g}); increase eps_error or delta_error"
                     )
-                break
+                return plan, final, eps_spent, delta_spent, stages, cert
             except _BudgetError as exc:
                 first_error = first_error or exc
-        else:
-            raise first_error
+        raise first_error
+
+    for name, parts in _direction_parts(events).items():
+        p_inf_log = sum(c * math.log1p(-loss.p_inf) for loss, c in parts)
+        p_inf = -math.expm1(p_inf_log)
+        out = None
+        if reuse is not None:
+            # the add and remove losses of one mechanism have the same shape of plan: predict only
+            # the first direction's chain here (its meshes are still predicted for this loss), and
+            # rank every candidate only if that plan is refused
+            try:
+                out = run(_choose_plan(parts, reuse[0], reuse[1], eps_az, log_term, budgets))
+            except _BudgetError:
+                out = None
+        if out is None:
+            out = run(_choose_plan(parts, method, arity, eps_az, log_term, budgets))
+        plan, final, eps_spent, delta_spent, stages, cert = out
+        if method == "auto" and arity is None and len(parts) == 1 and reuse is None:
+            reuse = (plan.method, plan.params[0].get("arity"))
         method_name = plan.method if plan.method != "recursive" else f"recursive(arity={plan.params[0].get('arity')})"
         if plan.params[0].get("merge"):
             method_name += f"+blocks({plan.params[0]['merge']})"
