@@ -274,8 +274,7 @@ def _k_grid(loss):
 
 def _est_window(parts, tail):
     """Approximate ``[lo, hi]`` holding ``sum_i (count_i copies of loss_i)`` up to ``tail`` each side."""
-    # Called ~10 times per candidate plan: kept lean (same arithmetic as the straightforward
-    # version: the non-finite grid points are +inf after scaling and drop out of min/max).
+    # called ~10 times per candidate plan: one array operation per loss
     kp = kn = None
     lo_sup = hi_sup = 0.0
     for loss, c in parts:
@@ -284,16 +283,13 @@ def _est_window(parts, tail):
         kn = c * b if kn is None else kn + c * b
         lo_sup += c * loss.support[0] if math.isfinite(loss.support[0]) else -math.inf
         hi_sup += c * loss.support[1] if math.isfinite(loss.support[1]) else math.inf
-    lt = math.log(tail)
-    # +inf entries give +inf here (ignored by min); NaN cannot occur (_k_grid maps it to inf)
-    up = float(((kp - lt) / _S_ABS).min())
-    lo = -float(((kn - lt) / _S_ABS).min())
-    if not (math.isfinite(up) and math.isfinite(lo)):
+    lo, up = _chernoff_quantiles(kp, kn, tail)
+    if not (math.isfinite(up) and math.isfinite(lo)):  # no MGF known: Gaussian approximation
         mean = var = 0.0
         for loss, c in parts:
             mean += c * loss.mean()
             var += c * loss.std() ** 2
-        z = math.sqrt(2 * -lt) * 1.5
+        z = math.sqrt(-2 * math.log(tail)) * 1.5
         if not math.isfinite(up):
             up = mean + z * math.sqrt(var)
         if not math.isfinite(lo):
@@ -428,16 +424,21 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
     return meshes, cost, sizes
 
 
-def _agg_window(kp, kn, lo_sup, hi_sup, tail):
-    """Chernoff window of a sum from its summed MGF grids (as :func:`_est_window`, non-finite if unknown)."""
+def _chernoff_quantiles(kp, kn, tail):
+    """``(lo, up)`` with ``Pr[S < lo], Pr[S > up] <= tail`` from summed log-MGF grids on ``+-_S_ABS``.
+
+    ``+inf`` grid entries (unknown MGF) drop out of the minimum; non-finite if nothing is known.
+    """
     lt = math.log(tail)
     with np.errstate(invalid="ignore", over="ignore"):
         up = float(np.min((kp - lt) / _S_ABS))
         lo = -float(np.min((kn - lt) / _S_ABS))
-    if math.isnan(up):
-        up = math.inf
-    if math.isnan(lo):
-        lo = -math.inf
+    return (-math.inf if math.isnan(lo) else lo), (math.inf if math.isnan(up) else up)
+
+
+def _agg_window(kp, kn, lo_sup, hi_sup, tail):
+    """Chernoff window of a sum from its summed MGF grids (as :func:`_est_window`, non-finite if unknown)."""
+    lo, up = _chernoff_quantiles(kp, kn, tail)
     return max(lo, lo_sup), min(up, hi_sup)
 
 
