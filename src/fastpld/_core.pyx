@@ -201,14 +201,28 @@ def split(const real_in[::1] p, double offset, double mesh_in, double mesh_out, 
 
 
 cdef int _spectrum_terms(const cplx[::1] X, double m, real_out[::1] logmag, real_out[::1] phase,
-                         double[::1] lr64, double[::1] lrg64, double[::1] ph64, double g, bint first) noexcept nogil:
+                         double[::1] lr64, double[::1] lrg64, double[::1] ph64, double g, bint first,
+                         unsigned char[::1] dead, double rdead) noexcept nogil:
     cdef Py_ssize_t F = X.shape[0], k
     cdef real_out a, lr, ph
-    cdef double r
+    cdef double r, r2, re, im
     if logmag.shape[0] != F or phase.shape[0] != F or lr64.shape[0] != F or lrg64.shape[0] != F \
-            or ph64.shape[0] != F:
+            or ph64.shape[0] != F or dead.shape[0] != F:
         return FPLD_EINVAL
     for k in range(F):
+        if first:
+            dead[k] = 0
+        elif dead[k]:
+            continue
+        if rdead > 0:
+            # |X| + g < rdead: this input's m-th power alone is below e^-800 (see compose): skip the
+            # logarithms; power_fp writes 0 there and charges 1e-300
+            re = <double>X[k].real
+            im = <double>X[k].imag
+            r2 = re * re + im * im
+            if r2 < rdead * rdead * (1.0 - 1e-12):
+                dead[k] = 1
+                continue
         if cplx is cython.doublecomplex:
             a = hypot(X[k].real, X[k].imag)
             ph = atan2(X[k].imag, X[k].real)
@@ -233,17 +247,22 @@ cdef int _spectrum_terms(const cplx[::1] X, double m, real_out[::1] logmag, real
 
 
 def spectrum_terms(const cplx[::1] X, double m, real_out[::1] logmag, real_out[::1] phase, double[::1] lr64,
-                   double[::1] lrg64, double[::1] ph64, double g, bint first):
-    """Accumulate ``m log|X|`` and ``m arg X`` (polar power) and the float64 terms of the round-off bound."""
+                   double[::1] lrg64, double[::1] ph64, double g, bint first, unsigned char[::1] dead,
+                   double rdead):
+    """Accumulate ``m log|X|`` and ``m arg X`` (polar power) and the float64 terms of the round-off bound.
+
+    Frequencies with ``|X| < rdead`` are marked in ``dead`` (set to 0 by the first input) and skipped.
+    """
     cdef int status
     with nogil:
-        status = _spectrum_terms(X, m, logmag, phase, lr64, lrg64, ph64, g, first)
+        status = _spectrum_terms(X, m, logmag, phase, lr64, lrg64, ph64, g, first, dead, rdead)
     _check(status, "spectrum_terms")
 
 
 cdef int _power_fp(const real_out[::1] logmag, const real_out[::1] phase, const double[:, ::1] LR,
                    const double[:, ::1] LRG, const double[:, ::1] PH, const double[::1] ms, double g, double u,
-                   Py_ssize_t N, cplx[::1] Pc, double *e2, double *p2) noexcept nogil:
+                   Py_ssize_t N, cplx[::1] Pc, Py_ssize_t K, const double[::1] lp_low, const double[::1] amp_low,
+                   const unsigned char[::1] dead, double *e2, double *p2, double *ndead) noexcept nogil:
     cdef Py_ssize_t F = logmag.shape[0], C = ms.shape[0], k, c
     cdef real_out ph, lm, e, two_pi
     cdef double log_prod, amp, sum_lr, cond, lrc, w, se2 = 0.0, sp2 = 0.0, eight_u = 8.0 * u, msum = 0.0
@@ -255,9 +274,17 @@ cdef int _power_fp(const real_out[::1] logmag, const real_out[::1] phase, const 
         return FPLD_EINVAL
     if C and (LR.shape[1] != F or LRG.shape[1] != F or PH.shape[1] != F):
         return FPLD_EINVAL
+    if K < 0 or K > F or lp_low.shape[0] < K or amp_low.shape[0] < K or dead.shape[0] != F:
+        return FPLD_EINVAL
+    ndead[0] = 0
     for c in range(C):
         msum = msum + ms[c]
     for k in range(F):
+        if k >= K and dead[k]:
+            Pc[k].real = 0
+            Pc[k].imag = 0
+            ndead[0] = ndead[0] + 1
+            continue
         # powers in polar form: phase reduced mod 2 pi as numpy.remainder does
         lm = logmag[k]
         if real_out is double:
@@ -278,7 +305,15 @@ cdef int _power_fp(const real_out[::1] logmag, const real_out[::1] phase, const 
         else:
             Pc[k].real = 0
             Pc[k].imag = 0
-        # round-off bound (compose._fp_fft_bound), float64
+        # round-off bound (compose._fp_fft_bound), float64; the first K frequencies come from
+        # the accurate low-frequency series (compose._series_spectrum) with their own bound
+        if k < K:
+            amp = amp_low[k]
+            log_prod = lp_low[k]
+            w = 1.0 if (k == 0 or (N % 2 == 0 and k == F - 1)) else 2.0
+            se2 = se2 + w * amp * amp
+            sp2 = sp2 + w * exp(2.0 * log_prod)
+            continue
         log_prod = 0.0
         for c in range(C):
             log_prod = log_prod + ms[c] * LRG[c, k]
@@ -305,11 +340,65 @@ cdef int _power_fp(const real_out[::1] logmag, const real_out[::1] phase, const 
 
 def power_fp(const real_out[::1] logmag, const real_out[::1] phase, const double[:, ::1] LR,
              const double[:, ::1] LRG, const double[:, ::1] PH, const double[::1] ms, double g, double u,
-             Py_ssize_t N, cplx[::1] Pc):
-    """Write ``exp(logmag + i phase)`` into ``Pc``; return the weighted sums ``(sum w amp^2, sum w P^2)``."""
-    cdef double e2 = 0.0, p2 = 0.0
+             Py_ssize_t N, cplx[::1] Pc, Py_ssize_t K, const double[::1] lp_low, const double[::1] amp_low,
+             const unsigned char[::1] dead):
+    """Write ``exp(logmag + i phase)`` into ``Pc``; return ``(sum w amp^2, sum w P^2, n_dead)``.
+
+    For ``k < K`` the bound terms are ``amp_low[k]`` and ``exp(lp_low[k])`` (accurate series);
+    frequencies marked ``dead`` by spectrum_terms get 0 (their count is returned: each is charged 1e-300).
+    """
+    cdef double e2 = 0.0, p2 = 0.0, nd = 0.0
     cdef int status
     with nogil:
-        status = _power_fp(logmag, phase, LR, LRG, PH, ms, g, u, N, Pc, &e2, &p2)
+        status = _power_fp(logmag, phase, LR, LRG, PH, ms, g, u, N, Pc, K, lp_low, amp_low, dead, &e2, &p2, &nd)
     _check(status, "power_fp")
-    return e2, p2
+    return e2, p2, nd
+
+
+# ---------------------------------------------------------------------------------------
+# accurate low-frequency spectra (compose._series_spectrum): scaled power moments
+# ---------------------------------------------------------------------------------------
+cdef enum:
+    _MOM_BLOCK = 16
+    _MOM_MAX = 64
+
+
+cdef void _moments_rec(const real_in[::1] p, Py_ssize_t a, Py_ssize_t b, Py_ssize_t cen, long double inv_d,
+                       Py_ssize_t R1, long double *acc) noexcept nogil:
+    # pairwise over blocks of _MOM_BLOCK summed left to right: every term takes part in at most
+    # ceil(log2 n) + _MOM_BLOCK additions (the bound in _kernels.series_moments)
+    cdef long double left[_MOM_MAX]
+    cdef long double right[_MOM_MAX]
+    cdef long double pw, s
+    cdef Py_ssize_t j, r, mid
+    if b - a <= _MOM_BLOCK:
+        for r in range(R1):
+            acc[r] = 0
+        for j in range(a, b):
+            s = <long double>(j - cen) * inv_d  # exact: inv_d is a power of two
+            pw = <long double>p[j]
+            for r in range(R1):
+                acc[r] = acc[r] + pw
+                pw = pw * s
+        return
+    mid = a + (b - a) // 2
+    _moments_rec(p, a, mid, cen, inv_d, R1, left)
+    _moments_rec(p, mid, b, cen, inv_d, R1, right)
+    for r in range(R1):
+        acc[r] = left[r] + right[r]
+
+
+def series_moments(const real_in[::1] p, Py_ssize_t cen, double d, long double[::1] out):
+    """``out[r] = sum_j p_j ((j - cen) / d)^r`` for ``r < len(out)`` in long double (pairwise).
+
+    ``d`` must be a power of two (the scaling is then exact); ``len(out) <= 64``.
+    """
+    cdef Py_ssize_t R1 = out.shape[0], n = p.shape[0], r
+    cdef long double acc[_MOM_MAX]
+    cdef long double inv_d = 1.0 / <long double>d
+    if R1 < 1 or R1 > _MOM_MAX or n < 1 or not d > 0:
+        raise ValueError("series_moments: invalid argument")
+    with nogil:
+        _moments_rec(p, 0, n, cen, inv_d, R1, acc)
+        for r in range(R1):
+            out[r] = acc[r]

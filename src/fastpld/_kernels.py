@@ -174,12 +174,21 @@ def split(p: np.ndarray, offset: float, mesh_in: float, mesh_out: float, dtype):
     return out + up, j0, tmax
 
 
-def spectrum_terms(X, m, logmag, phase, lr64, lrg64, ph64, g, first) -> None:
+def spectrum_terms(X, m, logmag, phase, lr64, lrg64, ph64, g, first, dead=None, rdead=0.0) -> None:
     """Accumulate ``m log|X|``, ``m arg X`` (in ``X``'s precision) and the float64 terms of the
-    round-off bound (``log|X|``, ``log(|X| + g)``, ``arg X``) for one input spectrum."""
+    round-off bound (``log|X|``, ``log(|X| + g)``, ``arg X``) for one input spectrum.
+
+    The compiled kernel marks frequencies with ``|X| < rdead`` in ``dead`` and skips them (the
+    numpy version computes every frequency and leaves ``dead`` at 0: same bound up to 1e-300s).
+    """
+    if dead is None:
+        dead = np.zeros(X.shape[0], dtype=np.uint8)
+        rdead = 0.0
     if _core is not None:
-        _core.spectrum_terms(X, float(m), logmag, phase, lr64, lrg64, ph64, float(g), bool(first))
+        _core.spectrum_terms(X, float(m), logmag, phase, lr64, lrg64, ph64, float(g), bool(first), dead, float(rdead))
         return
+    if first:
+        dead[:] = 0
     with np.errstate(divide="ignore", invalid="ignore"):
         a = np.abs(X)
         ph = np.angle(X)
@@ -196,12 +205,24 @@ def spectrum_terms(X, m, logmag, phase, lr64, lrg64, ph64, g, first) -> None:
         phase += m * ph
 
 
-def power_fp(logmag, phase, LR, LRG, PH, ms, g, u, N, Pc):
+_EMPTY = np.zeros(0)
+
+
+def power_fp(logmag, phase, LR, LRG, PH, ms, g, u, N, Pc, K=0, lp_low=None, amp_low=None, dead=None):
     """Write the polar power ``exp(logmag) e^(i phase)`` into ``Pc``; return the weighted sums
-    ``(sum_k w_k amp_k^2, sum_k w_k P_k^2)`` of the round-off bound of :func:`fastpld.compose._fp_fft_bound`."""
+    ``(sum_k w_k amp_k^2, sum_k w_k P_k^2)`` of the round-off bound of :func:`fastpld.compose._fp_fft_bound`.
+
+    For ``k < K`` the bound terms are ``amp_low[k]`` and ``exp(lp_low[k])`` (the accurate
+    low-frequency series of :func:`fastpld.compose._series_spectrum`).
+    """
     ms = np.ascontiguousarray(ms, dtype=np.float64)
+    lp_low = _EMPTY if lp_low is None else np.ascontiguousarray(lp_low, dtype=np.float64)
+    amp_low = _EMPTY if amp_low is None else np.ascontiguousarray(amp_low, dtype=np.float64)
+    if dead is None:
+        dead = np.zeros(logmag.shape[0], dtype=np.uint8)
     if _core is not None:
-        return _core.power_fp(logmag, phase, LR, LRG, PH, ms, float(g), float(u), int(N), Pc)
+        return _core.power_fp(logmag, phase, LR, LRG, PH, ms, float(g), float(u), int(N), Pc, int(K), lp_low,
+                              amp_low, dead)
     # a long double node reduces by a long double 2 pi (see compose._TWO_PI_LD)
     ph = np.remainder(phase, _TWO_PI_LD if phase.dtype == np.longdouble else _TWO_PI)
     with np.errstate(under="ignore", over="ignore", invalid="ignore"):
@@ -223,8 +244,43 @@ def power_fp(logmag, phase, LR, LRG, PH, ms, g, u, N, Pc):
         # polar-power rounding, plus the rounding of |X| before its m-th power (~ m u)
         amp = amp + (8 * u * cond + 2 * u * float(ms.sum())) * np.exp(sum_lr)
         amp = np.where(np.isfinite(amp), amp, 0.0)
+        if K:
+            amp = np.array(amp, dtype=np.float64)
+            amp[:K] = amp_low[:K]
+            log_prod = np.array(log_prod, dtype=np.float64)
+            log_prod[:K] = lp_low[:K]
         w = np.full(amp.shape, 2.0)
         w[0] = 1.0
         if N % 2 == 0:
             w[-1] = 1.0
-        return float(np.sum(w * amp**2)), float(np.sum(w * np.exp(2 * log_prod)))
+        return float(np.sum(w * amp**2)), float(np.sum(w * np.exp(2 * log_prod))), 0.0
+
+
+SERIES_BLOCK = 16  # the compiled pairwise sum's block length (enters the error bound)
+
+
+def series_moments(p: np.ndarray, cen: int, d: float, R1: int) -> np.ndarray:
+    """Scaled power moments ``M_r = sum_j p_j ((j - cen) / d)^r``, ``r < R1``, in long double.
+
+    ``d`` is a power of two, so the scaling is exact.  Summation is pairwise: every term
+    takes part in at most ``ceil(log2 n) + SERIES_BLOCK`` additions in either
+    implementation, and the powers in ``r`` roundings, so
+    ``|M~_r - M_r| <= gamma_(r + ceil(log2 n) + SERIES_BLOCK + 1) sum_j p_j |s_j|^r`` (long double ``u``).
+    """
+    out = np.empty(R1, dtype=np.longdouble)
+    if _core is not None and p.dtype in (np.float64, np.longdouble) and p.flags.c_contiguous:
+        _core.series_moments(p, int(cen), float(d), out)
+        return out
+    n = p.size
+    s = (np.arange(n, dtype=np.float64) - cen).astype(np.longdouble) / np.longdouble(d)
+    n2 = 1 << max(0, (n - 1).bit_length())
+    A = np.zeros((R1, n2), dtype=np.longdouble)
+    pw = p.astype(np.longdouble)
+    for r in range(R1):
+        A[r, :n] = pw
+        pw = pw * s
+    while A.shape[1] > 1:
+        h = A.shape[1] // 2
+        A = A[:, :h] + A[:, h:]
+    out[:] = A[:, 0]
+    return out

@@ -406,16 +406,16 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
             lg = math.ceil(math.log2(nn))
             inst = plan.instances[id(o)]
             msum = sum(m for _, m in o.children)
-            est64 = inst * (2.0 * msum * 12 * _U64 * lg + 4 * _U64)
+            est64, est_ser = _fp64_estimates(inst, msum, lg)
             # _run_node tries float64 up to the node's share of the round-off budget; the measured
-            # charge is typically a few times est64, so the try is predicted to hold up to half of it
-            ld = est64 > 0.25 * allowance and est64 > 0.5 * node_allowance
+            # charge is typically a few times the estimate, so the try is predicted to hold up to half of it
+            ld = est64 > 0.25 * allowance and est_ser > 0.5 * node_allowance
             if ld:
-                fp_pred += inst * (2.0 * msum * 12 * _ULD * lg + 4 * _ULD)
+                fp_pred += 50 * est_ser * (_ULD / _U64)
             elif est64 > 0.25 * allowance:
-                fp_pred += 2.5 * est64
+                fp_pred += 2.5 * est_ser
             per_point = _T_POINT_LD if ld else _T_POINT_64
-            if ld and est64 <= node_allowance:  # the float64 try that is redone
+            if ld and est_ser <= node_allowance:  # the float64 try that is redone
                 per_point += _T_POINT_64
             cost += _T_NODE + nn * (len(o.children) + 1) * per_point * lg / 12
     # (a plan whose measured charges do not fit is not fatal: compose falls back to the next one)
@@ -566,12 +566,213 @@ def _chernoff_window(inputs, w, native=False):
     return math.floor(l_star) + 1, math.ceil(u_star) - 1, tail
 
 
-def _fp_fft_bound(specs, N, u):
+_SERIES_R = 40  # degree of the low-frequency series
+_SERIES_PHI = 3.0  # used for theta * d <= 3 (d >= max |j - cen|): remainder <= 3^41 / 41! ~ 1e-30
+_SERIES_MIN_ABS = 0.25  # and only while |1 - Z| >= 0.25 holds (Lipschitz constants of log and arg)
+_FACT = [float(math.factorial(r)) for r in range(_SERIES_R + 2)]
+
+
+def _gamma(k, u):
+    return k * u / (1.0 - k * u)
+
+
+def _series_spectrum(ins, N, dtype=np.float64):
+    """Accurate low-frequency spectrum of a node: ``(K, L, Phi, dL, dPhi, g_extra, scale)`` or ``None``.
+
+    Why: a node raises each input spectrum ``X`` to the power ``m``; an FFT computes ``X`` to
+    an absolute ``g ~ u log N``, and near frequency 0 (``|X| ~ 1``) that error grows ``m``-fold,
+    which made large powers need long double and made the round-off charge grow like ``k u``.
+    Here, for the frequencies ``theta_k = 2 pi k / N`` with ``theta_k d rho <= 3`` (``d``, a power
+    of two, bounds ``|j - cen|`` on the input's support; ``rho = 1 + |c|``), the input's
+    characteristic function is expanded about its mean ``c d``:
+    ``X / mu0 = e^(-i theta c d) (1 - Z')``, ``Z' = -sum_(r>=1) (-i theta d)^r C_r / (r! mu0)``
+    with the central moments ``C_r`` of ``s = (j - cen) / d`` (long double pairwise sums and a
+    binomial transform), evaluated with a rigorous bound ``dZ`` on ``|Z'~ - Z'|`` (moment
+    rounding, Horner rounding, Taylor remainder ``(3)^41 / 41!``).  The linear phase
+    ``m theta c d`` is reduced exactly (integer part modulo ``N``).  Then ``m log|1 - Z'|`` and
+    ``m arg(1 - Z')`` carry errors ``~ m dZ`` with ``dZ ~ u |Z'|``: where ``|X|^m`` matters,
+    ``m |Z'| = O(1)``, so the error no longer grows with ``m``.  Evaluated in ``dtype``
+    (float64 or long double: the node's precision).
+
+    The spectrum computed for an input is that of ``mu0~ p / mu0`` (its normalised PMF times the
+    computed total ``mu0~``): a common scale per input, which the node's normalisation removes
+    (``scale`` bounds ``sum m |log(mu0~ / mu0)|``; ``_run_node`` widens ``l1`` by ``1 + 2 scale``).
+    The FFT values at the other frequencies approximate the same scaled spectrum within
+    ``g + |mu0~ - mu0|``: ``g_extra`` is that addition.  ``L, Phi`` (in ``dtype``) are the summed
+    ``m log|X|`` and ``m arg X`` at ``k < K``; ``dL, dPhi`` bound their errors.  ``None`` when
+    no frequency qualifies.
+    """
+    F = N // 2 + 1
+    R = _SERIES_R
+    W = np.dtype(dtype).type
+    u = _U64 if W is np.float64 else _ULD  # working precision of the evaluation
+    uld = _ULD
+    LD = np.longdouble
+    two_pi = W(_TWO_PI_LD) if W is LD else 2 * math.pi
+    heads = []
+    K = F
+    for p, cen, m in ins:
+        n = p.size
+        tmax = max(cen, n - 1 - cen, 1)
+        d = 2.0 ** math.ceil(math.log2(tmax))
+        Mld = _kernels.series_moments(np.ascontiguousarray(p), cen, d, R + 3)
+        if not Mld[0] > 0:
+            return None
+        c = Mld[1] / Mld[0]  # expansion point (the mean, in units of d); any value is exact below
+        rho = 1.0 + abs(float(c))  # |s_j - c| <= rho
+        K = min(K, int(math.floor(_SERIES_PHI * N / (2 * math.pi * d * rho))) + 1)
+        heads.append((d, Mld, c, rho))
+    if K < 2:
+        return None
+    k = np.arange(K).astype(W)
+    kk = np.arange(K, dtype=np.int64)
+    Ltot = np.zeros(K, dtype=W)
+    Ptot = np.zeros(K, dtype=W)
+    dL = np.zeros(K)
+    dP = np.zeros(K)
+    absL = np.zeros(K)
+    absP = np.zeros(K)
+    g_extra = 0.0
+    scale = 0.0
+    fact_ld, fact, binom, absbinom = _SERIES_CONST
+    hor_g = _SERIES_HOR[W is LD]
+    for (p, cen, m), (d, Mld, c, rho) in zip(ins, heads):
+        n = p.size
+        lev = max(n - 1, 1).bit_length() + _kernels.SERIES_BLOCK + 1
+        mu0l = Mld[0]
+        mu0 = float(mu0l)
+        # |mu0~ - mu0| of the long double pairwise sum (mu0~ is the series' scale)
+        d0 = 1.01 * _gamma(lev, uld) * mu0
+        g_extra = max(g_extra, d0)
+        scale += m * d0 / (mu0 - d0)
+        # |M~_i - M_i| <= gamma_(i + lev) A_i, A_i >= sum p |s|^i: even i from M_i itself, odd i by
+        # Cauchy-Schwarz sqrt(A_(i-1) A_(i+1))
+        gi = np.array([_gamma(i + lev, uld) for i in range(R + 3)])
+        Mf = Mld.astype(np.float64)
+        A = np.empty(R + 3)
+        A[0::2] = Mf[0::2] * (1 + 1.01 * gi[0::2])
+        A[1::2] = np.sqrt(A[0:-1:2] * A[2::2]) * 1.01  # R even: A has R + 3 entries
+        A = np.minimum(A, mu0 + d0)  # |s| <= 1
+        e = (gi * A)[: R + 1]
+        # central moments about c by the binomial transform (long double), with their errors
+        Mld = Mld[: R + 1]
+        pc = (-c) ** np.arange(R + 1).astype(LD)
+        # row r of the lower-triangular binomial matrix times M_i (-c)^(r - i) (zeros above the diagonal)
+        shift = np.zeros((R + 1, R + 1), dtype=LD)
+        idx = np.arange(R + 1)
+        diff = idx[:, None] - idx[None, :]
+        low = diff >= 0
+        shift[low] = pc[diff[low]]
+        terms = binom * shift * Mld[None, :]
+        Cm = terms.sum(axis=1)
+        magf = np.abs((binom * shift).astype(np.float64))
+        eC = magf @ e + _SERIES_GC * np.abs(terms.astype(np.float64)).sum(axis=1)
+        # series coefficients of Z' (|C_r| relative rounding of the division/cast in da)
+        a = (Cm / (mu0l * fact_ld)).astype(W)
+        af = np.abs(a.astype(np.float64))
+        da = 1.01 * (1.01 * eC + np.abs(Cm.astype(np.float64)) * d0 / mu0) / (mu0 * fact) + 5 * u * af
+        phi = k * W(two_pi * W(d) / W(N))  # relative error <= 3 u (in hor_g)
+        x = phi * phi
+        # Horner in x = phi^2: Re Z' = a2 phi^2 - a4 phi^4 + ..., Im Z' = a1 phi - a3 phi^3 + ...
+        acc = np.full(K, a[R], dtype=W)  # R even
+        for r in range(R - 2, 1, -2):
+            acc = a[r] - x * acc
+        re = x * acc
+        acc = np.full(K, a[R - 1], dtype=W)
+        for r in range(R - 3, 0, -2):
+            acc = a[r] - x * acc
+        im = phi * acc
+        phf = phi.astype(np.float64)
+        err = np.zeros(K)
+        pw = np.ones(K)
+        for r in range(1, R + 1):
+            pw = pw * phf
+            # coefficient error, and Horner rounding (a_r passes ~2r operations; phi^r carries 3r u)
+            err += (da[r] + hor_g[r] * af[r]) * pw
+        rem = 1.01 * (phf * rho * 1.001) ** (R + 1) / _FACT[R + 1]  # Taylor remainder, |s - c| <= rho
+        dz = 1.01 * (2 * err + 2 * rem)
+        wre = 1 - re
+        wabs = np.hypot(wre, im).astype(np.float64)
+        gap = wabs * (1 - 4 * u) - dz
+        bad = np.flatnonzero(~(gap >= _SERIES_MIN_ABS))
+        if bad.size:
+            K = int(bad[0])
+            if K < 2:
+                return None
+        # log |1 - Z'| = log1p(v) / 2, v = Im^2 - Re (2 - Re); |log|w'| - log|w|| <= |w' - w| / min |w|
+        v = im * im - re * (2 - re)
+        lw = np.log1p(v) / 2
+        ref, imf, lwf = np.abs(re.astype(np.float64)), np.abs(im.astype(np.float64)), np.abs(lw.astype(np.float64))
+        den = 0.99 * gap * gap
+        dlw = dz / gap + 0.5 * _gamma(4, u) * (ref * (2 + ref) + imf * imf) / den + 2 * u * lwf
+        ph = np.arctan2(-im, wre)
+        # (rounding 1 - Re moves w along the real axis: the angle moves by |Im| |dw| / |w|^2)
+        dph = (math.pi / 2) * dz / gap + u * (1 + ref) * imf / (gap * gap) + 2 * u * np.abs(ph.astype(np.float64))
+        # linear phase -m theta c d of the shift to c: T = m c d (long double; d a power of two),
+        # T = Ti + Tf with Ti an integer whose phase 2 pi (k Ti mod N) / N is reduced exactly
+        T = LD(m) * c * LD(d)
+        Ti = int(np.rint(T))
+        Tf = W(T - LD(Ti))
+        step = W(two_pi / W(N))
+        lin = -step * ((kk * Ti) % N).astype(W) - step * k * Tf
+        dlin = 8 * u * (2 * math.pi) + (2 * math.pi / N) * kk * (2 * uld * abs(float(T)) + 4 * u * abs(float(Tf)))
+        Lc = W(m) * lw
+        Pc = W(m) * ph
+        Ltot = Ltot + Lc
+        Ptot = Ptot + Pc + lin
+        Lcf = np.abs(Lc.astype(np.float64))
+        absL += Lcf
+        absP += np.abs(Pc.astype(np.float64)) + np.abs(lin.astype(np.float64))
+        dL += 1.01 * m * dlw + 2 * u * Lcf
+        dP += 1.01 * m * dph + 2 * u * np.abs(Pc.astype(np.float64)) + 1.01 * dlin
+        # the scale: log|mu0~ e^(-i theta c d) (1 - Z')| = log mu0~ + log|1 - Z'|
+        ls = W(m) * W(np.log(mu0l))  # |log mu0~| ~ u: its rounding is negligible
+        Ltot = Ltot + ls
+        absL += abs(float(ls))
+        dL += 4 * u * abs(float(ls))
+    C = len(ins)
+    dL = dL + _gamma(2 * C, u) * absL
+    dP = dP + _gamma(2 * C, u) * absP
+    if scale > 1e-6:
+        return None
+    return K, Ltot[:K], Ptot[:K], dL[:K], dP[:K], g_extra, scale
+
+
+_SERIES_CONST = (
+    np.array([math.factorial(r) for r in range(_SERIES_R + 1)], dtype=np.longdouble),
+    np.array([float(math.factorial(r)) for r in range(_SERIES_R + 1)]),
+    np.array([[math.comb(r, i) for i in range(_SERIES_R + 1)] for r in range(_SERIES_R + 1)], dtype=np.longdouble),
+    None,
+)
+# Horner rounding per coefficient (a_r passes ~2r operations, phi^r carries 3r u), float64 / long double
+_SERIES_HOR = {False: np.array([_gamma(4 * r + 6, _U64) for r in range(_SERIES_R + 1)]),
+               True: np.array([_gamma(4 * r + 6, _ULD) for r in range(_SERIES_R + 1)])}
+# rounding of the binomial transform (products and the sum of row r), long double
+_SERIES_GC = np.array([_gamma(3 * r + 3, _ULD) for r in range(_SERIES_R + 1)])
+
+
+def _series_amp(ser, u_node):
+    """``(lp_low, amp_low)`` of :func:`_fp_fft_bound` at the series frequencies for a node in ``u_node``.
+
+    ``|exp(L~) cis(Phi~) - exp(L) cis(Phi)| <= e^L~ (expm1(dL) + e^dL dPhi)``, plus the polar
+    evaluation in the node's precision (``exp``, reduction mod 2 pi, ``cos``, ``sin``, products).
+    """
+    K, L, P, dL, dP = ser[:5]
+    L = L.astype(np.float64)
+    P = P.astype(np.float64)
+    with np.errstate(over="ignore", under="ignore"):
+        amp = 1.01 * np.exp(L) * (np.expm1(dL) + np.exp(dL) * dP + 8 * u_node * (1 + np.abs(P) + np.abs(L)))
+    return L + dL, amp
+
+
+def _fp_fft_bound(specs, N, u, g_extra=0.0, low=None):
     """Bound on ||computed - exact||_1 of irfft(prod X_c^m_c) (see module docstring).
 
-    ``specs``: list of (X_computed, m).  Returns (l1_bound, linf_bound).
+    ``specs``: list of (X_computed, m).  ``low = (K, lp_low, amp_low)`` replaces the bound
+    terms of the first ``K`` frequencies (accurate series, :func:`_series_spectrum`);
+    ``g_extra`` widens the FFT error of the others (the series' scale).  Returns (l1_bound, linf_bound).
     """
-    g = 12.0 * u * math.ceil(math.log2(max(N, 2)))
+    g = 12.0 * u * math.ceil(math.log2(max(N, 2))) + g_extra
     log_prod = 0.0
     amp = 0.0
     logs = []
@@ -592,6 +793,12 @@ def _fp_fft_bound(specs, N, u):
         # + m u: |X| itself is rounded (relative u) before the m-th power
         amp = amp + (8 * cond + 2 * sum(m for *_, m, _ in logs)) * u * prod_r
     amp = np.where(np.isfinite(amp), amp, 0.0)
+    if low is not None:
+        K, lp_low, amp_low = low
+        amp = np.array(amp, dtype=np.float64)
+        amp[:K] = amp_low
+        log_prod = np.array(log_prod, dtype=np.float64)
+        log_prod[:K] = lp_low
     w = np.full(amp.shape, 2.0)
     w[0] = 1.0
     if N % 2 == 0:
@@ -600,6 +807,20 @@ def _fp_fft_bound(specs, N, u):
     p2 = math.sqrt(float(np.sum(w * np.exp(2 * log_prod))))  # >= ||P||_2 (full spectrum)
     l2 = (e2 + g * p2) / math.sqrt(N)
     return e2 + g * p2, l2
+
+
+def _fp64_estimates(inst, msum, lg):
+    """Predicted float64 round-off charges of a node: ``(plain FFT powers, with the low-frequency series)``.
+
+    Plain: the ``m``-fold amplification of the FFT error ``12 u log2 N``.  With the series, the
+    error near frequency 0 no longer grows with ``m``; what is left is the inverse FFT
+    (``~ 3 g``) and, for moderate ``m``, the frequencies past the series' range
+    (``|X|^m ~ e^(-m / 57)`` there for inputs a few standard deviations wide).
+    """
+    g = 12 * _U64 * lg
+    plain = inst * (2.0 * msum * g + 4 * _U64)
+    with_series = inst * (2.0 * (3.0 + msum * math.exp(-msum / 57.0)) * g + 4 * _U64)
+    return plain, min(plain, with_series)
 
 
 def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_nodes=None):
@@ -649,19 +870,28 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     allowance = budgets.fp / n_objects
     node_allowance = budgets.fp / n_nodes if n_nodes else allowance
     msum = sum(m for _, _, m in ins)
-    est64 = inst * (2.0 * msum * 12 * _U64 * math.ceil(math.log2(N)) + 4 * _U64)
+    est64, est_ser = _fp64_estimates(inst, msum, math.ceil(math.log2(N)))
     if est64 <= 0.25 * allowance:
         dtypes = (np.float64,)
-    elif est64 <= node_allowance:
+    elif est_ser <= node_allowance:
         dtypes = (np.float64, np.longdouble)
     else:
         dtypes = (np.longdouble,)
+    # accurate low-frequency spectra where a power's round-off amplification matters
+    use_series = est64 > 0.25 * allowance
     for dtype in dtypes:
         u = _U64 if dtype is np.float64 else _ULD
         specs = []
         logmag = phase = None
+        low = None
+        g_extra = 0.0
+        ser = _series_spectrum(ins, N, dtype) if use_series else None
+        if ser is not None:
+            lp_low, amp_low = _series_amp(ser, u)
+            low = (ser[0], lp_low, amp_low)
+            g_extra = ser[5]
         if backend.native:  # cached plans, compiled placement/power/round-off kernels (same arithmetic)
-            out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u)
+            out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u, ser=ser, low=low)
         for p, cen, m in ([] if backend.native else ins):
             buf = np.zeros(N, dtype=dtype)
             pos = (np.arange(p.size) - cen) % N
@@ -674,6 +904,9 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
             logmag = m * lr if logmag is None else logmag + m * lr
             phase = m * ph if phase is None else phase + m * ph
         if not backend.native:
+            if ser is not None:
+                logmag[:ser[0]] = ser[1]
+                phase[:ser[0]] = ser[2]
             # reduce by 2 pi in the node's precision: a float64 2 pi would put float64-size phase errors
             # (|phase| * 2.4e-16) into long double nodes, whose charge assumes long double accuracy
             phase = np.remainder(phase, _TWO_PI_LD if dtype is np.longdouble else 2 * np.pi)
@@ -681,7 +914,10 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
                 Pc = np.exp(logmag) * (np.cos(phase) + 1j * np.sin(phase))
             Pc[~np.isfinite(logmag)] = 0
             out = backend.irfft(Pc, N)
-            fp_l1, fp_linf = _fp_fft_bound(specs, N, u)
+            fp_l1, fp_linf = _fp_fft_bound(specs, N, u, g_extra, low)
+        if ser is not None:  # the series' common scale, removed by the normalisation below
+            fp_l1 *= 1 + 2 * ser[6]
+            fp_linf *= 1 + 2 * ser[6]
         if len(dtypes) == 1 or dtype is np.longdouble or inst * (2 * fp_l1 + 4 * u) <= node_allowance:
             break
     lin = np.roll(out, -(c % N)) if c % N else out
@@ -710,7 +946,8 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     lin = lin / lin.sum()
     # base_val = sum m_c (offset_c + cen_c h); entry j of lin is the index sum I' = c + a + j
     offset = base_val + (c + a) * h
-    info = {"N": N, "wrap": wrap, "fp": tv_fp, "dtype": dtype, "window": (c, c + N - 1)}
+    info = {"N": N, "wrap": wrap, "fp": tv_fp, "dtype": dtype, "window": (c, c + N - 1),
+            "series": ser[0] if ser is not None else 0}
     return GridPMF(lin, offset, h), info
 
 
