@@ -388,10 +388,42 @@ cdef void _moments_rec(const real_in[::1] p, Py_ssize_t a, Py_ssize_t b, Py_ssiz
         acc[r] = left[r] + right[r]
 
 
-def series_moments(const real_in[::1] p, Py_ssize_t cen, double d, long double[::1] out):
-    """``out[r] = sum_j p_j ((j - cen) / d)^r`` for ``r < len(out)`` in long double (pairwise).
+cdef inline void _two_sum(long double a, long double b, long double *s, long double *e) noexcept nogil:
+    cdef long double x = a + b
+    cdef long double bb = x - a
+    e[0] = (a - (x - bb)) + (b - bb)
+    s[0] = x
 
-    ``d`` must be a power of two (the scaling is then exact); ``len(out) <= 64``.
+
+cdef void _sum2_m01(const real_in[::1] p, Py_ssize_t cen, long double inv_d, long double *m0,
+                    long double *m1) noexcept nogil:
+    # Ogita-Rump-Oishi Sum2 (cascaded) of p_j and of the exact products p_j s_j: p_j is split
+    # (Veltkamp, 2^32 + 1) into two 32-bit halves, each times s_j (<= 31 significant bits) exact
+    cdef Py_ssize_t j, n = p.shape[0]
+    cdef long double s0 = 0, e0 = 0, s1 = 0, e1 = 0, x, t, hi, lo, s, e
+    cdef long double split = 4294967297.0
+    for j in range(n):
+        x = <long double>p[j]
+        _two_sum(s0, x, &s, &e)
+        s0 = s
+        e0 = e0 + e
+        t = split * x
+        hi = t - (t - x)
+        lo = x - hi
+        s = <long double>(j - cen) * inv_d
+        _two_sum(s1, hi * s, &s1, &e)
+        e1 = e1 + e
+        _two_sum(s1, lo * s, &s1, &e)
+        e1 = e1 + e
+    m0[0] = s0 + e0
+    m1[0] = s1 + e1
+
+
+def series_moments(const real_in[::1] p, Py_ssize_t cen, double d, long double[::1] out):
+    """``out[r] = sum_j p_j ((j - cen) / d)^r`` for ``r < len(out)`` in long double (pairwise;
+    ``r = 0, 1`` compensated, see ``_kernels.series_moments``).
+
+    ``d`` must be a power of two (the scaling is then exact); ``len(out) <= 64``; ``|j - cen| < 2^31``.
     """
     cdef Py_ssize_t R1 = out.shape[0], n = p.shape[0], r
     cdef long double acc[_MOM_MAX]
@@ -402,3 +434,8 @@ def series_moments(const real_in[::1] p, Py_ssize_t cen, double d, long double[:
         _moments_rec(p, 0, n, cen, inv_d, R1, acc)
         for r in range(R1):
             out[r] = acc[r]
+        # M_0 and M_1 compensated: their errors would otherwise grow with the node's power
+        _sum2_m01(p, cen, inv_d, &acc[0], &acc[1])
+        out[0] = acc[0]
+        if R1 > 1:
+            out[1] = acc[1]

@@ -266,6 +266,8 @@ def series_moments(p: np.ndarray, cen: int, d: float, R1: int) -> np.ndarray:
     takes part in at most ``ceil(log2 n) + SERIES_BLOCK`` additions in either
     implementation, and the powers in ``r`` roundings, so
     ``|M~_r - M_r| <= gamma_(r + ceil(log2 n) + SERIES_BLOCK + 1) sum_j p_j |s_j|^r`` (long double ``u``).
+    ``M_0`` and ``M_1`` are compensated (Sum2 of the exact terms ``p_j`` and of ``p_j s_j`` split
+    into exact halves): ``|M~_r - M_r| <= u |M_r| + gamma_(2n)^2 sum_j p_j |s_j|^r``.
     """
     out = np.empty(R1, dtype=np.longdouble)
     if _core is not None and p.dtype in (np.float64, np.longdouble) and p.flags.c_contiguous:
@@ -283,4 +285,24 @@ def series_moments(p: np.ndarray, cen: int, d: float, R1: int) -> np.ndarray:
         h = A.shape[1] // 2
         A = A[:, :h] + A[:, h:]
     out[:] = A[:, 0]
+    # M_0, M_1: pairwise TwoSum tree over exact terms (errors kept exactly, summed at the end)
+    x = p.astype(np.longdouble)
+    t = np.longdouble(4294967297.0) * x
+    hi = t - (t - x)
+    lo = x - hi
+    for r, terms in ((0, x), (1, np.concatenate([hi * s, lo * s]))):
+        if r >= R1:
+            break
+        m = 1 << max(0, (terms.size - 1).bit_length())
+        v = np.zeros(m, dtype=np.longdouble)
+        v[: terms.size] = terms
+        err = np.zeros(m, dtype=np.longdouble)
+        while v.size > 1:
+            h = v.size // 2
+            a, b = v[:h], v[h:]
+            sm = a + b
+            bb = sm - a
+            err = err[:h] + err[h:] + ((a - (sm - bb)) + (b - bb))
+            v = sm
+        out[r] = v[0] + err[0]
     return out

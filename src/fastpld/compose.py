@@ -566,8 +566,8 @@ def _chernoff_window(inputs, w, native=False):
     return math.floor(l_star) + 1, math.ceil(u_star) - 1, tail
 
 
-_SERIES_R = 40  # degree of the low-frequency series
-_SERIES_PHI = 3.0  # used for theta * d <= 3 (d >= max |j - cen|): remainder <= 3^41 / 41! ~ 1e-30
+_SERIES_R = 48  # degree of the low-frequency series
+_SERIES_PHI = 4.0  # used for theta max|j - c| <= 4: remainder <= 4^49 / 49! ~ 5e-34
 _SERIES_MIN_ABS = 0.25  # and only while |1 - Z| >= 0.25 holds (Lipschitz constants of log and arg)
 _FACT = [float(math.factorial(r)) for r in range(_SERIES_R + 2)]
 
@@ -582,13 +582,13 @@ def _series_spectrum(ins, N, dtype=np.float64):
     Why: a node raises each input spectrum ``X`` to the power ``m``; an FFT computes ``X`` to
     an absolute ``g ~ u log N``, and near frequency 0 (``|X| ~ 1``) that error grows ``m``-fold,
     which made large powers need long double and made the round-off charge grow like ``k u``.
-    Here, for the frequencies ``theta_k = 2 pi k / N`` with ``theta_k d rho <= 3`` (``d``, a power
-    of two, bounds ``|j - cen|`` on the input's support; ``rho = 1 + |c|``), the input's
+    Here, for the frequencies ``theta_k = 2 pi k / N`` with ``theta_k d rho <= 4`` (``d``, a power
+    of two, bounds ``|j - cen|`` on the input's support; ``d rho >= max |j - cen - c d|``), the input's
     characteristic function is expanded about its mean ``c d``:
     ``X / mu0 = e^(-i theta c d) (1 - Z')``, ``Z' = -sum_(r>=1) (-i theta d)^r C_r / (r! mu0)``
     with the central moments ``C_r`` of ``s = (j - cen) / d`` (long double pairwise sums and a
     binomial transform), evaluated with a rigorous bound ``dZ`` on ``|Z'~ - Z'|`` (moment
-    rounding, Horner rounding, Taylor remainder ``(3)^41 / 41!``).  The linear phase
+    rounding, Horner rounding, Taylor remainder ``4^49 / 49!``).  The linear phase
     ``m theta c d`` is reduced exactly (integer part modulo ``N``).  Then ``m log|1 - Z'|`` and
     ``m arg(1 - Z')`` carry errors ``~ m dZ`` with ``dZ ~ u |Z'|``: where ``|X|^m`` matters,
     ``m |Z'| = O(1)``, so the error no longer grows with ``m``.  Evaluated in ``dtype``
@@ -619,7 +619,7 @@ def _series_spectrum(ins, N, dtype=np.float64):
         if not Mld[0] > 0:
             return None
         c = Mld[1] / Mld[0]  # expansion point (the mean, in units of d); any value is exact below
-        rho = 1.0 + abs(float(c))  # |s_j - c| <= rho
+        rho = (tmax / d + abs(float(c))) * (1 + 1e-12)  # |s_j - c| <= rho
         K = min(K, int(math.floor(_SERIES_PHI * N / (2 * math.pi * d * rho))) + 1)
         heads.append((d, Mld, c, rho))
     if K < 2:
@@ -654,6 +654,9 @@ def _series_spectrum(ins, N, dtype=np.float64):
         A[1::2] = np.sqrt(A[0:-1:2] * A[2::2]) * 1.01  # R even: A has R + 3 entries
         A = np.minimum(A, mu0 + d0)  # |s| <= 1
         e = (gi * A)[: R + 1]
+        # M_0, M_1 are compensated sums (their errors would grow with m: a mean shift)
+        g2 = _gamma(2 * n + 2, uld) ** 2
+        e[:2] = 1.01 * (uld * np.abs(Mf[:2]) + g2 * A[:2])
         # central moments about c by the binomial transform (long double), with their errors
         Mld = Mld[: R + 1]
         pc = (-c) ** np.arange(R + 1).astype(LD)
@@ -701,7 +704,8 @@ def _series_spectrum(ins, N, dtype=np.float64):
                 return None
         # log |1 - Z'| = log1p(v) / 2, v = Im^2 - Re (2 - Re); |log|w'| - log|w|| <= |w' - w| / min |w|
         v = im * im - re * (2 - re)
-        lw = np.log1p(v) / 2
+        with np.errstate(divide="ignore", invalid="ignore"):  # only k < K (|1 - Z'| >= 1/4) is used
+            lw = np.log1p(v) / 2
         ref, imf, lwf = np.abs(re.astype(np.float64)), np.abs(im.astype(np.float64)), np.abs(lw.astype(np.float64))
         den = 0.99 * gap * gap
         dlw = dz / gap + 0.5 * _gamma(4, u) * (ref * (2 + ref) + imf * imf) / den + 2 * u * lwf
@@ -815,11 +819,11 @@ def _fp64_estimates(inst, msum, lg):
     Plain: the ``m``-fold amplification of the FFT error ``12 u log2 N``.  With the series, the
     error near frequency 0 no longer grows with ``m``; what is left is the inverse FFT
     (``~ 3 g``) and, for moderate ``m``, the frequencies past the series' range
-    (``|X|^m ~ e^(-m / 57)`` there for inputs a few standard deviations wide).
+    (``|X|^m ~ e^(-m / 32)`` there for inputs up to ~16 standard deviations wide).
     """
     g = 12 * _U64 * lg
     plain = inst * (2.0 * msum * g + 4 * _U64)
-    with_series = inst * (2.0 * (3.0 + msum * math.exp(-msum / 57.0)) * g + 4 * _U64)
+    with_series = inst * (2.0 * (3.0 + msum * math.exp(-msum / 32.0)) * g + 4 * _U64)
     return plain, min(plain, with_series)
 
 
