@@ -27,8 +27,11 @@ follows and add up what each step costs.
   their exact moment generating function, and charged once per instance.
 * Round-off: FFT error is bounded per node (componentwise forward error
   ``12 u log2 N``, propagated through the powers and the inverse transform)
-  and charged as total variation per instance; nodes whose charge would not fit
-  run in long double.  CDF round-off widens the leaf coupling range (see
+  and charged as total variation per instance; near frequency 0, where the
+  ``m``-th power would amplify that error ``m``-fold, the spectrum comes from
+  the inputs' central moments with a proved error instead
+  (:func:`_series_spectrum`); nodes whose charge would not fit run in long
+  double.  CDF round-off widens the leaf coupling range (see
   :mod:`fastpld.discretize`).  Mean errors add ``instances * bias`` to eps.
 
 The resulting pair ``(eps_spent, delta_spent)`` satisfies
