@@ -7,6 +7,7 @@
   1e-6 (see ``test_backends_agree`` for why not closer), and the exact oracles hold on both;
 * compose from many threads at once (per-thread plans) gives the serial answers.
 """
+import importlib
 import math
 import os
 import subprocess
@@ -312,3 +313,26 @@ def test_compose_from_many_threads():
     assert not errors
     for r, s in zip(results, serial):
         assert r == s  # per-thread plans: bit-identical to the serial run
+
+
+@needs_native
+@pytest.mark.parametrize("dtype", [np.float64, np.longdouble])
+def test_series_kernels_match(pure, dtype):
+    """Compiled moments and series evaluation against their numpy references, in the node's precision
+    (a long double scalar must reach the kernel without passing through double)."""
+    C = importlib.import_module("fastpld.compose")
+    rng = np.random.default_rng(11)
+    p = (rng.random(700) ** 4).astype(dtype)
+    p /= p.sum()
+    cen = int(round(float(np.dot(np.arange(p.size), p.astype(np.float64)))))
+    ins = [(p, cen, 4096), (p[::-1].copy(), p.size - 1 - cen, 3)]
+    a = C._series_spectrum(ins, 1 << 16, dtype)
+    b = C._series_spectrum(ins, 1 << 16, dtype, native=False)
+    assert pure(lambda: C._series_spectrum(ins, 1 << 16, dtype))[0] == b[0]
+    assert a[0] == b[0]
+    u = float(np.finfo(dtype).eps)
+    for x, y in zip(a[1:3], b[1:3]):
+        assert x.dtype == np.dtype(dtype)
+        assert np.max(np.abs((x - y).astype(np.float64))) <= 64 * u * (1 + np.max(np.abs(y.astype(np.float64))))
+    for x, y in zip(a[3:5], b[3:5]):
+        _close(x, y, rtol=1e-9)

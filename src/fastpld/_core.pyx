@@ -11,7 +11,7 @@ import numpy as np
 cimport cython
 cimport numpy as cnp
 from libc.math cimport (acosl, atan2, atan2l, cos, cosl, exp, expl, fmod, fmodl, hypot, hypotl, isfinite, log, logl,
-                        sin, sinl, fabs, floor)
+                        sin, sinl, fabs, floor, pow, sqrt, log1p, log1pl, rint, rintl)
 from libc.string cimport memset
 
 cnp.import_array()
@@ -439,3 +439,190 @@ def series_moments(const real_in[::1] p, Py_ssize_t cen, double d, long double[:
         out[0] = acc[0]
         if R1 > 1:
             out[1] = acc[1]
+
+
+cdef int _series_eval(const real_out[::1] a, const double[::1] cerr, real_out step, double rho, double fact_r1,
+                      real_out[::1] re, real_out[::1] im, double[::1] dz) noexcept nogil:
+    cdef Py_ssize_t K = re.shape[0], R = a.shape[0] - 1, k, r
+    cdef real_out phi, x, acc
+    cdef double pf, pw, err, t
+    if R < 2 or R % 2 or cerr.shape[0] != R + 1 or im.shape[0] != K or dz.shape[0] != K:
+        return FPLD_EINVAL
+    for k in range(K):
+        phi = <real_out>k * step
+        x = phi * phi
+        acc = a[R]
+        r = R - 2
+        while r > 1:
+            acc = a[r] - x * acc
+            r -= 2
+        re[k] = x * acc
+        acc = a[R - 1]
+        r = R - 3
+        while r > 0:
+            acc = a[r] - x * acc
+            r -= 2
+        im[k] = phi * acc
+        pf = <double>phi
+        pw = 1.0
+        err = 0.0
+        for r in range(1, R + 1):
+            pw = pw * pf
+            err = err + cerr[r] * pw
+        t = pf * rho * 1.001
+        dz[k] = 1.01 * (2.0 * err + 2.0 * 1.01 * pow(t, <double>(R + 1)) / fact_r1)
+    return FPLD_OK
+
+
+def series_eval(const real_out[::1] a, const double[::1] cerr, const real_out[::1] step, double rho, double fact_r1,
+                real_out[::1] re, real_out[::1] im, double[::1] dz):
+    """Horner evaluation of the low-frequency series (``compose._series_spectrum``) at ``phi_k = k step``.
+
+    ``re = sum_(r even >= 2) (-1)^(r/2+1) a_r phi^r``, ``im = sum_(r odd) (-1)^((r-1)/2) a_r phi^r`` and
+    ``dz = 1.01 (2 sum_r cerr_r phi^r + 2.02 (1.001 phi rho)^(R+1) / fact_r1)``.  ``step`` is a
+    one-element array (a long double scalar passed as a Python object would be rounded to double).
+    """
+    cdef int status
+    if step.shape[0] != 1:
+        raise ValueError("series_eval: step must have one element")
+    with nogil:
+        status = _series_eval(a, cerr, step[0], rho, fact_r1, re, im, dz)
+    _check(status, "series_eval")
+
+
+cdef inline double _gam(double k, double u) noexcept nogil:
+    return k * u / (1.0 - k * u)
+
+
+cdef inline long double _rl(real_out x) noexcept nogil:
+    return <long double>x
+
+
+def series_input(const long double[::1] M, const long double[::1] cl, double rho, double d, double m, Py_ssize_t n,
+                 Py_ssize_t N, const long double[::1] fact_ld, const double[::1] fact, const long double[:, ::1] binom,
+                 const double[::1] hor_g, const double[::1] gc, double u, double uld, Py_ssize_t lev, double fact_r1,
+                 const real_out[::1] two_pi_a, real_out[::1] L, real_out[::1] P, double[::1] dL, double[::1] dP,
+                 double[::1] absL, double[::1] absP):
+    """One input's low-frequency series terms (compiled ``compose._series_input``; same formulas).
+
+    ``M``: the ``R + 3`` scaled moments; ``cl``: the expansion point ``c`` (one element, long
+    double); ``two_pi_a``: ``2 pi`` in the working precision (one element).  Writes
+    ``m log|1 - Z'|``, ``m arg(1 - Z') + linear phase`` and their error bounds at ``k < len(L)``;
+    returns ``(K, d0)`` with ``K`` the first frequency where ``|1 - Z'| - dZ < 1/4``.
+    """
+    cdef Py_ssize_t R = fact.shape[0] - 1, K0 = L.shape[0], k, r, i, Kc
+    cdef long double c = cl[0], mu0l = M[0], T, Tf_l, acc_l, t_l
+    cdef double mu0, d0, g2, ssum, magsum, Ti_d
+    cdef real_out two_pi = two_pi_a[0], step, Tf, wre, v, lw, ph, re_k, im_k, lin
+    cdef double gap, den, dlw, dph, ref, imf, dlin, lwf, absph, wabs
+    cdef long long Ti, kk
+    if M.shape[0] != R + 3 or R % 2 or binom.shape[0] != R + 1 or binom.shape[1] != R + 1 or hor_g.shape[0] != R + 1 \
+            or gc.shape[0] != R + 1 or fact_ld.shape[0] != R + 1 or P.shape[0] != K0 or dL.shape[0] != K0 \
+            or dP.shape[0] != K0 or absL.shape[0] != K0 or absP.shape[0] != K0 or R + 3 > _MOM_MAX:
+        raise ValueError("series_input: invalid argument")
+    a_arr = np.empty(R + 1, dtype=np.asarray(L).dtype)
+    cdef real_out[::1] a = a_arr
+    cerr_arr = np.empty(R + 1)
+    cdef double[::1] cerr = cerr_arr
+    re_arr = np.empty(K0, dtype=np.asarray(L).dtype)
+    im_arr = np.empty(K0, dtype=np.asarray(L).dtype)
+    dz_arr = np.empty(K0)
+    cdef real_out[::1] re = re_arr, im = im_arr
+    cdef double[::1] dz = dz_arr
+    cdef double A[_MOM_MAX]
+    cdef double e[_MOM_MAX]
+    cdef double gi
+    cdef long double pc[_MOM_MAX]
+    cdef long double Cm[_MOM_MAX]
+    cdef double eC[_MOM_MAX]
+    with nogil:
+        mu0 = <double>mu0l
+        d0 = 1.01 * _gam(<double>lev, uld) * mu0
+        # moment error bounds (compose._series_input)
+        for i in range(R + 3):
+            gi = _gam(<double>(i + lev), uld)
+            if i % 2 == 0:
+                A[i] = (<double>M[i]) * (1.0 + 1.01 * gi)
+        for i in range(1, R + 3, 2):
+            A[i] = sqrt(A[i - 1] * A[i + 1]) * 1.01
+        for i in range(R + 3):
+            if A[i] > mu0 + d0:
+                A[i] = mu0 + d0
+        for i in range(R + 1):
+            e[i] = _gam(<double>(i + lev), uld) * A[i]
+        g2 = _gam(<double>(2 * n + 2), uld)
+        g2 = g2 * g2
+        for i in range(2):
+            e[i] = 1.01 * (uld * fabs(<double>M[i]) + g2 * A[i])
+        # central moments about c (binomial transform, long double) and their errors
+        pc[0] = 1
+        for r in range(1, R + 1):
+            pc[r] = pc[r - 1] * (-c)
+        for r in range(R + 1):
+            acc_l = 0
+            ssum = 0.0
+            magsum = 0.0
+            for i in range(r + 1):
+                t_l = binom[r, i] * pc[r - i] * M[i]
+                acc_l = acc_l + t_l
+                ssum = ssum + fabs(<double>t_l)
+                magsum = magsum + fabs(<double>(binom[r, i] * pc[r - i])) * e[i]
+            Cm[r] = acc_l
+            eC[r] = magsum + gc[r] * ssum
+        for r in range(R + 1):
+            a[r] = <real_out>(Cm[r] / (mu0l * fact_ld[r]))
+            cerr[r] = 1.01 * (1.01 * eC[r] + fabs(<double>Cm[r]) * d0 / mu0) / (mu0 * fact[r]) \
+                + 5.0 * u * fabs(<double>a[r])
+            cerr[r] = cerr[r] + hor_g[r] * fabs(<double>a[r])
+    step_arr = np.empty(1, dtype=np.asarray(L).dtype)
+    cdef real_out[::1] stepv = step_arr
+    stepv[0] = two_pi * (<real_out>d) / (<real_out>N)
+    with nogil:
+        _series_eval(a, cerr, stepv[0], rho, fact_r1, re, im, dz)
+        T = (<long double>m) * c * (<long double>d)
+        if real_out is double:
+            Ti = <long long>rint(<double>T)
+        else:
+            Ti = <long long>rintl(T)
+        Tf = <real_out>(T - <long double>Ti)
+        step = two_pi / (<real_out>N)
+        Kc = K0
+        for k in range(K0):
+            re_k = re[k]
+            im_k = im[k]
+            wre = 1 - re_k
+            if real_out is double:
+                wabs = hypot(wre, im_k)
+            else:
+                wabs = <double>hypotl(wre, im_k)
+            gap = wabs * (1 - 4 * u) - dz[k]
+            if not gap >= 0.25:
+                Kc = k
+                break
+            v = im_k * im_k - re_k * (2 - re_k)
+            if real_out is double:
+                lw = log1p(v) / 2
+                ph = atan2(-im_k, wre)
+            else:
+                lw = log1pl(v) / 2
+                ph = atan2l(-im_k, wre)
+            ref = fabs(<double>re_k)
+            imf = fabs(<double>im_k)
+            lwf = fabs(<double>lw)
+            den = 0.99 * gap * gap
+            dlw = dz[k] / gap + 0.5 * _gam(4.0, u) * (ref * (2 + ref) + imf * imf) / den + 2 * u * lwf
+            absph = fabs(<double>ph)
+            dph = (3.141592653589793 / 2) * dz[k] / gap + u * (1 + ref) * imf / (gap * gap) + 2 * u * absph
+            kk = (<long long>k * Ti) % N
+            if kk < 0:
+                kk = kk + N
+            lin = -step * (<real_out>kk) - step * (<real_out>k) * Tf
+            dlin = 8 * u * (2 * 3.141592653589793) + (2 * 3.141592653589793 / N) * k * (
+                2 * uld * fabs(<double>T) + 4 * u * fabs(<double>Tf))
+            L[k] = (<real_out>m) * lw
+            P[k] = (<real_out>m) * ph + lin
+            absL[k] = fabs(<double>L[k])
+            absP[k] = fabs(<double>((<real_out>m) * ph)) + fabs(<double>lin)
+            dL[k] = 1.01 * m * dlw + 2 * u * absL[k]
+            dP[k] = 1.01 * m * dph + 2 * u * fabs(<double>((<real_out>m) * ph)) + 1.01 * dlin
+    return Kc, d0

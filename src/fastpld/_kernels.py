@@ -259,7 +259,7 @@ def power_fp(logmag, phase, LR, LRG, PH, ms, g, u, N, Pc, K=0, lp_low=None, amp_
 SERIES_BLOCK = 16  # the compiled pairwise sum's block length (enters the error bound)
 
 
-def series_moments(p: np.ndarray, cen: int, d: float, R1: int) -> np.ndarray:
+def series_moments(p: np.ndarray, cen: int, d: float, R1: int, native: bool = True) -> np.ndarray:
     """Scaled power moments ``M_r = sum_j p_j ((j - cen) / d)^r``, ``r < R1``, in long double.
 
     ``d`` is a power of two, so the scaling is exact.  Summation is pairwise: every term
@@ -270,7 +270,7 @@ def series_moments(p: np.ndarray, cen: int, d: float, R1: int) -> np.ndarray:
     into exact halves): ``|M~_r - M_r| <= u |M_r| + gamma_(2n)^2 sum_j p_j |s_j|^r``.
     """
     out = np.empty(R1, dtype=np.longdouble)
-    if _core is not None and p.dtype in (np.float64, np.longdouble) and p.flags.c_contiguous:
+    if native and _core is not None and p.dtype in (np.float64, np.longdouble) and p.flags.c_contiguous:
         _core.series_moments(p, int(cen), float(d), out)
         return out
     n = p.size
@@ -306,3 +306,39 @@ def series_moments(p: np.ndarray, cen: int, d: float, R1: int) -> np.ndarray:
             v = sm
         out[r] = v[0] + err[0]
     return out
+
+
+def series_eval(a: np.ndarray, cerr: np.ndarray, step, rho: float, fact_r1: float, K: int, native: bool = True):
+    """``(re, im, dz)`` of the low-frequency series at ``phi_k = k step``, ``k < K`` (see ``_core.series_eval``).
+
+    ``a`` (float64 or long double, length ``R + 1``, ``R`` even) are the coefficients, ``cerr``
+    their error weights; the evaluation runs in ``a``'s precision.
+    """
+    W = a.dtype.type
+    re = np.empty(K, dtype=a.dtype)
+    im = np.empty(K, dtype=a.dtype)
+    dz = np.empty(K)
+    cerr = np.ascontiguousarray(cerr, dtype=np.float64)
+    if native and _core is not None and a.dtype in (np.float64, np.longdouble):
+        _core.series_eval(np.ascontiguousarray(a), cerr, np.array([step], dtype=a.dtype), float(rho), float(fact_r1),
+                          re, im, dz)
+        return re, im, dz
+    R = a.size - 1
+    phi = np.arange(K).astype(W) * W(step)
+    x = phi * phi
+    acc = np.full(K, a[R], dtype=a.dtype)
+    for r in range(R - 2, 1, -2):
+        acc = a[r] - x * acc
+    re[:] = x * acc
+    acc = np.full(K, a[R - 1], dtype=a.dtype)
+    for r in range(R - 3, 0, -2):
+        acc = a[r] - x * acc
+    im[:] = phi * acc
+    phf = phi.astype(np.float64)
+    err = np.zeros(K)
+    pw = np.ones(K)
+    for r in range(1, R + 1):
+        pw = pw * phf
+        err += cerr[r] * pw
+    dz[:] = 1.01 * (2 * err + 2 * 1.01 * (phf * rho * 1.001) ** (R + 1) / fact_r1)
+    return re, im, dz

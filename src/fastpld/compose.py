@@ -579,7 +579,12 @@ def _gamma(k, u):
     return k * u / (1.0 - k * u)
 
 
-def _series_spectrum(ins, N, dtype=np.float64):
+def _gamma_vec(k, u):
+    k = np.asarray(k, dtype=np.float64)
+    return k * u / (1.0 - k * u)
+
+
+def _series_spectrum(ins, N, dtype=np.float64, native=True):
     """Accurate low-frequency spectrum of a node: ``(K, L, Phi, dL, dPhi, g_extra, scale)`` or ``None``.
 
     Why: a node raises each input spectrum ``X`` to the power ``m``; an FFT computes ``X`` to
@@ -596,6 +601,8 @@ def _series_spectrum(ins, N, dtype=np.float64):
     ``m arg(1 - Z')`` carry errors ``~ m dZ`` with ``dZ ~ u |Z'|``: where ``|X|^m`` matters,
     ``m |Z'| = O(1)``, so the error no longer grows with ``m``.  Evaluated in ``dtype``
     (float64 or long double: the node's precision).
+
+    ``native``: the compiled kernels (the numpy backend keeps the numpy reference).
 
     The spectrum computed for an input is that of ``mu0~ p / mu0`` (its normalised PMF times the
     computed total ``mu0~``): a common scale per input, which the node's normalisation removes
@@ -618,7 +625,7 @@ def _series_spectrum(ins, N, dtype=np.float64):
         n = p.size
         tmax = max(cen, n - 1 - cen, 1)
         d = 2.0 ** math.ceil(math.log2(tmax))
-        Mld = _kernels.series_moments(np.ascontiguousarray(p), cen, d, R + 3)
+        Mld = _kernels.series_moments(np.ascontiguousarray(p), cen, d, R + 3, native)
         if not Mld[0] > 0:
             return None
         c = Mld[1] / Mld[0]  # expansion point (the mean, in units of d); any value is exact below
@@ -627,8 +634,7 @@ def _series_spectrum(ins, N, dtype=np.float64):
         heads.append((d, Mld, c, rho))
     if K < 2:
         return None
-    k = np.arange(K).astype(W)
-    kk = np.arange(K, dtype=np.int64)
+    K0 = K
     Ltot = np.zeros(K, dtype=W)
     Ptot = np.zeros(K, dtype=W)
     dL = np.zeros(K)
@@ -637,101 +643,24 @@ def _series_spectrum(ins, N, dtype=np.float64):
     absP = np.zeros(K)
     g_extra = 0.0
     scale = 0.0
-    fact_ld, fact, binom, absbinom = _SERIES_CONST
-    hor_g = _SERIES_HOR[W is LD]
     for (p, cen, m), (d, Mld, c, rho) in zip(ins, heads):
         n = p.size
         lev = max(n - 1, 1).bit_length() + _kernels.SERIES_BLOCK + 1
         mu0l = Mld[0]
         mu0 = float(mu0l)
-        # |mu0~ - mu0| of the long double pairwise sum (mu0~ is the series' scale)
-        d0 = 1.01 * _gamma(lev, uld) * mu0
-        g_extra = max(g_extra, d0)
-        scale += m * d0 / (mu0 - d0)
-        # |M~_i - M_i| <= gamma_(i + lev) A_i, A_i >= sum p |s|^i: even i from M_i itself, odd i by
-        # Cauchy-Schwarz sqrt(A_(i-1) A_(i+1))
-        gi = np.array([_gamma(i + lev, uld) for i in range(R + 3)])
-        Mf = Mld.astype(np.float64)
-        A = np.empty(R + 3)
-        A[0::2] = Mf[0::2] * (1 + 1.01 * gi[0::2])
-        A[1::2] = np.sqrt(A[0:-1:2] * A[2::2]) * 1.01  # R even: A has R + 3 entries
-        A = np.minimum(A, mu0 + d0)  # |s| <= 1
-        e = (gi * A)[: R + 1]
-        # M_0, M_1 are compensated sums (their errors would grow with m: a mean shift)
-        g2 = _gamma(2 * n + 2, uld) ** 2
-        e[:2] = 1.01 * (uld * np.abs(Mf[:2]) + g2 * A[:2])
-        # central moments about c by the binomial transform (long double), with their errors
-        Mld = Mld[: R + 1]
-        pc = (-c) ** np.arange(R + 1).astype(LD)
-        # row r of the lower-triangular binomial matrix times M_i (-c)^(r - i) (zeros above the diagonal)
-        shift = np.zeros((R + 1, R + 1), dtype=LD)
-        idx = np.arange(R + 1)
-        diff = idx[:, None] - idx[None, :]
-        low = diff >= 0
-        shift[low] = pc[diff[low]]
-        terms = binom * shift * Mld[None, :]
-        Cm = terms.sum(axis=1)
-        magf = np.abs((binom * shift).astype(np.float64))
-        eC = magf @ e + _SERIES_GC * np.abs(terms.astype(np.float64)).sum(axis=1)
-        # series coefficients of Z' (|C_r| relative rounding of the division/cast in da)
-        a = (Cm / (mu0l * fact_ld)).astype(W)
-        af = np.abs(a.astype(np.float64))
-        da = 1.01 * (1.01 * eC + np.abs(Cm.astype(np.float64)) * d0 / mu0) / (mu0 * fact) + 5 * u * af
-        phi = k * W(two_pi * W(d) / W(N))  # relative error <= 3 u (in hor_g)
-        x = phi * phi
-        # Horner in x = phi^2: Re Z' = a2 phi^2 - a4 phi^4 + ..., Im Z' = a1 phi - a3 phi^3 + ...
-        acc = np.full(K, a[R], dtype=W)  # R even
-        for r in range(R - 2, 1, -2):
-            acc = a[r] - x * acc
-        re = x * acc
-        acc = np.full(K, a[R - 1], dtype=W)
-        for r in range(R - 3, 0, -2):
-            acc = a[r] - x * acc
-        im = phi * acc
-        phf = phi.astype(np.float64)
-        err = np.zeros(K)
-        pw = np.ones(K)
-        for r in range(1, R + 1):
-            pw = pw * phf
-            # coefficient error, and Horner rounding (a_r passes ~2r operations; phi^r carries 3r u)
-            err += (da[r] + hor_g[r] * af[r]) * pw
-        rem = 1.01 * (phf * rho * 1.001) ** (R + 1) / _FACT[R + 1]  # Taylor remainder, |s - c| <= rho
-        dz = 1.01 * (2 * err + 2 * rem)
-        wre = 1 - re
-        wabs = np.hypot(wre, im).astype(np.float64)
-        gap = wabs * (1 - 4 * u) - dz
-        bad = np.flatnonzero(~(gap >= _SERIES_MIN_ABS))
-        if bad.size:
-            K = int(bad[0])
+        Kc, d0, Lc, Pc, dLc, dPc, aL, aP = _series_input(Mld, c, rho, d, m, n, N, K0, W, u, lev, two_pi, native)
+        if Kc < K:
+            K = Kc
             if K < 2:
                 return None
-        # log |1 - Z'| = log1p(v) / 2, v = Im^2 - Re (2 - Re); |log|w'| - log|w|| <= |w' - w| / min |w|
-        v = im * im - re * (2 - re)
-        with np.errstate(divide="ignore", invalid="ignore"):  # only k < K (|1 - Z'| >= 1/4) is used
-            lw = np.log1p(v) / 2
-        ref, imf, lwf = np.abs(re.astype(np.float64)), np.abs(im.astype(np.float64)), np.abs(lw.astype(np.float64))
-        den = 0.99 * gap * gap
-        dlw = dz / gap + 0.5 * _gamma(4, u) * (ref * (2 + ref) + imf * imf) / den + 2 * u * lwf
-        ph = np.arctan2(-im, wre)
-        # (rounding 1 - Re moves w along the real axis: the angle moves by |Im| |dw| / |w|^2)
-        dph = (math.pi / 2) * dz / gap + u * (1 + ref) * imf / (gap * gap) + 2 * u * np.abs(ph.astype(np.float64))
-        # linear phase -m theta c d of the shift to c: T = m c d (long double; d a power of two),
-        # T = Ti + Tf with Ti an integer whose phase 2 pi (k Ti mod N) / N is reduced exactly
-        T = LD(m) * c * LD(d)
-        Ti = int(np.rint(T))
-        Tf = W(T - LD(Ti))
-        step = W(two_pi / W(N))
-        lin = -step * ((kk * Ti) % N).astype(W) - step * k * Tf
-        dlin = 8 * u * (2 * math.pi) + (2 * math.pi / N) * kk * (2 * uld * abs(float(T)) + 4 * u * abs(float(Tf)))
-        Lc = W(m) * lw
-        Pc = W(m) * ph
+        g_extra = max(g_extra, d0)
+        scale += m * d0 / (mu0 - d0)
         Ltot = Ltot + Lc
-        Ptot = Ptot + Pc + lin
-        Lcf = np.abs(Lc.astype(np.float64))
-        absL += Lcf
-        absP += np.abs(Pc.astype(np.float64)) + np.abs(lin.astype(np.float64))
-        dL += 1.01 * m * dlw + 2 * u * Lcf
-        dP += 1.01 * m * dph + 2 * u * np.abs(Pc.astype(np.float64)) + 1.01 * dlin
+        Ptot = Ptot + Pc
+        absL += aL
+        absP += aP
+        dL += dLc
+        dP += dPc
         # the scale: log|mu0~ e^(-i theta c d) (1 - Z')| = log mu0~ + log|1 - Z'|
         ls = W(m) * W(np.log(mu0l))  # |log mu0~| ~ u: its rounding is negligible
         Ltot = Ltot + ls
@@ -743,6 +672,97 @@ def _series_spectrum(ins, N, dtype=np.float64):
     if scale > 1e-6:
         return None
     return K, Ltot[:K], Ptot[:K], dL[:K], dP[:K], g_extra, scale
+
+
+def _series_input(Mld, c, rho, d, m, n, N, K0, W, u, lev, two_pi, native=True):
+    """One input's terms of :func:`_series_spectrum`: ``(K, d0, L, Phi, dL, dPhi, |L|, |Phi|)``.
+
+    ``K``: the first frequency where ``|1 - Z'| - dZ < 1/4`` (``K0`` if none); the arrays have
+    ``K0`` entries, valid below ``K``.  Compiled (``_core.series_input``) when built and ``native``
+    (the numpy backend keeps this numpy reference).
+    """
+    R = _SERIES_R
+    uld = _ULD
+    LD = np.longdouble
+    fact_ld, fact, binom, _ = _SERIES_CONST
+    hor_g = _SERIES_HOR[W is LD]
+    if native and _kernels._core is not None:
+        L = np.zeros(K0, dtype=W)
+        P = np.zeros(K0, dtype=W)
+        dL, dP, aL, aP = np.zeros(K0), np.zeros(K0), np.zeros(K0), np.zeros(K0)
+        Kc, d0 = _kernels._core.series_input(Mld, np.array([c], dtype=LD), float(rho), float(d), float(m), int(n),
+                                             int(N), fact_ld, fact, binom, hor_g, _SERIES_GC, float(u), float(uld),
+                                             int(lev), _FACT[R + 1], np.array([two_pi], dtype=W), L, P, dL, dP, aL, aP)
+        return Kc, d0, L, P, dL, dP, aL, aP
+    k = np.arange(K0).astype(W)
+    kk = np.arange(K0, dtype=np.int64)
+    mu0l = Mld[0]
+    mu0 = float(mu0l)
+    # |mu0~ - mu0| of the long double pairwise sum (mu0~ is the series' scale)
+    d0 = 1.01 * _gamma(lev, uld) * mu0
+    # |M~_i - M_i| <= gamma_(i + lev) A_i, A_i >= sum p |s|^i: even i from M_i itself, odd i by
+    # Cauchy-Schwarz sqrt(A_(i-1) A_(i+1))
+    gi = _gamma_vec(np.arange(R + 3) + lev, uld)
+    Mf = Mld.astype(np.float64)
+    A = np.empty(R + 3)
+    A[0::2] = Mf[0::2] * (1 + 1.01 * gi[0::2])
+    A[1::2] = np.sqrt(A[0:-1:2] * A[2::2]) * 1.01  # R even: A has R + 3 entries
+    A = np.minimum(A, mu0 + d0)  # |s| <= 1
+    e = (gi * A)[: R + 1]
+    # M_0, M_1 are compensated sums (their errors would grow with m: a mean shift)
+    g2 = _gamma(2 * n + 2, uld) ** 2
+    e[:2] = 1.01 * (uld * np.abs(Mf[:2]) + g2 * A[:2])
+    # central moments about c by the binomial transform (long double), with their errors
+    Mld = Mld[: R + 1]
+    pc = np.cumprod(np.concatenate([[LD(1)], np.full(R, -c, dtype=LD)]))  # (-c)^r, r roundings
+    # row r of the lower-triangular binomial matrix times M_i (-c)^(r - i) (zeros above the diagonal)
+    shift = np.zeros((R + 1, R + 1), dtype=LD)
+    idx = np.arange(R + 1)
+    diff = idx[:, None] - idx[None, :]
+    low = diff >= 0
+    shift[low] = pc[diff[low]]
+    terms = binom * shift * Mld[None, :]
+    Cm = terms.sum(axis=1)
+    magf = np.abs((binom * shift).astype(np.float64))
+    eC = magf @ e + _SERIES_GC * np.abs(terms.astype(np.float64)).sum(axis=1)
+    # series coefficients of Z' (|C_r| relative rounding of the division/cast in da)
+    a = (Cm / (mu0l * fact_ld)).astype(W)
+    af = np.abs(a.astype(np.float64))
+    da = 1.01 * (1.01 * eC + np.abs(Cm.astype(np.float64)) * d0 / mu0) / (mu0 * fact) + 5 * u * af
+    # Horner in phi^2 (relative error of phi <= 3 u, in hor_g): Re Z' = a2 phi^2 - a4 phi^4 + ...,
+    # Im Z' = a1 phi - a3 phi^3 + ...; dz adds the coefficient errors, Horner rounding and the
+    # Taylor remainder 1.01 (phi rho)^(R+1) / (R+1)!  (|s - c| <= rho)
+    re, im, dz = _kernels.series_eval(a, da + hor_g * af, W(two_pi * W(d) / W(N)), rho, _FACT[R + 1], K0, native)
+    wre = 1 - re
+    wabs = np.hypot(wre, im).astype(np.float64)
+    gap = wabs * (1 - 4 * u) - dz
+    bad = np.flatnonzero(~(gap >= _SERIES_MIN_ABS))
+    Kc = int(bad[0]) if bad.size else K0
+    # log |1 - Z'| = log1p(v) / 2, v = Im^2 - Re (2 - Re); |log|w'| - log|w|| <= |w' - w| / min |w|
+    v = im * im - re * (2 - re)
+    with np.errstate(divide="ignore", invalid="ignore"):  # only k < K (|1 - Z'| >= 1/4) is used
+        lw = np.log1p(v) / 2
+        ref, imf, lwf = np.abs(re.astype(np.float64)), np.abs(im.astype(np.float64)), np.abs(lw.astype(np.float64))
+        den = 0.99 * gap * gap
+        dlw = dz / gap + 0.5 * _gamma(4, u) * (ref * (2 + ref) + imf * imf) / den + 2 * u * lwf
+        ph = np.arctan2(-im, wre)
+        # (rounding 1 - Re moves w along the real axis: the angle moves by |Im| |dw| / |w|^2)
+        dph = (math.pi / 2) * dz / gap + u * (1 + ref) * imf / (gap * gap) + 2 * u * np.abs(ph.astype(np.float64))
+    # linear phase -m theta c d of the shift to c: T = m c d (long double; d a power of two),
+    # T = Ti + Tf with Ti an integer whose phase 2 pi (k Ti mod N) / N is reduced exactly
+    T = LD(m) * c * LD(d)
+    Ti = int(np.rint(T))
+    Tf = W(T - LD(Ti))
+    step = W(two_pi / W(N))
+    lin = -step * ((kk * Ti) % N).astype(W) - step * k * Tf
+    dlin = 8 * u * (2 * math.pi) + (2 * math.pi / N) * kk * (2 * uld * abs(float(T)) + 4 * u * abs(float(Tf)))
+    Lc = W(m) * lw
+    mph = W(m) * ph
+    aL = np.abs(Lc.astype(np.float64))
+    aP = np.abs(mph.astype(np.float64)) + np.abs(lin.astype(np.float64))
+    dLc = 1.01 * m * dlw + 2 * u * aL
+    dPc = 1.01 * m * dph + 2 * u * np.abs(mph.astype(np.float64)) + 1.01 * dlin
+    return Kc, d0, Lc, mph + lin, dLc, dPc, aL, aP
 
 
 _SERIES_CONST = (
@@ -892,7 +912,7 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
         logmag = phase = None
         low = None
         g_extra = 0.0
-        ser = _series_spectrum(ins, N, dtype) if use_series else None
+        ser = _series_spectrum(ins, N, dtype, backend.native) if use_series else None
         if ser is not None:
             lp_low, amp_low = _series_amp(ser, u)
             low = (ser[0], lp_low, amp_low)
