@@ -409,7 +409,7 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
             lg = math.ceil(math.log2(nn))
             inst = plan.instances[id(o)]
             msum = sum(m for _, m in o.children)
-            est64, est_ser = _fp64_estimates(inst, msum, lg)
+            est64, est_ser = _fp64_estimates(inst, msum, lg, max(m for _, m in o.children))
             # _run_node tries float64 up to the node's share of the round-off budget; the measured
             # charge is typically a few times the estimate, so the try is predicted to hold up to half of it
             ld = est64 > 0.25 * allowance and est_ser > 0.5 * node_allowance
@@ -836,7 +836,7 @@ def _fp_fft_bound(specs, N, u, g_extra=0.0, low=None):
     return e2 + g * p2, l2
 
 
-def _fp64_estimates(inst, msum, lg):
+def _fp64_estimates(inst, msum, lg, mmax):
     """Predicted float64 round-off charges of a node: ``(plain FFT powers, with the low-frequency series)``.
 
     Plain: the ``m``-fold amplification of the FFT error ``12 u log2 N``.  With the series, the
@@ -847,6 +847,8 @@ def _fp64_estimates(inst, msum, lg):
     g = 12 * _U64 * lg
     plain = inst * (2.0 * msum * g + 4 * _U64)
     with_series = inst * (2.0 * (3.0 + msum * math.exp(-msum / 32.0)) * g + 4 * _U64)
+    if mmax < 8:  # _run_node uses the series only where some power is >= 8
+        return plain, plain
     return plain, min(plain, with_series)
 
 
@@ -897,7 +899,7 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     allowance = budgets.fp / n_objects
     node_allowance = budgets.fp / n_nodes if n_nodes else allowance
     msum = sum(m for _, _, m in ins)
-    est64, est_ser = _fp64_estimates(inst, msum, math.ceil(math.log2(N)))
+    est64, est_ser = _fp64_estimates(inst, msum, math.ceil(math.log2(N)), max(m for _, _, m in ins))
     if est64 <= 0.25 * allowance:
         dtypes = (np.float64,)
     elif est_ser <= node_allowance:
@@ -905,7 +907,10 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     else:
         dtypes = (np.longdouble,)
     # accurate low-frequency spectra where a power's round-off amplification matters
-    use_series = est64 > 0.25 * allowance
+    # (only where some power is large: with small powers the plain bound has no m-fold growth, and
+    # a merge of many wide children would pay their moments for nothing)
+    use_series = (est64 > 0.25 * allowance and max(m for _, _, m in ins) >= 8
+                  and sum(p.size for p, _, _ in ins) <= 1 << 20)
     for dtype in dtypes:
         u = _U64 if dtype is np.float64 else _ULD
         specs = []
