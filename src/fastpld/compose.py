@@ -771,9 +771,10 @@ _SERIES_CONST = (
     np.array([[math.comb(r, i) for i in range(_SERIES_R + 1)] for r in range(_SERIES_R + 1)], dtype=np.longdouble),
     None,
 )
-# Horner rounding per coefficient (a_r passes ~2r operations, phi^r carries 3r u), float64 / long double
-_SERIES_HOR = {False: np.array([_gamma(4 * r + 6, _U64) for r in range(_SERIES_R + 1)]),
-               True: np.array([_gamma(4 * r + 6, _ULD) for r in range(_SERIES_R + 1)])}
+# Horner rounding per coefficient, float64 / long double: a_r passes <= r + 2 roundings of the
+# Horner steps, and phi (relative error 3 u) enters as phi^r, x = phi^2 (7 u) as x^(r/2): <= 5r + 2
+_SERIES_HOR = {False: np.array([_gamma(6 * r + 8, _U64) for r in range(_SERIES_R + 1)]),
+               True: np.array([_gamma(6 * r + 8, _ULD) for r in range(_SERIES_R + 1)])}
 # rounding of the binomial transform (products and the sum of row r), long double
 _SERIES_GC = np.array([_gamma(3 * r + 3, _ULD) for r in range(_SERIES_R + 1)])
 
