@@ -537,7 +537,8 @@ def series_input(const long double[::1] M, const long double[::1] cl, double rho
     cdef double eC[_MOM_MAX]
     with nogil:
         mu0 = <double>mu0l
-        d0 = 1.01 * _gam(<double>lev, uld) * mu0
+        g2 = _gam(<double>(2 * n + 2), uld)
+        d0 = 1.02 * (uld + g2 * g2) * mu0
         # moment error bounds (compose._series_input)
         for i in range(R + 3):
             gi = _gam(<double>(i + lev), uld)

@@ -414,7 +414,7 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
             # charge is typically a few times the estimate, so the try is predicted to hold up to half of it
             ld = est64 > 0.25 * allowance and est_ser > 0.5 * node_allowance
             if ld:
-                fp_pred += 50 * est_ser * (_ULD / _U64)
+                fp_pred += inst * (2.0 * msum * 12 * _ULD * lg + 4 * _ULD)
             elif est64 > 0.25 * allowance:
                 fp_pred += 2.5 * est_ser
             per_point = _T_POINT_LD if ld else _T_POINT_64
@@ -698,8 +698,8 @@ def _series_input(Mld, c, rho, d, m, n, N, K0, W, u, lev, two_pi, native=True):
     kk = np.arange(K0, dtype=np.int64)
     mu0l = Mld[0]
     mu0 = float(mu0l)
-    # |mu0~ - mu0| of the long double pairwise sum (mu0~ is the series' scale)
-    d0 = 1.01 * _gamma(lev, uld) * mu0
+    # |mu0~ - mu0| of the compensated long double sum (mu0~ is the series' scale): u + gamma_(2n)^2
+    d0 = 1.02 * (uld + _gamma(2 * n + 2, uld) ** 2) * mu0
     # |M~_i - M_i| <= gamma_(i + lev) A_i, A_i >= sum p |s|^i: even i from M_i itself, odd i by
     # Cauchy-Schwarz sqrt(A_(i-1) A_(i+1))
     gi = _gamma_vec(np.arange(R + 3) + lev, uld)
