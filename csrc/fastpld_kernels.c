@@ -169,3 +169,60 @@ int fpld_log_mgf_grid(const double *p, ptrdiff_t n, double cen, const double *s,
     }
     return FPLD_OK;
 }
+
+int fpld_log_binomial_moments(const double *lm, const double *lf, double lq1, double lq,
+                              const int64_t *orders, ptrdiff_t n, double *out, double *terms)
+{
+    for (ptrdiff_t r = 0; r < n; ++r) {
+        int64_t a = orders[r];
+        if (a < 0)
+            return FPLD_EINVAL;
+        double la = lf[a + 1], mx = -INFINITY;
+        for (int64_t j = 0; j <= a; ++j) {
+            double t = la - lf[j + 1] - lf[a - j + 1];
+            if (a - j > 0)
+                t += (double)(a - j) * lq1;
+            t += (double)j * lq;  /* added in the reference's order */
+            t += lm[j];
+            terms[j] = t;
+            if (t > mx)
+                mx = t;
+        }
+        if (!isfinite(mx)) {
+            /* +inf: an infinite moment (an upper bound); -inf cannot occur (the j = a term is finite) */
+            out[r] = mx;
+            continue;
+        }
+        double acc = 0.0;
+        for (int64_t j = 0; j <= a; ++j) {
+            double d = terms[j] - mx;
+            /* e^d underflows to 0 below about -745.2 (the reference adds those zeros) */
+            if (d > -746.0)
+                acc += exp(d);
+        }
+        out[r] = mx + log(acc);
+    }
+    return FPLD_OK;
+}
+
+int fpld_chernoff_quantiles(const double *kp, const double *kn, const double *s, ptrdiff_t n, double c,
+                            double lt, double *lo, double *up)
+{
+    double mu = INFINITY, ml = INFINITY;
+    int nan_u = 0, nan_l = 0;
+    for (ptrdiff_t i = 0; i < n; ++i) {
+        double vu = (c * kp[i] - lt) / s[i];
+        double vl = (c * kn[i] - lt) / s[i];
+        if (vu != vu)
+            nan_u = 1;
+        else if (vu < mu)
+            mu = vu;
+        if (vl != vl)
+            nan_l = 1;
+        else if (vl < ml)
+            ml = vl;
+    }
+    *up = nan_u ? NAN : mu;
+    *lo = nan_l ? NAN : -ml;
+    return FPLD_OK;
+}

@@ -8,6 +8,7 @@
 #ifndef FASTPLD_KERNELS_H
 #define FASTPLD_KERNELS_H
 #include <stddef.h>
+#include <stdint.h>
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -46,6 +47,21 @@ int fpld_pmf_moments(const double *p, ptrdiff_t n, double cen, double *total, do
  * (compose._chernoff_window).  logp: scratch of length n. */
 int fpld_log_mgf_grid(const double *p, ptrdiff_t n, double cen, const double *s, ptrdiff_t ns,
                       double m, double *K, double *logp);
+
+/* Binomial Renyi moments of a Poisson-subsampled pair (mechanisms._log_binomial_moment):
+ * out[r] = log sum_{j=0}^{a} exp(lf[a+1] - lf[j+1] - lf[a-j+1] + (a-j) lq1 + j lq + lm[j]), a = orders[r],
+ * by a max-shifted log-sum-exp; the (a-j) lq1 term is 0 for j = a (also when lq1 = -inf, q = 1).
+ * lm: log E_P[e^(j L)] for j <= max(orders); lf[i] = log((i-1)!) for i <= max(orders) + 1;
+ * terms: scratch of length max(orders) + 1.  An infinite largest term gives +inf (an upper bound). */
+int fpld_log_binomial_moments(const double *lm, const double *lf, double lq1, double lq,
+                              const int64_t *orders, ptrdiff_t n, double *out, double *terms);
+
+/* Chernoff quantiles of the planner (compose._chernoff_quantiles / _est_window): with kp, kn
+ * the log-MGF grids at +s and -s, *up = min_i (c kp[i] - lt) / s[i] and
+ * *lo = -min_i (c kn[i] - lt) / s[i] (+inf entries drop out; a NaN entry makes that side NaN,
+ * as numpy's min does).  Same operations in the same order as the numpy reference. */
+int fpld_chernoff_quantiles(const double *kp, const double *kn, const double *s, ptrdiff_t n, double c,
+                            double lt, double *lo, double *up);
 
 #ifdef __cplusplus
 }

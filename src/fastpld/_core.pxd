@@ -13,6 +13,8 @@ ctypedef fused cplx:
     double complex
     long double complex
 
+from libc.stdint cimport int64_t
+
 cdef extern from "fastpld_kernels.h" nogil:
     int FPLD_OK
     int FPLD_EINVAL
@@ -27,3 +29,7 @@ cdef extern from "fastpld_kernels.h" nogil:
     int fpld_pmf_moments(const double *p, Py_ssize_t n, double cen, double *total, double *mean, double *var)
     int fpld_log_mgf_grid(const double *p, Py_ssize_t n, double cen, const double *s, Py_ssize_t ns, double m,
                           double *K, double *logp)
+    int fpld_log_binomial_moments(const double *lm, const double *lf, double lq1, double lq,
+                                  const int64_t *orders, Py_ssize_t n, double *out, double *terms)
+    int fpld_chernoff_quantiles(const double *kp, const double *kn, const double *s, Py_ssize_t n, double c,
+                                double lt, double *lo, double *up)

@@ -10,8 +10,8 @@ that run in double and long double are fused Cython functions.
 import numpy as np
 cimport cython
 cimport numpy as cnp
-from libc.math cimport (acosl, atan2, atan2l, cos, cosl, exp, expl, fmod, fmodl, hypot, hypotl, isfinite, log, logl,
-                        sin, sinl, fabs, floor, pow, sqrt, log1p, log1pl, rint, rintl)
+from libc.math cimport (INFINITY, acosl, atan2, atan2l, cos, cosl, exp, expl, fmod, fmodl, hypot, hypotl, isfinite,
+                        log, logl, sin, sinl, fabs, floor, pow, sqrt, log1p, log1pl, rint, rintl)
 from libc.string cimport memset
 
 cnp.import_array()
@@ -133,6 +133,40 @@ def log_mgf_grid(const double[::1] p, double cen, const double[::1] s, double m,
     elif n:
         status = FPLD_OK
     _check(status, "log_mgf_grid")
+
+
+def log_binomial_moments(const double[::1] lm, const double[::1] lf, double lq1, double lq,
+                         const cnp.int64_t[::1] orders):
+    """``log sum_j C(a, j) (1-q)^(a-j) q^j E_P[e^(j L)]`` for each order ``a`` (see ``fpld_log_binomial_moments``)."""
+    cdef Py_ssize_t n = orders.shape[0], r
+    cdef cnp.int64_t amax = 0
+    for r in range(n):
+        if orders[r] > amax:
+            amax = orders[r]
+    if n and (lm.shape[0] < amax + 1 or lf.shape[0] < amax + 2):
+        raise ValueError("log_binomial_moments: lm or lf is shorter than the largest order needs")
+    out = np.empty(n, dtype=np.float64)
+    scratch = np.empty(amax + 1, dtype=np.float64)
+    cdef double[::1] ov = out, tv = scratch
+    cdef int status = FPLD_OK
+    if n:
+        with nogil:
+            status = fpld_log_binomial_moments(&lm[0], &lf[0], lq1, lq, <const int64_t *> &orders[0], n, &ov[0],
+                                               &tv[0])
+    _check(status, "log_binomial_moments")
+    return out
+
+
+def chernoff_quantiles(const double[::1] kp, const double[::1] kn, const double[::1] s, double c, double lt):
+    """``(lo, up)``: ``up = min (c kp - lt) / s``, ``lo = -min (c kn - lt) / s``; NaN maps to ``-inf`` / ``+inf``."""
+    cdef Py_ssize_t n = s.shape[0]
+    if kp.shape[0] != n or kn.shape[0] != n:
+        raise ValueError("chernoff_quantiles: kp, kn and s must have the same length")
+    cdef double lo = -INFINITY, up = INFINITY
+    with nogil:
+        fpld_chernoff_quantiles(&kp[0] if n else NULL, &kn[0] if n else NULL, &s[0] if n else NULL, n, c, lt,
+                                &lo, &up)
+    return (-INFINITY if lo != lo else lo), (INFINITY if up != up else up)
 
 
 # ---------------------------------------------------------------------------------------

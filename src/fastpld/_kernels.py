@@ -136,6 +136,48 @@ def log_mgf_grid(p: np.ndarray, cen: float, s: np.ndarray, m: float, K: np.ndarr
     K += m * (mx + np.log(np.exp(M - mx[:, None]).sum(axis=1)))
 
 
+def log_binomial_moments(lm: np.ndarray, lf: np.ndarray, lq1: float, lq: float, orders: np.ndarray) -> np.ndarray:
+    """``out[r] = log sum_{j <= a} exp(lf[a+1] - lf[j+1] - lf[a-j+1] + (a-j) lq1 + j lq + lm[j])``, ``a = orders[r]``.
+
+    The binomial Renyi moments of :func:`fastpld.mechanisms._log_binomial_moment`
+    (``lm[j] = log E_P[e^(j L)]``, ``lf[i] = log((i-1)!)``, ``lq1 = log(1-q)``, ``lq = log q``).
+    """
+    lm = np.ascontiguousarray(lm, dtype=np.float64)
+    lf = np.ascontiguousarray(lf, dtype=np.float64)
+    orders = np.ascontiguousarray(orders, dtype=np.int64)
+    if _core is not None:
+        return _core.log_binomial_moments(lm, lf, float(lq1), float(lq), orders)
+    if orders.size and orders.min() < 0:
+        raise ValueError("log_binomial_moments: invalid argument")
+    out = np.empty(orders.size)
+    for r, a in enumerate(orders.tolist()):
+        j = np.arange(a + 1)
+        with np.errstate(invalid="ignore"):
+            t = lf[a + 1] - lf[j + 1] - lf[a - j + 1] + np.where(a - j > 0, (a - j) * lq1, 0.0) + j * lq + lm[: a + 1]
+        mx = float(t.max())
+        out[r] = mx + math.log(float(np.exp(t - mx).sum())) if math.isfinite(mx) else mx
+    return out
+
+
+def chernoff_quantiles(kp: np.ndarray, kn: np.ndarray, s: np.ndarray, c: float, lt: float):
+    """``(lo, up)`` with ``up = min_i (c kp_i - lt) / s_i`` and ``lo = -min_i (c kn_i - lt) / s_i``.
+
+    The planner's Chernoff quantiles (:func:`fastpld.compose._chernoff_quantiles`): ``+inf``
+    entries drop out of the minimum; a NaN side (or an empty grid) gives ``-inf`` / ``+inf``.
+    """
+    kp = np.ascontiguousarray(kp, dtype=np.float64)
+    kn = np.ascontiguousarray(kn, dtype=np.float64)
+    s = np.ascontiguousarray(s, dtype=np.float64)
+    if _core is not None:
+        return _core.chernoff_quantiles(kp, kn, s, float(c), float(lt))
+    if s.size == 0:
+        return -math.inf, math.inf
+    with np.errstate(invalid="ignore", over="ignore"):
+        up = float(np.min((c * kp - lt) / s))
+        lo = -float(np.min((c * kn - lt) / s))
+    return (-math.inf if math.isnan(lo) else lo), (math.inf if math.isnan(up) else up)
+
+
 def fold(p: np.ndarray, cen: int, out: np.ndarray) -> None:
     """Circular placement into ``out`` (any float dtype): ``out[:] = 0; out[(i - cen) mod N] += p[i]``."""
     if _core is not None and p.dtype in (np.float64, np.longdouble) and p.flags.c_contiguous:

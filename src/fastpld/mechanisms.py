@@ -29,6 +29,7 @@ from typing import Callable, Mapping
 import numpy as np
 from scipy import special
 
+from . import _kernels
 from . import _validation as V
 
 __all__ = [
@@ -570,10 +571,11 @@ class _LaplacePair(_BasePair):
         return float(atoms) + _gl_integrate(dens, edges[:-1], edges[1:], 16)
 
 
-def _log_binomial_moment(pair: _BasePair, q: float, a: np.ndarray) -> np.ndarray:
+def _log_binomial_moment(pair: _BasePair, q: float, a: np.ndarray, native: bool = False) -> np.ndarray:
     """``log E_P[(M/P)^a]`` for integer ``a >= 0``, ``M = (1-q) P + q Q`` (exact binomial sum).
 
-    All requested orders are evaluated at once as one masked log-sum-exp.
+    All requested orders are evaluated at once as one masked log-sum-exp
+    (``native``: by the compiled kernel, one log-sum-exp per order; same terms).
     """
     a = np.asarray(a)
     flat = a.astype(np.int64).ravel()
@@ -581,21 +583,26 @@ def _log_binomial_moment(pair: _BasePair, q: float, a: np.ndarray) -> np.ndarray
         return np.zeros(a.shape)
     # Chernoff grids repeat few distinct orders (most s < 1 give a = 1, 2): evaluate each once.
     flat, inverse = np.unique(flat, return_inverse=True)
-    amax = int(flat.max())
+    # orders in chunks by powers of two (class c: the orders in [c/2, c), the first class [0, 8)),
+    # each over j < c: the masked upper triangle is mostly not computed (same terms, same sums),
+    # and an order's sum does not depend on which other orders were requested with it (the
+    # memo of SubsampledLoss._K_binom then holds the same values whatever the call history)
+    cls = [max(8, 1 << v.bit_length()) for v in flat.tolist()]
+    amax = int(flat.max()) if native else cls[-1] - 1
     j = np.arange(amax + 1)
     lm = pair.log_moment_P(j.astype(np.float64))
     # log-factorials from one table (elementwise identical to gammaln on the full grids)
     lf = special.gammaln(np.arange(amax + 2, dtype=np.float64))
     lq1 = math.log1p(-q) if q < 1 else -np.inf
+    if native:
+        return _kernels.log_binomial_moments(lm, lf, lq1, math.log(q), flat)[inverse].reshape(a.shape)
     out = np.empty(flat.size)
-    # orders in chunks (sorted, by powers of two), each over its own j <= max order of the chunk:
-    # the masked upper triangle is not computed (same terms, same sums)
     start = 0
     while start < flat.size:
-        cap = max(8, 1 << int(flat[start]).bit_length())
-        stop = int(np.searchsorted(flat, cap, side="right"))
+        cap = cls[start]
+        stop = int(np.searchsorted(flat, cap, side="left"))
         A = flat[start:stop, None]
-        J = j[None, : int(flat[stop - 1]) + 1]
+        J = j[None, :cap]
         valid = J <= A
         with np.errstate(divide="ignore", invalid="ignore"):
             logc = lf[A + 1] - lf[J + 1] - lf[np.maximum(A - J, 0) + 1]
@@ -705,18 +712,21 @@ class SubsampledLoss(ContinuousLoss):
                 dens = self.pair.pdf_P(l) * dl
         return np.where(np.isfinite(dens), dens, 0.0)
 
-    def _K_binom(self, a):
-        # memo per (pair, q): both directions need nearly the same integer orders
+    def _K_binom(self, a, native=False):
+        # memo per (pair, q): both directions need nearly the same integer orders (one memo per
+        # backend: the compiled sums may differ in the last bit, and a backend's results must not
+        # depend on which backend filled the memo first)
         a = np.asarray(a)
-        memo = self.pair.__dict__.setdefault("_binom_memo", {}).setdefault(self.q, {})
+        memo = self.pair.__dict__.setdefault("_binom_memo", {}).setdefault((self.q, bool(native)), {})
         flat = a.astype(np.int64).ravel()
         need = [v for v in set(flat.tolist()) if v not in memo]
         if need:
-            vals = _log_binomial_moment(self.pair, self.q, np.array(need, dtype=np.int64))
+            vals = _log_binomial_moment(self.pair, self.q, np.array(need, dtype=np.int64), native)
             memo.update(zip(need, vals.tolist()))
         return np.array([memo[v] for v in flat.tolist()], dtype=np.float64).reshape(a.shape)
 
-    def log_mgf(self, s):
+    def log_mgf(self, s, *, native=False):
+        # native: the binomial moments come from the compiled kernel (same sums; planning uses it)
         s = np.asarray(s, dtype=np.float64)
         out = np.full(s.shape, np.inf)
         q = self.q
@@ -724,7 +734,7 @@ class SubsampledLoss(ContinuousLoss):
             # s >= 0: E_M[(M/P)^s] = E_P[(M/P)^(s+1)], convex in s: chord between integers.
             pos = s >= 0
             if pos.any():
-                out[pos] = _integer_chord(lambda a: self._K_binom(a + 1), np.minimum(s[pos], 4096))
+                out[pos] = _integer_chord(lambda a: self._K_binom(a + 1, native), np.minimum(s[pos], 4096))
             mid = (s < 0) & (s >= -1)
             out[mid] = 0.0  # Jensen: E_P[(M/P)^(1+s)] <= 1
             neg = s < -1
@@ -741,7 +751,7 @@ class SubsampledLoss(ContinuousLoss):
             out[mid] = 0.0
             neg = s < -1
             if neg.any():
-                out[neg] = _integer_chord(self._K_binom, np.minimum(-s[neg], 4096))
+                out[neg] = _integer_chord(lambda a: self._K_binom(a, native), np.minimum(-s[neg], 4096))
         return out
 
     def _moments(self):
