@@ -226,3 +226,62 @@ int fpld_chernoff_quantiles(const double *kp, const double *kn, const double *s,
     *lo = nan_l ? NAN : -ml;
     return FPLD_OK;
 }
+
+/* d(eps) = sum_{v_i > eps} p_i (1 - e^(eps - v_i)) and its round-off pad (curve._Query.delta) */
+static void fpld_query_d(const double *p, ptrdiff_t n, double v0, double h, const double *S1, const double *T,
+                         double padc, double eps, double *d_out, double *pad_out)
+{
+    const double u = 1.1102230246251565e-16; /* 2^-53 */
+    /* J = first index with v_J > eps, clipped to [0, n] (the float is clipped before the cast) */
+    double x = floor((eps - v0) / h);
+    ptrdiff_t J;
+    if (!(x >= -1.0))
+        J = 0;
+    else if (x >= (double)n)
+        J = n;
+    else
+        J = (ptrdiff_t)x + 1;
+    double vJ = v0 + h * (double)J;
+    double dx = eps - vJ;
+    double w = exp(dx < 0.0 ? dx : 0.0);
+    double d = S1[J] - w * T[J];
+    if (d < 0.0)
+        d = 0.0;
+    double err = 8 * u * (((fabs(eps) + fabs(v0)) + h * (double)n) + 1.0);
+    double below = J >= 1 ? p[J - 1] : 0.0; /* pp[J] */
+    double above = J < n ? p[J] : 0.0;      /* pp[J + 1] */
+    double near = below * (double)(eps - (v0 + h * (double)(J - 1)) <= err) + above * (double)(vJ - eps <= err);
+    *d_out = d;
+    *pad_out = padc * S1[J] + err * (w * T[J] + near);
+}
+
+int fpld_delta_bounds(const double *p, ptrdiff_t n, double v0, double h, const double *S1, const double *T,
+                      double padc, double es, double ds, double pinf, const double *eps, ptrdiff_t m,
+                      double *lo, double *est, double *up)
+{
+    if (n < 1)
+        return FPLD_EINVAL;
+    const double u = 1.1102230246251565e-16;
+    for (ptrdiff_t i = 0; i < m; ++i) {
+        double du, pu, dl, pl, de, pe;
+        fpld_query_d(p, n, v0, h, S1, T, padc, eps[i] - es, &du, &pu);
+        fpld_query_d(p, n, v0, h, S1, T, padc, eps[i] + es, &dl, &pl);
+        fpld_query_d(p, n, v0, h, S1, T, padc, eps[i], &de, &pe);
+        /* (1 +- 8u): rounding of the p_inf combination, outward */
+        double a = (du + pu) + ds;
+        double uu = (pinf + (1 - pinf) * (a < 1.0 ? a : 1.0)) * (1 + 8 * u);
+        if (uu > 1.0)
+            uu = 1.0;
+        double b = (dl - pl) - ds;
+        double ll = (pinf + (1 - pinf) * (b > 0.0 ? b : 0.0)) * (1 - 8 * u);
+        double e = pinf + (1 - pinf) * de;
+        if (e < ll)
+            e = ll;
+        if (e > uu)
+            e = uu;
+        lo[i] = ll;
+        est[i] = e;
+        up[i] = uu;
+    }
+    return FPLD_OK;
+}

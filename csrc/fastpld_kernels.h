@@ -63,6 +63,15 @@ int fpld_log_binomial_moments(const double *lm, const double *lf, double lq1, do
 int fpld_chernoff_quantiles(const double *kp, const double *kn, const double *s, ptrdiff_t n, double c,
                             double lt, double *lo, double *up);
 
+/* Certified delta bounds of one direction at m query points (curve.PrivacyLossDistribution.delta
+ * with curve._Query.delta inlined; same operations in the same order).  The grid PMF p (n > 0
+ * entries at v0 + j h) has the tables S1, T of fpld_query_tables and round-off pad coefficient
+ * padc; es, ds: the eps and delta errors spent; pinf: the mass at infinity.  Writes the lower
+ * bound, estimate and upper bound at eps[i] to lo[i], est[i], up[i]. */
+int fpld_delta_bounds(const double *p, ptrdiff_t n, double v0, double h, const double *S1, const double *T,
+                      double padc, double es, double ds, double pinf, const double *eps, ptrdiff_t m,
+                      double *lo, double *est, double *up);
+
 #ifdef __cplusplus
 }
 #endif

@@ -200,6 +200,41 @@ def test_native_planning_matches_numpy(make):
 
 
 @needs_native
+def test_query_kernels_match(pure):
+    """The compiled delta bounds equal the numpy query path (curve._Query) on a composed PMF."""
+    pld = fastpld.compose(fastpld.PoissonSubsampledGaussian(5.0, 0.1), 200, backend="native")
+    eps = np.array([0.0, 0.05, 0.3, 1.0, 2.5, 40.0, 1e20])
+    for name, d in pld.directions.items():
+        q = pld._q[name]
+        args = (q.p, q.v0, q.h, q.S1, q.T, q.pad, d.eps_spent, d.delta_spent, d.p_inf, eps)
+        a = _kernels.delta_bounds(*args)
+        b = pure(_kernels.delta_bounds, *args)
+        for x, y in zip(a, b):
+            _close(x, y, rtol=1e-15)
+        # the numpy reference tables agree with the compiled ones
+        ref = fastpld.curve._Query(d.pmf, native=False)
+        for x, y in zip((q.S1, q.T, q.dgrid), (ref.S1, ref.T, ref.dgrid)):
+            _close(x, y, rtol=1e-13, atol=1e-17)
+    native = pld.delta(eps)
+    for q in pld._q.values():
+        q.native = False  # the numpy reference query on the same PMFs
+    ref = pld.delta(eps)
+    for x, y in zip(native, ref):
+        _close(x, y, rtol=1e-15)
+
+
+@pytest.mark.parametrize("backend", ["native", "numpy"])
+def test_delta_at_huge_eps(backend):
+    """eps far beyond the grid: nothing lies above it (the grid index is clipped before its int cast)."""
+    if backend == "native" and not NATIVE:
+        pytest.skip("native backend unavailable")
+    pld = fastpld.compose(fastpld.Laplace(10.0), 100, backend=backend)
+    b = pld.delta(np.array([1e16, 1e20, 1e300]))
+    assert np.all(b.lower == 0) and np.all(b.estimate == 0)
+    assert np.all(b.upper <= pld.delta_spent * (1 + 1e-12))
+
+
+@needs_native
 def test_kernel_errors_are_value_errors():
     with pytest.raises(ValueError, match="factor"):
         _kernels.discounted_rcumsum(np.ones(3), 1.5)

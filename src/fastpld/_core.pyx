@@ -169,6 +169,25 @@ def chernoff_quantiles(const double[::1] kp, const double[::1] kn, const double[
     return (-INFINITY if lo != lo else lo), (INFINITY if up != up else up)
 
 
+def delta_bounds(const double[::1] p, double v0, double h, const double[::1] S1, const double[::1] T, double padc,
+                 double es, double ds, double pinf, const double[::1] eps):
+    """``(lower, estimate, upper)`` of ``delta(eps)`` for one direction (see ``fpld_delta_bounds``)."""
+    cdef Py_ssize_t n = p.shape[0], m = eps.shape[0]
+    if n == 0 or S1.shape[0] != n + 1 or T.shape[0] != n + 1:
+        raise ValueError("delta_bounds: S1 and T must have one entry more than the non-empty PMF")
+    lo = np.empty(m, dtype=np.float64)
+    est = np.empty(m, dtype=np.float64)
+    up = np.empty(m, dtype=np.float64)
+    cdef double[::1] lv = lo, ev = est, uv = up
+    cdef int status = FPLD_OK
+    if m:
+        with nogil:
+            status = fpld_delta_bounds(&p[0], n, v0, h, &S1[0], &T[0], padc, es, ds, pinf, &eps[0], m, &lv[0],
+                                       &ev[0], &uv[0])
+    _check(status, "delta_bounds")
+    return lo, est, up
+
+
 # ---------------------------------------------------------------------------------------
 # fused kernels (double and long double)
 # ---------------------------------------------------------------------------------------

@@ -56,6 +56,45 @@ def query_tables(p: np.ndarray, factor: float):
     return S1, T, dgrid
 
 
+def delta_bounds(p: np.ndarray, v0: float, h: float, S1: np.ndarray, T: np.ndarray, padc: float, es: float,
+                 ds: float, pinf: float, eps: np.ndarray):
+    """``(lower, estimate, upper)`` of ``delta(eps)`` for one direction of a composed PMF.
+
+    :meth:`fastpld.curve.PrivacyLossDistribution.delta` for one direction, with
+    :meth:`fastpld.curve._Query.delta` inlined (same operations): ``p`` holds the
+    masses at ``v0 + j h``, ``S1``/``T`` its :func:`query_tables`, ``padc`` the
+    relative round-off pad of the tables, ``es``/``ds`` the spent eps/delta errors
+    and ``pinf`` the mass at infinity.
+    """
+    p = np.ascontiguousarray(p, dtype=np.float64)
+    eps = np.ascontiguousarray(eps, dtype=np.float64)
+    if _core is not None:
+        return _core.delta_bounds(p, float(v0), float(h), S1, T, float(padc), float(es), float(ds), float(pinf), eps)
+    n = p.size
+    if n == 0:
+        raise ValueError("delta_bounds: invalid argument")
+    u = np.finfo(np.float64).eps / 2
+    pp = np.concatenate([[0.0], p, [0.0]])
+
+    def d_pad(x):
+        J = np.clip(np.floor((x - v0) / h), -1, n).astype(np.int64) + 1
+        J = np.minimum(J, n)
+        vJ = v0 + h * J
+        with np.errstate(over="ignore", under="ignore"):
+            w = np.exp(np.minimum(x - vJ, 0.0))
+        d = np.maximum(S1[J] - w * T[J], 0.0)
+        err = 8 * u * (np.abs(x) + abs(v0) + h * n + 1.0)
+        near = pp[J] * (x - (v0 + h * (J - 1)) <= err) + pp[J + 1] * (vJ - x <= err)
+        return d, padc * S1[J] + err * (w * T[J] + near)
+
+    du, pu = d_pad(eps - es)
+    dl, pl = d_pad(eps + es)
+    de, _ = d_pad(eps)
+    up = np.minimum(1.0, (pinf + (1 - pinf) * np.minimum(1.0, du + pu + ds)) * (1 + 8 * u))
+    lo = (pinf + (1 - pinf) * np.maximum(0.0, dl - pl - ds)) * (1 - 8 * u)
+    return lo, np.clip(pinf + (1 - pinf) * de, lo, up), up
+
+
 def bucket_masses(F: np.ndarray, S: np.ndarray, split: int):
     """Bucket masses of Algorithm 1 from CDF/SF values at the ``n + 1`` edges: ``(q, total)``.
 
