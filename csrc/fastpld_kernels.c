@@ -116,8 +116,8 @@ int fpld_pmf_moments(const double *p, ptrdiff_t n, double cen, double *total, do
     return FPLD_OK;
 }
 
-int fpld_log_mgf_grid(const double *p, ptrdiff_t n, double cen, const double *s, ptrdiff_t ns,
-                      double m, double *K, double *logp)
+/* the positive range [*lo, *hi] of p and logp[i] = log p[i] on it; FPLD_ENOMASS if p has no mass */
+static int fpld_logp_range(const double *p, ptrdiff_t n, double *logp, ptrdiff_t *lo_out, ptrdiff_t *hi_out)
 {
     if (n < 1)
         return FPLD_ENOMASS;
@@ -131,6 +131,29 @@ int fpld_log_mgf_grid(const double *p, ptrdiff_t n, double cen, const double *s,
         return FPLD_ENOMASS;
     for (ptrdiff_t i = lo; i <= hi; ++i)
         logp[i] = p[i] > 0.0 ? log(p[i]) : -INFINITY;
+    *lo_out = lo;
+    *hi_out = hi;
+    return FPLD_OK;
+}
+
+static void fpld_log_mgf_grid_logp(const double *p, const double *logp, ptrdiff_t lo, ptrdiff_t hi, double cen,
+                                   const double *s, ptrdiff_t ns, double m, double *K);
+
+int fpld_log_mgf_grid(const double *p, ptrdiff_t n, double cen, const double *s, ptrdiff_t ns,
+                      double m, double *K, double *logp)
+{
+    ptrdiff_t lo, hi;
+    int st = fpld_logp_range(p, n, logp, &lo, &hi);
+    if (st != FPLD_OK)
+        return st;
+    fpld_log_mgf_grid_logp(p, logp, lo, hi, cen, s, ns, m, K);
+    return FPLD_OK;
+}
+
+/* fpld_log_mgf_grid with logp (on [lo, hi]) already computed */
+static void fpld_log_mgf_grid_logp(const double *p, const double *logp, ptrdiff_t lo, ptrdiff_t hi, double cen,
+                                   const double *s, ptrdiff_t ns, double m, double *K)
+{
     for (ptrdiff_t j = 0; j < ns; ++j) {
         double sj = s[j];
         double mx = -INFINITY;
@@ -167,7 +190,6 @@ int fpld_log_mgf_grid(const double *p, ptrdiff_t n, double cen, const double *s,
         }
         K[j] += m * (mx + log(acc));
     }
-    return FPLD_OK;
 }
 
 int fpld_log_binomial_moments(const double *lm, const double *lf, double lq1, double lq,
@@ -283,5 +305,182 @@ int fpld_delta_bounds(const double *p, ptrdiff_t n, double v0, double h, const d
         est[i] = e;
         up[i] = uu;
     }
+    return FPLD_OK;
+}
+
+/* K[j] = sum_c m_c log E e^(s_j (I_c - cen_c)) + 1e-9 (1 + |K|) for j < ns (compose._chernoff_window.log_mgf);
+ * logs[c] holds log p_c on its positive range [los[c], his[c]] (computed once per node) */
+static void fpld_node_log_mgf(const double *const *ps, const double *const *logs, const ptrdiff_t *los,
+                              const ptrdiff_t *his, const double *cens, const double *ms, ptrdiff_t nin,
+                              const double *s, ptrdiff_t nsv, double *K)
+{
+    for (ptrdiff_t j = 0; j < nsv; ++j)
+        K[j] = 0.0;
+    if (nsv == 0)
+        return;
+    for (ptrdiff_t c = 0; c < nin; ++c)
+        fpld_log_mgf_grid_logp(ps[c], logs[c], los[c], his[c], cens[c], s, nsv, ms[c], K);
+    for (ptrdiff_t j = 0; j < nsv; ++j)
+        K[j] = K[j] + 1e-9 * (1 + fabs(K[j]));
+}
+
+int fpld_chernoff_window(const double *const *ps, const ptrdiff_t *ns, const double *cens, const double *ms,
+                         ptrdiff_t nin, const double *srel, ptrdiff_t nrel, const double *refine, double w,
+                         double *lo, double *hi, double *sp, double *Kp, ptrdiff_t *np_, double *sn, double *Kn,
+                         ptrdiff_t *nn_, double *scratch)
+{
+    if (nrel < 8 || nrel > 64 || nin < 1 || nin > 64)
+        return FPLD_EINVAL;
+    double sd2 = 0.0;
+    double *s = scratch, *sb = scratch + nrel + 8, *Kb = sb + nrel + 8, *logbuf = Kb + nrel + 8;
+    const double *logs[64];
+    ptrdiff_t los[64], his[64];
+    for (ptrdiff_t c = 0; c < nin; ++c) {
+        double tot, mean, var;
+        int st = ns[c] > 0 ? fpld_pmf_moments(ps[c], ns[c], cens[c], &tot, &mean, &var) : FPLD_ENOMASS;
+        if (st == FPLD_OK)
+            st = fpld_logp_range(ps[c], ns[c], logbuf, &los[c], &his[c]);
+        if (st != FPLD_OK)
+            return st;
+        logs[c] = logbuf;
+        logbuf += ns[c];
+        sd2 += ms[c] * var;
+    }
+    double sd = sd2 > 0 ? sqrt(sd2) : 1.0;
+    for (ptrdiff_t i = 0; i < nrel; ++i)
+        s[i] = srel[i] / sd;
+    double lw = log(2.0 / w);
+    ptrdiff_t last = nrel - 1;
+    /* coarse points first around the optimum of a Gaussian sum, then outwards while a side's
+     * best point is at the edge of what was evaluated; rint rounds half to even like Python */
+    double r0 = rint(log(sqrt(2 * lw) / srel[0]) / log(srel[1] / srel[0]));
+    ptrdiff_t k0 = r0 < 2.0 ? 2 : (r0 > (double)(last - 2) ? last - 2 : (ptrdiff_t)r0);
+    double Kpc[64], Knc[64];
+    int ku[64] = {0}, kl[64] = {0};
+    ptrdiff_t ordu[64], ordl[64], nordu = 0, nordl = 0;
+    ptrdiff_t needu[4 + 1], needl[4 + 1], nu = 0, nl = 0;
+    for (ptrdiff_t j = k0 - 2; j <= k0 + 2; ++j) {
+        needu[nu++] = j;
+        needl[nl++] = j;
+    }
+    ptrdiff_t iu = 0, il = 0;
+    while (nu || nl) {
+        ptrdiff_t nb = 0;
+        for (ptrdiff_t a = 0; a < nu; ++a)
+            sb[nb++] = s[needu[a]];
+        for (ptrdiff_t a = 0; a < nl; ++a)
+            sb[nb++] = -s[needl[a]];
+        fpld_node_log_mgf(ps, logs, los, his, cens, ms, nin, sb, nb, Kb);
+        for (ptrdiff_t a = 0; a < nu; ++a) {
+            Kpc[needu[a]] = Kb[a];
+            if (!ku[needu[a]]) {
+                ku[needu[a]] = 1;
+                ordu[nordu++] = needu[a];
+            }
+        }
+        for (ptrdiff_t a = 0; a < nl; ++a) {
+            Knc[needl[a]] = Kb[nu + a];
+            if (!kl[needl[a]]) {
+                kl[needl[a]] = 1;
+                ordl[nordl++] = needl[a];
+            }
+        }
+        /* first best point in insertion order (as Python's min / max with a key) */
+        iu = ordu[0];
+        double bu = (Kpc[iu] + lw) / s[iu];
+        for (ptrdiff_t a = 1; a < nordu; ++a) {
+            ptrdiff_t i = ordu[a];
+            double v = (Kpc[i] + lw) / s[i];
+            if (v < bu) {
+                bu = v;
+                iu = i;
+            }
+        }
+        il = ordl[0];
+        double bl = (Knc[il] + lw) / -s[il];
+        for (ptrdiff_t a = 1; a < nordl; ++a) {
+            ptrdiff_t i = ordl[a];
+            double v = (Knc[i] + lw) / -s[i];
+            if (v > bl) {
+                bl = v;
+                il = i;
+            }
+        }
+        ptrdiff_t cand[4];
+        cand[0] = iu - 1; cand[1] = iu - 2; cand[2] = iu + 1; cand[3] = iu + 2;
+        int drop_low = (iu - 1 >= 0 && ku[iu - 1]) || iu == 0;
+        int drop_high = (iu + 1 <= last && ku[iu + 1]) || iu == last;
+        nu = 0;
+        for (int a = 0; a < 4; ++a) {
+            ptrdiff_t j = cand[a];
+            if (j < 0 || j > last || ku[j])
+                continue;
+            if ((drop_low && !(j > iu)) || (drop_high && !(j < iu)))
+                continue;
+            needu[nu++] = j;
+        }
+        cand[0] = il - 1; cand[1] = il - 2; cand[2] = il + 1; cand[3] = il + 2;
+        drop_low = (il - 1 >= 0 && kl[il - 1]) || il == 0;
+        drop_high = (il + 1 <= last && kl[il + 1]) || il == last;
+        nl = 0;
+        for (int a = 0; a < 4; ++a) {
+            ptrdiff_t j = cand[a];
+            if (j < 0 || j > last || kl[j])
+                continue;
+            if ((drop_low && !(j > il)) || (drop_high && !(j < il)))
+                continue;
+            needl[nl++] = j;
+        }
+    }
+    /* evaluated coarse points in index order, then the refinement around each side's best */
+    ptrdiff_t npn = 0, nnn = 0;
+    for (ptrdiff_t i = 0; i <= last; ++i) {
+        if (ku[i]) {
+            sp[npn] = s[i];
+            Kp[npn++] = Kpc[i];
+        }
+        if (kl[i]) {
+            sn[nnn] = -s[i];
+            Kn[nnn++] = Knc[i];
+        }
+    }
+    int ua = iu == 0 ? 4 : 0, ub = iu == last ? 4 : 8, la = il == 0 ? 4 : 0, lb = il == last ? 4 : 8;
+    ptrdiff_t nb = 0;
+    for (int a = ua; a < ub; ++a)
+        sb[nb++] = s[iu] * refine[a];
+    for (int a = la; a < lb; ++a)
+        sb[nb++] = -(s[il] * refine[a]);
+    fpld_node_log_mgf(ps, logs, los, his, cens, ms, nin, sb, nb, Kb);
+    ptrdiff_t b = 0;
+    for (int a = ua; a < ub; ++a, ++b) {
+        sp[npn] = sb[b];
+        Kp[npn++] = Kb[b];
+    }
+    for (int a = la; a < lb; ++a, ++b) {
+        sn[nnn] = sb[b];
+        Kn[nnn++] = Kb[b];
+    }
+    double us = INFINITY, ls = -INFINITY;
+    int bad = 0;
+    for (ptrdiff_t a = 0; a < npn; ++a) {
+        double v = (Kp[a] + lw) / sp[a];
+        if (v != v)
+            bad = 1;
+        else if (v < us)
+            us = v;
+    }
+    for (ptrdiff_t a = 0; a < nnn; ++a) {
+        double v = (Kn[a] + lw) / sn[a];
+        if (v != v)
+            bad = 1;
+        else if (v > ls)
+            ls = v;
+    }
+    if (bad || !isfinite(us) || !isfinite(ls))
+        return FPLD_EINVAL;
+    *lo = floor(ls) + 1;
+    *hi = ceil(us) - 1;
+    *np_ = npn;
+    *nn_ = nnn;
     return FPLD_OK;
 }

@@ -72,6 +72,19 @@ int fpld_delta_bounds(const double *p, ptrdiff_t n, double v0, double h, const d
                       double padc, double es, double ds, double pinf, const double *eps, ptrdiff_t m,
                       double *lo, double *est, double *up);
 
+/* Chernoff window of a node's linear index sum (compose._chernoff_window, native path; the same
+ * kernel calls, search and arithmetic).  Inputs c < nin: PMF ps[c] (ns[c] entries) centred at
+ * cens[c], taken ms[c] times.  srel (8 <= nrel <= 64 points, geometric) is the coarse s-grid in units
+ * of 1/sd, refine (8 ratios, 4 below 1 then 4 above) the refinement; w the tail per side.
+ * Writes the window lo..hi (*lo = floor(l*) + 1, *hi = ceil(u*) - 1) and the evaluated points:
+ * sp/Kp (*np_ of them) for s > 0 and sn/Kn (*nn_) for s < 0, each of capacity nrel + 8.
+ * scratch: 3 (nrel + 8) + sum(ns) doubles (at most 64 inputs).  FPLD_ENOMASS if an input has no mass,
+ * FPLD_EINVAL if the window is not finite. */
+int fpld_chernoff_window(const double *const *ps, const ptrdiff_t *ns, const double *cens, const double *ms,
+                         ptrdiff_t nin, const double *srel, ptrdiff_t nrel, const double *refine, double w,
+                         double *lo, double *hi, double *sp, double *Kp, ptrdiff_t *np_, double *sn, double *Kn,
+                         ptrdiff_t *nn_, double *scratch);
+
 #ifdef __cplusplus
 }
 #endif

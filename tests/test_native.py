@@ -200,6 +200,32 @@ def test_native_planning_matches_numpy(make):
 
 
 @needs_native
+def test_compiled_chernoff_window_matches_search(monkeypatch):
+    """The compiled node window search returns exactly the Python search's window and tail bounds."""
+    C = sys.modules["fastpld.compose"]
+    rng = np.random.default_rng(11)
+    cases = []
+    for _ in range(25):
+        ins = []
+        for _ in range(int(rng.integers(1, 4))):
+            n = int(rng.integers(1, 3000))
+            p = rng.random(n) ** int(rng.integers(1, 30))
+            if rng.random() < 0.3:
+                p[: n // 3] = 0
+            p[n // 2] += 1e-3
+            p /= p.sum()
+            ins.append((p, int(round(float(np.dot(np.arange(n), p)))), int(rng.integers(1, 100))))
+        cases.append((ins, 10.0 ** -rng.uniform(3, 25)))
+    compiled = [C._chernoff_window(ins, w, True) for ins, w in cases]
+    monkeypatch.setattr(_kernels, "chernoff_window", lambda *a: None)  # the Python search, compiled kernels
+    for (ins, w), a in zip(cases, compiled):
+        b = C._chernoff_window(ins, w, True)
+        assert a[:2] == b[:2]
+        for x in (0, a[0] - 3, a[1] + 3, 10**6, -10**6):
+            assert a[2](x, True) == b[2](x, True) and a[2](x, False) == b[2](x, False)
+
+
+@needs_native
 def test_query_kernels_match(pure):
     """The compiled delta bounds equal the numpy query path (curve._Query) on a composed PMF."""
     pld = fastpld.compose(fastpld.PoissonSubsampledGaussian(5.0, 0.1), 200, backend="native")

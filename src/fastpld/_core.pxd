@@ -36,3 +36,7 @@ cdef extern from "fastpld_kernels.h" nogil:
     int fpld_delta_bounds(const double *p, Py_ssize_t n, double v0, double h, const double *S1, const double *T,
                           double padc, double es, double ds, double pinf, const double *eps, Py_ssize_t m,
                           double *lo, double *est, double *up)
+    int fpld_chernoff_window(const double *const *ps, const Py_ssize_t *ns, const double *cens, const double *ms,
+                             Py_ssize_t nin, const double *srel, Py_ssize_t nrel, const double *refine, double w,
+                             double *lo, double *hi, double *sp, double *Kp, Py_ssize_t *np_, double *sn, double *Kn,
+                             Py_ssize_t *nn_, double *scratch)

@@ -13,6 +13,7 @@ cimport numpy as cnp
 from libc.math cimport (INFINITY, acosl, atan2, atan2l, cos, cosl, exp, expl, fmod, fmodl, hypot, hypotl, isfinite,
                         log, logl, sin, sinl, fabs, floor, pow, sqrt, log1p, log1pl, rint, rintl)
 from libc.string cimport memset
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 
 cnp.import_array()
 
@@ -186,6 +187,48 @@ def delta_bounds(const double[::1] p, double v0, double h, const double[::1] S1,
                                        &ev[0], &uv[0])
     _check(status, "delta_bounds")
     return lo, est, up
+
+
+def chernoff_window(list ps, list cens, list ms, const double[::1] srel, const double[::1] refine, double w):
+    """Chernoff window of a node: ``(lo, hi, sp, Kp, sn, Kn)`` (see ``fpld_chernoff_window``).
+
+    ``ps``: C-contiguous float64 PMFs, ``cens``/``ms``: their centre indices and multiplicities.
+    """
+    cdef Py_ssize_t nin = len(ps), nrel = srel.shape[0], c, nmax = 1, npn = 0, nnn = 0  # nmax: total length
+    if len(cens) != nin or len(ms) != nin or not 0 < nin <= 64 or refine.shape[0] != 8 or not 8 <= nrel <= 64:
+        raise ValueError("chernoff_window: invalid argument")
+    cdef const double **pp = <const double **> PyMem_Malloc(nin * sizeof(double *))
+    cdef Py_ssize_t *nv = <Py_ssize_t *> PyMem_Malloc(nin * sizeof(Py_ssize_t))
+    cdef double *cv = <double *> PyMem_Malloc(nin * sizeof(double))
+    cdef double *mv = <double *> PyMem_Malloc(nin * sizeof(double))
+    cdef const double[::1] a
+    cdef double[::1] ov, sv
+    cdef double lo = 0.0, hi = 0.0
+    cdef int status = FPLD_OK
+    if pp == NULL or nv == NULL or cv == NULL or mv == NULL:
+        PyMem_Free(pp); PyMem_Free(nv); PyMem_Free(cv); PyMem_Free(mv)
+        raise MemoryError()
+    try:
+        for c in range(nin):
+            a = ps[c]  # the list keeps the arrays alive
+            nv[c] = a.shape[0]
+            pp[c] = &a[0] if a.shape[0] else NULL
+            cv[c] = cens[c]
+            mv[c] = ms[c]
+            nmax += a.shape[0]
+        out = np.empty(4 * (nrel + 8), dtype=np.float64)
+        scratch = np.empty(3 * (nrel + 8) + nmax, dtype=np.float64)
+        ov = out
+        sv = scratch
+        with nogil:
+            status = fpld_chernoff_window(pp, nv, cv, mv, nin, &srel[0], nrel, &refine[0], w, &lo, &hi, &ov[0],
+                                          &ov[nrel + 8], &npn, &ov[2 * (nrel + 8)], &ov[3 * (nrel + 8)], &nnn,
+                                          &sv[0])
+    finally:
+        PyMem_Free(pp); PyMem_Free(nv); PyMem_Free(cv); PyMem_Free(mv)
+    _check(status, "chernoff_window")
+    k = nrel + 8
+    return int(lo), int(hi), out[:npn], out[k:k + npn], out[2 * k:2 * k + nnn], out[3 * k:3 * k + nnn]
 
 
 # ---------------------------------------------------------------------------------------

@@ -217,6 +217,17 @@ def chernoff_quantiles(kp: np.ndarray, kn: np.ndarray, s: np.ndarray, c: float, 
     return (-math.inf if math.isnan(lo) else lo), (math.inf if math.isnan(up) else up)
 
 
+def chernoff_window(ps, cens, ms, srel: np.ndarray, refine: np.ndarray, w: float):
+    """Window ``(lo, hi, sp, Kp, sn, Kn)`` of :func:`fastpld.compose._chernoff_window` in one
+    compiled call (its coarse-to-fine search, the same kernels and arithmetic), or ``None``
+    without the compiled core or for more than 64 inputs (the caller then runs the search itself)."""
+    if _core is None or not 0 < len(ps) <= 64:
+        return None
+    return _core.chernoff_window([np.ascontiguousarray(p, dtype=np.float64) for p in ps], [float(c) for c in cens],
+                                 [float(m) for m in ms], np.ascontiguousarray(srel, dtype=np.float64),
+                                 np.ascontiguousarray(refine, dtype=np.float64), float(w))
+
+
 def fold(p: np.ndarray, cen: int, out: np.ndarray) -> None:
     """Circular placement into ``out`` (any float dtype): ``out[:] = 0; out[(i - cen) mod N] += p[i]``."""
     if _core is not None and p.dtype in (np.float64, np.longdouble) and p.flags.c_contiguous:

@@ -508,8 +508,20 @@ def _chernoff_window(inputs, w, native=False):
 
     ``inputs``: list of (probs, centre_index, m).  Returns (lo, hi, tailfun) where
     ``tailfun(x, upper)`` bounds ``Pr[I >= x]`` / ``Pr[I <= x]``.  ``native``: the
-    moments and the log-MGF grid come from the compiled kernels (same sums).
+    moments and the log-MGF grid come from the compiled kernels (same sums), and the whole
+    search below runs in one compiled call when the core is built (same steps, same result).
     """
+    if native:
+        r = _kernels.chernoff_window([p for p, _, _ in inputs], [cen for _, cen, _ in inputs],
+                                     [m for _, _, m in inputs], _S_REL, _S_REFINE, w)
+        if r is not None:
+            lo_n, hi_n, sp_n, Kp_n, sn_n, Kn_n = r
+
+            def tail_n(x, upper):
+                e = Kp_n - sp_n * x if upper else Kn_n - sn_n * x
+                return float(min(1.0, math.exp(min(0.0, float(e.min())))))
+
+            return lo_n, hi_n, tail_n
     sd2 = 0.0
     ks = []
     for p, cen, m in inputs:
