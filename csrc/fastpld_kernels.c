@@ -192,6 +192,54 @@ static void fpld_log_mgf_grid_logp(const double *p, const double *logp, ptrdiff_
     }
 }
 
+/* one order of fpld_log_binomial_moments */
+static double fpld_lbm_one(const double *lm, const double *lf, double lq1, double lq, int64_t a, double *terms)
+{
+    double la = lf[a + 1], mx = -INFINITY;
+    for (int64_t j = 0; j <= a; ++j) {
+        double t = la - lf[j + 1] - lf[a - j + 1];
+        if (a - j > 0)
+            t += (double)(a - j) * lq1;
+        t += (double)j * lq;  /* added in the reference's order */
+        t += lm[j];
+        terms[j] = t;
+        if (t > mx)
+            mx = t;
+    }
+    if (!isfinite(mx))
+        return mx; /* +inf: an infinite moment (an upper bound); -inf cannot occur (the j = a term is finite) */
+    double acc = 0.0;
+    for (int64_t j = 0; j <= a; ++j) {
+        double d = terms[j] - mx;
+        /* e^d underflows to 0 below about -745.2 (the reference adds those zeros) */
+        if (d > -746.0)
+            acc += exp(d);
+    }
+    return mx + log(acc);
+}
+
+int fpld_binomial_chord(const double *x, ptrdiff_t n, int64_t shift, const double *lm, const double *lf,
+                        ptrdiff_t L, double lq1, double lq, double *memo, double *out, double *terms)
+{
+    for (ptrdiff_t i = 0; i < n; ++i) {
+        double lo = floor(x[i]);
+        if (!(lo >= 0.0) || lo + (double)shift + 1.0 > (double)(L - 1))
+            return FPLD_EINVAL;
+        int64_t a = (int64_t)lo + shift;
+        double w = x[i] - lo;
+        if (memo[a] != memo[a])
+            memo[a] = fpld_lbm_one(lm, lf, lq1, lq, a, terms);
+        if (w == 0) {
+            out[i] = memo[a];
+            continue;
+        }
+        if (memo[a + 1] != memo[a + 1])
+            memo[a + 1] = fpld_lbm_one(lm, lf, lq1, lq, a + 1, terms);
+        out[i] = (1 - w) * memo[a] + w * memo[a + 1];
+    }
+    return FPLD_OK;
+}
+
 int fpld_log_binomial_moments(const double *lm, const double *lf, double lq1, double lq,
                               const int64_t *orders, ptrdiff_t n, double *out, double *terms)
 {
@@ -199,30 +247,7 @@ int fpld_log_binomial_moments(const double *lm, const double *lf, double lq1, do
         int64_t a = orders[r];
         if (a < 0)
             return FPLD_EINVAL;
-        double la = lf[a + 1], mx = -INFINITY;
-        for (int64_t j = 0; j <= a; ++j) {
-            double t = la - lf[j + 1] - lf[a - j + 1];
-            if (a - j > 0)
-                t += (double)(a - j) * lq1;
-            t += (double)j * lq;  /* added in the reference's order */
-            t += lm[j];
-            terms[j] = t;
-            if (t > mx)
-                mx = t;
-        }
-        if (!isfinite(mx)) {
-            /* +inf: an infinite moment (an upper bound); -inf cannot occur (the j = a term is finite) */
-            out[r] = mx;
-            continue;
-        }
-        double acc = 0.0;
-        for (int64_t j = 0; j <= a; ++j) {
-            double d = terms[j] - mx;
-            /* e^d underflows to 0 below about -745.2 (the reference adds those zeros) */
-            if (d > -746.0)
-                acc += exp(d);
-        }
-        out[r] = mx + log(acc);
+        out[r] = fpld_lbm_one(lm, lf, lq1, lq, a, terms);
     }
     return FPLD_OK;
 }

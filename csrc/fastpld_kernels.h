@@ -56,6 +56,14 @@ int fpld_log_mgf_grid(const double *p, ptrdiff_t n, double cen, const double *s,
 int fpld_log_binomial_moments(const double *lm, const double *lf, double lq1, double lq,
                               const int64_t *orders, ptrdiff_t n, double *out, double *terms);
 
+/* Chord upper bound of the binomial moments at real orders (mechanisms.SubsampledLoss.log_mgf:
+ * _integer_chord over _K_binom): for x[i] >= 0, a = floor(x[i]) + shift, w = x[i] - floor(x[i]),
+ * out[i] = Kb(a) if w == 0 else (1 - w) Kb(a) + w Kb(a + 1), with Kb the sums of
+ * fpld_log_binomial_moments.  memo (L entries, NaN = not computed) caches Kb per order; lm, lf
+ * have L and L + 1 entries; FPLD_EINVAL if an order reaches L.  terms: scratch of L doubles. */
+int fpld_binomial_chord(const double *x, ptrdiff_t n, int64_t shift, const double *lm, const double *lf,
+                        ptrdiff_t L, double lq1, double lq, double *memo, double *out, double *terms);
+
 /* Chernoff quantiles of the planner (compose._chernoff_quantiles / _est_window): with kp, kn
  * the log-MGF grids at +s and -s, *up = min_i (c kp[i] - lt) / s[i] and
  * *lo = -min_i (c kn[i] - lt) / s[i] (+inf entries drop out; a NaN entry makes that side NaN,

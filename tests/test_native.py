@@ -155,6 +155,7 @@ def test_planning_kernels_match(pure, q):
     a = _kernels.log_binomial_moments(lm, lf, lq1, math.log(q), orders)
     b = pure(_kernels.log_binomial_moments, lm, lf, lq1, math.log(q), orders)
     _close(a, b, rtol=1e-13)
+    a_all = _kernels.log_binomial_moments(lm, lf, lq1, math.log(q), np.arange(1501, dtype=np.int64))
     rng = np.random.default_rng(5)
     s = np.geomspace(1e-7, 1e5, 361)
     kp, kn = rng.normal(size=361) * 50, rng.normal(size=361) * 50
@@ -167,6 +168,19 @@ def test_planning_kernels_match(pure, q):
     assert _kernels.chernoff_quantiles(nan, nan, s, 1.0, -3.0) == (-math.inf, math.inf)
     with pytest.raises(ValueError, match="invalid"):
         _kernels.log_binomial_moments(lm, lf, lq1, math.log(q), np.array([-1], dtype=np.int64))
+    # chords between integer orders, memoised per order (the memo's history does not matter)
+    x = np.concatenate([np.geomspace(1e-3, 900.0, 97), [0.0, 1.0, 2.0, 255.0]])
+    for shift in (0, 1):
+        ma, mb = np.full(1501, np.nan), np.full(1501, np.nan)
+        ca = _kernels.binomial_chord(x, shift, lm, lf, lq1, math.log(q), ma)
+        cb = pure(_kernels.binomial_chord, x, shift, lm, lf, lq1, math.log(q), mb)
+        _close(ca, cb, rtol=1e-13)
+        again = _kernels.binomial_chord(x[::-1].copy(), shift, lm, lf, lq1, math.log(q), np.full(1501, np.nan))
+        assert np.array_equal(again[::-1], ca)
+        known = ~np.isnan(ma)
+        _close(ma[known], a_all[known], rtol=1e-13)
+    with pytest.raises(ValueError, match="invalid"):
+        _kernels.binomial_chord(np.array([1500.5]), 1, lm, lf, lq1, math.log(q), np.full(1501, np.nan))
 
 
 @needs_native

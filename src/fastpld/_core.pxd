@@ -40,3 +40,5 @@ cdef extern from "fastpld_kernels.h" nogil:
                              Py_ssize_t nin, const double *srel, Py_ssize_t nrel, const double *refine, double w,
                              double *lo, double *hi, double *sp, double *Kp, Py_ssize_t *np_, double *sn, double *Kn,
                              Py_ssize_t *nn_, double *scratch)
+    int fpld_binomial_chord(const double *x, Py_ssize_t n, int64_t shift, const double *lm, const double *lf,
+                            Py_ssize_t L, double lq1, double lq, double *memo, double *out, double *terms)

@@ -158,6 +158,23 @@ def log_binomial_moments(const double[::1] lm, const double[::1] lf, double lq1,
     return out
 
 
+def binomial_chord(const double[::1] x, cnp.int64_t shift, const double[::1] lm, const double[::1] lf, double lq1,
+                   double lq, double[::1] memo):
+    """Chord bound of the binomial moments at real orders ``x + shift`` (see ``fpld_binomial_chord``)."""
+    cdef Py_ssize_t n = x.shape[0], L = memo.shape[0]
+    if lm.shape[0] != L or lf.shape[0] != L + 1 or L < 2:
+        raise ValueError("binomial_chord: lm, lf and memo must have L, L + 1 and L entries")
+    out = np.empty(n, dtype=np.float64)
+    scratch = np.empty(L, dtype=np.float64)
+    cdef double[::1] ov = out, tv = scratch
+    cdef int status = FPLD_OK
+    if n:
+        with nogil:
+            status = fpld_binomial_chord(&x[0], n, shift, &lm[0], &lf[0], L, lq1, lq, &memo[0], &ov[0], &tv[0])
+    _check(status, "binomial_chord")
+    return out
+
+
 def chernoff_quantiles(const double[::1] kp, const double[::1] kn, const double[::1] s, double c, double lt):
     """``(lo, up)``: ``up = min (c kp - lt) / s``, ``lo = -min (c kn - lt) / s``; NaN maps to ``-inf`` / ``+inf``."""
     cdef Py_ssize_t n = s.shape[0]

@@ -198,6 +198,27 @@ def log_binomial_moments(lm: np.ndarray, lf: np.ndarray, lq1: float, lq: float, 
     return out
 
 
+def binomial_chord(x: np.ndarray, shift: int, lm: np.ndarray, lf: np.ndarray, lq1: float, lq: float,
+                   memo: np.ndarray) -> np.ndarray:
+    """Chord bound ``(1 - w) Kb(a) + w Kb(a + 1)`` (``Kb(a)`` alone where ``w = 0``) at ``a = floor(x) + shift``,
+    ``w = x - floor(x)``, with ``Kb`` the sums of :func:`log_binomial_moments`; ``memo`` (NaN = not yet
+    computed, one entry per order, as many as ``lm``) caches ``Kb`` and is filled in place."""
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    if _core is not None:
+        return _core.binomial_chord(x, int(shift), lm, lf, float(lq1), float(lq), memo)
+    lo = np.floor(x)
+    if x.size and not (lo.min() >= 0 and lo.max() + shift + 1 <= memo.size - 1):
+        raise ValueError("binomial_chord: invalid argument")
+    a = lo.astype(np.int64) + int(shift)
+    need = np.unique(np.concatenate([a, a + 1]))
+    need = need[np.isnan(memo[need])]
+    if need.size:
+        memo[need] = log_binomial_moments(lm, lf, lq1, lq, need)
+    w = x - lo
+    with np.errstate(invalid="ignore"):
+        return np.where(w == 0, memo[a], (1 - w) * memo[a] + w * memo[np.minimum(a + 1, memo.size - 1)])
+
+
 def chernoff_quantiles(kp: np.ndarray, kn: np.ndarray, s: np.ndarray, c: float, lt: float):
     """``(lo, up)`` with ``up = min_i (c kp_i - lt) / s_i`` and ``lo = -min_i (c kn_i - lt) / s_i``.
 

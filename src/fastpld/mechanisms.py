@@ -571,11 +571,11 @@ class _LaplacePair(_BasePair):
         return float(atoms) + _gl_integrate(dens, edges[:-1], edges[1:], 16)
 
 
-def _log_binomial_moment(pair: _BasePair, q: float, a: np.ndarray, native: bool = False) -> np.ndarray:
+def _log_binomial_moment(pair: _BasePair, q: float, a: np.ndarray) -> np.ndarray:
     """``log E_P[(M/P)^a]`` for integer ``a >= 0``, ``M = (1-q) P + q Q`` (exact binomial sum).
 
-    All requested orders are evaluated at once as one masked log-sum-exp
-    (``native``: by the compiled kernel, one log-sum-exp per order; same terms).
+    All requested orders are evaluated at once as one masked log-sum-exp (the native
+    backend's planner uses the compiled kernel instead: ``SubsampledLoss._binomial_chord``).
     """
     a = np.asarray(a)
     flat = a.astype(np.int64).ravel()
@@ -588,14 +588,12 @@ def _log_binomial_moment(pair: _BasePair, q: float, a: np.ndarray, native: bool 
     # and an order's sum does not depend on which other orders were requested with it (the
     # memo of SubsampledLoss._K_binom then holds the same values whatever the call history)
     cls = [max(8, 1 << v.bit_length()) for v in flat.tolist()]
-    amax = int(flat.max()) if native else cls[-1] - 1
+    amax = cls[-1] - 1
     j = np.arange(amax + 1)
     lm = pair.log_moment_P(j.astype(np.float64))
     # log-factorials from one table (elementwise identical to gammaln on the full grids)
     lf = special.gammaln(np.arange(amax + 2, dtype=np.float64))
     lq1 = math.log1p(-q) if q < 1 else -np.inf
-    if native:
-        return _kernels.log_binomial_moments(lm, lf, lq1, math.log(q), flat)[inverse].reshape(a.shape)
     out = np.empty(flat.size)
     start = 0
     while start < flat.size:
@@ -712,21 +710,40 @@ class SubsampledLoss(ContinuousLoss):
                 dens = self.pair.pdf_P(l) * dl
         return np.where(np.isfinite(dens), dens, 0.0)
 
-    def _K_binom(self, a, native=False):
-        # memo per (pair, q): both directions need nearly the same integer orders (one memo per
-        # backend: the compiled sums may differ in the last bit, and a backend's results must not
-        # depend on which backend filled the memo first)
+    def _K_binom(self, a):
+        # memo per (pair, q): both directions need nearly the same integer orders
         a = np.asarray(a)
-        memo = self.pair.__dict__.setdefault("_binom_memo", {}).setdefault((self.q, bool(native)), {})
+        memo = self.pair.__dict__.setdefault("_binom_memo", {}).setdefault(self.q, {})
         flat = a.astype(np.int64).ravel()
         need = [v for v in set(flat.tolist()) if v not in memo]
         if need:
-            vals = _log_binomial_moment(self.pair, self.q, np.array(need, dtype=np.int64), native)
+            vals = _log_binomial_moment(self.pair, self.q, np.array(need, dtype=np.int64))
             memo.update(zip(need, vals.tolist()))
         return np.array([memo[v] for v in flat.tolist()], dtype=np.float64).reshape(a.shape)
 
+    def _binomial_chord(self, x, shift):
+        """``_integer_chord(lambda a: self._K_binom(a + shift), x)`` by the compiled kernel (same terms).
+
+        Its memo (one per (pair, q), apart from the numpy one: the compiled sums may differ in the
+        last bit, and a backend's results must not depend on which backend filled a memo first)
+        holds each order's sum, which does not depend on the other orders requested.
+        """
+        need = int(np.max(x)) + shift + 2 if x.size else 2
+        tabs = self.pair.__dict__.setdefault("_binom_native", {})
+        t = tabs.get(self.q)
+        if t is None or t[2].size < need:
+            size = max(need, 1024)
+            lm = self.pair.log_moment_P(np.arange(size, dtype=np.float64))
+            lf = special.gammaln(np.arange(size + 1, dtype=np.float64))
+            memo = np.full(size, np.nan)
+            if t is not None:
+                memo[: t[2].size] = t[2]
+            t = tabs[self.q] = (np.ascontiguousarray(lm, dtype=np.float64), lf, memo)
+        lq1 = math.log1p(-self.q) if self.q < 1 else -np.inf
+        return _kernels.binomial_chord(x, shift, t[0], t[1], lq1, math.log(self.q), t[2])
+
     def log_mgf(self, s, *, native=False):
-        # native: the binomial moments come from the compiled kernel (same sums; planning uses it)
+        # native: the binomial chords come from the compiled kernel (same terms; the planner uses it)
         s = np.asarray(s, dtype=np.float64)
         out = np.full(s.shape, np.inf)
         q = self.q
@@ -734,7 +751,8 @@ class SubsampledLoss(ContinuousLoss):
             # s >= 0: E_M[(M/P)^s] = E_P[(M/P)^(s+1)], convex in s: chord between integers.
             pos = s >= 0
             if pos.any():
-                out[pos] = _integer_chord(lambda a: self._K_binom(a + 1, native), np.minimum(s[pos], 4096))
+                x = np.minimum(s[pos], 4096)
+                out[pos] = self._binomial_chord(x, 1) if native else _integer_chord(lambda a: self._K_binom(a + 1), x)
             mid = (s < 0) & (s >= -1)
             out[mid] = 0.0  # Jensen: E_P[(M/P)^(1+s)] <= 1
             neg = s < -1
@@ -751,7 +769,8 @@ class SubsampledLoss(ContinuousLoss):
             out[mid] = 0.0
             neg = s < -1
             if neg.any():
-                out[neg] = _integer_chord(lambda a: self._K_binom(a, native), np.minimum(-s[neg], 4096))
+                x = np.minimum(-s[neg], 4096)
+                out[neg] = self._binomial_chord(x, 0) if native else _integer_chord(self._K_binom, x)
         return out
 
     def _moments(self):
