@@ -39,6 +39,7 @@ The resulting pair ``(eps_spent, delta_spent)`` satisfies
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from dataclasses import dataclass, field
@@ -1183,8 +1184,11 @@ def _candidates(method, parts, arity=None):
     return chains, merges
 
 
+@functools.lru_cache(maxsize=4096)
 def _chain_signature(count, method, arity):
-    """Shape of the chain tree for ``count`` (multiplicities and sharing, no losses)."""
+    """Shape of the chain tree for ``count`` (multiplicities and sharing, no losses).
+
+    Memoised: a pure function of its arguments (the same answer whoever asks first)."""
     top, _ = _chain(None, count, method, arity, iter(range(1, 1 << 30)))
     ids = {}
 
