@@ -509,3 +509,63 @@ int fpld_chernoff_window(const double *const *ps, const ptrdiff_t *ns, const dou
     *nn_ = nnn;
     return FPLD_OK;
 }
+
+/* numpy's logaddexp */
+static double fpld_logaddexp(double a, double b)
+{
+    if (a == b)
+        return a + 0.693147180559945309417232121458176568;
+    double t = a - b;
+    if (t > 0)
+        return a + log1p(exp(-t));
+    if (t <= 0)
+        return b + log1p(exp(t));
+    return t; /* NaN */
+}
+
+/* E[f(L)] and E[f(L)^2], f = g, for L = centre + sd z, z ~ N(0, 1) (_GaussPair.expect) */
+static void fpld_gauss_expect(double centre, double sd, double lq1, double lq, const double *x, const double *w,
+                              ptrdiff_t ngl, double *e1, double *e2)
+{
+    double width = sd > 0 ? (1.0 / sd < 1.0 ? 1.0 / sd : 1.0) : 1.0;
+    ptrdiff_t n = (ptrdiff_t)ceil(80.0 / width);
+    double step = 80.0 / (double)n, s1 = 0.0, s2 = 0.0;
+    const double c0 = 0.3989422804014327; /* 1 / sqrt(2 pi) */
+    for (ptrdiff_t k = 0; k < n; ++k) {
+        double lo = -40.0 + step * (double)k, hi = k + 1 == n ? 40.0 : -40.0 + step * (double)(k + 1);
+        double mid = 0.5 * (lo + hi), half = 0.5 * (hi - lo), p1 = 0.0, p2 = 0.0;
+        for (ptrdiff_t i = 0; i < ngl; ++i) {
+            double z = mid + half * x[i];
+            double dens = exp(-0.5 * z * z) * c0;
+            double gv = fpld_logaddexp(lq1, lq + (centre + sd * z));
+            p1 += w[i] * (gv * dens);
+            p2 += w[i] * (gv * gv * dens);
+        }
+        s1 += half * p1;
+        s2 += half * p2;
+    }
+    *e1 = s1;
+    *e2 = s2;
+}
+
+int fpld_gauss_pair_moments(double v, double sd, double q, int remove, const double *x, const double *w,
+                            ptrdiff_t ngl, double *mean, double *std)
+{
+    if (!(q > 0.0 && q < 1.0) || !(v > 0.0) || ngl < 1)
+        return FPLD_EINVAL;
+    double lq1 = log1p(-q), lq = log(q), p1, p2, m1, m2;
+    fpld_gauss_expect(-v / 2, sd, lq1, lq, x, w, ngl, &p1, &p2);
+    if (remove) {
+        double q1, q2;
+        fpld_gauss_expect(v / 2, sd, lq1, lq, x, w, ngl, &q1, &q2);
+        m1 = (1 - q) * p1 + q * q1;
+        m2 = (1 - q) * p2 + q * q2;
+    } else {
+        m1 = -p1;
+        m2 = p2;
+    }
+    double var = m2 - m1 * m1;
+    *mean = m1;
+    *std = sqrt(var > 0.0 ? var : 0.0);
+    return isfinite(m1) && isfinite(m2) ? FPLD_OK : FPLD_EINVAL;
+}

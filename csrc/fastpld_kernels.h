@@ -64,6 +64,14 @@ int fpld_log_binomial_moments(const double *lm, const double *lf, double lq1, do
 int fpld_binomial_chord(const double *x, ptrdiff_t n, int64_t shift, const double *lm, const double *lf,
                         ptrdiff_t L, double lq1, double lq, double *memo, double *out, double *terms);
 
+/* Moments of a Poisson-subsampled Gaussian loss Y = +-g(L), g(l) = log(1 - q + q e^l)
+ * (SubsampledLoss._pair_moments with _GaussPair.expect, for the native leaf's truncation ladder):
+ * L ~ N(-+v/2, v) under P/Q (sd = sqrt(v)); each expectation by ngl-point Gauss-Legendre (nodes
+ * x, weights w) on n = ceil(80 / min(1, 1/sd)) equal panels of z in [-40, 40]; remove (w ~ M =
+ * (1-q) P + q Q) or add (w ~ P, Y = -g(L)).  Writes the mean and the standard deviation. */
+int fpld_gauss_pair_moments(double v, double sd, double q, int remove, const double *x, const double *w,
+                            ptrdiff_t ngl, double *mean, double *std);
+
 /* Chernoff quantiles of the planner (compose._chernoff_quantiles / _est_window): with kp, kn
  * the log-MGF grids at +s and -s, *up = min_i (c kp[i] - lt) / s[i] and
  * *lo = -min_i (c kn[i] - lt) / s[i] (+inf entries drop out; a NaN entry makes that side NaN,

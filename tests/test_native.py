@@ -240,6 +240,22 @@ def test_compiled_chernoff_window_matches_search(monkeypatch):
 
 
 @needs_native
+@pytest.mark.parametrize("sigma,q", [(216.31, 0.2), (1.0, 0.01), (0.5, 0.5)])
+def test_native_moments_match(sigma, q):
+    """The native leaf ladder's compiled moments equal the numpy quadrature (and are cached apart)."""
+    from fastpld import mechanisms
+    mechanisms._LOSS_CACHE.clear()
+    losses = fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses()
+    for d in ("remove", "add"):
+        loss = losses[d]
+        m, s = loss._native_moments()
+        assert getattr(loss, "_mean", None) is None  # the numpy moments are not filled by the native ones
+        assert m == pytest.approx(loss.mean(), rel=1e-12, abs=1e-12 * loss.std())
+        assert s == pytest.approx(loss.std(), rel=1e-12)
+    assert fastpld.PoissonSubsampledLaplace(2.0, 0.05).privacy_losses()["remove"]._native_moments() is None
+
+
+@needs_native
 def test_query_kernels_match(pure):
     """The compiled delta bounds equal the numpy query path (curve._Query) on a composed PMF."""
     pld = fastpld.compose(fastpld.PoissonSubsampledGaussian(5.0, 0.1), 200, backend="native")

@@ -42,3 +42,5 @@ cdef extern from "fastpld_kernels.h" nogil:
                              Py_ssize_t *nn_, double *scratch)
     int fpld_binomial_chord(const double *x, Py_ssize_t n, int64_t shift, const double *lm, const double *lf,
                             Py_ssize_t L, double lq1, double lq, double *memo, double *out, double *terms)
+    int fpld_gauss_pair_moments(double v, double sd, double q, int remove, const double *x, const double *w,
+                                Py_ssize_t ngl, double *mean, double *std)

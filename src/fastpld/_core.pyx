@@ -175,6 +175,18 @@ def binomial_chord(const double[::1] x, cnp.int64_t shift, const double[::1] lm,
     return out
 
 
+def gauss_pair_moments(double v, double sd, double q, bint remove, const double[::1] x, const double[::1] w):
+    """``(mean, std)`` of a Poisson-subsampled Gaussian loss (see ``fpld_gauss_pair_moments``)."""
+    cdef double mean = 0.0, std = 0.0
+    cdef int status
+    if x.shape[0] != w.shape[0] or x.shape[0] == 0:
+        raise ValueError("gauss_pair_moments: x and w must have the same non-zero length")
+    with nogil:
+        status = fpld_gauss_pair_moments(v, sd, q, remove, &x[0], &w[0], x.shape[0], &mean, &std)
+    _check(status, "gauss_pair_moments")
+    return mean, std
+
+
 def chernoff_quantiles(const double[::1] kp, const double[::1] kn, const double[::1] s, double c, double lt):
     """``(lo, up)``: ``up = min (c kp - lt) / s``, ``lo = -min (c kn - lt) / s``; NaN maps to ``-inf`` / ``+inf``."""
     cdef Py_ssize_t n = s.shape[0]

@@ -821,6 +821,25 @@ class SubsampledLoss(ContinuousLoss):
         self._std = float(math.sqrt(max(m2 - m1 * m1, 0.0)))
         return True
 
+    def _native_moments(self):
+        """``(mean, std)`` by the compiled quadrature of :meth:`_pair_moments` (Gaussian pair), else ``None``.
+
+        For the native leaf's truncation ladder (any centre and scale give a valid window);
+        cached apart from :meth:`mean`/:meth:`std`, so that the numpy backend's values never
+        depend on which backend ran first.
+        """
+        r = getattr(self, "_fastpld_moments_native", None)
+        if r is None:
+            if not (isinstance(self.pair, _GaussPair) and _kernels.HAVE_CORE and _kernels._core is not None
+                    and 0 < self.q < 1):
+                return None
+            if 16 not in _GL_CACHE:
+                _GL_CACHE[16] = np.polynomial.legendre.leggauss(16)
+            x, w = _GL_CACHE[16]
+            r = self._fastpld_moments_native = _kernels._core.gauss_pair_moments(
+                self.pair.v, self.pair.sd, self.q, self.direction == "remove", x, w)
+        return r
+
     def mean(self):
         return self._moments()[0]
 
