@@ -10,9 +10,10 @@ that run in double and long double are fused Cython functions.
 import numpy as np
 cimport cython
 cimport numpy as cnp
-from libc.math cimport (acosl, atan2, atan2l, cos, cosl, exp, expl, fmod, fmodl, hypot, hypotl, isfinite, log, logl,
-                        sin, sinl, fabs, floor, pow, sqrt, log1p, log1pl, rint, rintl)
+from libc.math cimport (INFINITY, acosl, atan2, atan2l, cos, cosl, exp, expl, fmod, fmodl, hypot, hypotl, isfinite,
+                        log, logl, sin, sinl, fabs, floor, pow, sqrt, log1p, log1pl, rint, rintl)
 from libc.string cimport memset
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 
 cnp.import_array()
 
@@ -133,6 +134,130 @@ def log_mgf_grid(const double[::1] p, double cen, const double[::1] s, double m,
     elif n:
         status = FPLD_OK
     _check(status, "log_mgf_grid")
+
+
+def log_binomial_moments(const double[::1] lm, const double[::1] lf, double lq1, double lq,
+                         const cnp.int64_t[::1] orders):
+    """``log sum_j C(a, j) (1-q)^(a-j) q^j E_P[e^(j L)]`` for each order ``a`` (see ``fpld_log_binomial_moments``)."""
+    cdef Py_ssize_t n = orders.shape[0], r
+    cdef cnp.int64_t amax = 0
+    for r in range(n):
+        if orders[r] > amax:
+            amax = orders[r]
+    if n and (lm.shape[0] < amax + 1 or lf.shape[0] < amax + 2):
+        raise ValueError("log_binomial_moments: lm or lf is shorter than the largest order needs")
+    out = np.empty(n, dtype=np.float64)
+    scratch = np.empty(amax + 1, dtype=np.float64)
+    cdef double[::1] ov = out, tv = scratch
+    cdef int status = FPLD_OK
+    if n:
+        with nogil:
+            status = fpld_log_binomial_moments(&lm[0], &lf[0], lq1, lq, <const int64_t *> &orders[0], n, &ov[0],
+                                               &tv[0])
+    _check(status, "log_binomial_moments")
+    return out
+
+
+def binomial_chord(const double[::1] x, cnp.int64_t shift, const double[::1] lm, const double[::1] lf, double lq1,
+                   double lq, double[::1] memo):
+    """Chord bound of the binomial moments at real orders ``x + shift`` (see ``fpld_binomial_chord``)."""
+    cdef Py_ssize_t n = x.shape[0], L = memo.shape[0]
+    if lm.shape[0] != L or lf.shape[0] != L + 1 or L < 2:
+        raise ValueError("binomial_chord: lm, lf and memo must have L, L + 1 and L entries")
+    out = np.empty(n, dtype=np.float64)
+    scratch = np.empty(L, dtype=np.float64)
+    cdef double[::1] ov = out, tv = scratch
+    cdef int status = FPLD_OK
+    if n:
+        with nogil:
+            status = fpld_binomial_chord(&x[0], n, shift, &lm[0], &lf[0], L, lq1, lq, &memo[0], &ov[0], &tv[0])
+    _check(status, "binomial_chord")
+    return out
+
+
+def gauss_pair_moments(double v, double sd, double q, bint remove, const double[::1] x, const double[::1] w):
+    """``(mean, std)`` of a Poisson-subsampled Gaussian loss (see ``fpld_gauss_pair_moments``)."""
+    cdef double mean = 0.0, std = 0.0
+    cdef int status
+    if x.shape[0] != w.shape[0] or x.shape[0] == 0:
+        raise ValueError("gauss_pair_moments: x and w must have the same non-zero length")
+    with nogil:
+        status = fpld_gauss_pair_moments(v, sd, q, remove, &x[0], &w[0], x.shape[0], &mean, &std)
+    _check(status, "gauss_pair_moments")
+    return mean, std
+
+
+def chernoff_quantiles(const double[::1] kp, const double[::1] kn, const double[::1] s, double c, double lt):
+    """``(lo, up)``: ``up = min (c kp - lt) / s``, ``lo = -min (c kn - lt) / s``; NaN maps to ``-inf`` / ``+inf``."""
+    cdef Py_ssize_t n = s.shape[0]
+    if kp.shape[0] != n or kn.shape[0] != n:
+        raise ValueError("chernoff_quantiles: kp, kn and s must have the same length")
+    cdef double lo = -INFINITY, up = INFINITY
+    with nogil:
+        fpld_chernoff_quantiles(&kp[0] if n else NULL, &kn[0] if n else NULL, &s[0] if n else NULL, n, c, lt,
+                                &lo, &up)
+    return (-INFINITY if lo != lo else lo), (INFINITY if up != up else up)
+
+
+def delta_bounds(const double[::1] p, double v0, double h, const double[::1] S1, const double[::1] T, double padc,
+                 double es, double ds, double pinf, const double[::1] eps):
+    """``(lower, estimate, upper)`` of ``delta(eps)`` for one direction (see ``fpld_delta_bounds``)."""
+    cdef Py_ssize_t n = p.shape[0], m = eps.shape[0]
+    if n == 0 or S1.shape[0] != n + 1 or T.shape[0] != n + 1:
+        raise ValueError("delta_bounds: S1 and T must have one entry more than the non-empty PMF")
+    lo = np.empty(m, dtype=np.float64)
+    est = np.empty(m, dtype=np.float64)
+    up = np.empty(m, dtype=np.float64)
+    cdef double[::1] lv = lo, ev = est, uv = up
+    cdef int status = FPLD_OK
+    if m:
+        with nogil:
+            status = fpld_delta_bounds(&p[0], n, v0, h, &S1[0], &T[0], padc, es, ds, pinf, &eps[0], m, &lv[0],
+                                       &ev[0], &uv[0])
+    _check(status, "delta_bounds")
+    return lo, est, up
+
+
+def chernoff_window(list ps, list cens, list ms, const double[::1] srel, const double[::1] refine, double w):
+    """Chernoff window of a node: ``(lo, hi, sp, Kp, sn, Kn)`` (see ``fpld_chernoff_window``).
+
+    ``ps``: C-contiguous float64 PMFs, ``cens``/``ms``: their centre indices and multiplicities.
+    """
+    cdef Py_ssize_t nin = len(ps), nrel = srel.shape[0], c, nmax = 1, npn = 0, nnn = 0  # nmax: total length
+    if len(cens) != nin or len(ms) != nin or not 0 < nin <= 64 or refine.shape[0] != 8 or not 8 <= nrel <= 64:
+        raise ValueError("chernoff_window: invalid argument")
+    cdef const double **pp = <const double **> PyMem_Malloc(nin * sizeof(double *))
+    cdef Py_ssize_t *nv = <Py_ssize_t *> PyMem_Malloc(nin * sizeof(Py_ssize_t))
+    cdef double *cv = <double *> PyMem_Malloc(nin * sizeof(double))
+    cdef double *mv = <double *> PyMem_Malloc(nin * sizeof(double))
+    cdef const double[::1] a
+    cdef double[::1] ov, sv
+    cdef double lo = 0.0, hi = 0.0
+    cdef int status = FPLD_OK
+    if pp == NULL or nv == NULL or cv == NULL or mv == NULL:
+        PyMem_Free(pp); PyMem_Free(nv); PyMem_Free(cv); PyMem_Free(mv)
+        raise MemoryError()
+    try:
+        for c in range(nin):
+            a = ps[c]  # the list keeps the arrays alive
+            nv[c] = a.shape[0]
+            pp[c] = &a[0] if a.shape[0] else NULL
+            cv[c] = cens[c]
+            mv[c] = ms[c]
+            nmax += a.shape[0]
+        out = np.empty(4 * (nrel + 8), dtype=np.float64)
+        scratch = np.empty(3 * (nrel + 8) + nmax, dtype=np.float64)
+        ov = out
+        sv = scratch
+        with nogil:
+            status = fpld_chernoff_window(pp, nv, cv, mv, nin, &srel[0], nrel, &refine[0], w, &lo, &hi, &ov[0],
+                                          &ov[nrel + 8], &npn, &ov[2 * (nrel + 8)], &ov[3 * (nrel + 8)], &nnn,
+                                          &sv[0])
+    finally:
+        PyMem_Free(pp); PyMem_Free(nv); PyMem_Free(cv); PyMem_Free(mv)
+    _check(status, "chernoff_window")
+    k = nrel + 8
+    return int(lo), int(hi), out[:npn], out[k:k + npn], out[2 * k:2 * k + nnn], out[3 * k:3 * k + nnn]
 
 
 # ---------------------------------------------------------------------------------------

@@ -56,6 +56,45 @@ def query_tables(p: np.ndarray, factor: float):
     return S1, T, dgrid
 
 
+def delta_bounds(p: np.ndarray, v0: float, h: float, S1: np.ndarray, T: np.ndarray, padc: float, es: float,
+                 ds: float, pinf: float, eps: np.ndarray):
+    """``(lower, estimate, upper)`` of ``delta(eps)`` for one direction of a composed PMF.
+
+    :meth:`fastpld.curve.PrivacyLossDistribution.delta` for one direction, with
+    :meth:`fastpld.curve._Query.delta` inlined (same operations): ``p`` holds the
+    masses at ``v0 + j h``, ``S1``/``T`` its :func:`query_tables`, ``padc`` the
+    relative round-off pad of the tables, ``es``/``ds`` the spent eps/delta errors
+    and ``pinf`` the mass at infinity.
+    """
+    p = np.ascontiguousarray(p, dtype=np.float64)
+    eps = np.ascontiguousarray(eps, dtype=np.float64)
+    if _core is not None:
+        return _core.delta_bounds(p, float(v0), float(h), S1, T, float(padc), float(es), float(ds), float(pinf), eps)
+    n = p.size
+    if n == 0:
+        raise ValueError("delta_bounds: invalid argument")
+    u = np.finfo(np.float64).eps / 2
+    pp = np.concatenate([[0.0], p, [0.0]])
+
+    def d_pad(x):
+        J = np.clip(np.floor((x - v0) / h), -1, n).astype(np.int64) + 1
+        J = np.minimum(J, n)
+        vJ = v0 + h * J
+        with np.errstate(over="ignore", under="ignore"):
+            w = np.exp(np.minimum(x - vJ, 0.0))
+        d = np.maximum(S1[J] - w * T[J], 0.0)
+        err = 8 * u * (np.abs(x) + abs(v0) + h * n + 1.0)
+        near = pp[J] * (x - (v0 + h * (J - 1)) <= err) + pp[J + 1] * (vJ - x <= err)
+        return d, padc * S1[J] + err * (w * T[J] + near)
+
+    du, pu = d_pad(eps - es)
+    dl, pl = d_pad(eps + es)
+    de, _ = d_pad(eps)
+    up = np.minimum(1.0, (pinf + (1 - pinf) * np.minimum(1.0, du + pu + ds)) * (1 + 8 * u))
+    lo = (pinf + (1 - pinf) * np.maximum(0.0, dl - pl - ds)) * (1 - 8 * u)
+    return lo, np.clip(pinf + (1 - pinf) * de, lo, up), up
+
+
 def bucket_masses(F: np.ndarray, S: np.ndarray, split: int):
     """Bucket masses of Algorithm 1 from CDF/SF values at the ``n + 1`` edges: ``(q, total)``.
 
@@ -134,6 +173,80 @@ def log_mgf_grid(p: np.ndarray, cen: float, s: np.ndarray, m: float, K: np.ndarr
     M = s[:, None] * idx[None, :] + logp[None, :]
     mx = M.max(axis=1)
     K += m * (mx + np.log(np.exp(M - mx[:, None]).sum(axis=1)))
+
+
+def log_binomial_moments(lm: np.ndarray, lf: np.ndarray, lq1: float, lq: float, orders: np.ndarray) -> np.ndarray:
+    """``out[r] = log sum_{j <= a} exp(lf[a+1] - lf[j+1] - lf[a-j+1] + (a-j) lq1 + j lq + lm[j])``, ``a = orders[r]``.
+
+    The binomial Renyi moments of :func:`fastpld.mechanisms._log_binomial_moment`
+    (``lm[j] = log E_P[e^(j L)]``, ``lf[i] = log((i-1)!)``, ``lq1 = log(1-q)``, ``lq = log q``).
+    """
+    lm = np.ascontiguousarray(lm, dtype=np.float64)
+    lf = np.ascontiguousarray(lf, dtype=np.float64)
+    orders = np.ascontiguousarray(orders, dtype=np.int64)
+    if _core is not None:
+        return _core.log_binomial_moments(lm, lf, float(lq1), float(lq), orders)
+    if orders.size and orders.min() < 0:
+        raise ValueError("log_binomial_moments: invalid argument")
+    out = np.empty(orders.size)
+    for r, a in enumerate(orders.tolist()):
+        j = np.arange(a + 1)
+        with np.errstate(invalid="ignore"):
+            t = lf[a + 1] - lf[j + 1] - lf[a - j + 1] + np.where(a - j > 0, (a - j) * lq1, 0.0) + j * lq + lm[: a + 1]
+        mx = float(t.max())
+        out[r] = mx + math.log(float(np.exp(t - mx).sum())) if math.isfinite(mx) else mx
+    return out
+
+
+def binomial_chord(x: np.ndarray, shift: int, lm: np.ndarray, lf: np.ndarray, lq1: float, lq: float,
+                   memo: np.ndarray) -> np.ndarray:
+    """Chord bound ``(1 - w) Kb(a) + w Kb(a + 1)`` (``Kb(a)`` alone where ``w = 0``) at ``a = floor(x) + shift``,
+    ``w = x - floor(x)``, with ``Kb`` the sums of :func:`log_binomial_moments`; ``memo`` (NaN = not yet
+    computed, one entry per order, as many as ``lm``) caches ``Kb`` and is filled in place."""
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    if _core is not None:
+        return _core.binomial_chord(x, int(shift), lm, lf, float(lq1), float(lq), memo)
+    lo = np.floor(x)
+    if x.size and not (lo.min() >= 0 and lo.max() + shift + 1 <= memo.size - 1):
+        raise ValueError("binomial_chord: invalid argument")
+    a = lo.astype(np.int64) + int(shift)
+    need = np.unique(np.concatenate([a, a + 1]))
+    need = need[np.isnan(memo[need])]
+    if need.size:
+        memo[need] = log_binomial_moments(lm, lf, lq1, lq, need)
+    w = x - lo
+    with np.errstate(invalid="ignore"):
+        return np.where(w == 0, memo[a], (1 - w) * memo[a] + w * memo[np.minimum(a + 1, memo.size - 1)])
+
+
+def chernoff_quantiles(kp: np.ndarray, kn: np.ndarray, s: np.ndarray, c: float, lt: float):
+    """``(lo, up)`` with ``up = min_i (c kp_i - lt) / s_i`` and ``lo = -min_i (c kn_i - lt) / s_i``.
+
+    The planner's Chernoff quantiles (:func:`fastpld.compose._chernoff_quantiles`): ``+inf``
+    entries drop out of the minimum; a NaN side (or an empty grid) gives ``-inf`` / ``+inf``.
+    """
+    kp = np.ascontiguousarray(kp, dtype=np.float64)
+    kn = np.ascontiguousarray(kn, dtype=np.float64)
+    s = np.ascontiguousarray(s, dtype=np.float64)
+    if _core is not None:
+        return _core.chernoff_quantiles(kp, kn, s, float(c), float(lt))
+    if s.size == 0:
+        return -math.inf, math.inf
+    with np.errstate(invalid="ignore", over="ignore"):
+        up = float(np.min((c * kp - lt) / s))
+        lo = -float(np.min((c * kn - lt) / s))
+    return (-math.inf if math.isnan(lo) else lo), (math.inf if math.isnan(up) else up)
+
+
+def chernoff_window(ps, cens, ms, srel: np.ndarray, refine: np.ndarray, w: float):
+    """Window ``(lo, hi, sp, Kp, sn, Kn)`` of :func:`fastpld.compose._chernoff_window` in one
+    compiled call (its coarse-to-fine search, the same kernels and arithmetic), or ``None``
+    without the compiled core or for more than 64 inputs (the caller then runs the search itself)."""
+    if _core is None or not 0 < len(ps) <= 64:
+        return None
+    return _core.chernoff_window([np.ascontiguousarray(p, dtype=np.float64) for p in ps], [float(c) for c in cens],
+                                 [float(m) for m in ms], np.ascontiguousarray(srel, dtype=np.float64),
+                                 np.ascontiguousarray(refine, dtype=np.float64), float(w))
 
 
 def fold(p: np.ndarray, cen: int, out: np.ndarray) -> None:

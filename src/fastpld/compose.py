@@ -39,6 +39,7 @@ The resulting pair ``(eps_spent, delta_spent)`` satisfies
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from dataclasses import dataclass, field
@@ -50,7 +51,7 @@ from . import _fft, _kernels
 from . import _validation as V
 from .curve import DirectionResult, PrivacyLossDistribution, StageInfo
 from .discretize import GridPMF, discretize_loss, rediscretize, truncation_window
-from .mechanisms import DiscreteLoss, Mechanism, PrivacyLoss
+from .mechanisms import DiscreteLoss, Mechanism, PrivacyLoss, SubsampledLoss
 
 __all__ = ["compose", "METHODS", "DEFAULT_MAX_BUCKETS"]
 
@@ -188,7 +189,7 @@ def _chain(loss, count, method, arity, gid, top_group=0):
     return top, {"arity": a, "levels": t + 1}
 
 
-def _build_plan(parts, method, arity, merge=None):
+def _build_plan(parts, method, arity, merge=None, native=False):
     """Plan for the heterogeneous list ``parts`` of ``(loss, count)``.
 
     ``merge=None``: every part's chain feeds one root (Appendix B with one block).
@@ -213,7 +214,7 @@ def _build_plan(parts, method, arity, merge=None):
     b = max(2, int(merge))
     # similar parts side by side keep the narrow blocks narrow (order does not affect correctness)
     # (key: upper Chernoff quantile of each part at a moderate tail, from the cached MGF grids)
-    kp = np.array([_k_grid(loss)[0] for loss, _ in parts]) * np.array([float(c) for _, c in parts])[:, None]
+    kp = np.array([_k_grid(loss, native)[0] for loss, _ in parts]) * np.array([float(c) for _, c in parts])[:, None]
     with np.errstate(invalid="ignore", over="ignore"):
         size = np.min((kp + 20.0) / _S_ABS, axis=1)
     order = sorted(range(len(parts)), key=lambda i: (size[i], parts[i][1]))
@@ -254,39 +255,56 @@ def _build_plan(parts, method, arity, merge=None):
 _S_ABS = np.geomspace(1e-7, 1e5, 361)
 
 
-def _k_grid(loss):
-    """Cached ``(K(+s), K(-s))`` on the absolute grid ``_S_ABS``."""
-    cache = getattr(loss, "_fastpld_kgrid", None)
+def _k_grid(loss, native=False):
+    """Cached ``(K(+s), K(-s))`` on the absolute grid ``_S_ABS``.
+
+    ``native``: subsampled losses take their binomial moments from the compiled kernel (cached
+    apart from the numpy backend's grids: each backend's plans must not depend on call history).
+    """
+    native = bool(native) and isinstance(loss, SubsampledLoss)
+    attr = "_fastpld_kgrid_native" if native else "_fastpld_kgrid"
+    cache = getattr(loss, attr, None)
     if cache is None:
         s = _S_ABS
         if isinstance(loss, DiscreteLoss):
             kp, kn = loss.log_mgf(s), loss.log_mgf(-s)
         else:
+            lmgf = (lambda x: loss.log_mgf(x, native=True)) if native else loss.log_mgf
             with np.errstate(over="ignore", invalid="ignore"):
-                kp = np.asarray(loss.log_mgf(np.where(s <= 512, s, np.nan)), dtype=np.float64)
-                kn = np.asarray(loss.log_mgf(np.where(s <= 512, -s, np.nan)), dtype=np.float64)
+                kp = np.asarray(lmgf(np.where(s <= 512, s, np.nan)), dtype=np.float64)
+                kn = np.asarray(lmgf(np.where(s <= 512, -s, np.nan)), dtype=np.float64)
             kp = np.where(np.isnan(kp), np.inf, kp)
             kn = np.where(np.isnan(kn), np.inf, kn)
         cache = (kp, kn)
         try:
-            loss._fastpld_kgrid = cache
+            setattr(loss, attr, cache)
         except AttributeError:  # pragma: no cover
             pass
     return cache
 
 
-def _est_window(parts, tail):
-    """Approximate ``[lo, hi]`` holding ``sum_i (count_i copies of loss_i)`` up to ``tail`` each side."""
+def _est_window(parts, tail, native=False):
+    """Approximate ``[lo, hi]`` holding ``sum_i (count_i copies of loss_i)`` up to ``tail`` each side.
+
+    ``native``: the quantiles of one part come from the compiled kernel (same arithmetic).
+    """
     # called ~10 times per candidate plan: one array operation per loss
     kp = kn = None
     lo_sup = hi_sup = 0.0
-    for loss, c in parts:
-        a, b = _k_grid(loss)
+    if native and len(parts) == 1:
+        loss, c = parts[0]
+        a, b = _k_grid(loss, True)
+        lo, up = _kernels.chernoff_quantiles(a, b, _S_ABS, float(c), math.log(tail))
+        lo_sup = c * loss.support[0] if math.isfinite(loss.support[0]) else -math.inf
+        hi_sup = c * loss.support[1] if math.isfinite(loss.support[1]) else math.inf
+    for loss, c in ([] if native and len(parts) == 1 else parts):
+        a, b = _k_grid(loss, native)
         kp = c * a if kp is None else kp + c * a
         kn = c * b if kn is None else kn + c * b
         lo_sup += c * loss.support[0] if math.isfinite(loss.support[0]) else -math.inf
         hi_sup += c * loss.support[1] if math.isfinite(loss.support[1]) else math.inf
-    lo, up = _chernoff_quantiles(kp, kn, tail)
+    if kp is not None:
+        lo, up = _chernoff_quantiles(kp, kn, tail, native)
     if not (math.isfinite(up) and math.isfinite(lo)):  # no MGF known: Gaussian approximation
         mean = var = 0.0
         for loss, c in parts:
@@ -312,18 +330,20 @@ _T_POINT_LD = 1.25  # per point of a long double node, per child FFT, at log2 N 
 _T_POINT_64 = 0.12
 
 
-def _predict(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache=None, budgets=None):
+def _predict(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache=None, budgets=None, native=False):
     """Choose meshes per group and predict the work; returns (meshes, cost, sizes).
+
+    ``native``: the MGF grids and Chernoff quantiles come from the compiled kernels.
 
     ``wcache`` (a dict shared by the candidate plans of one composition) memoises the
     windows of objects holding copies of a single loss, keyed by the log tail rounded
     to an integer (prediction only: execution computes its own windows).
     """
     with np.errstate(invalid="ignore", over="ignore"):  # once here, not per _est_window call
-        return _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets)
+        return _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets, native)
 
 
-def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets):
+def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets, native=False):
     if wcache is None:
         wcache = {}
     a = plan.copies_per_group()
@@ -339,14 +359,14 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
         key = (id(loss), copies, lt)
         r = wcache.get(key)
         if r is None:
-            r = wcache[key] = _est_window([(loss, copies)], math.exp(lt))
+            r = wcache[key] = _est_window([(loss, copies)], math.exp(lt), native)
         return r
 
     def get_agg(o):
         r = agg.get(id(o))
         if r is None:
             loss, copies = single[id(o)]
-            kp, kn = _k_grid(loss)
+            kp, kn = _k_grid(loss, native)
             lo, hi = loss.support
             r = (copies * kp, copies * kn, copies * lo if math.isfinite(lo) else -math.inf,
                  copies * hi if math.isfinite(hi) else math.inf)
@@ -376,9 +396,9 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
                     lo_s += m * clo
                     hi_s += m * chi
                 agg[id(o)] = (kp, kn, lo_s, hi_s)
-                lo, hi = _agg_window(kp, kn, lo_s, hi_s, tail)
+                lo, hi = _agg_window(kp, kn, lo_s, hi_s, tail, native)
                 if not (math.isfinite(lo) and math.isfinite(hi)):
-                    lo, hi = _est_window(_leaf_parts(o), tail)
+                    lo, hi = _est_window(_leaf_parts(o), tail, native)
             w = hi - lo
             widths[o.group] += w * (len(o.children) + 1)
         node_w[id(o)] = w
@@ -427,21 +447,24 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
     return meshes, cost, sizes
 
 
-def _chernoff_quantiles(kp, kn, tail):
+def _chernoff_quantiles(kp, kn, tail, native=False):
     """``(lo, up)`` with ``Pr[S < lo], Pr[S > up] <= tail`` from summed log-MGF grids on ``+-_S_ABS``.
 
     ``+inf`` grid entries (unknown MGF) drop out of the minimum; non-finite if nothing is known.
+    ``native``: one pass of the compiled kernel (same arithmetic, same result).
     """
     lt = math.log(tail)
+    if native:
+        return _kernels.chernoff_quantiles(kp, kn, _S_ABS, 1.0, lt)
     with np.errstate(invalid="ignore", over="ignore"):
         up = float(np.min((kp - lt) / _S_ABS))
         lo = -float(np.min((kn - lt) / _S_ABS))
     return (-math.inf if math.isnan(lo) else lo), (math.inf if math.isnan(up) else up)
 
 
-def _agg_window(kp, kn, lo_sup, hi_sup, tail):
+def _agg_window(kp, kn, lo_sup, hi_sup, tail, native=False):
     """Chernoff window of a sum from its summed MGF grids (as :func:`_est_window`, non-finite if unknown)."""
-    lo, up = _chernoff_quantiles(kp, kn, tail)
+    lo, up = _chernoff_quantiles(kp, kn, tail, native)
     return max(lo, lo_sup), min(up, hi_sup)
 
 
@@ -486,8 +509,20 @@ def _chernoff_window(inputs, w, native=False):
 
     ``inputs``: list of (probs, centre_index, m).  Returns (lo, hi, tailfun) where
     ``tailfun(x, upper)`` bounds ``Pr[I >= x]`` / ``Pr[I <= x]``.  ``native``: the
-    moments and the log-MGF grid come from the compiled kernels (same sums).
+    moments and the log-MGF grid come from the compiled kernels (same sums), and the whole
+    search below runs in one compiled call when the core is built (same steps, same result).
     """
+    if native:
+        r = _kernels.chernoff_window([p for p, _, _ in inputs], [cen for _, cen, _ in inputs],
+                                     [m for _, _, m in inputs], _S_REL, _S_REFINE, w)
+        if r is not None:
+            lo_n, hi_n, sp_n, Kp_n, sn_n, Kn_n = r
+
+            def tail_n(x, upper):
+                e = Kp_n - sp_n * x if upper else Kn_n - sn_n * x
+                return float(min(1.0, math.exp(min(0.0, float(e.min())))))
+
+            return lo_n, hi_n, tail_n
     sd2 = 0.0
     ks = []
     for p, cen, m in inputs:
@@ -1149,8 +1184,11 @@ def _candidates(method, parts, arity=None):
     return chains, merges
 
 
+@functools.lru_cache(maxsize=4096)
 def _chain_signature(count, method, arity):
-    """Shape of the chain tree for ``count`` (multiplicities and sharing, no losses)."""
+    """Shape of the chain tree for ``count`` (multiplicities and sharing, no losses).
+
+    Memoised: a pure function of its arguments (the same answer whoever asks first)."""
     top, _ = _chain(None, count, method, arity, iter(range(1, 1 << 30)))
     ids = {}
 
@@ -1168,9 +1206,12 @@ _MAX_PLAN_TRIES = 4  # plans tried in order of predicted cost when one is refuse
 _PRODUCT_LIMIT = 256  # candidate plans x parts above which chain and grouping are searched in turn
 
 
-def _choose_plan(parts, method, arity, eps_az, log_term, budgets):
+def _choose_plan(parts, method, arity, eps_az, log_term, budgets, native=False):
     """Cheapest predicted plan: the full product of candidates for small problems,
-    else coordinate search (chain, then grouping, then chain again)."""
+    else coordinate search (chain, then grouping, then chain again).
+
+    ``native``: the MGF grids (cached on the losses) come from the compiled kernels.
+    """
     chains, merges = _candidates(method, parts, arity)
     memo = {}
     wcache = {}
@@ -1182,10 +1223,10 @@ def _choose_plan(parts, method, arity, eps_az, log_term, budgets):
     def evaluate(chain, merge):
         key = (chain, merge)
         if key not in memo:
-            plan = _build_plan(parts, chain[0], chain[1], merge)
+            plan = _build_plan(parts, chain[0], chain[1], merge, native)
             n_obj = plan.n_nodes + plan.n_leaves
             meshes, cost, _ = _predict(plan, eps_az, log_term, budgets.wrap / n_obj, budgets.trunc / n_obj,
-                                       wcache, budgets)
+                                       wcache, budgets, native)
             memo[key] = (cost, plan, meshes)
         return memo[key]
 
@@ -1204,10 +1245,10 @@ def _choose_plan(parts, method, arity, eps_az, log_term, budgets):
             m0 = min(sm[1:], key=lambda b: abs(b - 4)) if len(sm) > 1 else None
             costs = []
             for c in chains:
-                plan = _build_plan(sample, c[0], c[1], m0)
+                plan = _build_plan(sample, c[0], c[1], m0, native)
                 n_obj = plan.n_nodes + plan.n_leaves
                 costs.append(_predict(plan, eps_az, log_term, budgets.wrap / n_obj, budgets.trunc / n_obj, wcache,
-                                      budgets)[1])
+                                      budgets, native)[1])
             c_best = chains[int(np.argmin(costs))]
         else:
             c_best = chains[0]
@@ -1309,11 +1350,11 @@ def compose(mechanism, count: int | None = None, *, eps_error: float = 0.1, delt
             # the first direction's chain here (its meshes are still predicted for this loss), and
             # rank every candidate only if that plan is refused
             try:
-                out = run(_choose_plan(parts, reuse[0], reuse[1], eps_az, log_term, budgets))
+                out = run(_choose_plan(parts, reuse[0], reuse[1], eps_az, log_term, budgets, be.native))
             except _BudgetError:
                 out = None
         if out is None:
-            out = run(_choose_plan(parts, method, arity, eps_az, log_term, budgets))
+            out = run(_choose_plan(parts, method, arity, eps_az, log_term, budgets, be.native))
         plan, final, eps_spent, delta_spent, stages, cert = out
         if method == "auto" and arity is None and len(parts) == 1 and reuse is None:
             reuse = (plan.method, plan.params[0].get("arity"))
