@@ -852,25 +852,34 @@ def _generic_window(loss: ContinuousLoss, tail: float, centre: float = 0.0, scal
     valid where it is used, because callers charge the mass actually left out.
     """
     lo, hi = loss.support
-    a = ladder(loss.cdf, tail, centre, scale, -1.0, lo)
-    b = ladder(loss.sf, tail, centre, scale, +1.0, hi)
+    steps = _ladder_steps(centre, scale)  # shared by both sides
+    a = ladder(loss.cdf, tail, centre, scale, -1.0, lo, _steps=steps)
+    b = ladder(loss.sf, tail, centre, scale, +1.0, hi, _steps=steps)
     return a, b
 
 
 _LADDER_BASE = np.concatenate([[0.0], np.geomspace(1e-9, 1e7, 400)])
 
 
-def ladder(fn, tail, centre, scale, direction, limit):
+def _ladder_steps(centre, scale):
+    """Sorted distinct distances of :func:`ladder`: the base ladder on the scale and on ``|centre|``."""
+    base = _LADDER_BASE
+    # a second ladder on the scale of |centre|: a standard deviation that underflowed (all the
+    # mass numerically at one point) must not hide the tail; any point found is valid
+    a = base * max(scale, 1e-300)
+    b = base[1:] * max(abs(centre), 1.0)
+    # merge of two sorted arrays (np.unique of their concatenation, without the sort)
+    merged = np.insert(a, np.searchsorted(a, b), b)
+    return merged[np.concatenate([[True], merged[1:] != merged[:-1]])]
+
+
+def ladder(fn, tail, centre, scale, direction, limit, *, _steps=None):
     """First point ``centre + direction * d`` (``d`` on a refined ladder) with ``fn <= tail``.
 
     Points beyond a finite support ``limit`` are replaced by a point just outside
     it, where ``fn`` (a CDF below the support, a survival function above) is 0.
     """
-    base = _LADDER_BASE
-    # a second ladder on the scale of |centre|: a standard deviation that underflowed (all the
-    # mass numerically at one point) must not hide the tail; any point found is valid
-    steps = np.concatenate([base * max(scale, 1e-300), base[1:] * max(abs(centre), 1.0)])
-    steps = np.unique(steps)
+    steps = _ladder_steps(centre, scale) if _steps is None else _steps
     xs = centre + direction * steps
     if math.isfinite(limit):
         out = limit + direction * max(1e-12 * abs(limit), 1e-300)
@@ -897,8 +906,11 @@ def ladder(fn, tail, centre, scale, direction, limit):
     if i == 0:
         return float(xs[0])
     fine = np.linspace(xs[i - 1], xs[i], 48)
-    okf = np.nonzero(fn(fine) <= tail)[0]
-    return float(fine[okf[0]])
+    # (strided as above: every 8th point, then inside the stride)
+    cf = np.nonzero(fn(fine[7::8]) <= tail)[0]
+    j = 8 * int(cf[0]) if cf.size else 40  # fine[-1] = xs[i] is <= tail
+    okf = np.nonzero(fn(fine[j:j + 7]) <= tail)[0]
+    return float(fine[j + okf[0]] if okf.size else fine[j + 7])
 
 
 # --------------------------------------------------------------------------------------
