@@ -898,10 +898,13 @@ _MAX_PLAN_TRIES = 4  # plans tried in order of predicted cost when one is refuse
 _PRODUCT_LIMIT = 256  # candidate plans x parts above which chain and grouping are searched in turn
 
 
-def _choose_plan(parts, method, arity, eps_az, log_term, budgets):
+def _choose_plan(parts, method, arity, eps_az, log_term, budgets, merge="any"):
     """Cheapest predicted plan: the full product of candidates for small problems,
-    else coordinate search (chain, then grouping, then chain again)."""
+    else coordinate search (chain, then grouping, then chain again).  ``merge``: only this
+    grouping (a block size or ``None``) instead of every candidate grouping."""
     chains, merges = _candidates(method, parts, arity)
+    if merge != "any":
+        merges = [merge]
     memo = {}
     wcache = {}
     # chains that build the same tree for every count present are one candidate
@@ -943,7 +946,7 @@ def _choose_plan(parts, method, arity, eps_az, log_term, budgets):
             c_best = chains[0]
         # block sizes in increasing order until the predicted cost rises (it is unimodal in
         # practice); the single root only while it can compete
-        if len(parts) <= 64:
+        if len(parts) <= 64 and None in merges:
             evaluate(c_best, None)
         prev = math.inf
         for m in sorted(b for b in merges if b is not None):
@@ -1009,7 +1012,7 @@ def compose(mechanism, count: int | None = None, *, eps_error: float = 0.1, delt
     log_term = math.log(2.0 / budgets.eta)
     eps_az = eps_err * (1 - _EPS_RESERVE)
     directions = {}
-    reuse = None  # chain chosen for the first direction of a one-mechanism auto composition
+    reuse = None  # chain and grouping chosen for the first direction of an auto composition
 
     def run(ranked):
         # the cheapest predicted plan first; if its measured round-off/wrap charges do not fit
@@ -1039,14 +1042,15 @@ def compose(mechanism, count: int | None = None, *, eps_error: float = 0.1, delt
             # the first direction's chain here (its meshes are still predicted for this loss), and
             # rank every candidate only if that plan is refused
             try:
-                out = run(_choose_plan(parts, reuse[0], reuse[1], eps_az, log_term, budgets))
+                out = run(_choose_plan(parts, reuse[0], reuse[1], eps_az, log_term, budgets, merge=reuse[2]))
             except _BudgetError:
                 out = None
         if out is None:
             out = run(_choose_plan(parts, method, arity, eps_az, log_term, budgets))
         plan, final, eps_spent, delta_spent, stages, cert = out
-        if method == "auto" and arity is None and len(parts) == 1 and reuse is None:
-            reuse = (plan.method, plan.params[0].get("arity"))
+        if method == "auto" and arity is None and reuse is None:
+            # (heterogeneous too: the directions of the same mechanisms have the same shape of plan)
+            reuse = (plan.method, plan.params[0].get("arity"), plan.params[0].get("merge"))
         method_name = plan.method if plan.method != "recursive" else f"recursive(arity={plan.params[0].get('arity')})"
         if plan.params[0].get("merge"):
             method_name += f"+blocks({plan.params[0]['merge']})"
