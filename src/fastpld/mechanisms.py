@@ -868,9 +868,13 @@ def _ladder_steps(centre, scale):
     # mass numerically at one point) must not hide the tail; any point found is valid
     a = base * max(scale, 1e-300)
     b = base[1:] * max(abs(centre), 1.0)
-    # merge of two sorted arrays (np.unique of their concatenation, without the sort)
-    merged = np.insert(a, np.searchsorted(a, b), b)
-    return merged[np.concatenate([[True], merged[1:] != merged[:-1]])]
+    # np.unique of the concatenation (a merge sort of two sorted runs is one linear pass)
+    merged = np.concatenate([a, b])
+    merged.sort(kind="mergesort")
+    keep = np.empty(merged.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(merged[1:], merged[:-1], out=keep[1:])
+    return merged[keep]
 
 
 def ladder(fn, tail, centre, scale, direction, limit, *, _steps=None):
