@@ -4,7 +4,8 @@ Each function runs the Cython/C kernel of :mod:`fastpld._core` when it is
 available and otherwise a numpy implementation with the same results (up to
 the order of floating-point summation).  ``FASTPLD_PURE_PYTHON=1`` forces the
 numpy implementations (as msgpack does); tests also set ``_kernels._core = None``
-to run them in-process, so both paths stay tested.
+to run them in-process, so both paths stay tested.  The leaf kernels of the
+subsampled Gaussian live in :mod:`fastpld._leaf` and follow the same switch.
 
 The ``numpy`` FFT backend does not come through here: it keeps the reference
 code inline in :mod:`fastpld.compose` and :mod:`fastpld.discretize`; the
@@ -122,7 +123,7 @@ def psg_eval(t: np.ndarray, q: float, v: float, sd: float, remove: bool, want_pd
     :class:`fastpld.mechanisms.SubsampledLoss`).  ``pdf`` is ``None`` unless ``want_pdf``.
     """
     t = np.ascontiguousarray(t, dtype=np.float64)
-    if _leaf is not None:
+    if _core is not None and _leaf is not None:  # (tests set _core = None to run every reference)
         F, S, P = _leaf.psg_eval(t.ravel(), float(q), float(v), float(sd), bool(remove), bool(want_pdf))
         return F.reshape(t.shape), S.reshape(t.shape), (None if P is None else P.reshape(t.shape))
     if not (0 < q < 1 and v > 0 and sd > 0):
@@ -173,7 +174,7 @@ def psg_moments(l_lo: float, l_hi: float, q: float, v: float, sd: float, remove:
     (for the round-off term).
     """
     (x16, w16), (x8, w8) = _GL16, _GL8
-    if _leaf is not None:
+    if _core is not None and _leaf is not None:
         return _leaf.psg_moments(float(l_lo), float(l_hi), float(q), float(v), float(sd), bool(remove),
                                  x16, w16, x8, w8)
     if not (0 < q < 1 and v > 0 and sd > 0) or math.isnan(l_lo) or math.isnan(l_hi):
