@@ -25,7 +25,8 @@ int fpld_psg_eval(const double *t, ptrdiff_t n, double q, double v, double sd, i
  * mu = (1-q) P + q Q (remove) or P (add), by Gauss-Legendre on equal panels of width <= min(sd, 1)
  * restricted to [-v/2 - 40 sd, v/2 + 40 sd] (outside: mass < e^-800).  x16/w16 and x8/w8 are
  * the 16- and 8-point rules on [-1, 1].  out = {I1, |I1_16 - I1_8| summed over panels,
- * sum |panel I1|, I2, its disagreement, sum |panel I2|}. */
+ * a bound on the round-off of I1 ((npan + 40) u sum |terms|), I2, its disagreement, its
+ * round-off bound}. */
 int fpld_psg_moments(double l_lo, double l_hi, double q, double v, double sd, int remove,
                      const double *x16, const double *w16, const double *x8, const double *w8, double *out);
 

@@ -169,9 +169,10 @@ def psg_moments(l_lo: float, l_hi: float, q: float, v: float, sd: float, remove:
     ``mu`` is the law of ``L`` (see :func:`psg_eval`).  Gauss-Legendre (16 points) on equal
     panels of width ``<= min(sd, 1)`` (the density's scale and ``g``'s strip of analyticity
     ``|Im l| < pi``), restricted to ``[-v/2 - 40 sd, v/2 + 40 sd]`` (outside: mass below
-    ``e^-800``).  Returns ``(I1, d1, a1, I2, d2, a2)``: the integrals, the summed panel
-    disagreements ``|I_16 - I_8|`` with the 8-point rule and the sums of ``|panel integral|``
-    (for the round-off term).
+    ``e^-800``).  Returns ``(I1, d1, r1, I2, d2, r2)``: the integrals, the summed panel
+    disagreements ``|I_16 - I_8|`` with the 8-point rule and bounds on the round-off of the
+    sums, ``(panels + 40) u sum |terms|`` (16 terms per panel, then the panel values; a few
+    roundings per term in ``g`` and the density).
     """
     (x16, w16), (x8, w8) = _GL16, _GL8
     if _core is not None and _leaf is not None:
@@ -200,10 +201,12 @@ def psg_moments(l_lo: float, l_hi: float, q: float, v: float, sd: float, remove:
             zq = (l - h) / sd
             dens = (1 - q) * dens + q * (np.exp(-0.5 * zq * zq) * cden)
         g = np.logaddexp(lq1, lq + l)
-        res[n] = (half * ((g * dens) @ w), half * ((g * g * dens) @ w))
+        res[n] = (half * ((g * dens) @ w), half * ((g * g * dens) @ w),
+                  half * (np.abs(w * (g * dens)).sum(axis=1)), half * ((w * (g * g * dens)).sum(axis=1)))
     for k in range(2):
         i16, i8 = res[16][k], res[8][k]
-        out += [float(i16.sum()), float(np.abs(i16 - i8).sum()), float(np.abs(i16).sum())]
+        rnd = float(res[16][2 + k].sum()) * (npan + 40) * (np.finfo(np.float64).eps / 2)
+        out += [float(i16.sum()), float(np.abs(i16 - i8).sum()), rnd]
     return tuple(out)
 
 

@@ -724,7 +724,7 @@ class SubsampledLoss(ContinuousLoss):
         the two ends (Gauss-Legendre on panels of width ``<= min(sd, 1)``, see
         :func:`fastpld._kernels.psg_moments`), a few hundred points where the quadrature in
         ``Y`` needs thousands.  Error bound: ten times the 8- vs 16-point disagreement (as in
-        :meth:`ContinuousLoss.partial_mean`) plus the round-off of the sums.
+        :meth:`ContinuousLoss.partial_mean`) plus a bound on the round-off of the sums.
         """
         if self._psg is None:
             return super().partial_mean(edges)
@@ -733,12 +733,12 @@ class SubsampledLoss(ContinuousLoss):
         q, v, sd, remove = self._psg
         if remove:  # a < Y <= b  <=>  ginv(a) < L <= ginv(b)
             la, lb = self._ginv(np.array([a, b]))
-            i1, d1, a1 = _kernels.psg_moments(float(la), float(lb), q, v, sd, True)[:3]
+            i1, d1, r1 = _kernels.psg_moments(float(la), float(lb), q, v, sd, True)[:3]
         else:  # a < -g(L) <= b  <=>  ginv(-b) <= L < ginv(-a)
             la, lb = self._ginv(np.array([-b, -a]))
-            i1, d1, a1 = _kernels.psg_moments(float(la), float(lb), q, v, sd, False)[:3]
+            i1, d1, r1 = _kernels.psg_moments(float(la), float(lb), q, v, sd, False)[:3]
             i1 = -i1
-        return float(i1), float(10.0 * d1 + 16 * _U * a1)
+        return float(i1), float(10.0 * d1 + r1)
 
     def _K_binom(self, a):
         # memo per (pair, q): both directions need nearly the same integer orders
