@@ -31,9 +31,12 @@ def cold():
 
 
 def timed(fn):
+    """``(wall seconds, process CPU seconds, result)``: CPU time is the column to trust on a
+    machine shared with other jobs (it does not count time spent waiting for a core)."""
+    c = time.process_time()
     t = time.perf_counter()
     out = fn()
-    return time.perf_counter() - t, out
+    return time.perf_counter() - t, time.process_time() - c, out
 
 
 def schedule(k, steps):
@@ -59,18 +62,21 @@ def rdp_schedule(sched):
 def side_by_side(name, runs, repeats):
     """runs: list of (label, fn); alternates them ``repeats`` times; prints medians."""
     times = {label: [] for label, _ in runs}
+    cpus = {label: [] for label, _ in runs}
     outs = {}
     for _ in range(repeats):
         for label, fn in runs:
-            t, out = timed(fn)
+            t, c, out = timed(fn)
             times[label].append(t)
+            cpus[label].append(c)
             outs[label] = out
     med = {label: statistics.median(v) for label, v in times.items()}
-    print(f"\n== {name} (median of {repeats})")
-    base = med[runs[0][0]]
+    cmed = {label: statistics.median(v) for label, v in cpus.items()}
+    print(f"\n== {name} (median of {repeats}; wall, then process CPU time)")
+    base, cbase = med[runs[0][0]], cmed[runs[0][0]]
     for label, _ in runs:
-        ratio = med[label] / base
-        print(f"  {label:38s} {med[label]:9.3f} s   x{ratio:7.1f}   -> {outs[label]}")
+        print(f"  {label:38s} {med[label]:9.3f} s x{med[label] / base:6.1f} | cpu {cmed[label]:8.3f} s "
+              f"x{cmed[label] / cbase:6.1f}   -> {outs[label]}")
     return med, outs
 
 
