@@ -116,8 +116,8 @@ int fpld_pmf_moments(const double *p, ptrdiff_t n, double cen, double *total, do
     return FPLD_OK;
 }
 
-int fpld_log_mgf_grid(const double *p, ptrdiff_t n, double cen, const double *s, ptrdiff_t ns,
-                      double m, double *K, double *logp)
+/* the positive range [*lo, *hi] of p and logp[i] = log p[i] on it; FPLD_ENOMASS if p has no mass */
+static int fpld_logp_range(const double *p, ptrdiff_t n, double *logp, ptrdiff_t *lo_out, ptrdiff_t *hi_out)
 {
     if (n < 1)
         return FPLD_ENOMASS;
@@ -131,6 +131,29 @@ int fpld_log_mgf_grid(const double *p, ptrdiff_t n, double cen, const double *s,
         return FPLD_ENOMASS;
     for (ptrdiff_t i = lo; i <= hi; ++i)
         logp[i] = p[i] > 0.0 ? log(p[i]) : -INFINITY;
+    *lo_out = lo;
+    *hi_out = hi;
+    return FPLD_OK;
+}
+
+static void fpld_log_mgf_grid_logp(const double *p, const double *logp, ptrdiff_t lo, ptrdiff_t hi, double cen,
+                                   const double *s, ptrdiff_t ns, double m, double *K);
+
+int fpld_log_mgf_grid(const double *p, ptrdiff_t n, double cen, const double *s, ptrdiff_t ns,
+                      double m, double *K, double *logp)
+{
+    ptrdiff_t lo, hi;
+    int st = fpld_logp_range(p, n, logp, &lo, &hi);
+    if (st != FPLD_OK)
+        return st;
+    fpld_log_mgf_grid_logp(p, logp, lo, hi, cen, s, ns, m, K);
+    return FPLD_OK;
+}
+
+/* fpld_log_mgf_grid with logp (on [lo, hi]) already computed */
+static void fpld_log_mgf_grid_logp(const double *p, const double *logp, ptrdiff_t lo, ptrdiff_t hi, double cen,
+                                   const double *s, ptrdiff_t ns, double m, double *K)
+{
     for (ptrdiff_t j = 0; j < ns; ++j) {
         double sj = s[j];
         double mx = -INFINITY;
@@ -167,5 +190,382 @@ int fpld_log_mgf_grid(const double *p, ptrdiff_t n, double cen, const double *s,
         }
         K[j] += m * (mx + log(acc));
     }
+}
+
+/* one order of fpld_log_binomial_moments */
+static double fpld_lbm_one(const double *lm, const double *lf, double lq1, double lq, int64_t a, double *terms)
+{
+    double la = lf[a + 1], mx = -INFINITY;
+    for (int64_t j = 0; j <= a; ++j) {
+        double t = la - lf[j + 1] - lf[a - j + 1];
+        if (a - j > 0)
+            t += (double)(a - j) * lq1;
+        t += (double)j * lq;  /* added in the reference's order */
+        t += lm[j];
+        terms[j] = t;
+        if (t > mx)
+            mx = t;
+    }
+    if (!isfinite(mx))
+        return mx; /* +inf: an infinite moment (an upper bound); -inf cannot occur (the j = a term is finite) */
+    double acc = 0.0;
+    for (int64_t j = 0; j <= a; ++j) {
+        double d = terms[j] - mx;
+        /* e^d underflows to 0 below about -745.2 (the reference adds those zeros) */
+        if (d > -746.0)
+            acc += exp(d);
+    }
+    return mx + log(acc);
+}
+
+int fpld_binomial_chord(const double *x, ptrdiff_t n, int64_t shift, const double *lm, const double *lf,
+                        ptrdiff_t L, double lq1, double lq, double *memo, double *out, double *terms)
+{
+    for (ptrdiff_t i = 0; i < n; ++i) {
+        double lo = floor(x[i]);
+        if (!(lo >= 0.0) || lo + (double)shift + 1.0 > (double)(L - 1))
+            return FPLD_EINVAL;
+        int64_t a = (int64_t)lo + shift;
+        double w = x[i] - lo;
+        if (memo[a] != memo[a])
+            memo[a] = fpld_lbm_one(lm, lf, lq1, lq, a, terms);
+        if (w == 0) {
+            out[i] = memo[a];
+            continue;
+        }
+        if (memo[a + 1] != memo[a + 1])
+            memo[a + 1] = fpld_lbm_one(lm, lf, lq1, lq, a + 1, terms);
+        out[i] = (1 - w) * memo[a] + w * memo[a + 1];
+    }
     return FPLD_OK;
+}
+
+int fpld_log_binomial_moments(const double *lm, const double *lf, double lq1, double lq,
+                              const int64_t *orders, ptrdiff_t n, double *out, double *terms)
+{
+    for (ptrdiff_t r = 0; r < n; ++r) {
+        int64_t a = orders[r];
+        if (a < 0)
+            return FPLD_EINVAL;
+        out[r] = fpld_lbm_one(lm, lf, lq1, lq, a, terms);
+    }
+    return FPLD_OK;
+}
+
+int fpld_chernoff_quantiles(const double *kp, const double *kn, const double *s, ptrdiff_t n, double c,
+                            double lt, double *lo, double *up)
+{
+    double mu = INFINITY, ml = INFINITY;
+    int nan_u = 0, nan_l = 0;
+    for (ptrdiff_t i = 0; i < n; ++i) {
+        double vu = (c * kp[i] - lt) / s[i];
+        double vl = (c * kn[i] - lt) / s[i];
+        if (vu != vu)
+            nan_u = 1;
+        else if (vu < mu)
+            mu = vu;
+        if (vl != vl)
+            nan_l = 1;
+        else if (vl < ml)
+            ml = vl;
+    }
+    *up = nan_u ? NAN : mu;
+    *lo = nan_l ? NAN : -ml;
+    return FPLD_OK;
+}
+
+/* d(eps) = sum_{v_i > eps} p_i (1 - e^(eps - v_i)) and its round-off pad (curve._Query.delta) */
+static void fpld_query_d(const double *p, ptrdiff_t n, double v0, double h, const double *S1, const double *T,
+                         double padc, double eps, double *d_out, double *pad_out)
+{
+    const double u = 1.1102230246251565e-16; /* 2^-53 */
+    /* J = first index with v_J > eps, clipped to [0, n] (the float is clipped before the cast) */
+    double x = floor((eps - v0) / h);
+    ptrdiff_t J;
+    if (!(x >= -1.0))
+        J = 0;
+    else if (x >= (double)n)
+        J = n;
+    else
+        J = (ptrdiff_t)x + 1;
+    double vJ = v0 + h * (double)J;
+    double dx = eps - vJ;
+    double w = exp(dx < 0.0 ? dx : 0.0);
+    double d = S1[J] - w * T[J];
+    if (d < 0.0)
+        d = 0.0;
+    double err = 8 * u * (((fabs(eps) + fabs(v0)) + h * (double)n) + 1.0);
+    double below = J >= 1 ? p[J - 1] : 0.0; /* pp[J] */
+    double above = J < n ? p[J] : 0.0;      /* pp[J + 1] */
+    double near = below * (double)(eps - (v0 + h * (double)(J - 1)) <= err) + above * (double)(vJ - eps <= err);
+    *d_out = d;
+    *pad_out = padc * S1[J] + err * (w * T[J] + near);
+}
+
+int fpld_delta_bounds(const double *p, ptrdiff_t n, double v0, double h, const double *S1, const double *T,
+                      double padc, double es, double ds, double pinf, const double *eps, ptrdiff_t m,
+                      double *lo, double *est, double *up)
+{
+    if (n < 1)
+        return FPLD_EINVAL;
+    const double u = 1.1102230246251565e-16;
+    for (ptrdiff_t i = 0; i < m; ++i) {
+        double du, pu, dl, pl, de, pe;
+        fpld_query_d(p, n, v0, h, S1, T, padc, eps[i] - es, &du, &pu);
+        fpld_query_d(p, n, v0, h, S1, T, padc, eps[i] + es, &dl, &pl);
+        fpld_query_d(p, n, v0, h, S1, T, padc, eps[i], &de, &pe);
+        /* (1 +- 8u): rounding of the p_inf combination, outward */
+        double a = (du + pu) + ds;
+        double uu = (pinf + (1 - pinf) * (a < 1.0 ? a : 1.0)) * (1 + 8 * u);
+        if (uu > 1.0)
+            uu = 1.0;
+        double b = (dl - pl) - ds;
+        double ll = (pinf + (1 - pinf) * (b > 0.0 ? b : 0.0)) * (1 - 8 * u);
+        double e = pinf + (1 - pinf) * de;
+        if (e < ll)
+            e = ll;
+        if (e > uu)
+            e = uu;
+        lo[i] = ll;
+        est[i] = e;
+        up[i] = uu;
+    }
+    return FPLD_OK;
+}
+
+/* K[j] = sum_c m_c log E e^(s_j (I_c - cen_c)) + 1e-9 (1 + |K|) for j < ns (compose._chernoff_window.log_mgf);
+ * logs[c] holds log p_c on its positive range [los[c], his[c]] (computed once per node) */
+static void fpld_node_log_mgf(const double *const *ps, const double *const *logs, const ptrdiff_t *los,
+                              const ptrdiff_t *his, const double *cens, const double *ms, ptrdiff_t nin,
+                              const double *s, ptrdiff_t nsv, double *K)
+{
+    for (ptrdiff_t j = 0; j < nsv; ++j)
+        K[j] = 0.0;
+    if (nsv == 0)
+        return;
+    for (ptrdiff_t c = 0; c < nin; ++c)
+        fpld_log_mgf_grid_logp(ps[c], logs[c], los[c], his[c], cens[c], s, nsv, ms[c], K);
+    for (ptrdiff_t j = 0; j < nsv; ++j)
+        K[j] = K[j] + 1e-9 * (1 + fabs(K[j]));
+}
+
+int fpld_chernoff_window(const double *const *ps, const ptrdiff_t *ns, const double *cens, const double *ms,
+                         ptrdiff_t nin, const double *srel, ptrdiff_t nrel, const double *refine, double w,
+                         double *lo, double *hi, double *sp, double *Kp, ptrdiff_t *np_, double *sn, double *Kn,
+                         ptrdiff_t *nn_, double *scratch)
+{
+    if (nrel < 8 || nrel > 64 || nin < 1 || nin > 64)
+        return FPLD_EINVAL;
+    double sd2 = 0.0;
+    double *s = scratch, *sb = scratch + nrel + 8, *Kb = sb + nrel + 8, *logbuf = Kb + nrel + 8;
+    const double *logs[64];
+    ptrdiff_t los[64], his[64];
+    for (ptrdiff_t c = 0; c < nin; ++c) {
+        double tot, mean, var;
+        int st = ns[c] > 0 ? fpld_pmf_moments(ps[c], ns[c], cens[c], &tot, &mean, &var) : FPLD_ENOMASS;
+        if (st == FPLD_OK)
+            st = fpld_logp_range(ps[c], ns[c], logbuf, &los[c], &his[c]);
+        if (st != FPLD_OK)
+            return st;
+        logs[c] = logbuf;
+        logbuf += ns[c];
+        sd2 += ms[c] * var;
+    }
+    double sd = sd2 > 0 ? sqrt(sd2) : 1.0;
+    for (ptrdiff_t i = 0; i < nrel; ++i)
+        s[i] = srel[i] / sd;
+    double lw = log(2.0 / w);
+    ptrdiff_t last = nrel - 1;
+    /* coarse points first around the optimum of a Gaussian sum, then outwards while a side's
+     * best point is at the edge of what was evaluated; rint rounds half to even like Python */
+    double r0 = rint(log(sqrt(2 * lw) / srel[0]) / log(srel[1] / srel[0]));
+    ptrdiff_t k0 = r0 < 2.0 ? 2 : (r0 > (double)(last - 2) ? last - 2 : (ptrdiff_t)r0);
+    double Kpc[64], Knc[64];
+    int ku[64] = {0}, kl[64] = {0};
+    ptrdiff_t ordu[64], ordl[64], nordu = 0, nordl = 0;
+    ptrdiff_t needu[4 + 1], needl[4 + 1], nu = 0, nl = 0;
+    for (ptrdiff_t j = k0 - 2; j <= k0 + 2; ++j) {
+        needu[nu++] = j;
+        needl[nl++] = j;
+    }
+    ptrdiff_t iu = 0, il = 0;
+    while (nu || nl) {
+        ptrdiff_t nb = 0;
+        for (ptrdiff_t a = 0; a < nu; ++a)
+            sb[nb++] = s[needu[a]];
+        for (ptrdiff_t a = 0; a < nl; ++a)
+            sb[nb++] = -s[needl[a]];
+        fpld_node_log_mgf(ps, logs, los, his, cens, ms, nin, sb, nb, Kb);
+        for (ptrdiff_t a = 0; a < nu; ++a) {
+            Kpc[needu[a]] = Kb[a];
+            if (!ku[needu[a]]) {
+                ku[needu[a]] = 1;
+                ordu[nordu++] = needu[a];
+            }
+        }
+        for (ptrdiff_t a = 0; a < nl; ++a) {
+            Knc[needl[a]] = Kb[nu + a];
+            if (!kl[needl[a]]) {
+                kl[needl[a]] = 1;
+                ordl[nordl++] = needl[a];
+            }
+        }
+        /* first best point in insertion order (as Python's min / max with a key) */
+        iu = ordu[0];
+        double bu = (Kpc[iu] + lw) / s[iu];
+        for (ptrdiff_t a = 1; a < nordu; ++a) {
+            ptrdiff_t i = ordu[a];
+            double v = (Kpc[i] + lw) / s[i];
+            if (v < bu) {
+                bu = v;
+                iu = i;
+            }
+        }
+        il = ordl[0];
+        double bl = (Knc[il] + lw) / -s[il];
+        for (ptrdiff_t a = 1; a < nordl; ++a) {
+            ptrdiff_t i = ordl[a];
+            double v = (Knc[i] + lw) / -s[i];
+            if (v > bl) {
+                bl = v;
+                il = i;
+            }
+        }
+        ptrdiff_t cand[4];
+        cand[0] = iu - 1; cand[1] = iu - 2; cand[2] = iu + 1; cand[3] = iu + 2;
+        int drop_low = (iu - 1 >= 0 && ku[iu - 1]) || iu == 0;
+        int drop_high = (iu + 1 <= last && ku[iu + 1]) || iu == last;
+        nu = 0;
+        for (int a = 0; a < 4; ++a) {
+            ptrdiff_t j = cand[a];
+            if (j < 0 || j > last || ku[j])
+                continue;
+            if ((drop_low && !(j > iu)) || (drop_high && !(j < iu)))
+                continue;
+            needu[nu++] = j;
+        }
+        cand[0] = il - 1; cand[1] = il - 2; cand[2] = il + 1; cand[3] = il + 2;
+        drop_low = (il - 1 >= 0 && kl[il - 1]) || il == 0;
+        drop_high = (il + 1 <= last && kl[il + 1]) || il == last;
+        nl = 0;
+        for (int a = 0; a < 4; ++a) {
+            ptrdiff_t j = cand[a];
+            if (j < 0 || j > last || kl[j])
+                continue;
+            if ((drop_low && !(j > il)) || (drop_high && !(j < il)))
+                continue;
+            needl[nl++] = j;
+        }
+    }
+    /* evaluated coarse points in index order, then the refinement around each side's best */
+    ptrdiff_t npn = 0, nnn = 0;
+    for (ptrdiff_t i = 0; i <= last; ++i) {
+        if (ku[i]) {
+            sp[npn] = s[i];
+            Kp[npn++] = Kpc[i];
+        }
+        if (kl[i]) {
+            sn[nnn] = -s[i];
+            Kn[nnn++] = Knc[i];
+        }
+    }
+    int ua = iu == 0 ? 4 : 0, ub = iu == last ? 4 : 8, la = il == 0 ? 4 : 0, lb = il == last ? 4 : 8;
+    ptrdiff_t nb = 0;
+    for (int a = ua; a < ub; ++a)
+        sb[nb++] = s[iu] * refine[a];
+    for (int a = la; a < lb; ++a)
+        sb[nb++] = -(s[il] * refine[a]);
+    fpld_node_log_mgf(ps, logs, los, his, cens, ms, nin, sb, nb, Kb);
+    ptrdiff_t b = 0;
+    for (int a = ua; a < ub; ++a, ++b) {
+        sp[npn] = sb[b];
+        Kp[npn++] = Kb[b];
+    }
+    for (int a = la; a < lb; ++a, ++b) {
+        sn[nnn] = sb[b];
+        Kn[nnn++] = Kb[b];
+    }
+    double us = INFINITY, ls = -INFINITY;
+    int bad = 0;
+    for (ptrdiff_t a = 0; a < npn; ++a) {
+        double v = (Kp[a] + lw) / sp[a];
+        if (v != v)
+            bad = 1;
+        else if (v < us)
+            us = v;
+    }
+    for (ptrdiff_t a = 0; a < nnn; ++a) {
+        double v = (Kn[a] + lw) / sn[a];
+        if (v != v)
+            bad = 1;
+        else if (v > ls)
+            ls = v;
+    }
+    if (bad || !isfinite(us) || !isfinite(ls))
+        return FPLD_EINVAL;
+    *lo = floor(ls) + 1;
+    *hi = ceil(us) - 1;
+    *np_ = npn;
+    *nn_ = nnn;
+    return FPLD_OK;
+}
+
+/* numpy's logaddexp */
+static double fpld_logaddexp(double a, double b)
+{
+    if (a == b)
+        return a + 0.693147180559945309417232121458176568;
+    double t = a - b;
+    if (t > 0)
+        return a + log1p(exp(-t));
+    if (t <= 0)
+        return b + log1p(exp(t));
+    return t; /* NaN */
+}
+
+/* E[f(L)] and E[f(L)^2], f = g, for L = centre + sd z, z ~ N(0, 1) (_GaussPair.expect) */
+static void fpld_gauss_expect(double centre, double sd, double lq1, double lq, const double *x, const double *w,
+                              ptrdiff_t ngl, double *e1, double *e2)
+{
+    double width = sd > 0 ? (1.0 / sd < 1.0 ? 1.0 / sd : 1.0) : 1.0;
+    ptrdiff_t n = (ptrdiff_t)ceil(80.0 / width);
+    double step = 80.0 / (double)n, s1 = 0.0, s2 = 0.0;
+    const double c0 = 0.3989422804014327; /* 1 / sqrt(2 pi) */
+    for (ptrdiff_t k = 0; k < n; ++k) {
+        double lo = -40.0 + step * (double)k, hi = k + 1 == n ? 40.0 : -40.0 + step * (double)(k + 1);
+        double mid = 0.5 * (lo + hi), half = 0.5 * (hi - lo), p1 = 0.0, p2 = 0.0;
+        for (ptrdiff_t i = 0; i < ngl; ++i) {
+            double z = mid + half * x[i];
+            double dens = exp(-0.5 * z * z) * c0;
+            double gv = fpld_logaddexp(lq1, lq + (centre + sd * z));
+            p1 += w[i] * (gv * dens);
+            p2 += w[i] * (gv * gv * dens);
+        }
+        s1 += half * p1;
+        s2 += half * p2;
+    }
+    *e1 = s1;
+    *e2 = s2;
+}
+
+int fpld_gauss_pair_moments(double v, double sd, double q, int remove, const double *x, const double *w,
+                            ptrdiff_t ngl, double *mean, double *std)
+{
+    if (!(q > 0.0 && q < 1.0) || !(v > 0.0) || ngl < 1)
+        return FPLD_EINVAL;
+    double lq1 = log1p(-q), lq = log(q), p1, p2, m1, m2;
+    fpld_gauss_expect(-v / 2, sd, lq1, lq, x, w, ngl, &p1, &p2);
+    if (remove) {
+        double q1, q2;
+        fpld_gauss_expect(v / 2, sd, lq1, lq, x, w, ngl, &q1, &q2);
+        m1 = (1 - q) * p1 + q * q1;
+        m2 = (1 - q) * p2 + q * q2;
+    } else {
+        m1 = -p1;
+        m2 = p2;
+    }
+    double var = m2 - m1 * m1;
+    *mean = m1;
+    *std = sqrt(var > 0.0 ? var : 0.0);
+    return isfinite(m1) && isfinite(m2) ? FPLD_OK : FPLD_EINVAL;
 }

@@ -8,6 +8,7 @@
 #ifndef FASTPLD_KERNELS_H
 #define FASTPLD_KERNELS_H
 #include <stddef.h>
+#include <stdint.h>
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -46,6 +47,59 @@ int fpld_pmf_moments(const double *p, ptrdiff_t n, double cen, double *total, do
  * (compose._chernoff_window).  logp: scratch of length n. */
 int fpld_log_mgf_grid(const double *p, ptrdiff_t n, double cen, const double *s, ptrdiff_t ns,
                       double m, double *K, double *logp);
+
+/* Binomial Renyi moments of a Poisson-subsampled pair (mechanisms._log_binomial_moment):
+ * out[r] = log sum_{j=0}^{a} exp(lf[a+1] - lf[j+1] - lf[a-j+1] + (a-j) lq1 + j lq + lm[j]), a = orders[r],
+ * by a max-shifted log-sum-exp; the (a-j) lq1 term is 0 for j = a (also when lq1 = -inf, q = 1).
+ * lm: log E_P[e^(j L)] for j <= max(orders); lf[i] = log((i-1)!) for i <= max(orders) + 1;
+ * terms: scratch of length max(orders) + 1.  An infinite largest term gives +inf (an upper bound). */
+int fpld_log_binomial_moments(const double *lm, const double *lf, double lq1, double lq,
+                              const int64_t *orders, ptrdiff_t n, double *out, double *terms);
+
+/* Chord upper bound of the binomial moments at real orders (mechanisms.SubsampledLoss.log_mgf:
+ * _integer_chord over _K_binom): for x[i] >= 0, a = floor(x[i]) + shift, w = x[i] - floor(x[i]),
+ * out[i] = Kb(a) if w == 0 else (1 - w) Kb(a) + w Kb(a + 1), with Kb the sums of
+ * fpld_log_binomial_moments.  memo (L entries, NaN = not computed) caches Kb per order; lm, lf
+ * have L and L + 1 entries; FPLD_EINVAL if an order reaches L.  terms: scratch of L doubles. */
+int fpld_binomial_chord(const double *x, ptrdiff_t n, int64_t shift, const double *lm, const double *lf,
+                        ptrdiff_t L, double lq1, double lq, double *memo, double *out, double *terms);
+
+/* Moments of a Poisson-subsampled Gaussian loss Y = +-g(L), g(l) = log(1 - q + q e^l)
+ * (SubsampledLoss._pair_moments with _GaussPair.expect, for the native leaf's truncation ladder):
+ * L ~ N(-+v/2, v) under P/Q (sd = sqrt(v)); each expectation by ngl-point Gauss-Legendre (nodes
+ * x, weights w) on n = ceil(80 / min(1, 1/sd)) equal panels of z in [-40, 40]; remove (w ~ M =
+ * (1-q) P + q Q) or add (w ~ P, Y = -g(L)).  Writes the mean and the standard deviation. */
+int fpld_gauss_pair_moments(double v, double sd, double q, int remove, const double *x, const double *w,
+                            ptrdiff_t ngl, double *mean, double *std);
+
+/* Chernoff quantiles of the planner (compose._chernoff_quantiles / _est_window): with kp, kn
+ * the log-MGF grids at +s and -s, *up = min_i (c kp[i] - lt) / s[i] and
+ * *lo = -min_i (c kn[i] - lt) / s[i] (+inf entries drop out; a NaN entry makes that side NaN,
+ * as numpy's min does).  Same operations in the same order as the numpy reference. */
+int fpld_chernoff_quantiles(const double *kp, const double *kn, const double *s, ptrdiff_t n, double c,
+                            double lt, double *lo, double *up);
+
+/* Certified delta bounds of one direction at m query points (curve.PrivacyLossDistribution.delta
+ * with curve._Query.delta inlined; same operations in the same order).  The grid PMF p (n > 0
+ * entries at v0 + j h) has the tables S1, T of fpld_query_tables and round-off pad coefficient
+ * padc; es, ds: the eps and delta errors spent; pinf: the mass at infinity.  Writes the lower
+ * bound, estimate and upper bound at eps[i] to lo[i], est[i], up[i]. */
+int fpld_delta_bounds(const double *p, ptrdiff_t n, double v0, double h, const double *S1, const double *T,
+                      double padc, double es, double ds, double pinf, const double *eps, ptrdiff_t m,
+                      double *lo, double *est, double *up);
+
+/* Chernoff window of a node's linear index sum (compose._chernoff_window, native path; the same
+ * kernel calls, search and arithmetic).  Inputs c < nin: PMF ps[c] (ns[c] entries) centred at
+ * cens[c], taken ms[c] times.  srel (8 <= nrel <= 64 points, geometric) is the coarse s-grid in units
+ * of 1/sd, refine (8 ratios, 4 below 1 then 4 above) the refinement; w the tail per side.
+ * Writes the window lo..hi (*lo = floor(l*) + 1, *hi = ceil(u*) - 1) and the evaluated points:
+ * sp/Kp (*np_ of them) for s > 0 and sn/Kn (*nn_) for s < 0, each of capacity nrel + 8.
+ * scratch: 3 (nrel + 8) + sum(ns) doubles (at most 64 inputs).  FPLD_ENOMASS if an input has no mass,
+ * FPLD_EINVAL if the window is not finite. */
+int fpld_chernoff_window(const double *const *ps, const ptrdiff_t *ns, const double *cens, const double *ms,
+                         ptrdiff_t nin, const double *srel, ptrdiff_t nrel, const double *refine, double w,
+                         double *lo, double *hi, double *sp, double *Kp, ptrdiff_t *np_, double *sn, double *Kn,
+                         ptrdiff_t *nn_, double *scratch);
 
 #ifdef __cplusplus
 }

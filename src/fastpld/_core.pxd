@@ -13,6 +13,8 @@ ctypedef fused cplx:
     double complex
     long double complex
 
+from libc.stdint cimport int64_t
+
 cdef extern from "fastpld_kernels.h" nogil:
     int FPLD_OK
     int FPLD_EINVAL
@@ -27,3 +29,18 @@ cdef extern from "fastpld_kernels.h" nogil:
     int fpld_pmf_moments(const double *p, Py_ssize_t n, double cen, double *total, double *mean, double *var)
     int fpld_log_mgf_grid(const double *p, Py_ssize_t n, double cen, const double *s, Py_ssize_t ns, double m,
                           double *K, double *logp)
+    int fpld_log_binomial_moments(const double *lm, const double *lf, double lq1, double lq,
+                                  const int64_t *orders, Py_ssize_t n, double *out, double *terms)
+    int fpld_chernoff_quantiles(const double *kp, const double *kn, const double *s, Py_ssize_t n, double c,
+                                double lt, double *lo, double *up)
+    int fpld_delta_bounds(const double *p, Py_ssize_t n, double v0, double h, const double *S1, const double *T,
+                          double padc, double es, double ds, double pinf, const double *eps, Py_ssize_t m,
+                          double *lo, double *est, double *up)
+    int fpld_chernoff_window(const double *const *ps, const Py_ssize_t *ns, const double *cens, const double *ms,
+                             Py_ssize_t nin, const double *srel, Py_ssize_t nrel, const double *refine, double w,
+                             double *lo, double *hi, double *sp, double *Kp, Py_ssize_t *np_, double *sn, double *Kn,
+                             Py_ssize_t *nn_, double *scratch)
+    int fpld_binomial_chord(const double *x, Py_ssize_t n, int64_t shift, const double *lm, const double *lf,
+                            Py_ssize_t L, double lq1, double lq, double *memo, double *out, double *terms)
+    int fpld_gauss_pair_moments(double v, double sd, double q, int remove, const double *x, const double *w,
+                                Py_ssize_t ngl, double *mean, double *std)

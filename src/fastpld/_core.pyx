@@ -10,9 +10,10 @@ that run in double and long double are fused Cython functions.
 import numpy as np
 cimport cython
 cimport numpy as cnp
-from libc.math cimport (acosl, atan2, atan2l, cos, cosl, exp, expl, fmod, fmodl, hypot, hypotl, isfinite, log, logl,
-                        sin, sinl, fabs, floor)
+from libc.math cimport (INFINITY, acosl, atan2, atan2l, cos, cosl, exp, expl, fmod, fmodl, hypot, hypotl, isfinite,
+                        log, logl, sin, sinl, fabs, floor, pow, sqrt, log1p, log1pl, rint, rintl)
 from libc.string cimport memset
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 
 cnp.import_array()
 
@@ -135,6 +136,130 @@ def log_mgf_grid(const double[::1] p, double cen, const double[::1] s, double m,
     _check(status, "log_mgf_grid")
 
 
+def log_binomial_moments(const double[::1] lm, const double[::1] lf, double lq1, double lq,
+                         const cnp.int64_t[::1] orders):
+    """``log sum_j C(a, j) (1-q)^(a-j) q^j E_P[e^(j L)]`` for each order ``a`` (see ``fpld_log_binomial_moments``)."""
+    cdef Py_ssize_t n = orders.shape[0], r
+    cdef cnp.int64_t amax = 0
+    for r in range(n):
+        if orders[r] > amax:
+            amax = orders[r]
+    if n and (lm.shape[0] < amax + 1 or lf.shape[0] < amax + 2):
+        raise ValueError("log_binomial_moments: lm or lf is shorter than the largest order needs")
+    out = np.empty(n, dtype=np.float64)
+    scratch = np.empty(amax + 1, dtype=np.float64)
+    cdef double[::1] ov = out, tv = scratch
+    cdef int status = FPLD_OK
+    if n:
+        with nogil:
+            status = fpld_log_binomial_moments(&lm[0], &lf[0], lq1, lq, <const int64_t *> &orders[0], n, &ov[0],
+                                               &tv[0])
+    _check(status, "log_binomial_moments")
+    return out
+
+
+def binomial_chord(const double[::1] x, cnp.int64_t shift, const double[::1] lm, const double[::1] lf, double lq1,
+                   double lq, double[::1] memo):
+    """Chord bound of the binomial moments at real orders ``x + shift`` (see ``fpld_binomial_chord``)."""
+    cdef Py_ssize_t n = x.shape[0], L = memo.shape[0]
+    if lm.shape[0] != L or lf.shape[0] != L + 1 or L < 2:
+        raise ValueError("binomial_chord: lm, lf and memo must have L, L + 1 and L entries")
+    out = np.empty(n, dtype=np.float64)
+    scratch = np.empty(L, dtype=np.float64)
+    cdef double[::1] ov = out, tv = scratch
+    cdef int status = FPLD_OK
+    if n:
+        with nogil:
+            status = fpld_binomial_chord(&x[0], n, shift, &lm[0], &lf[0], L, lq1, lq, &memo[0], &ov[0], &tv[0])
+    _check(status, "binomial_chord")
+    return out
+
+
+def gauss_pair_moments(double v, double sd, double q, bint remove, const double[::1] x, const double[::1] w):
+    """``(mean, std)`` of a Poisson-subsampled Gaussian loss (see ``fpld_gauss_pair_moments``)."""
+    cdef double mean = 0.0, std = 0.0
+    cdef int status
+    if x.shape[0] != w.shape[0] or x.shape[0] == 0:
+        raise ValueError("gauss_pair_moments: x and w must have the same non-zero length")
+    with nogil:
+        status = fpld_gauss_pair_moments(v, sd, q, remove, &x[0], &w[0], x.shape[0], &mean, &std)
+    _check(status, "gauss_pair_moments")
+    return mean, std
+
+
+def chernoff_quantiles(const double[::1] kp, const double[::1] kn, const double[::1] s, double c, double lt):
+    """``(lo, up)``: ``up = min (c kp - lt) / s``, ``lo = -min (c kn - lt) / s``; NaN maps to ``-inf`` / ``+inf``."""
+    cdef Py_ssize_t n = s.shape[0]
+    if kp.shape[0] != n or kn.shape[0] != n:
+        raise ValueError("chernoff_quantiles: kp, kn and s must have the same length")
+    cdef double lo = -INFINITY, up = INFINITY
+    with nogil:
+        fpld_chernoff_quantiles(&kp[0] if n else NULL, &kn[0] if n else NULL, &s[0] if n else NULL, n, c, lt,
+                                &lo, &up)
+    return (-INFINITY if lo != lo else lo), (INFINITY if up != up else up)
+
+
+def delta_bounds(const double[::1] p, double v0, double h, const double[::1] S1, const double[::1] T, double padc,
+                 double es, double ds, double pinf, const double[::1] eps):
+    """``(lower, estimate, upper)`` of ``delta(eps)`` for one direction (see ``fpld_delta_bounds``)."""
+    cdef Py_ssize_t n = p.shape[0], m = eps.shape[0]
+    if n == 0 or S1.shape[0] != n + 1 or T.shape[0] != n + 1:
+        raise ValueError("delta_bounds: S1 and T must have one entry more than the non-empty PMF")
+    lo = np.empty(m, dtype=np.float64)
+    est = np.empty(m, dtype=np.float64)
+    up = np.empty(m, dtype=np.float64)
+    cdef double[::1] lv = lo, ev = est, uv = up
+    cdef int status = FPLD_OK
+    if m:
+        with nogil:
+            status = fpld_delta_bounds(&p[0], n, v0, h, &S1[0], &T[0], padc, es, ds, pinf, &eps[0], m, &lv[0],
+                                       &ev[0], &uv[0])
+    _check(status, "delta_bounds")
+    return lo, est, up
+
+
+def chernoff_window(list ps, list cens, list ms, const double[::1] srel, const double[::1] refine, double w):
+    """Chernoff window of a node: ``(lo, hi, sp, Kp, sn, Kn)`` (see ``fpld_chernoff_window``).
+
+    ``ps``: C-contiguous float64 PMFs, ``cens``/``ms``: their centre indices and multiplicities.
+    """
+    cdef Py_ssize_t nin = len(ps), nrel = srel.shape[0], c, nmax = 1, npn = 0, nnn = 0  # nmax: total length
+    if len(cens) != nin or len(ms) != nin or not 0 < nin <= 64 or refine.shape[0] != 8 or not 8 <= nrel <= 64:
+        raise ValueError("chernoff_window: invalid argument")
+    cdef const double **pp = <const double **> PyMem_Malloc(nin * sizeof(double *))
+    cdef Py_ssize_t *nv = <Py_ssize_t *> PyMem_Malloc(nin * sizeof(Py_ssize_t))
+    cdef double *cv = <double *> PyMem_Malloc(nin * sizeof(double))
+    cdef double *mv = <double *> PyMem_Malloc(nin * sizeof(double))
+    cdef const double[::1] a
+    cdef double[::1] ov, sv
+    cdef double lo = 0.0, hi = 0.0
+    cdef int status = FPLD_OK
+    if pp == NULL or nv == NULL or cv == NULL or mv == NULL:
+        PyMem_Free(pp); PyMem_Free(nv); PyMem_Free(cv); PyMem_Free(mv)
+        raise MemoryError()
+    try:
+        for c in range(nin):
+            a = ps[c]  # the list keeps the arrays alive
+            nv[c] = a.shape[0]
+            pp[c] = &a[0] if a.shape[0] else NULL
+            cv[c] = cens[c]
+            mv[c] = ms[c]
+            nmax += a.shape[0]
+        out = np.empty(4 * (nrel + 8), dtype=np.float64)
+        scratch = np.empty(3 * (nrel + 8) + nmax, dtype=np.float64)
+        ov = out
+        sv = scratch
+        with nogil:
+            status = fpld_chernoff_window(pp, nv, cv, mv, nin, &srel[0], nrel, &refine[0], w, &lo, &hi, &ov[0],
+                                          &ov[nrel + 8], &npn, &ov[2 * (nrel + 8)], &ov[3 * (nrel + 8)], &nnn,
+                                          &sv[0])
+    finally:
+        PyMem_Free(pp); PyMem_Free(nv); PyMem_Free(cv); PyMem_Free(mv)
+    _check(status, "chernoff_window")
+    k = nrel + 8
+    return int(lo), int(hi), out[:npn], out[k:k + npn], out[2 * k:2 * k + nnn], out[3 * k:3 * k + nnn]
+
+
 # ---------------------------------------------------------------------------------------
 # fused kernels (double and long double)
 # ---------------------------------------------------------------------------------------
@@ -201,14 +326,28 @@ def split(const real_in[::1] p, double offset, double mesh_in, double mesh_out, 
 
 
 cdef int _spectrum_terms(const cplx[::1] X, double m, real_out[::1] logmag, real_out[::1] phase,
-                         double[::1] lr64, double[::1] lrg64, double[::1] ph64, double g, bint first) noexcept nogil:
+                         double[::1] lr64, double[::1] lrg64, double[::1] ph64, double g, bint first,
+                         unsigned char[::1] dead, double rdead) noexcept nogil:
     cdef Py_ssize_t F = X.shape[0], k
     cdef real_out a, lr, ph
-    cdef double r
+    cdef double r, r2, re, im
     if logmag.shape[0] != F or phase.shape[0] != F or lr64.shape[0] != F or lrg64.shape[0] != F \
-            or ph64.shape[0] != F:
+            or ph64.shape[0] != F or dead.shape[0] != F:
         return FPLD_EINVAL
     for k in range(F):
+        if first:
+            dead[k] = 0
+        elif dead[k]:
+            continue
+        if rdead > 0:
+            # |X| + g < rdead: this input's m-th power alone is below e^-800 (see compose): skip the
+            # logarithms; power_fp writes 0 there and charges 1e-300
+            re = <double>X[k].real
+            im = <double>X[k].imag
+            r2 = re * re + im * im
+            if r2 < rdead * rdead * (1.0 - 1e-12):
+                dead[k] = 1
+                continue
         if cplx is cython.doublecomplex:
             a = hypot(X[k].real, X[k].imag)
             ph = atan2(X[k].imag, X[k].real)
@@ -233,17 +372,22 @@ cdef int _spectrum_terms(const cplx[::1] X, double m, real_out[::1] logmag, real
 
 
 def spectrum_terms(const cplx[::1] X, double m, real_out[::1] logmag, real_out[::1] phase, double[::1] lr64,
-                   double[::1] lrg64, double[::1] ph64, double g, bint first):
-    """Accumulate ``m log|X|`` and ``m arg X`` (polar power) and the float64 terms of the round-off bound."""
+                   double[::1] lrg64, double[::1] ph64, double g, bint first, unsigned char[::1] dead,
+                   double rdead):
+    """Accumulate ``m log|X|`` and ``m arg X`` (polar power) and the float64 terms of the round-off bound.
+
+    Frequencies with ``|X| < rdead`` are marked in ``dead`` (set to 0 by the first input) and skipped.
+    """
     cdef int status
     with nogil:
-        status = _spectrum_terms(X, m, logmag, phase, lr64, lrg64, ph64, g, first)
+        status = _spectrum_terms(X, m, logmag, phase, lr64, lrg64, ph64, g, first, dead, rdead)
     _check(status, "spectrum_terms")
 
 
 cdef int _power_fp(const real_out[::1] logmag, const real_out[::1] phase, const double[:, ::1] LR,
                    const double[:, ::1] LRG, const double[:, ::1] PH, const double[::1] ms, double g, double u,
-                   Py_ssize_t N, cplx[::1] Pc, double *e2, double *p2) noexcept nogil:
+                   Py_ssize_t N, cplx[::1] Pc, Py_ssize_t K, const double[::1] lp_low, const double[::1] amp_low,
+                   const unsigned char[::1] dead, double *e2, double *p2, double *ndead) noexcept nogil:
     cdef Py_ssize_t F = logmag.shape[0], C = ms.shape[0], k, c
     cdef real_out ph, lm, e, two_pi
     cdef double log_prod, amp, sum_lr, cond, lrc, w, se2 = 0.0, sp2 = 0.0, eight_u = 8.0 * u, msum = 0.0
@@ -255,9 +399,17 @@ cdef int _power_fp(const real_out[::1] logmag, const real_out[::1] phase, const 
         return FPLD_EINVAL
     if C and (LR.shape[1] != F or LRG.shape[1] != F or PH.shape[1] != F):
         return FPLD_EINVAL
+    if K < 0 or K > F or lp_low.shape[0] < K or amp_low.shape[0] < K or dead.shape[0] != F:
+        return FPLD_EINVAL
+    ndead[0] = 0
     for c in range(C):
         msum = msum + ms[c]
     for k in range(F):
+        if k >= K and dead[k]:
+            Pc[k].real = 0
+            Pc[k].imag = 0
+            ndead[0] = ndead[0] + 1
+            continue
         # powers in polar form: phase reduced mod 2 pi as numpy.remainder does
         lm = logmag[k]
         if real_out is double:
@@ -278,7 +430,15 @@ cdef int _power_fp(const real_out[::1] logmag, const real_out[::1] phase, const 
         else:
             Pc[k].real = 0
             Pc[k].imag = 0
-        # round-off bound (compose._fp_fft_bound), float64
+        # round-off bound (compose._fp_fft_bound), float64; the first K frequencies come from
+        # the accurate low-frequency series (compose._series_spectrum) with their own bound
+        if k < K:
+            amp = amp_low[k]
+            log_prod = lp_low[k]
+            w = 1.0 if (k == 0 or (N % 2 == 0 and k == F - 1)) else 2.0
+            se2 = se2 + w * amp * amp
+            sp2 = sp2 + w * exp(2.0 * log_prod)
+            continue
         log_prod = 0.0
         for c in range(C):
             log_prod = log_prod + ms[c] * LRG[c, k]
@@ -305,11 +465,290 @@ cdef int _power_fp(const real_out[::1] logmag, const real_out[::1] phase, const 
 
 def power_fp(const real_out[::1] logmag, const real_out[::1] phase, const double[:, ::1] LR,
              const double[:, ::1] LRG, const double[:, ::1] PH, const double[::1] ms, double g, double u,
-             Py_ssize_t N, cplx[::1] Pc):
-    """Write ``exp(logmag + i phase)`` into ``Pc``; return the weighted sums ``(sum w amp^2, sum w P^2)``."""
-    cdef double e2 = 0.0, p2 = 0.0
+             Py_ssize_t N, cplx[::1] Pc, Py_ssize_t K, const double[::1] lp_low, const double[::1] amp_low,
+             const unsigned char[::1] dead):
+    """Write ``exp(logmag + i phase)`` into ``Pc``; return ``(sum w amp^2, sum w P^2, n_dead)``.
+
+    For ``k < K`` the bound terms are ``amp_low[k]`` and ``exp(lp_low[k])`` (accurate series);
+    frequencies marked ``dead`` by spectrum_terms get 0 (their count is returned: each is charged 1e-300).
+    """
+    cdef double e2 = 0.0, p2 = 0.0, nd = 0.0
     cdef int status
     with nogil:
-        status = _power_fp(logmag, phase, LR, LRG, PH, ms, g, u, N, Pc, &e2, &p2)
+        status = _power_fp(logmag, phase, LR, LRG, PH, ms, g, u, N, Pc, K, lp_low, amp_low, dead, &e2, &p2, &nd)
     _check(status, "power_fp")
-    return e2, p2
+    return e2, p2, nd
+
+
+# ---------------------------------------------------------------------------------------
+# accurate low-frequency spectra (compose._series_spectrum): scaled power moments
+# ---------------------------------------------------------------------------------------
+cdef enum:
+    _MOM_BLOCK = 16
+    _MOM_MAX = 64
+
+
+cdef void _moments_rec(const real_in[::1] p, Py_ssize_t a, Py_ssize_t b, Py_ssize_t cen, long double inv_d,
+                       Py_ssize_t R1, long double *acc) noexcept nogil:
+    # pairwise over blocks of _MOM_BLOCK summed left to right: every term takes part in at most
+    # ceil(log2 n) + _MOM_BLOCK additions (the bound in _kernels.series_moments)
+    cdef long double left[_MOM_MAX]
+    cdef long double right[_MOM_MAX]
+    cdef long double pw, s
+    cdef Py_ssize_t j, r, mid
+    if b - a <= _MOM_BLOCK:
+        for r in range(R1):
+            acc[r] = 0
+        for j in range(a, b):
+            s = <long double>(j - cen) * inv_d  # exact: inv_d is a power of two
+            pw = <long double>p[j]
+            for r in range(R1):
+                acc[r] = acc[r] + pw
+                pw = pw * s
+        return
+    mid = a + (b - a) // 2
+    _moments_rec(p, a, mid, cen, inv_d, R1, left)
+    _moments_rec(p, mid, b, cen, inv_d, R1, right)
+    for r in range(R1):
+        acc[r] = left[r] + right[r]
+
+
+cdef inline void _two_sum(long double a, long double b, long double *s, long double *e) noexcept nogil:
+    cdef long double x = a + b
+    cdef long double bb = x - a
+    e[0] = (a - (x - bb)) + (b - bb)
+    s[0] = x
+
+
+cdef void _sum2_m01(const real_in[::1] p, Py_ssize_t cen, long double inv_d, long double *m0,
+                    long double *m1) noexcept nogil:
+    # Ogita-Rump-Oishi Sum2 (cascaded) of p_j and of the exact products p_j s_j: p_j is split
+    # (Veltkamp, 2^32 + 1) into two 32-bit halves, each times s_j (<= 31 significant bits) exact
+    cdef Py_ssize_t j, n = p.shape[0]
+    cdef long double s0 = 0, e0 = 0, s1 = 0, e1 = 0, x, t, hi, lo, s, e
+    cdef long double split = 4294967297.0
+    for j in range(n):
+        x = <long double>p[j]
+        _two_sum(s0, x, &s, &e)
+        s0 = s
+        e0 = e0 + e
+        t = split * x
+        hi = t - (t - x)
+        lo = x - hi
+        s = <long double>(j - cen) * inv_d
+        _two_sum(s1, hi * s, &s1, &e)
+        e1 = e1 + e
+        _two_sum(s1, lo * s, &s1, &e)
+        e1 = e1 + e
+    m0[0] = s0 + e0
+    m1[0] = s1 + e1
+
+
+def series_moments(const real_in[::1] p, Py_ssize_t cen, double d, long double[::1] out):
+    """``out[r] = sum_j p_j ((j - cen) / d)^r`` for ``r < len(out)`` in long double (pairwise;
+    ``r = 0, 1`` compensated, see ``_kernels.series_moments``).
+
+    ``d`` must be a power of two (the scaling is then exact); ``len(out) <= 64``; ``|j - cen| < 2^31``.
+    """
+    cdef Py_ssize_t R1 = out.shape[0], n = p.shape[0], r
+    cdef long double acc[_MOM_MAX]
+    cdef long double inv_d = 1.0 / <long double>d
+    if R1 < 1 or R1 > _MOM_MAX or n < 1 or not d > 0:
+        raise ValueError("series_moments: invalid argument")
+    with nogil:
+        _moments_rec(p, 0, n, cen, inv_d, R1, acc)
+        for r in range(R1):
+            out[r] = acc[r]
+        # M_0 and M_1 compensated: their errors would otherwise grow with the node's power
+        _sum2_m01(p, cen, inv_d, &acc[0], &acc[1])
+        out[0] = acc[0]
+        if R1 > 1:
+            out[1] = acc[1]
+
+
+cdef int _series_eval(const real_out[::1] a, const double[::1] cerr, real_out step, double rho, double fact_r1,
+                      real_out[::1] re, real_out[::1] im, double[::1] dz) noexcept nogil:
+    cdef Py_ssize_t K = re.shape[0], R = a.shape[0] - 1, k, r
+    cdef real_out phi, x, acc
+    cdef double pf, pw, err, t
+    if R < 2 or R % 2 or cerr.shape[0] != R + 1 or im.shape[0] != K or dz.shape[0] != K:
+        return FPLD_EINVAL
+    for k in range(K):
+        phi = <real_out>k * step
+        x = phi * phi
+        acc = a[R]
+        r = R - 2
+        while r > 1:
+            acc = a[r] - x * acc
+            r -= 2
+        re[k] = x * acc
+        acc = a[R - 1]
+        r = R - 3
+        while r > 0:
+            acc = a[r] - x * acc
+            r -= 2
+        im[k] = phi * acc
+        pf = <double>phi
+        pw = 1.0
+        err = 0.0
+        for r in range(1, R + 1):
+            pw = pw * pf
+            err = err + cerr[r] * pw
+        t = pf * rho * 1.001
+        dz[k] = 1.01 * (2.0 * err + 2.0 * 1.01 * pow(t, <double>(R + 1)) / fact_r1)
+    return FPLD_OK
+
+
+def series_eval(const real_out[::1] a, const double[::1] cerr, const real_out[::1] step, double rho, double fact_r1,
+                real_out[::1] re, real_out[::1] im, double[::1] dz):
+    """Horner evaluation of the low-frequency series (``compose._series_spectrum``) at ``phi_k = k step``.
+
+    ``re = sum_(r even >= 2) (-1)^(r/2+1) a_r phi^r``, ``im = sum_(r odd) (-1)^((r-1)/2) a_r phi^r`` and
+    ``dz = 1.01 (2 sum_r cerr_r phi^r + 2.02 (1.001 phi rho)^(R+1) / fact_r1)``.  ``step`` is a
+    one-element array (a long double scalar passed as a Python object would be rounded to double).
+    """
+    cdef int status
+    if step.shape[0] != 1:
+        raise ValueError("series_eval: step must have one element")
+    with nogil:
+        status = _series_eval(a, cerr, step[0], rho, fact_r1, re, im, dz)
+    _check(status, "series_eval")
+
+
+cdef inline double _gam(double k, double u) noexcept nogil:
+    return k * u / (1.0 - k * u)
+
+
+cdef inline long double _rl(real_out x) noexcept nogil:
+    return <long double>x
+
+
+def series_input(const long double[::1] M, const long double[::1] cl, double rho, double d, double m, Py_ssize_t n,
+                 Py_ssize_t N, const long double[::1] fact_ld, const double[::1] fact, const long double[:, ::1] binom,
+                 const double[::1] hor_g, const double[::1] gc, double u, double uld, Py_ssize_t lev, double fact_r1,
+                 const real_out[::1] two_pi_a, real_out[::1] L, real_out[::1] P, double[::1] dL, double[::1] dP,
+                 double[::1] absL, double[::1] absP):
+    """One input's low-frequency series terms (compiled ``compose._series_input``; same formulas).
+
+    ``M``: the ``R + 3`` scaled moments; ``cl``: the expansion point ``c`` (one element, long
+    double); ``two_pi_a``: ``2 pi`` in the working precision (one element).  Writes
+    ``m log|1 - Z'|``, ``m arg(1 - Z') + linear phase`` and their error bounds at ``k < len(L)``;
+    returns ``(K, d0)`` with ``K`` the first frequency where ``|1 - Z'| - dZ < 1/4``.
+    """
+    cdef Py_ssize_t R = fact.shape[0] - 1, K0 = L.shape[0], k, r, i, Kc
+    cdef long double c = cl[0], mu0l = M[0], T, Tf_l, acc_l, t_l
+    cdef double mu0, d0, g2, ssum, magsum, Ti_d
+    cdef real_out two_pi = two_pi_a[0], step, Tf, wre, v, lw, ph, re_k, im_k, lin
+    cdef double gap, den, dlw, dph, ref, imf, dlin, lwf, absph, wabs
+    cdef long long Ti, kk
+    if M.shape[0] != R + 3 or R % 2 or binom.shape[0] != R + 1 or binom.shape[1] != R + 1 or hor_g.shape[0] != R + 1 \
+            or gc.shape[0] != R + 1 or fact_ld.shape[0] != R + 1 or P.shape[0] != K0 or dL.shape[0] != K0 \
+            or dP.shape[0] != K0 or absL.shape[0] != K0 or absP.shape[0] != K0 or R + 3 > _MOM_MAX:
+        raise ValueError("series_input: invalid argument")
+    a_arr = np.empty(R + 1, dtype=np.asarray(L).dtype)
+    cdef real_out[::1] a = a_arr
+    cerr_arr = np.empty(R + 1)
+    cdef double[::1] cerr = cerr_arr
+    re_arr = np.empty(K0, dtype=np.asarray(L).dtype)
+    im_arr = np.empty(K0, dtype=np.asarray(L).dtype)
+    dz_arr = np.empty(K0)
+    cdef real_out[::1] re = re_arr, im = im_arr
+    cdef double[::1] dz = dz_arr
+    cdef double A[_MOM_MAX]
+    cdef double e[_MOM_MAX]
+    cdef double gi
+    cdef long double pc[_MOM_MAX]
+    cdef long double Cm[_MOM_MAX]
+    cdef double eC[_MOM_MAX]
+    with nogil:
+        mu0 = <double>mu0l
+        g2 = _gam(<double>(2 * n + 2), uld)
+        d0 = 1.02 * (uld + g2 * g2) * mu0
+        # moment error bounds (compose._series_input)
+        for i in range(R + 3):
+            gi = _gam(<double>(i + lev), uld)
+            if i % 2 == 0:
+                A[i] = (<double>M[i]) * (1.0 + 1.01 * gi)
+        for i in range(1, R + 3, 2):
+            A[i] = sqrt(A[i - 1] * A[i + 1]) * 1.01
+        for i in range(R + 3):
+            if A[i] > mu0 + d0:
+                A[i] = mu0 + d0
+        for i in range(R + 1):
+            e[i] = _gam(<double>(i + lev), uld) * A[i]
+        g2 = _gam(<double>(2 * n + 2), uld)
+        g2 = g2 * g2
+        for i in range(2):
+            e[i] = 1.01 * (uld * fabs(<double>M[i]) + g2 * A[i])
+        # central moments about c (binomial transform, long double) and their errors
+        pc[0] = 1
+        for r in range(1, R + 1):
+            pc[r] = pc[r - 1] * (-c)
+        for r in range(R + 1):
+            acc_l = 0
+            ssum = 0.0
+            magsum = 0.0
+            for i in range(r + 1):
+                t_l = binom[r, i] * pc[r - i] * M[i]
+                acc_l = acc_l + t_l
+                ssum = ssum + fabs(<double>t_l)
+                magsum = magsum + fabs(<double>(binom[r, i] * pc[r - i])) * e[i]
+            Cm[r] = acc_l
+            eC[r] = magsum + gc[r] * ssum
+        for r in range(R + 1):
+            a[r] = <real_out>(Cm[r] / (mu0l * fact_ld[r]))
+            cerr[r] = 1.01 * (1.01 * eC[r] + fabs(<double>Cm[r]) * d0 / mu0) / (mu0 * fact[r]) \
+                + 5.0 * u * fabs(<double>a[r])
+            cerr[r] = cerr[r] + hor_g[r] * fabs(<double>a[r])
+    step_arr = np.empty(1, dtype=np.asarray(L).dtype)
+    cdef real_out[::1] stepv = step_arr
+    stepv[0] = two_pi * (<real_out>d) / (<real_out>N)
+    with nogil:
+        _series_eval(a, cerr, stepv[0], rho, fact_r1, re, im, dz)
+        T = (<long double>m) * c * (<long double>d)
+        if real_out is double:
+            Ti = <long long>rint(<double>T)
+        else:
+            Ti = <long long>rintl(T)
+        Tf = <real_out>(T - <long double>Ti)
+        step = two_pi / (<real_out>N)
+        Kc = K0
+        for k in range(K0):
+            re_k = re[k]
+            im_k = im[k]
+            wre = 1 - re_k
+            if real_out is double:
+                wabs = hypot(wre, im_k)
+            else:
+                wabs = <double>hypotl(wre, im_k)
+            gap = wabs * (1 - 4 * u) - dz[k]
+            if not gap >= 0.25:
+                Kc = k
+                break
+            v = im_k * im_k - re_k * (2 - re_k)
+            if real_out is double:
+                lw = log1p(v) / 2
+                ph = atan2(-im_k, wre)
+            else:
+                lw = log1pl(v) / 2
+                ph = atan2l(-im_k, wre)
+            ref = fabs(<double>re_k)
+            imf = fabs(<double>im_k)
+            lwf = fabs(<double>lw)
+            den = 0.99 * gap * gap
+            dlw = dz[k] / gap + 0.5 * _gam(4.0, u) * (ref * (2 + ref) + imf * imf) / den + 2 * u * lwf
+            absph = fabs(<double>ph)
+            dph = (3.141592653589793 / 2) * dz[k] / gap + u * (1 + ref) * imf / (gap * gap) + 2 * u * absph
+            kk = (<long long>k * Ti) % N
+            if kk < 0:
+                kk = kk + N
+            lin = -step * (<real_out>kk) - step * (<real_out>k) * Tf
+            dlin = 8 * u * (2 * 3.141592653589793) + (2 * 3.141592653589793 / N) * k * (
+                2 * uld * fabs(<double>T) + 4 * u * fabs(<double>Tf))
+            L[k] = (<real_out>m) * lw
+            P[k] = (<real_out>m) * ph + lin
+            absL[k] = fabs(<double>L[k])
+            absP[k] = fabs(<double>((<real_out>m) * ph)) + fabs(<double>lin)
+            dL[k] = 1.01 * m * dlw + 2 * u * absL[k]
+            dP[k] = 1.01 * m * dph + 2 * u * fabs(<double>((<real_out>m) * ph)) + 1.01 * dlin
+    return Kc, d0

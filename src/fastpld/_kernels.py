@@ -64,6 +64,45 @@ def query_tables(p: np.ndarray, factor: float):
     return S1, T, dgrid
 
 
+def delta_bounds(p: np.ndarray, v0: float, h: float, S1: np.ndarray, T: np.ndarray, padc: float, es: float,
+                 ds: float, pinf: float, eps: np.ndarray):
+    """``(lower, estimate, upper)`` of ``delta(eps)`` for one direction of a composed PMF.
+
+    :meth:`fastpld.curve.PrivacyLossDistribution.delta` for one direction, with
+    :meth:`fastpld.curve._Query.delta` inlined (same operations): ``p`` holds the
+    masses at ``v0 + j h``, ``S1``/``T`` its :func:`query_tables`, ``padc`` the
+    relative round-off pad of the tables, ``es``/``ds`` the spent eps/delta errors
+    and ``pinf`` the mass at infinity.
+    """
+    p = np.ascontiguousarray(p, dtype=np.float64)
+    eps = np.ascontiguousarray(eps, dtype=np.float64)
+    if _core is not None:
+        return _core.delta_bounds(p, float(v0), float(h), S1, T, float(padc), float(es), float(ds), float(pinf), eps)
+    n = p.size
+    if n == 0:
+        raise ValueError("delta_bounds: invalid argument")
+    u = np.finfo(np.float64).eps / 2
+    pp = np.concatenate([[0.0], p, [0.0]])
+
+    def d_pad(x):
+        J = np.clip(np.floor((x - v0) / h), -1, n).astype(np.int64) + 1
+        J = np.minimum(J, n)
+        vJ = v0 + h * J
+        with np.errstate(over="ignore", under="ignore"):
+            w = np.exp(np.minimum(x - vJ, 0.0))
+        d = np.maximum(S1[J] - w * T[J], 0.0)
+        err = 8 * u * (np.abs(x) + abs(v0) + h * n + 1.0)
+        near = pp[J] * (x - (v0 + h * (J - 1)) <= err) + pp[J + 1] * (vJ - x <= err)
+        return d, padc * S1[J] + err * (w * T[J] + near)
+
+    du, pu = d_pad(eps - es)
+    dl, pl = d_pad(eps + es)
+    de, _ = d_pad(eps)
+    up = np.minimum(1.0, (pinf + (1 - pinf) * np.minimum(1.0, du + pu + ds)) * (1 + 8 * u))
+    lo = (pinf + (1 - pinf) * np.maximum(0.0, dl - pl - ds)) * (1 - 8 * u)
+    return lo, np.clip(pinf + (1 - pinf) * de, lo, up), up
+
+
 def bucket_masses(F: np.ndarray, S: np.ndarray, split: int):
     """Bucket masses of Algorithm 1 from CDF/SF values at the ``n + 1`` edges: ``(q, total)``.
 
@@ -240,6 +279,80 @@ def log_mgf_grid(p: np.ndarray, cen: float, s: np.ndarray, m: float, K: np.ndarr
     K += m * (mx + np.log(np.exp(M - mx[:, None]).sum(axis=1)))
 
 
+def log_binomial_moments(lm: np.ndarray, lf: np.ndarray, lq1: float, lq: float, orders: np.ndarray) -> np.ndarray:
+    """``out[r] = log sum_{j <= a} exp(lf[a+1] - lf[j+1] - lf[a-j+1] + (a-j) lq1 + j lq + lm[j])``, ``a = orders[r]``.
+
+    The binomial Renyi moments of :func:`fastpld.mechanisms._log_binomial_moment`
+    (``lm[j] = log E_P[e^(j L)]``, ``lf[i] = log((i-1)!)``, ``lq1 = log(1-q)``, ``lq = log q``).
+    """
+    lm = np.ascontiguousarray(lm, dtype=np.float64)
+    lf = np.ascontiguousarray(lf, dtype=np.float64)
+    orders = np.ascontiguousarray(orders, dtype=np.int64)
+    if _core is not None:
+        return _core.log_binomial_moments(lm, lf, float(lq1), float(lq), orders)
+    if orders.size and orders.min() < 0:
+        raise ValueError("log_binomial_moments: invalid argument")
+    out = np.empty(orders.size)
+    for r, a in enumerate(orders.tolist()):
+        j = np.arange(a + 1)
+        with np.errstate(invalid="ignore"):
+            t = lf[a + 1] - lf[j + 1] - lf[a - j + 1] + np.where(a - j > 0, (a - j) * lq1, 0.0) + j * lq + lm[: a + 1]
+        mx = float(t.max())
+        out[r] = mx + math.log(float(np.exp(t - mx).sum())) if math.isfinite(mx) else mx
+    return out
+
+
+def binomial_chord(x: np.ndarray, shift: int, lm: np.ndarray, lf: np.ndarray, lq1: float, lq: float,
+                   memo: np.ndarray) -> np.ndarray:
+    """Chord bound ``(1 - w) Kb(a) + w Kb(a + 1)`` (``Kb(a)`` alone where ``w = 0``) at ``a = floor(x) + shift``,
+    ``w = x - floor(x)``, with ``Kb`` the sums of :func:`log_binomial_moments`; ``memo`` (NaN = not yet
+    computed, one entry per order, as many as ``lm``) caches ``Kb`` and is filled in place."""
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    if _core is not None:
+        return _core.binomial_chord(x, int(shift), lm, lf, float(lq1), float(lq), memo)
+    lo = np.floor(x)
+    if x.size and not (lo.min() >= 0 and lo.max() + shift + 1 <= memo.size - 1):
+        raise ValueError("binomial_chord: invalid argument")
+    a = lo.astype(np.int64) + int(shift)
+    need = np.unique(np.concatenate([a, a + 1]))
+    need = need[np.isnan(memo[need])]
+    if need.size:
+        memo[need] = log_binomial_moments(lm, lf, lq1, lq, need)
+    w = x - lo
+    with np.errstate(invalid="ignore"):
+        return np.where(w == 0, memo[a], (1 - w) * memo[a] + w * memo[np.minimum(a + 1, memo.size - 1)])
+
+
+def chernoff_quantiles(kp: np.ndarray, kn: np.ndarray, s: np.ndarray, c: float, lt: float):
+    """``(lo, up)`` with ``up = min_i (c kp_i - lt) / s_i`` and ``lo = -min_i (c kn_i - lt) / s_i``.
+
+    The planner's Chernoff quantiles (:func:`fastpld.compose._chernoff_quantiles`): ``+inf``
+    entries drop out of the minimum; a NaN side (or an empty grid) gives ``-inf`` / ``+inf``.
+    """
+    kp = np.ascontiguousarray(kp, dtype=np.float64)
+    kn = np.ascontiguousarray(kn, dtype=np.float64)
+    s = np.ascontiguousarray(s, dtype=np.float64)
+    if _core is not None:
+        return _core.chernoff_quantiles(kp, kn, s, float(c), float(lt))
+    if s.size == 0:
+        return -math.inf, math.inf
+    with np.errstate(invalid="ignore", over="ignore"):
+        up = float(np.min((c * kp - lt) / s))
+        lo = -float(np.min((c * kn - lt) / s))
+    return (-math.inf if math.isnan(lo) else lo), (math.inf if math.isnan(up) else up)
+
+
+def chernoff_window(ps, cens, ms, srel: np.ndarray, refine: np.ndarray, w: float):
+    """Window ``(lo, hi, sp, Kp, sn, Kn)`` of :func:`fastpld.compose._chernoff_window` in one
+    compiled call (its coarse-to-fine search, the same kernels and arithmetic), or ``None``
+    without the compiled core or for more than 64 inputs (the caller then runs the search itself)."""
+    if _core is None or not 0 < len(ps) <= 64:
+        return None
+    return _core.chernoff_window([np.ascontiguousarray(p, dtype=np.float64) for p in ps], [float(c) for c in cens],
+                                 [float(m) for m in ms], np.ascontiguousarray(srel, dtype=np.float64),
+                                 np.ascontiguousarray(refine, dtype=np.float64), float(w))
+
+
 def fold(p: np.ndarray, cen: int, out: np.ndarray) -> None:
     """Circular placement into ``out`` (any float dtype): ``out[:] = 0; out[(i - cen) mod N] += p[i]``."""
     if _core is not None and p.dtype in (np.float64, np.longdouble) and p.flags.c_contiguous:
@@ -278,12 +391,21 @@ def split(p: np.ndarray, offset: float, mesh_in: float, mesh_out: float, dtype):
     return out + up, j0, tmax
 
 
-def spectrum_terms(X, m, logmag, phase, lr64, lrg64, ph64, g, first) -> None:
+def spectrum_terms(X, m, logmag, phase, lr64, lrg64, ph64, g, first, dead=None, rdead=0.0) -> None:
     """Accumulate ``m log|X|``, ``m arg X`` (in ``X``'s precision) and the float64 terms of the
-    round-off bound (``log|X|``, ``log(|X| + g)``, ``arg X``) for one input spectrum."""
+    round-off bound (``log|X|``, ``log(|X| + g)``, ``arg X``) for one input spectrum.
+
+    The compiled kernel marks frequencies with ``|X| < rdead`` in ``dead`` and skips them (the
+    numpy version computes every frequency and leaves ``dead`` at 0: same bound up to 1e-300s).
+    """
+    if dead is None:
+        dead = np.zeros(X.shape[0], dtype=np.uint8)
+        rdead = 0.0
     if _core is not None:
-        _core.spectrum_terms(X, float(m), logmag, phase, lr64, lrg64, ph64, float(g), bool(first))
+        _core.spectrum_terms(X, float(m), logmag, phase, lr64, lrg64, ph64, float(g), bool(first), dead, float(rdead))
         return
+    if first:
+        dead[:] = 0
     with np.errstate(divide="ignore", invalid="ignore"):
         a = np.abs(X)
         ph = np.angle(X)
@@ -300,12 +422,24 @@ def spectrum_terms(X, m, logmag, phase, lr64, lrg64, ph64, g, first) -> None:
         phase += m * ph
 
 
-def power_fp(logmag, phase, LR, LRG, PH, ms, g, u, N, Pc):
+_EMPTY = np.zeros(0)
+
+
+def power_fp(logmag, phase, LR, LRG, PH, ms, g, u, N, Pc, K=0, lp_low=None, amp_low=None, dead=None):
     """Write the polar power ``exp(logmag) e^(i phase)`` into ``Pc``; return the weighted sums
-    ``(sum_k w_k amp_k^2, sum_k w_k P_k^2)`` of the round-off bound of :func:`fastpld.compose._fp_fft_bound`."""
+    ``(sum_k w_k amp_k^2, sum_k w_k P_k^2)`` of the round-off bound of :func:`fastpld.compose._fp_fft_bound`.
+
+    For ``k < K`` the bound terms are ``amp_low[k]`` and ``exp(lp_low[k])`` (the accurate
+    low-frequency series of :func:`fastpld.compose._series_spectrum`).
+    """
     ms = np.ascontiguousarray(ms, dtype=np.float64)
+    lp_low = _EMPTY if lp_low is None else np.ascontiguousarray(lp_low, dtype=np.float64)
+    amp_low = _EMPTY if amp_low is None else np.ascontiguousarray(amp_low, dtype=np.float64)
+    if dead is None:
+        dead = np.zeros(logmag.shape[0], dtype=np.uint8)
     if _core is not None:
-        return _core.power_fp(logmag, phase, LR, LRG, PH, ms, float(g), float(u), int(N), Pc)
+        return _core.power_fp(logmag, phase, LR, LRG, PH, ms, float(g), float(u), int(N), Pc, int(K), lp_low,
+                              amp_low, dead)
     # a long double node reduces by a long double 2 pi (see compose._TWO_PI_LD)
     ph = np.remainder(phase, _TWO_PI_LD if phase.dtype == np.longdouble else _TWO_PI)
     with np.errstate(under="ignore", over="ignore", invalid="ignore"):
@@ -327,8 +461,101 @@ def power_fp(logmag, phase, LR, LRG, PH, ms, g, u, N, Pc):
         # polar-power rounding, plus the rounding of |X| before its m-th power (~ m u)
         amp = amp + (8 * u * cond + 2 * u * float(ms.sum())) * np.exp(sum_lr)
         amp = np.where(np.isfinite(amp), amp, 0.0)
+        if K:
+            amp = np.array(amp, dtype=np.float64)
+            amp[:K] = amp_low[:K]
+            log_prod = np.array(log_prod, dtype=np.float64)
+            log_prod[:K] = lp_low[:K]
         w = np.full(amp.shape, 2.0)
         w[0] = 1.0
         if N % 2 == 0:
             w[-1] = 1.0
-        return float(np.sum(w * amp**2)), float(np.sum(w * np.exp(2 * log_prod)))
+        return float(np.sum(w * amp**2)), float(np.sum(w * np.exp(2 * log_prod))), 0.0
+
+
+SERIES_BLOCK = 16  # the compiled pairwise sum's block length (enters the error bound)
+
+
+def series_moments(p: np.ndarray, cen: int, d: float, R1: int, native: bool = True) -> np.ndarray:
+    """Scaled power moments ``M_r = sum_j p_j ((j - cen) / d)^r``, ``r < R1``, in long double.
+
+    ``d`` is a power of two, so the scaling is exact.  Summation is pairwise: every term
+    takes part in at most ``ceil(log2 n) + SERIES_BLOCK`` additions in either
+    implementation, and the powers in ``r`` roundings, so
+    ``|M~_r - M_r| <= gamma_(r + ceil(log2 n) + SERIES_BLOCK + 1) sum_j p_j |s_j|^r`` (long double ``u``).
+    ``M_0`` and ``M_1`` are compensated (Sum2 of the exact terms ``p_j`` and of ``p_j s_j`` split
+    into exact halves): ``|M~_r - M_r| <= u |M_r| + gamma_(2n)^2 sum_j p_j |s_j|^r``.
+    """
+    out = np.empty(R1, dtype=np.longdouble)
+    if native and _core is not None and p.dtype in (np.float64, np.longdouble) and p.flags.c_contiguous:
+        _core.series_moments(p, int(cen), float(d), out)
+        return out
+    n = p.size
+    s = (np.arange(n, dtype=np.float64) - cen).astype(np.longdouble) / np.longdouble(d)
+    n2 = 1 << max(0, (n - 1).bit_length())
+    A = np.zeros((R1, n2), dtype=np.longdouble)
+    pw = p.astype(np.longdouble)
+    for r in range(R1):
+        A[r, :n] = pw
+        pw = pw * s
+    while A.shape[1] > 1:
+        h = A.shape[1] // 2
+        A = A[:, :h] + A[:, h:]
+    out[:] = A[:, 0]
+    # M_0, M_1: pairwise TwoSum tree over exact terms (errors kept exactly, summed at the end)
+    x = p.astype(np.longdouble)
+    t = np.longdouble(4294967297.0) * x
+    hi = t - (t - x)
+    lo = x - hi
+    for r, terms in ((0, x), (1, np.concatenate([hi * s, lo * s]))):
+        if r >= R1:
+            break
+        m = 1 << max(0, (terms.size - 1).bit_length())
+        v = np.zeros(m, dtype=np.longdouble)
+        v[: terms.size] = terms
+        err = np.zeros(m, dtype=np.longdouble)
+        while v.size > 1:
+            h = v.size // 2
+            a, b = v[:h], v[h:]
+            sm = a + b
+            bb = sm - a
+            err = err[:h] + err[h:] + ((a - (sm - bb)) + (b - bb))
+            v = sm
+        out[r] = v[0] + err[0]
+    return out
+
+
+def series_eval(a: np.ndarray, cerr: np.ndarray, step, rho: float, fact_r1: float, K: int, native: bool = True):
+    """``(re, im, dz)`` of the low-frequency series at ``phi_k = k step``, ``k < K`` (see ``_core.series_eval``).
+
+    ``a`` (float64 or long double, length ``R + 1``, ``R`` even) are the coefficients, ``cerr``
+    their error weights; the evaluation runs in ``a``'s precision.
+    """
+    W = a.dtype.type
+    re = np.empty(K, dtype=a.dtype)
+    im = np.empty(K, dtype=a.dtype)
+    dz = np.empty(K)
+    cerr = np.ascontiguousarray(cerr, dtype=np.float64)
+    if native and _core is not None and a.dtype in (np.float64, np.longdouble):
+        _core.series_eval(np.ascontiguousarray(a), cerr, np.array([step], dtype=a.dtype), float(rho), float(fact_r1),
+                          re, im, dz)
+        return re, im, dz
+    R = a.size - 1
+    phi = np.arange(K).astype(W) * W(step)
+    x = phi * phi
+    acc = np.full(K, a[R], dtype=a.dtype)
+    for r in range(R - 2, 1, -2):
+        acc = a[r] - x * acc
+    re[:] = x * acc
+    acc = np.full(K, a[R - 1], dtype=a.dtype)
+    for r in range(R - 3, 0, -2):
+        acc = a[r] - x * acc
+    im[:] = phi * acc
+    phf = phi.astype(np.float64)
+    err = np.zeros(K)
+    pw = np.ones(K)
+    for r in range(1, R + 1):
+        pw = pw * phf
+        err += cerr[r] * pw
+    dz[:] = 1.01 * (2 * err + 2 * 1.01 * (phf * rho * 1.001) ** (R + 1) / fact_r1)
+    return re, im, dz

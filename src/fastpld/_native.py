@@ -106,7 +106,7 @@ class NativeBackend(_fft.Backend):
         fft.execute()
         return fft.output_array * dt(1.0 / n)
 
-    def convolve(self, ins, N, dtype, u):
+    def convolve(self, ins, N, dtype, u, ser=None, low=None):
         """``irfft(prod_c rfft(fold(p_c))^m_c)`` and its round-off bound ``(out, l1, linf)``.
 
         ``ins``: list of ``(probs, centre_index, m)``.  Same arithmetic as the reference
@@ -117,23 +117,36 @@ class NativeBackend(_fft.Backend):
         inv = _plan(N, dt, False)
         F = N // 2 + 1
         C = len(ins)
-        g = 12.0 * u * math.ceil(math.log2(max(N, 2)))
+        g = 12.0 * u * math.ceil(math.log2(max(N, 2))) + (ser[5] if ser is not None else 0.0)
         logmag = np.empty(F, dtype=dt)
         phase = np.empty(F, dtype=dt)
         LR = np.empty((C, F))
         LRG = np.empty((C, F))
         PH = np.empty((C, F))
         ms = np.empty(C)
+        dead = np.empty(F, dtype=np.uint8)
+        # skip frequencies where one input's power alone is below e^-800: the others' powers are
+        # at most (1 + g')^m' <= e^10 there, so the product stays below e^-790 (charged 1e-300 each)
+        msum = float(sum(m for _, _, m in ins))
+        skip = msum * (g + 1e-10) < 10
         for c, (p, cen, m) in enumerate(ins):
             p = np.ascontiguousarray(p)
             _kernels.fold(p, cen, fwd.input_array)
             fwd.execute()
-            _kernels.spectrum_terms(fwd.output_array, m, logmag, phase, LR[c], LRG[c], PH[c], g, c == 0)
+            rdead = math.exp(-800.0 / m) - g if skip else 0.0
+            _kernels.spectrum_terms(fwd.output_array, m, logmag, phase, LR[c], LRG[c], PH[c], g, c == 0, dead,
+                                    max(rdead, 0.0))
             ms[c] = m
-        e2sq, p2sq = _kernels.power_fp(logmag, phase, LR, LRG, PH, ms, g, u, N, inv.input_array)
+        K = 0
+        if ser is not None:  # accurate low-frequency series (compose._series_spectrum)
+            K = ser[0]
+            logmag[:K] = ser[1]
+            phase[:K] = ser[2]
+        e2sq, p2sq, ndead = _kernels.power_fp(logmag, phase, LR, LRG, PH, ms, g, u, N, inv.input_array, K,
+                                              low[1] if low else None, low[2] if low else None, dead)
         inv.execute()
         out = inv.output_array * dt.type(1.0 / N)
-        e2, p2 = math.sqrt(e2sq), math.sqrt(p2sq)
+        e2, p2 = math.sqrt(e2sq) + 2e-300 * ndead, math.sqrt(p2sq) + 2e-300 * ndead
         l1 = e2 + g * p2
         return out, l1, l1 / math.sqrt(N)
 

@@ -27,8 +27,11 @@ follows and add up what each step costs.
   their exact moment generating function, and charged once per instance.
 * Round-off: FFT error is bounded per node (componentwise forward error
   ``12 u log2 N``, propagated through the powers and the inverse transform)
-  and charged as total variation per instance; nodes whose charge would not fit
-  run in long double.  CDF round-off widens the leaf coupling range (see
+  and charged as total variation per instance; near frequency 0, where the
+  ``m``-th power would amplify that error ``m``-fold, the spectrum comes from
+  the inputs' central moments with a proved error instead
+  (:func:`_series_spectrum`); nodes whose charge would not fit run in long
+  double.  CDF round-off widens the leaf coupling range (see
   :mod:`fastpld.discretize`).  Mean errors add ``instances * bias`` to eps.
 
 The resulting pair ``(eps_spent, delta_spent)`` satisfies
@@ -36,6 +39,7 @@ The resulting pair ``(eps_spent, delta_spent)`` satisfies
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from dataclasses import dataclass, field
@@ -47,7 +51,7 @@ from . import _fft, _kernels
 from . import _validation as V
 from .curve import DirectionResult, PrivacyLossDistribution, StageInfo
 from .discretize import GridPMF, discretize_loss, rediscretize, truncation_window
-from .mechanisms import DiscreteLoss, Mechanism, PrivacyLoss
+from .mechanisms import DiscreteLoss, Mechanism, PrivacyLoss, SubsampledLoss
 
 __all__ = ["compose", "METHODS", "DEFAULT_MAX_BUCKETS"]
 
@@ -185,7 +189,7 @@ def _chain(loss, count, method, arity, gid, top_group=0):
     return top, {"arity": a, "levels": t + 1}
 
 
-def _build_plan(parts, method, arity, merge=None):
+def _build_plan(parts, method, arity, merge=None, native=False):
     """Plan for the heterogeneous list ``parts`` of ``(loss, count)``.
 
     ``merge=None``: every part's chain feeds one root (Appendix B with one block).
@@ -210,7 +214,7 @@ def _build_plan(parts, method, arity, merge=None):
     b = max(2, int(merge))
     # similar parts side by side keep the narrow blocks narrow (order does not affect correctness)
     # (key: upper Chernoff quantile of each part at a moderate tail, from the cached MGF grids)
-    kp = np.array([_k_grid(loss)[0] for loss, _ in parts]) * np.array([float(c) for _, c in parts])[:, None]
+    kp = np.array([_k_grid(loss, native)[0] for loss, _ in parts]) * np.array([float(c) for _, c in parts])[:, None]
     with np.errstate(invalid="ignore", over="ignore"):
         size = np.min((kp + 20.0) / _S_ABS, axis=1)
     order = sorted(range(len(parts)), key=lambda i: (size[i], parts[i][1]))
@@ -251,39 +255,56 @@ def _build_plan(parts, method, arity, merge=None):
 _S_ABS = np.geomspace(1e-7, 1e5, 361)
 
 
-def _k_grid(loss):
-    """Cached ``(K(+s), K(-s))`` on the absolute grid ``_S_ABS``."""
-    cache = getattr(loss, "_fastpld_kgrid", None)
+def _k_grid(loss, native=False):
+    """Cached ``(K(+s), K(-s))`` on the absolute grid ``_S_ABS``.
+
+    ``native``: subsampled losses take their binomial moments from the compiled kernel (cached
+    apart from the numpy backend's grids: each backend's plans must not depend on call history).
+    """
+    native = bool(native) and isinstance(loss, SubsampledLoss)
+    attr = "_fastpld_kgrid_native" if native else "_fastpld_kgrid"
+    cache = getattr(loss, attr, None)
     if cache is None:
         s = _S_ABS
         if isinstance(loss, DiscreteLoss):
             kp, kn = loss.log_mgf(s), loss.log_mgf(-s)
         else:
+            lmgf = (lambda x: loss.log_mgf(x, native=True)) if native else loss.log_mgf
             with np.errstate(over="ignore", invalid="ignore"):
-                kp = np.asarray(loss.log_mgf(np.where(s <= 512, s, np.nan)), dtype=np.float64)
-                kn = np.asarray(loss.log_mgf(np.where(s <= 512, -s, np.nan)), dtype=np.float64)
+                kp = np.asarray(lmgf(np.where(s <= 512, s, np.nan)), dtype=np.float64)
+                kn = np.asarray(lmgf(np.where(s <= 512, -s, np.nan)), dtype=np.float64)
             kp = np.where(np.isnan(kp), np.inf, kp)
             kn = np.where(np.isnan(kn), np.inf, kn)
         cache = (kp, kn)
         try:
-            loss._fastpld_kgrid = cache
+            setattr(loss, attr, cache)
         except AttributeError:  # pragma: no cover
             pass
     return cache
 
 
-def _est_window(parts, tail):
-    """Approximate ``[lo, hi]`` holding ``sum_i (count_i copies of loss_i)`` up to ``tail`` each side."""
+def _est_window(parts, tail, native=False):
+    """Approximate ``[lo, hi]`` holding ``sum_i (count_i copies of loss_i)`` up to ``tail`` each side.
+
+    ``native``: the quantiles of one part come from the compiled kernel (same arithmetic).
+    """
     # called ~10 times per candidate plan: one array operation per loss
     kp = kn = None
     lo_sup = hi_sup = 0.0
-    for loss, c in parts:
-        a, b = _k_grid(loss)
+    if native and len(parts) == 1:
+        loss, c = parts[0]
+        a, b = _k_grid(loss, True)
+        lo, up = _kernels.chernoff_quantiles(a, b, _S_ABS, float(c), math.log(tail))
+        lo_sup = c * loss.support[0] if math.isfinite(loss.support[0]) else -math.inf
+        hi_sup = c * loss.support[1] if math.isfinite(loss.support[1]) else math.inf
+    for loss, c in ([] if native and len(parts) == 1 else parts):
+        a, b = _k_grid(loss, native)
         kp = c * a if kp is None else kp + c * a
         kn = c * b if kn is None else kn + c * b
         lo_sup += c * loss.support[0] if math.isfinite(loss.support[0]) else -math.inf
         hi_sup += c * loss.support[1] if math.isfinite(loss.support[1]) else math.inf
-    lo, up = _chernoff_quantiles(kp, kn, tail)
+    if kp is not None:
+        lo, up = _chernoff_quantiles(kp, kn, tail, native)
     if not (math.isfinite(up) and math.isfinite(lo)):  # no MGF known: Gaussian approximation
         mean = var = 0.0
         for loss, c in parts:
@@ -309,18 +330,20 @@ _T_POINT_LD = 1.25  # per point of a long double node, per child FFT, at log2 N 
 _T_POINT_64 = 0.12
 
 
-def _predict(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache=None, budgets=None):
+def _predict(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache=None, budgets=None, native=False):
     """Choose meshes per group and predict the work; returns (meshes, cost, sizes).
+
+    ``native``: the MGF grids and Chernoff quantiles come from the compiled kernels.
 
     ``wcache`` (a dict shared by the candidate plans of one composition) memoises the
     windows of objects holding copies of a single loss, keyed by the log tail rounded
     to an integer (prediction only: execution computes its own windows).
     """
     with np.errstate(invalid="ignore", over="ignore"):  # once here, not per _est_window call
-        return _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets)
+        return _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets, native)
 
 
-def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets):
+def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets, native=False):
     if wcache is None:
         wcache = {}
     a = plan.copies_per_group()
@@ -336,14 +359,14 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
         key = (id(loss), copies, lt)
         r = wcache.get(key)
         if r is None:
-            r = wcache[key] = _est_window([(loss, copies)], math.exp(lt))
+            r = wcache[key] = _est_window([(loss, copies)], math.exp(lt), native)
         return r
 
     def get_agg(o):
         r = agg.get(id(o))
         if r is None:
             loss, copies = single[id(o)]
-            kp, kn = _k_grid(loss)
+            kp, kn = _k_grid(loss, native)
             lo, hi = loss.support
             r = (copies * kp, copies * kn, copies * lo if math.isfinite(lo) else -math.inf,
                  copies * hi if math.isfinite(hi) else math.inf)
@@ -373,9 +396,9 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
                     lo_s += m * clo
                     hi_s += m * chi
                 agg[id(o)] = (kp, kn, lo_s, hi_s)
-                lo, hi = _agg_window(kp, kn, lo_s, hi_s, tail)
+                lo, hi = _agg_window(kp, kn, lo_s, hi_s, tail, native)
                 if not (math.isfinite(lo) and math.isfinite(hi)):
-                    lo, hi = _est_window(_leaf_parts(o), tail)
+                    lo, hi = _est_window(_leaf_parts(o), tail, native)
             w = hi - lo
             widths[o.group] += w * (len(o.children) + 1)
         node_w[id(o)] = w
@@ -406,16 +429,16 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
             lg = math.ceil(math.log2(nn))
             inst = plan.instances[id(o)]
             msum = sum(m for _, m in o.children)
-            est64 = inst * (2.0 * msum * 12 * _U64 * lg + 4 * _U64)
+            est64, est_ser = _fp64_estimates(inst, msum, lg, max(m for _, m in o.children))
             # _run_node tries float64 up to the node's share of the round-off budget; the measured
-            # charge is typically a few times est64, so the try is predicted to hold up to half of it
-            ld = est64 > 0.25 * allowance and est64 > 0.5 * node_allowance
+            # charge is typically a few times the estimate, so the try is predicted to hold up to half of it
+            ld = est64 > 0.25 * allowance and est_ser > 0.5 * node_allowance
             if ld:
                 fp_pred += inst * (2.0 * msum * 12 * _ULD * lg + 4 * _ULD)
             elif est64 > 0.25 * allowance:
-                fp_pred += 2.5 * est64
+                fp_pred += 2.5 * est_ser
             per_point = _T_POINT_LD if ld else _T_POINT_64
-            if ld and est64 <= node_allowance:  # the float64 try that is redone
+            if ld and est_ser <= node_allowance:  # the float64 try that is redone
                 per_point += _T_POINT_64
             cost += _T_NODE + nn * (len(o.children) + 1) * per_point * lg / 12
     # (a plan whose measured charges do not fit is not fatal: compose falls back to the next one)
@@ -424,21 +447,24 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
     return meshes, cost, sizes
 
 
-def _chernoff_quantiles(kp, kn, tail):
+def _chernoff_quantiles(kp, kn, tail, native=False):
     """``(lo, up)`` with ``Pr[S < lo], Pr[S > up] <= tail`` from summed log-MGF grids on ``+-_S_ABS``.
 
     ``+inf`` grid entries (unknown MGF) drop out of the minimum; non-finite if nothing is known.
+    ``native``: one pass of the compiled kernel (same arithmetic, same result).
     """
     lt = math.log(tail)
+    if native:
+        return _kernels.chernoff_quantiles(kp, kn, _S_ABS, 1.0, lt)
     with np.errstate(invalid="ignore", over="ignore"):
         up = float(np.min((kp - lt) / _S_ABS))
         lo = -float(np.min((kn - lt) / _S_ABS))
     return (-math.inf if math.isnan(lo) else lo), (math.inf if math.isnan(up) else up)
 
 
-def _agg_window(kp, kn, lo_sup, hi_sup, tail):
+def _agg_window(kp, kn, lo_sup, hi_sup, tail, native=False):
     """Chernoff window of a sum from its summed MGF grids (as :func:`_est_window`, non-finite if unknown)."""
-    lo, up = _chernoff_quantiles(kp, kn, tail)
+    lo, up = _chernoff_quantiles(kp, kn, tail, native)
     return max(lo, lo_sup), min(up, hi_sup)
 
 
@@ -483,8 +509,20 @@ def _chernoff_window(inputs, w, native=False):
 
     ``inputs``: list of (probs, centre_index, m).  Returns (lo, hi, tailfun) where
     ``tailfun(x, upper)`` bounds ``Pr[I >= x]`` / ``Pr[I <= x]``.  ``native``: the
-    moments and the log-MGF grid come from the compiled kernels (same sums).
+    moments and the log-MGF grid come from the compiled kernels (same sums), and the whole
+    search below runs in one compiled call when the core is built (same steps, same result).
     """
+    if native:
+        r = _kernels.chernoff_window([p for p, _, _ in inputs], [cen for _, cen, _ in inputs],
+                                     [m for _, _, m in inputs], _S_REL, _S_REFINE, w)
+        if r is not None:
+            lo_n, hi_n, sp_n, Kp_n, sn_n, Kn_n = r
+
+            def tail_n(x, upper):
+                e = Kp_n - sp_n * x if upper else Kn_n - sn_n * x
+                return float(min(1.0, math.exp(min(0.0, float(e.min())))))
+
+            return lo_n, hi_n, tail_n
     sd2 = 0.0
     ks = []
     for p, cen, m in inputs:
@@ -566,12 +604,238 @@ def _chernoff_window(inputs, w, native=False):
     return math.floor(l_star) + 1, math.ceil(u_star) - 1, tail
 
 
-def _fp_fft_bound(specs, N, u):
+_SERIES_R = 48  # degree of the low-frequency series
+_SERIES_PHI = 4.0  # used for theta max|j - c| <= 4: remainder <= 4^49 / 49! ~ 5e-34
+_SERIES_MIN_ABS = 0.25  # and only while |1 - Z| >= 0.25 holds (Lipschitz constants of log and arg)
+_FACT = [float(math.factorial(r)) for r in range(_SERIES_R + 2)]
+
+
+def _gamma(k, u):
+    return k * u / (1.0 - k * u)
+
+
+def _gamma_vec(k, u):
+    k = np.asarray(k, dtype=np.float64)
+    return k * u / (1.0 - k * u)
+
+
+def _series_spectrum(ins, N, dtype=np.float64, native=True):
+    """Accurate low-frequency spectrum of a node: ``(K, L, Phi, dL, dPhi, g_extra, scale)`` or ``None``.
+
+    Why: a node raises each input spectrum ``X`` to the power ``m``; an FFT computes ``X`` to
+    an absolute ``g ~ u log N``, and near frequency 0 (``|X| ~ 1``) that error grows ``m``-fold,
+    which made large powers need long double and made the round-off charge grow like ``k u``.
+    Here, for the frequencies ``theta_k = 2 pi k / N`` with ``theta_k d rho <= 4`` (``d``, a power
+    of two, bounds ``|j - cen|`` on the input's support; ``d rho >= max |j - cen - c d|``), the input's
+    characteristic function is expanded about its mean ``c d``:
+    ``X / mu0 = e^(-i theta c d) (1 - Z')``, ``Z' = -sum_(r>=1) (-i theta d)^r C_r / (r! mu0)``
+    with the central moments ``C_r`` of ``s = (j - cen) / d`` (long double pairwise sums and a
+    binomial transform), evaluated with a rigorous bound ``dZ`` on ``|Z'~ - Z'|`` (moment
+    rounding, Horner rounding, Taylor remainder ``4^49 / 49!``).  The linear phase
+    ``m theta c d`` is reduced exactly (integer part modulo ``N``).  Then ``m log|1 - Z'|`` and
+    ``m arg(1 - Z')`` carry errors ``~ m dZ`` with ``dZ ~ u |Z'|``: where ``|X|^m`` matters,
+    ``m |Z'| = O(1)``, so the error no longer grows with ``m``.  Evaluated in ``dtype``
+    (float64 or long double: the node's precision).
+
+    ``native``: the compiled kernels (the numpy backend keeps the numpy reference).
+
+    The spectrum computed for an input is that of ``mu0~ p / mu0`` (its normalised PMF times the
+    computed total ``mu0~``): a common scale per input, which the node's normalisation removes
+    (``scale`` bounds ``sum m |log(mu0~ / mu0)|``; ``_run_node`` widens ``l1`` by ``1 + 2 scale``).
+    The FFT values at the other frequencies approximate the same scaled spectrum within
+    ``g + |mu0~ - mu0|``: ``g_extra`` is that addition.  ``L, Phi`` (in ``dtype``) are the summed
+    ``m log|X|`` and ``m arg X`` at ``k < K``; ``dL, dPhi`` bound their errors.  ``None`` when
+    no frequency qualifies.
+    """
+    F = N // 2 + 1
+    R = _SERIES_R
+    W = np.dtype(dtype).type
+    u = _U64 if W is np.float64 else _ULD  # working precision of the evaluation
+    uld = _ULD
+    LD = np.longdouble
+    two_pi = W(_TWO_PI_LD) if W is LD else 2 * math.pi
+    heads = []
+    K = F
+    for p, cen, m in ins:
+        n = p.size
+        tmax = max(cen, n - 1 - cen, 1)
+        d = 2.0 ** math.ceil(math.log2(tmax))
+        Mld = _kernels.series_moments(np.ascontiguousarray(p), cen, d, R + 3, native)
+        if not Mld[0] > 0:
+            return None
+        c = Mld[1] / Mld[0]  # expansion point (the mean, in units of d); any value is exact below
+        rho = (tmax / d + abs(float(c))) * (1 + 1e-12)  # |s_j - c| <= rho
+        K = min(K, int(math.floor(_SERIES_PHI * N / (2 * math.pi * d * rho))) + 1)
+        heads.append((d, Mld, c, rho))
+    if K < 2:
+        return None
+    K0 = K
+    Ltot = np.zeros(K, dtype=W)
+    Ptot = np.zeros(K, dtype=W)
+    dL = np.zeros(K)
+    dP = np.zeros(K)
+    absL = np.zeros(K)
+    absP = np.zeros(K)
+    g_extra = 0.0
+    scale = 0.0
+    for (p, cen, m), (d, Mld, c, rho) in zip(ins, heads):
+        n = p.size
+        lev = max(n - 1, 1).bit_length() + _kernels.SERIES_BLOCK + 1
+        mu0l = Mld[0]
+        mu0 = float(mu0l)
+        Kc, d0, Lc, Pc, dLc, dPc, aL, aP = _series_input(Mld, c, rho, d, m, n, N, K0, W, u, lev, two_pi, native)
+        if Kc < K:
+            K = Kc
+            if K < 2:
+                return None
+        g_extra = max(g_extra, d0)
+        scale += m * d0 / (mu0 - d0)
+        Ltot = Ltot + Lc
+        Ptot = Ptot + Pc
+        absL += aL
+        absP += aP
+        dL += dLc
+        dP += dPc
+        # the scale: log|mu0~ e^(-i theta c d) (1 - Z')| = log mu0~ + log|1 - Z'|
+        ls = W(m) * W(np.log(mu0l))  # |log mu0~| ~ u: its rounding is negligible
+        Ltot = Ltot + ls
+        absL += abs(float(ls))
+        dL += 4 * u * abs(float(ls))
+    C = len(ins)
+    dL = dL + _gamma(2 * C, u) * absL
+    dP = dP + _gamma(2 * C, u) * absP
+    if scale > 1e-6:
+        return None
+    return K, Ltot[:K], Ptot[:K], dL[:K], dP[:K], g_extra, scale
+
+
+def _series_input(Mld, c, rho, d, m, n, N, K0, W, u, lev, two_pi, native=True):
+    """One input's terms of :func:`_series_spectrum`: ``(K, d0, L, Phi, dL, dPhi, |L|, |Phi|)``.
+
+    ``K``: the first frequency where ``|1 - Z'| - dZ < 1/4`` (``K0`` if none); the arrays have
+    ``K0`` entries, valid below ``K``.  Compiled (``_core.series_input``) when built and ``native``
+    (the numpy backend keeps this numpy reference).
+    """
+    R = _SERIES_R
+    uld = _ULD
+    LD = np.longdouble
+    fact_ld, fact, binom, _ = _SERIES_CONST
+    hor_g = _SERIES_HOR[W is LD]
+    if native and _kernels._core is not None:
+        L = np.zeros(K0, dtype=W)
+        P = np.zeros(K0, dtype=W)
+        dL, dP, aL, aP = np.zeros(K0), np.zeros(K0), np.zeros(K0), np.zeros(K0)
+        Kc, d0 = _kernels._core.series_input(Mld, np.array([c], dtype=LD), float(rho), float(d), float(m), int(n),
+                                             int(N), fact_ld, fact, binom, hor_g, _SERIES_GC, float(u), float(uld),
+                                             int(lev), _FACT[R + 1], np.array([two_pi], dtype=W), L, P, dL, dP, aL, aP)
+        return Kc, d0, L, P, dL, dP, aL, aP
+    k = np.arange(K0).astype(W)
+    kk = np.arange(K0, dtype=np.int64)
+    mu0l = Mld[0]
+    mu0 = float(mu0l)
+    # |mu0~ - mu0| of the compensated long double sum (mu0~ is the series' scale): u + gamma_(2n)^2
+    d0 = 1.02 * (uld + _gamma(2 * n + 2, uld) ** 2) * mu0
+    # |M~_i - M_i| <= gamma_(i + lev) A_i, A_i >= sum p |s|^i: even i from M_i itself, odd i by
+    # Cauchy-Schwarz sqrt(A_(i-1) A_(i+1))
+    gi = _gamma_vec(np.arange(R + 3) + lev, uld)
+    Mf = Mld.astype(np.float64)
+    A = np.empty(R + 3)
+    A[0::2] = Mf[0::2] * (1 + 1.01 * gi[0::2])
+    A[1::2] = np.sqrt(A[0:-1:2] * A[2::2]) * 1.01  # R even: A has R + 3 entries
+    A = np.minimum(A, mu0 + d0)  # |s| <= 1
+    e = (gi * A)[: R + 1]
+    # M_0, M_1 are compensated sums (their errors would grow with m: a mean shift)
+    g2 = _gamma(2 * n + 2, uld) ** 2
+    e[:2] = 1.01 * (uld * np.abs(Mf[:2]) + g2 * A[:2])
+    # central moments about c by the binomial transform (long double), with their errors
+    Mld = Mld[: R + 1]
+    pc = np.cumprod(np.concatenate([[LD(1)], np.full(R, -c, dtype=LD)]))  # (-c)^r, r roundings
+    # row r of the lower-triangular binomial matrix times M_i (-c)^(r - i) (zeros above the diagonal)
+    shift = np.zeros((R + 1, R + 1), dtype=LD)
+    idx = np.arange(R + 1)
+    diff = idx[:, None] - idx[None, :]
+    low = diff >= 0
+    shift[low] = pc[diff[low]]
+    terms = binom * shift * Mld[None, :]
+    Cm = terms.sum(axis=1)
+    magf = np.abs((binom * shift).astype(np.float64))
+    eC = magf @ e + _SERIES_GC * np.abs(terms.astype(np.float64)).sum(axis=1)
+    # series coefficients of Z' (|C_r| relative rounding of the division/cast in da)
+    a = (Cm / (mu0l * fact_ld)).astype(W)
+    af = np.abs(a.astype(np.float64))
+    da = 1.01 * (1.01 * eC + np.abs(Cm.astype(np.float64)) * d0 / mu0) / (mu0 * fact) + 5 * u * af
+    # Horner in phi^2 (relative error of phi <= 3 u, in hor_g): Re Z' = a2 phi^2 - a4 phi^4 + ...,
+    # Im Z' = a1 phi - a3 phi^3 + ...; dz adds the coefficient errors, Horner rounding and the
+    # Taylor remainder 1.01 (phi rho)^(R+1) / (R+1)!  (|s - c| <= rho)
+    re, im, dz = _kernels.series_eval(a, da + hor_g * af, W(two_pi * W(d) / W(N)), rho, _FACT[R + 1], K0, native)
+    wre = 1 - re
+    wabs = np.hypot(wre, im).astype(np.float64)
+    gap = wabs * (1 - 4 * u) - dz
+    bad = np.flatnonzero(~(gap >= _SERIES_MIN_ABS))
+    Kc = int(bad[0]) if bad.size else K0
+    # log |1 - Z'| = log1p(v) / 2, v = Im^2 - Re (2 - Re); |log|w'| - log|w|| <= |w' - w| / min |w|
+    v = im * im - re * (2 - re)
+    with np.errstate(divide="ignore", invalid="ignore"):  # only k < K (|1 - Z'| >= 1/4) is used
+        lw = np.log1p(v) / 2
+        ref, imf, lwf = np.abs(re.astype(np.float64)), np.abs(im.astype(np.float64)), np.abs(lw.astype(np.float64))
+        den = 0.99 * gap * gap
+        dlw = dz / gap + 0.5 * _gamma(4, u) * (ref * (2 + ref) + imf * imf) / den + 2 * u * lwf
+        ph = np.arctan2(-im, wre)
+        # (rounding 1 - Re moves w along the real axis: the angle moves by |Im| |dw| / |w|^2)
+        dph = (math.pi / 2) * dz / gap + u * (1 + ref) * imf / (gap * gap) + 2 * u * np.abs(ph.astype(np.float64))
+    # linear phase -m theta c d of the shift to c: T = m c d (long double; d a power of two),
+    # T = Ti + Tf with Ti an integer whose phase 2 pi (k Ti mod N) / N is reduced exactly
+    T = LD(m) * c * LD(d)
+    Ti = int(np.rint(T))
+    Tf = W(T - LD(Ti))
+    step = W(two_pi / W(N))
+    lin = -step * ((kk * Ti) % N).astype(W) - step * k * Tf
+    dlin = 8 * u * (2 * math.pi) + (2 * math.pi / N) * kk * (2 * uld * abs(float(T)) + 4 * u * abs(float(Tf)))
+    Lc = W(m) * lw
+    mph = W(m) * ph
+    aL = np.abs(Lc.astype(np.float64))
+    aP = np.abs(mph.astype(np.float64)) + np.abs(lin.astype(np.float64))
+    dLc = 1.01 * m * dlw + 2 * u * aL
+    dPc = 1.01 * m * dph + 2 * u * np.abs(mph.astype(np.float64)) + 1.01 * dlin
+    return Kc, d0, Lc, mph + lin, dLc, dPc, aL, aP
+
+
+_SERIES_CONST = (
+    np.array([math.factorial(r) for r in range(_SERIES_R + 1)], dtype=np.longdouble),
+    np.array([float(math.factorial(r)) for r in range(_SERIES_R + 1)]),
+    np.array([[math.comb(r, i) for i in range(_SERIES_R + 1)] for r in range(_SERIES_R + 1)], dtype=np.longdouble),
+    None,
+)
+# Horner rounding per coefficient, float64 / long double: a_r passes <= r + 2 roundings of the
+# Horner steps, and phi (relative error 3 u) enters as phi^r, x = phi^2 (7 u) as x^(r/2): <= 5r + 2
+_SERIES_HOR = {False: np.array([_gamma(6 * r + 8, _U64) for r in range(_SERIES_R + 1)]),
+               True: np.array([_gamma(6 * r + 8, _ULD) for r in range(_SERIES_R + 1)])}
+# rounding of the binomial transform (products and the sum of row r), long double
+_SERIES_GC = np.array([_gamma(3 * r + 3, _ULD) for r in range(_SERIES_R + 1)])
+
+
+def _series_amp(ser, u_node):
+    """``(lp_low, amp_low)`` of :func:`_fp_fft_bound` at the series frequencies for a node in ``u_node``.
+
+    ``|exp(L~) cis(Phi~) - exp(L) cis(Phi)| <= e^L~ (expm1(dL) + e^dL dPhi)``, plus the polar
+    evaluation in the node's precision (``exp``, reduction mod 2 pi, ``cos``, ``sin``, products).
+    """
+    K, L, P, dL, dP = ser[:5]
+    L = L.astype(np.float64)
+    P = P.astype(np.float64)
+    with np.errstate(over="ignore", under="ignore"):
+        amp = 1.01 * np.exp(L) * (np.expm1(dL) + np.exp(dL) * dP + 8 * u_node * (1 + np.abs(P) + np.abs(L)))
+    return L + dL, amp
+
+
+def _fp_fft_bound(specs, N, u, g_extra=0.0, low=None):
     """Bound on ||computed - exact||_1 of irfft(prod X_c^m_c) (see module docstring).
 
-    ``specs``: list of (X_computed, m).  Returns (l1_bound, linf_bound).
+    ``specs``: list of (X_computed, m).  ``low = (K, lp_low, amp_low)`` replaces the bound
+    terms of the first ``K`` frequencies (accurate series, :func:`_series_spectrum`);
+    ``g_extra`` widens the FFT error of the others (the series' scale).  Returns (l1_bound, linf_bound).
     """
-    g = 12.0 * u * math.ceil(math.log2(max(N, 2)))
+    g = 12.0 * u * math.ceil(math.log2(max(N, 2))) + g_extra
     log_prod = 0.0
     amp = 0.0
     logs = []
@@ -592,6 +856,12 @@ def _fp_fft_bound(specs, N, u):
         # + m u: |X| itself is rounded (relative u) before the m-th power
         amp = amp + (8 * cond + 2 * sum(m for *_, m, _ in logs)) * u * prod_r
     amp = np.where(np.isfinite(amp), amp, 0.0)
+    if low is not None:
+        K, lp_low, amp_low = low
+        amp = np.array(amp, dtype=np.float64)
+        amp[:K] = amp_low
+        log_prod = np.array(log_prod, dtype=np.float64)
+        log_prod[:K] = lp_low
     w = np.full(amp.shape, 2.0)
     w[0] = 1.0
     if N % 2 == 0:
@@ -600,6 +870,22 @@ def _fp_fft_bound(specs, N, u):
     p2 = math.sqrt(float(np.sum(w * np.exp(2 * log_prod))))  # >= ||P||_2 (full spectrum)
     l2 = (e2 + g * p2) / math.sqrt(N)
     return e2 + g * p2, l2
+
+
+def _fp64_estimates(inst, msum, lg, mmax):
+    """Predicted float64 round-off charges of a node: ``(plain FFT powers, with the low-frequency series)``.
+
+    Plain: the ``m``-fold amplification of the FFT error ``12 u log2 N``.  With the series, the
+    error near frequency 0 no longer grows with ``m``; what is left is the inverse FFT
+    (``~ 3 g``) and, for moderate ``m``, the frequencies past the series' range
+    (``|X|^m ~ e^(-m / 32)`` there for inputs up to ~16 standard deviations wide).
+    """
+    g = 12 * _U64 * lg
+    plain = inst * (2.0 * msum * g + 4 * _U64)
+    with_series = inst * (2.0 * (3.0 + msum * math.exp(-msum / 32.0)) * g + 4 * _U64)
+    if mmax < 8:  # _run_node uses the series only where some power is >= 8
+        return plain, plain
+    return plain, min(plain, with_series)
 
 
 def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_nodes=None):
@@ -649,19 +935,31 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     allowance = budgets.fp / n_objects
     node_allowance = budgets.fp / n_nodes if n_nodes else allowance
     msum = sum(m for _, _, m in ins)
-    est64 = inst * (2.0 * msum * 12 * _U64 * math.ceil(math.log2(N)) + 4 * _U64)
+    est64, est_ser = _fp64_estimates(inst, msum, math.ceil(math.log2(N)), max(m for _, _, m in ins))
     if est64 <= 0.25 * allowance:
         dtypes = (np.float64,)
-    elif est64 <= node_allowance:
+    elif est_ser <= node_allowance:
         dtypes = (np.float64, np.longdouble)
     else:
         dtypes = (np.longdouble,)
+    # accurate low-frequency spectra where a power's round-off amplification matters
+    # (only where some power is large: with small powers the plain bound has no m-fold growth, and
+    # a merge of many wide children would pay their moments for nothing)
+    use_series = (est64 > 0.25 * allowance and max(m for _, _, m in ins) >= 8
+                  and sum(p.size for p, _, _ in ins) <= 1 << 20)
     for dtype in dtypes:
         u = _U64 if dtype is np.float64 else _ULD
         specs = []
         logmag = phase = None
+        low = None
+        g_extra = 0.0
+        ser = _series_spectrum(ins, N, dtype, backend.native) if use_series else None
+        if ser is not None:
+            lp_low, amp_low = _series_amp(ser, u)
+            low = (ser[0], lp_low, amp_low)
+            g_extra = ser[5]
         if backend.native:  # cached plans, compiled placement/power/round-off kernels (same arithmetic)
-            out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u)
+            out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u, ser=ser, low=low)
         for p, cen, m in ([] if backend.native else ins):
             buf = np.zeros(N, dtype=dtype)
             pos = (np.arange(p.size) - cen) % N
@@ -674,6 +972,9 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
             logmag = m * lr if logmag is None else logmag + m * lr
             phase = m * ph if phase is None else phase + m * ph
         if not backend.native:
+            if ser is not None:
+                logmag[:ser[0]] = ser[1]
+                phase[:ser[0]] = ser[2]
             # reduce by 2 pi in the node's precision: a float64 2 pi would put float64-size phase errors
             # (|phase| * 2.4e-16) into long double nodes, whose charge assumes long double accuracy
             phase = np.remainder(phase, _TWO_PI_LD if dtype is np.longdouble else 2 * np.pi)
@@ -681,7 +982,10 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
                 Pc = np.exp(logmag) * (np.cos(phase) + 1j * np.sin(phase))
             Pc[~np.isfinite(logmag)] = 0
             out = backend.irfft(Pc, N)
-            fp_l1, fp_linf = _fp_fft_bound(specs, N, u)
+            fp_l1, fp_linf = _fp_fft_bound(specs, N, u, g_extra, low)
+        if ser is not None:  # the series' common scale, removed by the normalisation below
+            fp_l1 *= 1 + 2 * ser[6]
+            fp_linf *= 1 + 2 * ser[6]
         if len(dtypes) == 1 or dtype is np.longdouble or inst * (2 * fp_l1 + 4 * u) <= node_allowance:
             break
     lin = np.roll(out, -(c % N)) if c % N else out
@@ -710,7 +1014,8 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     lin = lin / lin.sum()
     # base_val = sum m_c (offset_c + cen_c h); entry j of lin is the index sum I' = c + a + j
     offset = base_val + (c + a) * h
-    info = {"N": N, "wrap": wrap, "fp": tv_fp, "dtype": dtype, "window": (c, c + N - 1)}
+    info = {"N": N, "wrap": wrap, "fp": tv_fp, "dtype": dtype, "window": (c, c + N - 1),
+            "series": ser[0] if ser is not None else 0}
     return GridPMF(lin, offset, h), info
 
 
@@ -879,8 +1184,11 @@ def _candidates(method, parts, arity=None):
     return chains, merges
 
 
+@functools.lru_cache(maxsize=4096)
 def _chain_signature(count, method, arity):
-    """Shape of the chain tree for ``count`` (multiplicities and sharing, no losses)."""
+    """Shape of the chain tree for ``count`` (multiplicities and sharing, no losses).
+
+    Memoised: a pure function of its arguments (the same answer whoever asks first)."""
     top, _ = _chain(None, count, method, arity, iter(range(1, 1 << 30)))
     ids = {}
 
@@ -898,10 +1206,13 @@ _MAX_PLAN_TRIES = 4  # plans tried in order of predicted cost when one is refuse
 _PRODUCT_LIMIT = 256  # candidate plans x parts above which chain and grouping are searched in turn
 
 
-def _choose_plan(parts, method, arity, eps_az, log_term, budgets, merge="any"):
+def _choose_plan(parts, method, arity, eps_az, log_term, budgets, native=False, merge="any"):
     """Cheapest predicted plan: the full product of candidates for small problems,
-    else coordinate search (chain, then grouping, then chain again).  ``merge``: only this
-    grouping (a block size or ``None``) instead of every candidate grouping."""
+    else coordinate search (chain, then grouping, then chain again).
+
+    ``native``: the MGF grids (cached on the losses) come from the compiled kernels.
+    ``merge``: only this grouping (a block size or ``None``) instead of every candidate grouping.
+    """
     chains, merges = _candidates(method, parts, arity)
     if merge != "any":
         merges = [merge]
@@ -915,10 +1226,10 @@ def _choose_plan(parts, method, arity, eps_az, log_term, budgets, merge="any"):
     def evaluate(chain, merge):
         key = (chain, merge)
         if key not in memo:
-            plan = _build_plan(parts, chain[0], chain[1], merge)
+            plan = _build_plan(parts, chain[0], chain[1], merge, native)
             n_obj = plan.n_nodes + plan.n_leaves
             meshes, cost, _ = _predict(plan, eps_az, log_term, budgets.wrap / n_obj, budgets.trunc / n_obj,
-                                       wcache, budgets)
+                                       wcache, budgets, native)
             memo[key] = (cost, plan, meshes)
         return memo[key]
 
@@ -937,10 +1248,10 @@ def _choose_plan(parts, method, arity, eps_az, log_term, budgets, merge="any"):
             m0 = min(sm[1:], key=lambda b: abs(b - 4)) if len(sm) > 1 else None
             costs = []
             for c in chains:
-                plan = _build_plan(sample, c[0], c[1], m0)
+                plan = _build_plan(sample, c[0], c[1], m0, native)
                 n_obj = plan.n_nodes + plan.n_leaves
                 costs.append(_predict(plan, eps_az, log_term, budgets.wrap / n_obj, budgets.trunc / n_obj, wcache,
-                                      budgets)[1])
+                                      budgets, native)[1])
             c_best = chains[int(np.argmin(costs))]
         else:
             c_best = chains[0]
@@ -1042,11 +1353,12 @@ def compose(mechanism, count: int | None = None, *, eps_error: float = 0.1, delt
             # the first direction's chain here (its meshes are still predicted for this loss), and
             # rank every candidate only if that plan is refused
             try:
-                out = run(_choose_plan(parts, reuse[0], reuse[1], eps_az, log_term, budgets, merge=reuse[2]))
+                out = run(_choose_plan(parts, reuse[0], reuse[1], eps_az, log_term, budgets, be.native,
+                                       merge=reuse[2]))
             except _BudgetError:
                 out = None
         if out is None:
-            out = run(_choose_plan(parts, method, arity, eps_az, log_term, budgets))
+            out = run(_choose_plan(parts, method, arity, eps_az, log_term, budgets, be.native))
         plan, final, eps_spent, delta_spent, stages, cert = out
         if method == "auto" and arity is None and reuse is None:
             # (heterogeneous too: the directions of the same mechanisms have the same shape of plan)

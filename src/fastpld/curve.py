@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
+from scipy import signal
+
 from . import _kernels
 from . import _validation as V
 
@@ -66,7 +68,7 @@ class DirectionResult:
 class _Query:
     """Stable evaluation of ``d(eps) = sum_{v_i > eps} p_i (1 - e^(eps - v_i))`` and its inverse."""
 
-    def __init__(self, pmf):
+    def __init__(self, pmf, native=False):
         p = np.maximum(np.asarray(pmf.probs, dtype=np.float64), 0.0)
         nz = np.flatnonzero(p)
         p = p[nz[0]: nz[-1] + 1]
@@ -75,8 +77,15 @@ class _Query:
         self.n = p.size
         self.p = p
         # S1[j] = sum_{i >= j} p_i ; T[j] = sum_{i >= j} p_i e^{-(i-j) h}; index n is the empty sum
-        # (dgrid: d at grid points v_j, sum_{i > j}); one pass of the compiled kernel when built
-        self.S1, self.T, self.dgrid = _kernels.query_tables(p, math.exp(-self.h))
+        # (dgrid: d at grid points v_j, sum_{i > j}); native: one pass of the compiled kernel
+        self.native = native
+        if native:
+            self.S1, self.T, self.dgrid = _kernels.query_tables(p, math.exp(-self.h))
+        else:  # the numpy reference (same recursions)
+            f = math.exp(-self.h)
+            self.S1 = np.concatenate([np.cumsum(p[::-1])[::-1], [0.0]])
+            self.T = np.concatenate([signal.lfilter([1.0], [1.0, -f], p[::-1])[::-1], [0.0]])
+            self.dgrid = np.maximum(self.S1[1:] - f * self.T[1:], 0.0)
         self.pad = 4 * (self.n + 4) * _U
 
     def values(self, j):
@@ -85,8 +94,9 @@ class _Query:
     def delta(self, eps):
         """``d(eps)`` and a round-off pad, vectorised."""
         eps = np.asarray(eps, dtype=np.float64)
-        # J = first index with v_J > eps
-        J = np.clip(np.floor((eps - self.v0) / self.h).astype(np.int64) + 1, 0, self.n)
+        # J = first index with v_J > eps (clipped as a float first: a huge eps must not wrap the int cast)
+        J = np.clip(np.floor((eps - self.v0) / self.h), -1, self.n).astype(np.int64) + 1
+        J = np.minimum(J, self.n)
         vJ = self.values(J)
         with np.errstate(over="ignore", under="ignore"):
             w = np.exp(np.minimum(eps - vJ, 0.0))
@@ -160,7 +170,8 @@ class PrivacyLossDistribution:
         self.delta_error = delta_error
         self.events = events
         self.backend = backend
-        self._q = {name: _Query(d.pmf) for name, d in directions.items()}
+        # the native backend answers queries with the compiled kernels, the numpy backend with numpy
+        self._q = {name: _Query(d.pmf, backend == "native") for name, d in directions.items()}
 
     # diagnostics ---------------------------------------------------------------------
     @property
@@ -199,6 +210,13 @@ class PrivacyLossDistribution:
         for name, d in self.directions.items():
             q = self._q[name]
             es, ds, pinf = d.eps_spent, d.delta_spent, d.p_inf
+            if q.native:  # the same bounds in one compiled pass
+                l, e, u = (x.reshape(eps.shape) for x in _kernels.delta_bounds(
+                    q.p, q.v0, q.h, q.S1, q.T, q.pad, es, ds, pinf, eps.ravel()))
+                lo = l if lo is None else np.maximum(lo, l)
+                up = u if up is None else np.maximum(up, u)
+                est = e if est is None else np.maximum(est, e)
+                continue
             du, pu = q.delta(eps - es)
             dl, pl = q.delta(eps + es)
             de, _ = q.delta(eps)

@@ -57,9 +57,14 @@ class GridPMF:
         return float(self.offset + self.mesh * np.dot(np.arange(p.size), p) / p.sum())
 
 
-def truncation_window(loss: ContinuousLoss, tail: float) -> tuple[float, float]:
-    """Points ``a <= b`` with ``cdf(a) <= tail`` and ``sf(b) <= tail`` (see :func:`mechanisms.ladder`)."""
-    return _generic_window(loss, tail, loss.mean(), loss.std())
+def truncation_window(loss: ContinuousLoss, tail: float, native: bool = False) -> tuple[float, float]:
+    """Points ``a <= b`` with ``cdf(a) <= tail`` and ``sf(b) <= tail`` (see :func:`mechanisms.ladder`).
+
+    ``native``: the ladder's centre and scale may come from compiled moments (any centre and
+    scale give a valid window; the ladder then starts from the same place).
+    """
+    cs = loss._native_moments() if native and hasattr(loss, "_native_moments") else None
+    return _generic_window(loss, tail, *(cs if cs is not None else (loss.mean(), loss.std())))
 
 
 def discretize_loss(loss: PrivacyLoss, mesh: float, tail: float, *, lattice: float = 0.0,
@@ -129,7 +134,7 @@ def _check_mu(mu, h, slack):
 
 def _discretize_continuous(loss: ContinuousLoss, h: float, tail: float, lattice: float, max_buckets: int,
                            native: bool = False) -> GridPMF:
-    a0, b0 = truncation_window(loss, tail)
+    a0, b0 = truncation_window(loss, tail, native)
     # keep atoms away from bucket edges so that every edge lies where F is continuous
     for shift in (0.0, 0.25, 0.125, 0.375):
         lat = lattice + shift * h

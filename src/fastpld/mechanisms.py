@@ -574,7 +574,8 @@ class _LaplacePair(_BasePair):
 def _log_binomial_moment(pair: _BasePair, q: float, a: np.ndarray) -> np.ndarray:
     """``log E_P[(M/P)^a]`` for integer ``a >= 0``, ``M = (1-q) P + q Q`` (exact binomial sum).
 
-    All requested orders are evaluated at once as one masked log-sum-exp.
+    All requested orders are evaluated at once as one masked log-sum-exp (the native
+    backend's planner uses the compiled kernel instead: ``SubsampledLoss._binomial_chord``).
     """
     a = np.asarray(a)
     flat = a.astype(np.int64).ravel()
@@ -582,21 +583,24 @@ def _log_binomial_moment(pair: _BasePair, q: float, a: np.ndarray) -> np.ndarray
         return np.zeros(a.shape)
     # Chernoff grids repeat few distinct orders (most s < 1 give a = 1, 2): evaluate each once.
     flat, inverse = np.unique(flat, return_inverse=True)
-    amax = int(flat.max())
+    # orders in chunks by powers of two (class c: the orders in [c/2, c), the first class [0, 8)),
+    # each over j < c: the masked upper triangle is mostly not computed (same terms, same sums),
+    # and an order's sum does not depend on which other orders were requested with it (the
+    # memo of SubsampledLoss._K_binom then holds the same values whatever the call history)
+    cls = [max(8, 1 << v.bit_length()) for v in flat.tolist()]
+    amax = cls[-1] - 1
     j = np.arange(amax + 1)
     lm = pair.log_moment_P(j.astype(np.float64))
     # log-factorials from one table (elementwise identical to gammaln on the full grids)
     lf = special.gammaln(np.arange(amax + 2, dtype=np.float64))
     lq1 = math.log1p(-q) if q < 1 else -np.inf
     out = np.empty(flat.size)
-    # orders in chunks (sorted, by powers of two), each over its own j <= max order of the chunk:
-    # the masked upper triangle is not computed (same terms, same sums)
     start = 0
     while start < flat.size:
-        cap = max(8, 1 << int(flat[start]).bit_length())
-        stop = int(np.searchsorted(flat, cap, side="right"))
+        cap = cls[start]
+        stop = int(np.searchsorted(flat, cap, side="left"))
         A = flat[start:stop, None]
-        J = j[None, : int(flat[stop - 1]) + 1]
+        J = j[None, :cap]
         valid = J <= A
         with np.errstate(divide="ignore", invalid="ignore"):
             logc = lf[A + 1] - lf[J + 1] - lf[np.maximum(A - J, 0) + 1]
@@ -751,7 +755,29 @@ class SubsampledLoss(ContinuousLoss):
             memo.update(zip(need, vals.tolist()))
         return np.array([memo[v] for v in flat.tolist()], dtype=np.float64).reshape(a.shape)
 
-    def log_mgf(self, s):
+    def _binomial_chord(self, x, shift):
+        """``_integer_chord(lambda a: self._K_binom(a + shift), x)`` by the compiled kernel (same terms).
+
+        Its memo (one per (pair, q), apart from the numpy one: the compiled sums may differ in the
+        last bit, and a backend's results must not depend on which backend filled a memo first)
+        holds each order's sum, which does not depend on the other orders requested.
+        """
+        need = int(np.max(x)) + shift + 2 if x.size else 2
+        tabs = self.pair.__dict__.setdefault("_binom_native", {})
+        t = tabs.get(self.q)
+        if t is None or t[2].size < need:
+            size = max(need, 1024)
+            lm = self.pair.log_moment_P(np.arange(size, dtype=np.float64))
+            lf = special.gammaln(np.arange(size + 1, dtype=np.float64))
+            memo = np.full(size, np.nan)
+            if t is not None:
+                memo[: t[2].size] = t[2]
+            t = tabs[self.q] = (np.ascontiguousarray(lm, dtype=np.float64), lf, memo)
+        lq1 = math.log1p(-self.q) if self.q < 1 else -np.inf
+        return _kernels.binomial_chord(x, shift, t[0], t[1], lq1, math.log(self.q), t[2])
+
+    def log_mgf(self, s, *, native=False):
+        # native: the binomial chords come from the compiled kernel (same terms; the planner uses it)
         s = np.asarray(s, dtype=np.float64)
         out = np.full(s.shape, np.inf)
         q = self.q
@@ -759,7 +785,8 @@ class SubsampledLoss(ContinuousLoss):
             # s >= 0: E_M[(M/P)^s] = E_P[(M/P)^(s+1)], convex in s: chord between integers.
             pos = s >= 0
             if pos.any():
-                out[pos] = _integer_chord(lambda a: self._K_binom(a + 1), np.minimum(s[pos], 4096))
+                x = np.minimum(s[pos], 4096)
+                out[pos] = self._binomial_chord(x, 1) if native else _integer_chord(lambda a: self._K_binom(a + 1), x)
             mid = (s < 0) & (s >= -1)
             out[mid] = 0.0  # Jensen: E_P[(M/P)^(1+s)] <= 1
             neg = s < -1
@@ -776,7 +803,8 @@ class SubsampledLoss(ContinuousLoss):
             out[mid] = 0.0
             neg = s < -1
             if neg.any():
-                out[neg] = _integer_chord(self._K_binom, np.minimum(-s[neg], 4096))
+                x = np.minimum(-s[neg], 4096)
+                out[neg] = self._binomial_chord(x, 0) if native else _integer_chord(self._K_binom, x)
         return out
 
     def _moments(self):
@@ -834,6 +862,25 @@ class SubsampledLoss(ContinuousLoss):
         self._mean = float(m1)
         self._std = float(math.sqrt(max(m2 - m1 * m1, 0.0)))
         return True
+
+    def _native_moments(self):
+        """``(mean, std)`` by the compiled quadrature of :meth:`_pair_moments` (Gaussian pair), else ``None``.
+
+        For the native leaf's truncation ladder (any centre and scale give a valid window);
+        cached apart from :meth:`mean`/:meth:`std`, so that the numpy backend's values never
+        depend on which backend ran first.
+        """
+        r = getattr(self, "_fastpld_moments_native", None)
+        if r is None:
+            if not (isinstance(self.pair, _GaussPair) and _kernels.HAVE_CORE and _kernels._core is not None
+                    and 0 < self.q < 1):
+                return None
+            if 16 not in _GL_CACHE:
+                _GL_CACHE[16] = np.polynomial.legendre.leggauss(16)
+            x, w = _GL_CACHE[16]
+            r = self._fastpld_moments_native = _kernels._core.gauss_pair_moments(
+                self.pair.v, self.pair.sd, self.q, self.direction == "remove", x, w)
+        return r
 
     def mean(self):
         return self._moments()[0]
