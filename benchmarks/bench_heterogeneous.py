@@ -31,9 +31,12 @@ def cold():
 
 
 def timed(fn):
+    """``(wall seconds, process CPU seconds, result)``: CPU time is the column to trust on a
+    machine shared with other jobs (it does not count time spent waiting for a core)."""
+    c = time.process_time()
     t = time.perf_counter()
     out = fn()
-    return time.perf_counter() - t, out
+    return time.perf_counter() - t, time.process_time() - c, out
 
 
 def schedule(k, steps):
@@ -59,18 +62,21 @@ def rdp_schedule(sched):
 def side_by_side(name, runs, repeats):
     """runs: list of (label, fn); alternates them ``repeats`` times; prints medians."""
     times = {label: [] for label, _ in runs}
+    cpus = {label: [] for label, _ in runs}
     outs = {}
     for _ in range(repeats):
         for label, fn in runs:
-            t, out = timed(fn)
+            t, c, out = timed(fn)
             times[label].append(t)
+            cpus[label].append(c)
             outs[label] = out
     med = {label: statistics.median(v) for label, v in times.items()}
-    print(f"\n== {name} (median of {repeats})")
-    base = med[runs[0][0]]
+    cmed = {label: statistics.median(v) for label, v in cpus.items()}
+    print(f"\n== {name} (median of {repeats}; wall, then process CPU time)")
+    base, cbase = med[runs[0][0]], cmed[runs[0][0]]
     for label, _ in runs:
-        ratio = med[label] / base
-        print(f"  {label:38s} {med[label]:9.3f} s   x{ratio:7.1f}   -> {outs[label]}")
+        print(f"  {label:38s} {med[label]:9.3f} s x{med[label] / base:6.1f} | cpu {cmed[label]:8.3f} s "
+              f"x{cmed[label] / cbase:6.1f}   -> {outs[label]}")
     return med, outs
 
 
@@ -91,6 +97,22 @@ def accountant_loop(steps):
     return per, repeat, e
 
 
+def leaf_costs():
+    """CPU time per leaf (Algorithm 1 on one direction of a PSG) against its number of buckets."""
+    from fastpld.discretize import discretize_loss
+    print("\n== leaf cost: discretize_loss over 100 leaves (PSG sigma 1, q in [0.005, 0.02], both directions)")
+    for h in (3e-2, 3e-3, 3e-4, 1e-4):
+        cold()
+        losses = [fastpld.PoissonSubsampledGaussian(1.0, float(q)).privacy_losses()[d]
+                  for q in np.linspace(0.005, 0.02, 50) for d in ("remove", "add")]
+        for loss in losses:
+            loss.mean()  # planning computes the moments before any leaf
+        c = time.process_time()
+        n = sum(discretize_loss(loss, h, 1e-13, native=True).probs.size for loss in losses)
+        dt = (time.process_time() - c) / len(losses)
+        print(f"  mesh {h:7.0e}: {n / len(losses):8.0f} buckets/leaf, {dt * 1e6:7.0f} us/leaf (cpu)")
+
+
 def opacus_prv_query(steps):
     from opacus.accountants import PRVAccountant
     acc = PRVAccountant()
@@ -105,7 +127,11 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--loop-steps", type=int, default=None)
+    ap.add_argument("--leaf-costs", action="store_true", help="only time the leaves (discretize_loss)")
     args = ap.parse_args()
+    if args.leaf_costs:
+        leaf_costs()
+        return
     reps = args.repeats or (1 if args.quick else 3)
     loop_steps = args.loop_steps or (200 if args.quick else 1000)
     warnings.simplefilter("ignore")

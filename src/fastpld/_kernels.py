@@ -4,7 +4,8 @@ Each function runs the Cython/C kernel of :mod:`fastpld._core` when it is
 available and otherwise a numpy implementation with the same results (up to
 the order of floating-point summation).  ``FASTPLD_PURE_PYTHON=1`` forces the
 numpy implementations (as msgpack does); tests also set ``_kernels._core = None``
-to run them in-process, so both paths stay tested.
+to run them in-process, so both paths stay tested.  The leaf kernels of the
+subsampled Gaussian live in :mod:`fastpld._leaf` and follow the same switch.
 
 The ``numpy`` FFT backend does not come through here: it keeps the reference
 code inline in :mod:`fastpld.compose` and :mod:`fastpld.discretize`; the
@@ -16,7 +17,7 @@ import math
 import os
 
 import numpy as np
-from scipy import signal
+from scipy import signal, special
 
 _core = None
 if os.environ.get("FASTPLD_PURE_PYTHON", "") not in ("1", "true", "yes"):
@@ -26,6 +27,13 @@ if os.environ.get("FASTPLD_PURE_PYTHON", "") not in ("1", "true", "yes"):
         _core = None
 
 HAVE_CORE = _core is not None
+
+_leaf = None
+if _core is not None:
+    try:
+        from . import _leaf  # type: ignore[no-redef]
+    except ImportError:  # pragma: no cover - depends on the build
+        _leaf = None
 
 _TWO_PI_LD = 2 * np.longdouble("3.14159265358979323846264338327950288")
 _TWO_PI = 2 * np.pi
@@ -143,6 +151,102 @@ def leaf_roundoff(F, S, dens, tau: float, c0: float, limit: float):
     small = move <= limit
     widen = 2 * float(move[small].max()) if small.any() else 0.0
     return widen, float(dev[~small].sum())
+
+
+def psg_eval(t: np.ndarray, q: float, v: float, sd: float, remove: bool, want_pdf: bool = True):
+    """``(F, S, pdf)`` of the Poisson-subsampled Gaussian privacy loss at ``t``.
+
+    The pair is ``P = N(-v/2, v)``, ``Q = N(v/2, v)`` for ``L`` (``sd = sqrt(v)``);
+    ``remove``: ``Y = log(1 - q + q e^L)`` with ``L ~ (1-q) P + q Q``, else
+    ``Y = -log(1 - q + q e^L)`` with ``L ~ P`` (see
+    :class:`fastpld.mechanisms.SubsampledLoss`).  ``pdf`` is ``None`` unless ``want_pdf``.
+    """
+    t = np.ascontiguousarray(t, dtype=np.float64)
+    if _core is not None and _leaf is not None:  # (tests set _core = None to run every reference)
+        F, S, P = _leaf.psg_eval(t.ravel(), float(q), float(v), float(sd), bool(remove), bool(want_pdf))
+        return F.reshape(t.shape), S.reshape(t.shape), (None if P is None else P.reshape(t.shape))
+    if not (0 < q < 1 and v > 0 and sd > 0):
+        raise ValueError("psg_eval: invalid argument")
+    tt = t if remove else -t
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        em1 = np.expm1(tt)
+        arg = em1 + q
+        l = np.where(arg > 0, np.log(arg) - math.log(q), -np.inf)
+        zp = (l + v / 2) / sd
+        if remove:
+            zq = (l - v / 2) / sd
+            F = (1 - q) * special.ndtr(zp) + q * special.ndtr(zq)
+            S = (1 - q) * special.ndtr(-zp) + q * special.ndtr(-zq)
+        else:
+            top = t >= -math.log1p(-q)
+            F = np.where(top, 1.0, special.ndtr(-zp))
+            S = np.where(top, 0.0, special.ndtr(zp))
+        P = None
+        if want_pdf:
+            cden = 1.0 / (sd * math.sqrt(2 * math.pi))
+            dl = (em1 + 1.0) / arg  # dl/dt = e^t / (e^t - 1 + q)
+            dens = np.exp(-0.5 * zp * zp) * cden
+            if remove:
+                dens = (1 - q) * dens + q * (np.exp(-0.5 * zq * zq) * cden)
+            dens = dens * dl
+            P = np.where(np.isfinite(dens), dens, 0.0)
+    return F, S, P
+
+
+def _gl_rule(n):
+    x, w = np.polynomial.legendre.leggauss(n)
+    return np.ascontiguousarray(x), np.ascontiguousarray(w)
+
+
+_GL16 = _gl_rule(16)
+_GL8 = _gl_rule(8)
+
+
+def psg_moments(l_lo: float, l_hi: float, q: float, v: float, sd: float, remove: bool):
+    """``int g^k dmu`` over ``l_lo <= L <= l_hi`` for ``k = 1, 2`` with ``g(l) = log(1 - q + q e^l)``.
+
+    ``mu`` is the law of ``L`` (see :func:`psg_eval`).  Gauss-Legendre (16 points) on equal
+    panels of width ``<= min(sd, 1)`` (the density's scale and ``g``'s strip of analyticity
+    ``|Im l| < pi``), restricted to ``[-v/2 - 40 sd, v/2 + 40 sd]`` (outside: mass below
+    ``e^-800``).  Returns ``(I1, d1, r1, I2, d2, r2)``: the integrals, the summed panel
+    disagreements ``|I_16 - I_8|`` with the 8-point rule and bounds on the round-off of the
+    sums, ``(panels + 40) u sum |terms|`` (16 terms per panel, then the panel values; a few
+    roundings per term in ``g`` and the density).
+    """
+    (x16, w16), (x8, w8) = _GL16, _GL8
+    if _core is not None and _leaf is not None:
+        return _leaf.psg_moments(float(l_lo), float(l_hi), float(q), float(v), float(sd), bool(remove),
+                                 x16, w16, x8, w8)
+    if not (0 < q < 1 and v > 0 and sd > 0) or math.isnan(l_lo) or math.isnan(l_hi):
+        raise ValueError("psg_moments: invalid argument")
+    h = v / 2
+    lo, hi = max(-h - 40 * sd, l_lo), min(h + 40 * sd, l_hi)
+    if not hi > lo:
+        return 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
+    npan = max(1, math.ceil((hi - lo) / min(sd, 1.0)))
+    step = (hi - lo) / npan
+    a = lo + step * np.arange(npan, dtype=np.float64)
+    b = np.append(a[1:], hi)
+    mid, half = 0.5 * (a + b), 0.5 * (b - a)
+    lq1, lq = math.log1p(-q), math.log(q)
+    cden = 1.0 / (sd * math.sqrt(2 * math.pi))
+    out = []
+    res = {}
+    for n, (x, w) in ((16, (x16, w16)), (8, (x8, w8))):
+        l = mid[:, None] + half[:, None] * x[None, :]
+        zp = (l + h) / sd
+        dens = np.exp(-0.5 * zp * zp) * cden
+        if remove:
+            zq = (l - h) / sd
+            dens = (1 - q) * dens + q * (np.exp(-0.5 * zq * zq) * cden)
+        g = np.logaddexp(lq1, lq + l)
+        res[n] = (half * ((g * dens) @ w), half * ((g * g * dens) @ w),
+                  half * (np.abs(w * (g * dens)).sum(axis=1)), half * ((w * (g * g * dens)).sum(axis=1)))
+    for k in range(2):
+        i16, i8 = res[16][k], res[8][k]
+        rnd = float(res[16][2 + k].sum()) * (npan + 40) * (np.finfo(np.float64).eps / 2)
+        out += [float(i16.sum()), float(np.abs(i16 - i8).sum()), rnd]
+    return tuple(out)
 
 
 def pmf_moments(p: np.ndarray, cen: float):

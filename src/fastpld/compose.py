@@ -1206,13 +1206,16 @@ _MAX_PLAN_TRIES = 4  # plans tried in order of predicted cost when one is refuse
 _PRODUCT_LIMIT = 256  # candidate plans x parts above which chain and grouping are searched in turn
 
 
-def _choose_plan(parts, method, arity, eps_az, log_term, budgets, native=False):
+def _choose_plan(parts, method, arity, eps_az, log_term, budgets, native=False, merge="any"):
     """Cheapest predicted plan: the full product of candidates for small problems,
     else coordinate search (chain, then grouping, then chain again).
 
     ``native``: the MGF grids (cached on the losses) come from the compiled kernels.
+    ``merge``: only this grouping (a block size or ``None``) instead of every candidate grouping.
     """
     chains, merges = _candidates(method, parts, arity)
+    if merge != "any":
+        merges = [merge]
     memo = {}
     wcache = {}
     # chains that build the same tree for every count present are one candidate
@@ -1254,7 +1257,7 @@ def _choose_plan(parts, method, arity, eps_az, log_term, budgets, native=False):
             c_best = chains[0]
         # block sizes in increasing order until the predicted cost rises (it is unimodal in
         # practice); the single root only while it can compete
-        if len(parts) <= 64:
+        if len(parts) <= 64 and None in merges:
             evaluate(c_best, None)
         prev = math.inf
         for m in sorted(b for b in merges if b is not None):
@@ -1320,7 +1323,7 @@ def compose(mechanism, count: int | None = None, *, eps_error: float = 0.1, delt
     log_term = math.log(2.0 / budgets.eta)
     eps_az = eps_err * (1 - _EPS_RESERVE)
     directions = {}
-    reuse = None  # chain chosen for the first direction of a one-mechanism auto composition
+    reuse = None  # chain and grouping chosen for the first direction of an auto composition
 
     def run(ranked):
         # the cheapest predicted plan first; if its measured round-off/wrap charges do not fit
@@ -1350,14 +1353,16 @@ def compose(mechanism, count: int | None = None, *, eps_error: float = 0.1, delt
             # the first direction's chain here (its meshes are still predicted for this loss), and
             # rank every candidate only if that plan is refused
             try:
-                out = run(_choose_plan(parts, reuse[0], reuse[1], eps_az, log_term, budgets, be.native))
+                out = run(_choose_plan(parts, reuse[0], reuse[1], eps_az, log_term, budgets, be.native,
+                                       merge=reuse[2]))
             except _BudgetError:
                 out = None
         if out is None:
             out = run(_choose_plan(parts, method, arity, eps_az, log_term, budgets, be.native))
         plan, final, eps_spent, delta_spent, stages, cert = out
-        if method == "auto" and arity is None and len(parts) == 1 and reuse is None:
-            reuse = (plan.method, plan.params[0].get("arity"))
+        if method == "auto" and arity is None and reuse is None:
+            # (heterogeneous too: the directions of the same mechanisms have the same shape of plan)
+            reuse = (plan.method, plan.params[0].get("arity"), plan.params[0].get("merge"))
         method_name = plan.method if plan.method != "recursive" else f"recursive(arity={plan.params[0].get('arity')})"
         if plan.params[0].get("merge"):
             method_name += f"+blocks({plan.params[0]['merge']})"
