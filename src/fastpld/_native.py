@@ -31,7 +31,7 @@ if _kernels._core is None:  # not built, or FASTPLD_PURE_PYTHON=1
 __all__ = ["NativeBackend"]
 
 _PLAN_LOCK = threading.Lock()
-_MAX_PLANS = 48
+_MAX_PLANS = 256  # a mixed workload (several k and methods) needs ~100; eviction re-plans (~10 ms at 2^30)
 _MAX_PLAN_BYTES = 512 << 20
 _FLAGS = ("FFTW_ESTIMATE", "FFTW_DESTROY_INPUT")
 _COMPLEX = {np.dtype(np.float64): np.complex128, np.dtype(np.longdouble): np.clongdouble}
