@@ -75,14 +75,14 @@ _EPS_RESERVE = 0.03
 # Plans
 # --------------------------------------------------------------------------------------
 class _Leaf:
-    __slots__ = ("loss", "group", "count")
+    __slots__ = ("loss", "group", "count", "_atoms")
 
     def __init__(self, loss, group, count):
         self.loss, self.group, self.count = loss, group, count
 
 
 class _Node:
-    __slots__ = ("children", "group", "count", "label")
+    __slots__ = ("children", "group", "count", "label", "_atoms")
 
     def __init__(self, children, group, label):
         self.children = [(c, int(m)) for c, m in children if m > 0]
@@ -323,11 +323,14 @@ def _est_window(parts, tail, native=False):
 # --------------------------------------------------------------------------------------
 _LEAF_COST = 24.0  # a bucketed CDF point costs about this many FFT points (mesh shape weights)
 # time model of _predict, microseconds (fitted with native FFTs on a 2-core x86-64 machine)
-_T_NODE = 350.0
-_T_LEAF = 800.0
-_T_LEAF_POINT = 5.0
-_T_POINT_LD = 1.25  # per point of a long double node, per child FFT, at log2 N = 12
-_T_POINT_64 = 0.12
+# (refitted 2026-11-26 on native runs with the low-frequency series: float64 nodes ~0.3 ms + 0.045 us
+# per point of a one-child node, long double ~1 ms + 0.18 us; leaves ~0.5-0.9 ms)
+_T_NODE = 300.0
+_T_NODE_LD = 700.0  # extra fixed cost of a long double node (series and kernels in long double)
+_T_LEAF = 500.0
+_T_LEAF_POINT = 0.3
+_T_POINT_LD = 0.09  # per point of a long double node, per child FFT, at log2 N = 12
+_T_POINT_64 = 0.022
 
 
 def _predict(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache=None, budgets=None, native=False):
@@ -429,7 +432,7 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
             lg = math.ceil(math.log2(nn))
             inst = plan.instances[id(o)]
             msum = sum(m for _, m in o.children)
-            est64, est_ser = _fp64_estimates(inst, msum, lg, max(m for _, m in o.children))
+            est64, est_ser = _fp64_estimates(inst, msum, lg, max(m for _, m in o.children), _has_atoms(o))
             # _run_node tries float64 up to the node's share of the round-off budget; the measured
             # charge is typically a few times the estimate, so the try is predicted to hold up to half of it
             ld = est64 > 0.25 * allowance and est_ser > 0.5 * node_allowance
@@ -440,7 +443,7 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
             per_point = _T_POINT_LD if ld else _T_POINT_64
             if ld and est_ser <= node_allowance:  # the float64 try that is redone
                 per_point += _T_POINT_64
-            cost += _T_NODE + nn * (len(o.children) + 1) * per_point * lg / 12
+            cost += _T_NODE + (_T_NODE_LD if ld else 0.0) + nn * (len(o.children) + 1) * per_point * lg / 12
     # (a plan whose measured charges do not fit is not fatal: compose falls back to the next one)
     if budgets is not None and fp_pred > 0.9 * (budgets.delta - budgets.eta):
         cost = 1e15 * (1 + fp_pred / budgets.delta)  # likely refused for round-off: rank last
@@ -872,7 +875,26 @@ def _fp_fft_bound(specs, N, u, g_extra=0.0, low=None):
     return e2 + g * p2, l2
 
 
-def _fp64_estimates(inst, msum, lg, mmax):
+def _has_atoms(o):
+    """Whether a plan object composes a loss with point masses (a lattice-like PMF).
+
+    Such PMFs have spectral peaks far from frequency 0 where ``|X| ~ 1`` again; there the
+    low-frequency series does not apply and the plain ``m g`` estimate stands.
+    """
+    r = getattr(o, "_atoms", None)
+    if r is None:
+        if isinstance(o, _Leaf):
+            r = bool(getattr(o.loss, "atoms", ())) or isinstance(o.loss, DiscreteLoss)
+        else:
+            r = any(_has_atoms(c) for c, _ in getattr(o, "children", ()))
+        try:
+            o._atoms = r
+        except AttributeError:
+            pass
+    return r
+
+
+def _fp64_estimates(inst, msum, lg, mmax, lattice=False):
     """Predicted float64 round-off charges of a node: ``(plain FFT powers, with the low-frequency series)``.
 
     Plain: the ``m``-fold amplification of the FFT error ``12 u log2 N``.  With the series, the
@@ -883,7 +905,7 @@ def _fp64_estimates(inst, msum, lg, mmax):
     g = 12 * _U64 * lg
     plain = inst * (2.0 * msum * g + 4 * _U64)
     with_series = inst * (2.0 * (3.0 + msum * math.exp(-msum / 32.0)) * g + 4 * _U64)
-    if mmax < 8:  # _run_node uses the series only where some power is >= 8
+    if mmax < 8 or lattice:  # _run_node uses the series only where some power is >= 8
         return plain, plain
     return plain, min(plain, with_series)
 
@@ -935,7 +957,7 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     allowance = budgets.fp / n_objects
     node_allowance = budgets.fp / n_nodes if n_nodes else allowance
     msum = sum(m for _, _, m in ins)
-    est64, est_ser = _fp64_estimates(inst, msum, math.ceil(math.log2(N)), max(m for _, _, m in ins))
+    est64, est_ser = _fp64_estimates(inst, msum, math.ceil(math.log2(N)), max(m for _, _, m in ins), _has_atoms(node))
     if est64 <= 0.25 * allowance:
         dtypes = (np.float64,)
     elif est_ser <= node_allowance:
