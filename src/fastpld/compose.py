@@ -1199,13 +1199,14 @@ def _candidates(method, parts, arity=None):
     if method == "recursive":
         return [("recursive", a) for a in (4, 8, 16, 32, 64)], merges
     # auto: the cheapest predicted plan among those that can win.  Planning costs a fraction of
-    # a millisecond per candidate, so arities below 8 (many nodes, ~0.35 ms each) are left out.
+    # a millisecond per candidate, so arities below 16 (many nodes, ~0.3 ms each; never the cheapest in
+    # the paper's workloads since the series) are left out.
     # Since the low-frequency series (_series_spectrum), large powers stay in float64, so one
     # grid (glw) is a candidate up to 4096 copies and wide arities (256, 1024) are candidates
     # (measured: PSG q=0.2 at k=2^10 from ~11 to ~8 ms, Laplace at 2^10 from 4.3 to 3.7 ms).
     kmax = max(c for _, c in parts)
     chains = [("glw", None)] if kmax <= 4096 else []
-    chains += [("two_stage", None)] + [("recursive", a) for a in (8, 16, 32, 64, 256, 1024) if a < kmax or a <= 64]
+    chains += [("two_stage", None)] + [("recursive", a) for a in (16, 32, 64, 256, 1024) if a < kmax or a <= 64]
     return chains, merges
 
 
