@@ -432,7 +432,11 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
             lg = math.ceil(math.log2(nn))
             inst = plan.instances[id(o)]
             msum = sum(m for _, m in o.children)
-            est64, est_ser = _fp64_estimates(inst, msum, lg, max(m for _, m in o.children), _has_atoms(o))
+            est64 = inst * (2.0 * msum * 12 * _U64 * lg + 4 * _U64)  # = _fp64_estimates' plain value
+            if est64 > 0.25 * allowance:  # only then does the series (and the lattice test) matter
+                est64, est_ser = _fp64_estimates(inst, msum, lg, max(m for _, m in o.children), _has_atoms(o))
+            else:
+                est_ser = est64
             # _run_node tries float64 up to the node's share of the round-off budget; the measured
             # charge is typically a few times the estimate, so the try is predicted to hold up to half of it
             ld = est64 > 0.25 * allowance and est_ser > 0.5 * node_allowance
