@@ -637,7 +637,7 @@ def series_input(const long double[::1] M, const long double[::1] cl, double rho
     """
     cdef Py_ssize_t R = fact.shape[0] - 1, K0 = L.shape[0], k, r, i, Kc
     cdef long double c = cl[0], mu0l = M[0], T, Tf_l, acc_l, t_l
-    cdef double mu0, d0, g2, ssum, magsum, Ti_d
+    cdef double mu0, d0, g2, ssum, magsum
     cdef real_out two_pi = two_pi_a[0], step, Tf, wre, v, lw, ph, re_k, im_k, lin
     cdef double gap, den, dlw, dph, ref, imf, dlin, lwf, absph, wabs
     cdef long long Ti, kk

@@ -432,16 +432,15 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
             lg = math.ceil(math.log2(nn))
             inst = plan.instances[id(o)]
             msum = sum(m for _, m in o.children)
-            est64 = inst * (2.0 * msum * 12 * _U64 * lg + 4 * _U64)  # = _fp64_estimates' plain value
-            if est64 > 0.25 * allowance:  # only then does the series (and the lattice test) matter
-                est64, est_ser = _fp64_estimates(inst, msum, lg, max(m for _, m in o.children), _has_atoms(o))
-            else:
-                est_ser = est64
+            est64 = _fp_plain(inst, msum, lg)
+            # only where the plain charge matters does the series (and the lattice test)
+            est_ser = (_fp64_series(inst, msum, lg, max(m for _, m in o.children), _has_atoms(o))
+                       if est64 > 0.25 * allowance else est64)
             # _run_node tries float64 up to the node's share of the round-off budget; the measured
             # charge is typically a few times the estimate, so the try is predicted to hold up to half of it
             ld = est64 > 0.25 * allowance and est_ser > 0.5 * node_allowance
             if ld:
-                fp_pred += inst * (2.0 * msum * 12 * _ULD * lg + 4 * _ULD)
+                fp_pred += _fp_plain(inst, msum, lg, _ULD)
             elif est64 > 0.25 * allowance:
                 fp_pred += 2.5 * est_ser
             per_point = _T_POINT_LD if ld else _T_POINT_64
@@ -621,11 +620,6 @@ def _gamma(k, u):
     return k * u / (1.0 - k * u)
 
 
-def _gamma_vec(k, u):
-    k = np.asarray(k, dtype=np.float64)
-    return k * u / (1.0 - k * u)
-
-
 def _series_spectrum(ins, N, dtype=np.float64, native=True):
     """Accurate low-frequency spectrum of a node: ``(K, L, Phi, dL, dPhi, g_extra, scale)`` or ``None``.
 
@@ -658,7 +652,6 @@ def _series_spectrum(ins, N, dtype=np.float64, native=True):
     R = _SERIES_R
     W = np.dtype(dtype).type
     u = _U64 if W is np.float64 else _ULD  # working precision of the evaluation
-    uld = _ULD
     LD = np.longdouble
     two_pi = W(_TWO_PI_LD) if W is LD else 2 * math.pi
     heads = []
@@ -726,7 +719,7 @@ def _series_input(Mld, c, rho, d, m, n, N, K0, W, u, lev, two_pi, native=True):
     R = _SERIES_R
     uld = _ULD
     LD = np.longdouble
-    fact_ld, fact, binom, _ = _SERIES_CONST
+    fact_ld, fact, binom = _SERIES_CONST
     hor_g = _SERIES_HOR[W is LD]
     if native and _kernels._core is not None:
         L = np.zeros(K0, dtype=W)
@@ -744,7 +737,7 @@ def _series_input(Mld, c, rho, d, m, n, N, K0, W, u, lev, two_pi, native=True):
     d0 = 1.02 * (uld + _gamma(2 * n + 2, uld) ** 2) * mu0
     # |M~_i - M_i| <= gamma_(i + lev) A_i, A_i >= sum p |s|^i: even i from M_i itself, odd i by
     # Cauchy-Schwarz sqrt(A_(i-1) A_(i+1))
-    gi = _gamma_vec(np.arange(R + 3) + lev, uld)
+    gi = _gamma(np.arange(R + 3.0) + lev, uld)
     Mf = Mld.astype(np.float64)
     A = np.empty(R + 3)
     A[0::2] = Mf[0::2] * (1 + 1.01 * gi[0::2])
@@ -811,7 +804,6 @@ _SERIES_CONST = (
     np.array([math.factorial(r) for r in range(_SERIES_R + 1)], dtype=np.longdouble),
     np.array([float(math.factorial(r)) for r in range(_SERIES_R + 1)]),
     np.array([[math.comb(r, i) for i in range(_SERIES_R + 1)] for r in range(_SERIES_R + 1)], dtype=np.longdouble),
-    None,
 )
 # Horner rounding per coefficient, float64 / long double: a_r passes <= r + 2 roundings of the
 # Horner steps, and phi (relative error 3 u) enters as phi^r, x = phi^2 (7 u) as x^(r/2): <= 5r + 2
@@ -891,27 +883,29 @@ def _has_atoms(o):
     if r is None:
         r = any(isinstance(c, _Leaf) and (bool(getattr(c.loss, "atoms", ())) or isinstance(c.loss, DiscreteLoss))
                 for c, _ in getattr(o, "children", ()))
-        try:
-            o._atoms = r
-        except AttributeError:
-            pass
+        o._atoms = r
     return r
 
 
-def _fp64_estimates(inst, msum, lg, mmax, lattice=False):
-    """Predicted float64 round-off charges of a node: ``(plain FFT powers, with the low-frequency series)``.
+def _fp_plain(inst, msum, lg, u=None):
+    """Predicted round-off charge of a node with plain FFT powers: the ``m``-fold amplification
+    of the FFT error ``12 u log2 N``, per instance (``u``: float64's unless given)."""
+    u = _U64 if u is None else u  # read at call time (tests patch _U64)
+    return inst * (2.0 * msum * 12 * u * lg + 4 * u)
 
-    Plain: the ``m``-fold amplification of the FFT error ``12 u log2 N``.  With the series, the
-    error near frequency 0 no longer grows with ``m``; what is left is the inverse FFT
+
+def _fp64_series(inst, msum, lg, mmax, lattice=False):
+    """Predicted float64 round-off charge of a node with the low-frequency series (at most the plain one).
+
+    Near frequency 0 the error no longer grows with ``m``; what is left is the inverse FFT
     (``~ 3 g``) and, for moderate ``m``, the frequencies past the series' range
     (``|X|^m ~ e^(-m / 32)`` there for inputs up to ~16 standard deviations wide).
     """
-    g = 12 * _U64 * lg
-    plain = inst * (2.0 * msum * g + 4 * _U64)
-    with_series = inst * (2.0 * (3.0 + msum * math.exp(-msum / 32.0)) * g + 4 * _U64)
+    plain = _fp_plain(inst, msum, lg)
     if mmax < 8 or lattice:  # _run_node uses the series only where some power is >= 8
-        return plain, plain
-    return plain, min(plain, with_series)
+        return plain
+    g = 12 * _U64 * lg
+    return min(plain, inst * (2.0 * (3.0 + msum * math.exp(-msum / 32.0)) * g + 4 * _U64))
 
 
 def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_nodes=None):
@@ -961,10 +955,12 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     allowance = budgets.fp / n_objects
     node_allowance = budgets.fp / n_nodes if n_nodes else allowance
     msum = sum(m for _, _, m in ins)
-    est64, est_ser = _fp64_estimates(inst, msum, math.ceil(math.log2(N)), max(m for _, _, m in ins), _has_atoms(node))
+    mmax = max(m for _, _, m in ins)
+    lg = math.ceil(math.log2(N))
+    est64 = _fp_plain(inst, msum, lg)
     if est64 <= 0.25 * allowance:
         dtypes = (np.float64,)
-    elif est_ser <= node_allowance:
+    elif _fp64_series(inst, msum, lg, mmax, _has_atoms(node)) <= node_allowance:
         dtypes = (np.float64, np.longdouble)
     else:
         dtypes = (np.longdouble,)
@@ -972,7 +968,7 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     # some power is large (with small powers the plain bound has no m-fold growth) and the inputs'
     # moments cost less than a few FFTs (a block of many wide children with small powers would pay
     # (R + 3) n per child for nothing: measured 25% of a 200 x 10 heterogeneous composition)
-    use_series = (est64 > 0.25 * allowance and max(m for _, _, m in ins) >= 8
+    use_series = (est64 > 0.25 * allowance and mmax >= 8
                   and sum(p.size for p, _, _ in ins) * (_SERIES_R + 3) <= 2 * N * math.log2(N))
     for dtype in dtypes:
         u = _U64 if dtype is np.float64 else _ULD
