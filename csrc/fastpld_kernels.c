@@ -349,6 +349,25 @@ static void fpld_node_log_mgf(const double *const *ps, const double *const *logs
         K[j] = K[j] + 1e-9 * (1 + fabs(K[j]));
 }
 
+/* the not yet evaluated neighbours iu-1, iu-2, iu+1, iu+2 of one side's best grid point iu, into need
+   (at most 4): a side whose direct neighbour is already known (or is the grid's end) is dropped */
+static ptrdiff_t fpld_refine_points(ptrdiff_t iu, ptrdiff_t last, const int *known, ptrdiff_t *need)
+{
+    const ptrdiff_t cand[4] = {iu - 1, iu - 2, iu + 1, iu + 2};
+    int drop_low = (iu - 1 >= 0 && known[iu - 1]) || iu == 0;
+    int drop_high = (iu + 1 <= last && known[iu + 1]) || iu == last;
+    ptrdiff_t n = 0;
+    for (int a = 0; a < 4; ++a) {
+        ptrdiff_t j = cand[a];
+        if (j < 0 || j > last || known[j])
+            continue;
+        if ((drop_low && !(j > iu)) || (drop_high && !(j < iu)))
+            continue;
+        need[n++] = j;
+    }
+    return n;
+}
+
 int fpld_chernoff_window(const double *const *ps, const ptrdiff_t *ns, const double *cens, const double *ms,
                          ptrdiff_t nin, const double *srel, ptrdiff_t nrel, const double *refine, double w,
                          double *lo, double *hi, double *sp, double *Kp, ptrdiff_t *np_, double *sn, double *Kn,
@@ -431,31 +450,8 @@ int fpld_chernoff_window(const double *const *ps, const ptrdiff_t *ns, const dou
                 il = i;
             }
         }
-        ptrdiff_t cand[4];
-        cand[0] = iu - 1; cand[1] = iu - 2; cand[2] = iu + 1; cand[3] = iu + 2;
-        int drop_low = (iu - 1 >= 0 && ku[iu - 1]) || iu == 0;
-        int drop_high = (iu + 1 <= last && ku[iu + 1]) || iu == last;
-        nu = 0;
-        for (int a = 0; a < 4; ++a) {
-            ptrdiff_t j = cand[a];
-            if (j < 0 || j > last || ku[j])
-                continue;
-            if ((drop_low && !(j > iu)) || (drop_high && !(j < iu)))
-                continue;
-            needu[nu++] = j;
-        }
-        cand[0] = il - 1; cand[1] = il - 2; cand[2] = il + 1; cand[3] = il + 2;
-        drop_low = (il - 1 >= 0 && kl[il - 1]) || il == 0;
-        drop_high = (il + 1 <= last && kl[il + 1]) || il == last;
-        nl = 0;
-        for (int a = 0; a < 4; ++a) {
-            ptrdiff_t j = cand[a];
-            if (j < 0 || j > last || kl[j])
-                continue;
-            if ((drop_low && !(j > il)) || (drop_high && !(j < il)))
-                continue;
-            needl[nl++] = j;
-        }
+        nu = fpld_refine_points(iu, last, ku, needu);
+        nl = fpld_refine_points(il, last, kl, needl);
     }
     /* evaluated coarse points in index order, then the refinement around each side's best */
     ptrdiff_t npn = 0, nnn = 0;
