@@ -28,7 +28,11 @@ def main(argv=None):
              ("Laplace", fastpld.Laplace(noise["laplace"][e]["noise"]))]
     for name, mech in cases:
         t = time.perf_counter()
-        pld = fastpld.compose(mech, 2 ** args.k, eps_error=0.1, delta_error=1e-10, method=args.method)
+        try:
+            pld = fastpld.compose(mech, 2 ** args.k, eps_error=0.1, delta_error=1e-10, method=args.method)
+        except ValueError as exc:  # e.g. Laplace at k >= 2^20: round-off alone exceeds delta_error 1e-10
+            print(f"\n## {name}, k = 2^{args.k}: refused: {exc}")
+            continue
         b = pld.delta(1.0)
         dt = time.perf_counter() - t
         print(f"\n## {name}, k = 2^{args.k}, noise {mech!r}")
