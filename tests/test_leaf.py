@@ -82,3 +82,21 @@ def test_ladder_finds_the_first_point(sigma, q, direction):
             expect = float(xs[0]) if i == 0 else float(np.linspace(xs[i - 1], xs[i], 48)[
                 np.nonzero(fn(np.linspace(xs[i - 1], xs[i], 48)) <= tail)[0][0]])
             assert x == expect
+
+
+@pytest.mark.parametrize("scale", [0.3, 3.0, 1081.3])
+def test_ladder_atom_at_support_end(scale):
+    """Laplace: atoms heavier than the tail at both ends of the support; the early exit returns
+    the points just outside it, as the full scan of the ladder does."""
+    loss = fastpld.Laplace(scale).privacy_losses()["remove"]
+    for tail in (1e-3, 1e-13, 1e-40):
+        a, b = truncation_window(loss, tail)
+        assert loss.cdf(np.array([a]))[0] <= tail and loss.sf(np.array([b]))[0] <= tail
+        for fn, d, lim, x in ((loss.cdf, -1.0, loss.support[0], a), (loss.sf, 1.0, loss.support[1], b)):
+            base = M._LADDER_BASE
+            steps = np.unique(np.concatenate([base * loss.std(), base[1:] * max(abs(loss.mean()), 1.0)]))
+            out = lim + d * max(1e-12 * abs(lim), 1e-300)
+            xs = loss.mean() + d * steps
+            xs = np.append(np.where(d * (xs - lim) >= 0, out, xs), out)
+            assert np.all(fn(xs[xs != out]) > tail)  # the scan's first point <= tail is out
+            assert x == out

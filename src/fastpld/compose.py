@@ -1228,6 +1228,7 @@ def _chain_signature(count, method, arity):
     return tuple((shape(o), m) for o, m in top if m > 0)
 
 
+_EARLY_STOP_US = 5000.0  # see _choose_plan
 _MAX_PLAN_TRIES = 4  # plans tried in order of predicted cost when one is refused for its delta charges
 _PRODUCT_LIMIT = 256  # candidate plans x parts above which chain and grouping are searched in turn
 
@@ -1261,8 +1262,19 @@ def _choose_plan(parts, method, arity, eps_az, log_term, budgets, native=False, 
 
     if len(chains) * len(merges) * len(parts) <= _PRODUCT_LIMIT:
         for c in chains:
-            for m in merges:
-                evaluate(c, m)
+            if c[0] != "recursive":
+                for m in merges:
+                    evaluate(c, m)
+        # recursive arities from the widest down; for a cheap composition (predicted below
+        # _EARLY_STOP_US) stop once the predicted cost rises: the narrow arities' deep chains are
+        # the dearest to predict (~0.1 ms each), and the cost is only roughly unimodal in the
+        # arity, so a dearer composition, where a few percent outweigh the planning, tries them all
+        prev = math.inf
+        for c in sorted((c for c in chains if c[0] == "recursive"), key=lambda ch: -ch[1]):
+            best = min(evaluate(c, m)[0] for m in merges)
+            if best > prev and prev < _EARLY_STOP_US:
+                break
+            prev = best
     else:
         # rank the chains on an evenly spaced sample of the parts, then try every grouping
         # for the best chain on all parts (planning stays linear in the number of parts)

@@ -930,10 +930,16 @@ def ladder(fn, tail, centre, scale, direction, limit, *, _steps=None):
     Points beyond a finite support ``limit`` are replaced by a point just outside
     it, where ``fn`` (a CDF below the support, a survival function above) is 0.
     """
+    if math.isfinite(limit):
+        out = limit + direction * max(1e-12 * abs(limit), 1e-300)
+        # an atom at the support's end heavier than tail (Laplace): fn exceeds tail at every
+        # point inside, so the ladder would end just outside; one evaluation instead of a search
+        inside = math.nextafter(limit, -direction * math.inf)
+        if float(fn(np.array([inside]))[0]) > tail:
+            return float(out)
     steps = _ladder_steps(centre, scale) if _steps is None else _steps
     xs = centre + direction * steps
     if math.isfinite(limit):
-        out = limit + direction * max(1e-12 * abs(limit), 1e-300)
         xs = np.where(direction * (xs - limit) >= 0, out, xs)
         # a scale that underflowed (tiny losses) must not hide the support's end, where fn = 0
         xs = np.append(xs, out)
