@@ -75,6 +75,28 @@ def test_split_matches(pure, dtype, offset, mesh_in, mesh_out):
 
 @needs_native
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_dead_frequencies_charged(dtype):
+    """Frequencies skipped below e^-T are charged enough: the output moves by less than the extra charge."""
+    be = _fft.resolve("native")
+    p = np.zeros(25, dtype=dtype)
+    p[0], p[-1] = 0.49, 0.5  # Laplace-like: heavy end atoms, spectral peaks away from 0
+    p[1:-1] = 0.01 / 23
+    ins = [(p, 12, 256)]
+    N = 8192
+    u = float(np.finfo(dtype).eps) / 2
+    out_ref, l1_ref, _ = be.convolve(ins, N, dtype, u)  # T = 800: nothing measurable skipped
+    for T in (40.0, 64.0):
+        out, l1, _ = be.convolve(ins, N, dtype, u, dead_log=T)
+        F = N // 2 + 1
+        assert l1 >= l1_ref and l1 - l1_ref <= 1.1 * (1 + 1e-3) * 2 * math.exp(10 - T) * F
+        moved = float(np.abs(np.asarray(out, np.float64) - np.asarray(out_ref, np.float64)).sum())
+        if T == 40.0:
+            assert moved > 0  # skipped values up to e^-40 show in the output
+        assert moved <= l1 + l1_ref
+
+
+@needs_native
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("N", [64, 63])
 def test_spectrum_power_and_roundoff_match(pure, dtype, N):
     from fastpld.compose import _fp_fft_bound

@@ -106,11 +106,14 @@ class NativeBackend(_fft.Backend):
         fft.execute()
         return fft.output_array * dt(1.0 / n)
 
-    def convolve(self, ins, N, dtype, u, ser=None, low=None):
+    def convolve(self, ins, N, dtype, u, ser=None, low=None, dead_log=800.0):
         """``irfft(prod_c rfft(fold(p_c))^m_c)`` and its round-off bound ``(out, l1, linf)``.
 
         ``ins``: list of ``(probs, centre_index, m)``.  Same arithmetic as the reference
-        in :func:`fastpld.compose._run_node` / :func:`fastpld.compose._fp_fft_bound`.
+        in :func:`fastpld.compose._run_node` / :func:`fastpld.compose._fp_fft_bound`, except
+        that frequencies where one input's power is below ``e^-dead_log`` are set to 0 and
+        charged ``2 e^(10 - dead_log)`` each (``dead_log`` >= 40; the caller sizes it so that
+        all such charges together are negligible against its round-off allowance).
         """
         dt = np.dtype(dtype)
         fwd = _plan(N, dt, True)
@@ -125,15 +128,18 @@ class NativeBackend(_fft.Backend):
         PH = np.empty((C, F))
         ms = np.empty(C)
         dead = np.empty(F, dtype=np.uint8)
-        # skip frequencies where one input's power alone is below e^-800: the others' powers are
-        # at most (1 + g')^m' <= e^10 there, so the product stays below e^-790 (charged 1e-300 each)
+        # skip frequencies where one input's power alone is below e^-T (T = dead_log): the others'
+        # powers are at most (1 + g')^m' <= e^10 there, so the product, replaced by 0, is below
+        # e^(10 - T); each is charged 2 e^(10 - T) (>= sqrt(2) times it, for the conjugate pair)
+        # in both norms of the bound (at least 2e-300 each)
         msum = float(sum(m for _, _, m in ins))
-        skip = msum * (g + 1e-10) < 10
+        skip = msum * (g + 1e-10) < 10 and dead_log >= 40.0
+        dead_charge = max(2e-300, 2.0 * math.exp(10.0 - dead_log))
         for c, (p, cen, m) in enumerate(ins):
             p = np.ascontiguousarray(p)
             _kernels.fold(p, cen, fwd.input_array)
             fwd.execute()
-            rdead = math.exp(-800.0 / m) - g if skip else 0.0
+            rdead = math.exp(-dead_log / m) - g if skip else 0.0
             _kernels.spectrum_terms(fwd.output_array, m, logmag, phase, LR[c], LRG[c], PH[c], g, c == 0, dead,
                                     max(rdead, 0.0))
             ms[c] = m
@@ -146,7 +152,7 @@ class NativeBackend(_fft.Backend):
                                               low[1] if low else None, low[2] if low else None, dead)
         inv.execute()
         out = inv.output_array * dt.type(1.0 / N)
-        e2, p2 = math.sqrt(e2sq) + 2e-300 * ndead, math.sqrt(p2sq) + 2e-300 * ndead
+        e2, p2 = math.sqrt(e2sq) + dead_charge * ndead, math.sqrt(p2sq) + dead_charge * ndead
         l1 = e2 + g * p2
         return out, l1, l1 / math.sqrt(N)
 

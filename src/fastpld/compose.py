@@ -271,8 +271,10 @@ def _k_grid(loss, native=False):
         else:
             lmgf = (lambda x: loss.log_mgf(x, native=True)) if native else loss.log_mgf
             with np.errstate(over="ignore", invalid="ignore"):
-                kp = np.asarray(lmgf(np.where(s <= 512, s, np.nan)), dtype=np.float64)
-                kn = np.asarray(lmgf(np.where(s <= 512, -s, np.nan)), dtype=np.float64)
+                # one vectorised call for both signs (elementwise: the same values as two calls)
+                sc = np.where(s <= 512, s, np.nan)
+                both = np.asarray(lmgf(np.concatenate([sc, -sc])), dtype=np.float64)
+                kp, kn = both[:s.size], both[s.size:]
             kp = np.where(np.isnan(kp), np.inf, kp)
             kn = np.where(np.isnan(kn), np.inf, kn)
         cache = (kp, kn)
@@ -982,7 +984,11 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
             low = (ser[0], lp_low, amp_low)
             g_extra = ser[5]
         if backend.native:  # cached plans, compiled placement/power/round-off kernels (same arithmetic)
-            out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u, ser=ser, low=low)
+            # frequencies whose product is below e^(10 - T) are skipped and charged 2 e^(10 - T) each
+            # (see convolve): T such that all N/2 + 1 such charges, over the node's copies (x inst)
+            # and into total variation (x 4), stay below 1e-6 of the node's round-off allowance
+            dead_log = min(800.0, max(40.0, 10.0 + math.log(4.0 * (N // 2 + 1) * inst / (1e-6 * allowance))))
+            out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u, ser=ser, low=low, dead_log=dead_log)
         for p, cen, m in ([] if backend.native else ins):
             buf = np.zeros(N, dtype=dtype)
             pos = (np.arange(p.size) - cen) % N
