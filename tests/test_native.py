@@ -505,3 +505,35 @@ def test_series_kernels_match(pure, dtype):
         assert np.max(np.abs((x - y).astype(np.float64))) <= 64 * u * (1 + np.max(np.abs(y.astype(np.float64))))
     for x, y in zip(a[3:5], b[3:5]):
         _close(x, y, rtol=1e-9)
+
+
+@needs_native
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("trim", [False, True])
+def test_finish_node_matches_numpy(dtype, trim):
+    """The compiled node finishing (roll, clip, trim, drop < 1e-300, cut, normalise) equals the numpy steps."""
+    from fastpld import _core
+    rng = np.random.default_rng(7)
+    N = 1000
+    out = (rng.random(N) * 1e-3).astype(dtype)
+    out[:40] = -1e-18  # negative round-off
+    out[100:140] = 1e-25  # below the floor
+    out[500:505] = 1e-310 if dtype is np.float64 else np.longdouble("1e-320")  # below float64's range
+    out[-30:] = 0
+    floor = 1e-22
+    for shift in (0, 7, 993):
+        lin, a, tiny, n_tiny = _core.finish_node(out, shift, floor, trim)
+        ref = np.maximum(np.roll(out, -shift), 0)
+        if trim:
+            ref = np.where(ref < floor, 0, ref)
+        t = (ref > 0) & (ref < 1e-300)
+        assert n_tiny == int(t.sum())
+        assert tiny == pytest.approx(float(np.sum(ref[t].astype(np.float64))), rel=1e-12, abs=1e-320)
+        ref = np.where(t, 0, ref)
+        nz = np.flatnonzero(ref)
+        assert a == nz[0] and lin.size == nz[-1] - nz[0] + 1 and lin.dtype == dtype
+        ref = ref[nz[0]:nz[-1] + 1]
+        ref = ref / ref.sum()
+        _close(lin, ref, rtol=4 * float(np.finfo(dtype).eps), atol=0)
+    with pytest.raises(ValueError, match="lost all probability mass"):
+        _core.finish_node(np.zeros(8, dtype=dtype), 0, 0.0, False)

@@ -11,7 +11,7 @@ import numpy as np
 cimport cython
 cimport numpy as cnp
 from libc.math cimport (INFINITY, acosl, atan2, atan2l, cos, cosl, exp, expl, fmod, fmodl, hypot, hypotl, isfinite,
-                        log, logl, sin, sinl, fabs, floor, pow, sqrt, log1p, log1pl, rint, rintl)
+                        log, logl, sin, sinl, fabs, fabsl, floor, pow, sqrt, log1p, log1pl, rint, rintl)
 from libc.string cimport memset
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 
@@ -286,6 +286,74 @@ def fold(const real_in[::1] p, Py_ssize_t cen, real_out[::1] out):
     with nogil:
         status = _fold(p, cen, out)
     _check(status, "fold")
+
+
+cdef int _finish_node(const real_out[::1] out, Py_ssize_t shift, double floor_, bint trim, real_out[::1] lin,
+                      Py_ssize_t *first, Py_ssize_t *last, double *tiny_mass, Py_ssize_t *n_tiny) noexcept nogil:
+    cdef Py_ssize_t N = out.shape[0], j, src
+    cdef real_out x, s = 0, c = 0, t, fl = <real_out>floor_
+    if lin.shape[0] != N or N == 0:
+        return FPLD_EINVAL
+    first[0] = -1
+    last[0] = -1
+    tiny_mass[0] = 0.0
+    n_tiny[0] = 0
+    src = shift % N
+    if src < 0:
+        src = src + N
+    for j in range(N):
+        x = out[src]
+        src = src + 1
+        if src == N:
+            src = 0
+        if not (x > 0):  # clip negatives (the exact result is non-negative)
+            x = 0
+        elif trim and x < fl:
+            x = 0
+        elif x < 1e-300:  # below float64's range for the next node's MGF: dropped and charged
+            tiny_mass[0] = tiny_mass[0] + <double>x
+            n_tiny[0] = n_tiny[0] + 1
+            x = 0
+        lin[j] = x
+        if x != 0:
+            if first[0] < 0:
+                first[0] = j
+            last[0] = j
+    if first[0] < 0:
+        return FPLD_ENOMASS
+    # Neumaier-compensated sum (error <= 2 u, within the charge's slack for the normalising sum)
+    for j in range(first[0], last[0] + 1):
+        t = s + lin[j]
+        if fabsl(s) >= fabsl(lin[j]):
+            c = c + ((s - t) + lin[j])
+        else:
+            c = c + ((lin[j] - t) + s)
+        s = t
+    s = s + c
+    for j in range(first[0], last[0] + 1):
+        lin[j] = lin[j] / s
+    return FPLD_OK
+
+
+def finish_node(const real_out[::1] out, Py_ssize_t shift, double floor_, bint trim):
+    """One pass of a node's output: ``roll(out, -shift)``, clip at 0, drop entries below ``floor_``
+    (if ``trim``) and positive ones below 1e-300, cut to the nonzero range and normalise.
+
+    Returns ``(lin, first, tiny_mass, n_tiny)``: ``lin`` the normalised entries ``first ..`` of
+    the rolled array, ``tiny_mass``/``n_tiny`` the dropped sub-1e-300 entries' sum and count.
+    Same result as the numpy steps of :func:`fastpld.compose._run_node` up to the rounding of the sum.
+    """
+    cdef Py_ssize_t first = -1, last = -1, n_tiny = 0
+    cdef double tiny = 0.0
+    cdef int status
+    buf = np.empty(out.shape[0], dtype=np.float64 if real_out is double else np.longdouble)
+    cdef real_out[::1] lv = buf
+    with nogil:
+        status = _finish_node(out, shift, floor_, trim, lv, &first, &last, &tiny, &n_tiny)
+    if status == FPLD_ENOMASS:
+        raise ValueError("composition lost all probability mass to round-off; increase eps_error or delta_error")
+    _check(status, "finish_node")
+    return buf[first:last + 1], first, tiny, n_tiny
 
 
 cdef int _split(const real_in[::1] p, double offset, double mesh_in, double mesh_out, Py_ssize_t j0,

@@ -1017,30 +1017,38 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
             fp_linf *= 1 + 2 * ser[6]
         if len(dtypes) == 1 or dtype is np.longdouble or inst * (2 * fp_l1 + 4 * u) <= node_allowance:
             break
-    lin = np.roll(out, -(c % N)) if c % N else out
-    # exact result is non-negative: clipping only moves towards it
-    lin = np.maximum(lin, 0)
     tv_fp = 2 * fp_l1 + 4 * u
     # drop round-off-level entries where the charge fits (keeps next windows tight); the
     # charge is N * floor >= the mass removed, not the mass itself, so that it does not depend
     # on which backend's noise happens to fall below the floor (bounds agree across backends)
     floor = fp_linf
     trim_charge = 2 * N * floor
-    if inst * trim_charge <= 0.25 * allowance:
-        lin = np.where(lin < floor, 0, lin)
+    trim = inst * trim_charge <= 0.25 * allowance
+    if trim:
         tv_fp += trim_charge
-    # entries below float64's range would vanish when the next node casts to float64 for its
-    # Chernoff MGF: drop them here and charge their (tiny) mass
-    tiny = (lin > 0) & (lin < 1e-300)
-    if tiny.any():
-        tv_fp += 2 * float(np.sum(lin[tiny]) if lin.dtype == np.float64 else tiny.sum() * 1e-300)
-        lin = np.where(tiny, 0, lin)
-    nz = np.flatnonzero(lin)
-    if nz.size == 0:
-        raise ValueError("composition lost all probability mass to round-off; increase eps_error or delta_error")
-    a, b = int(nz[0]), int(nz[-1])
-    lin = lin[a:b + 1]
-    lin = lin / lin.sum()
+    core = _kernels._core if backend.native else None
+    if core is not None:  # the steps below in one compiled pass
+        lin, a, tiny_mass, n_tiny = core.finish_node(out, c % N, float(floor), trim)
+        if n_tiny:
+            tv_fp += 2 * (tiny_mass if lin.dtype == np.float64 else n_tiny * 1e-300)
+    else:
+        lin = np.roll(out, -(c % N)) if c % N else out
+        # exact result is non-negative: clipping only moves towards it
+        lin = np.maximum(lin, 0)
+        if trim:
+            lin = np.where(lin < floor, 0, lin)
+        # entries below float64's range would vanish when the next node casts to float64 for its
+        # Chernoff MGF: drop them here and charge their (tiny) mass
+        tiny = (lin > 0) & (lin < 1e-300)
+        if tiny.any():
+            tv_fp += 2 * float(np.sum(lin[tiny]) if lin.dtype == np.float64 else tiny.sum() * 1e-300)
+            lin = np.where(tiny, 0, lin)
+        nz = np.flatnonzero(lin)
+        if nz.size == 0:
+            raise ValueError("composition lost all probability mass to round-off; increase eps_error or delta_error")
+        a = int(nz[0])
+        lin = lin[a:int(nz[-1]) + 1]
+        lin = lin / lin.sum()
     # base_val = sum m_c (offset_c + cen_c h); entry j of lin is the index sum I' = c + a + j
     offset = base_val + (c + a) * h
     info = {"N": N, "wrap": wrap, "fp": tv_fp, "dtype": dtype, "window": (c, c + N - 1),
