@@ -24,6 +24,7 @@ import numpy as np
 import pyfftw
 
 from . import _fft, _kernels
+from ._fft import _MIXED_RATIO, _fwd_error, _low_e2
 
 if _kernels._core is None:  # not built, or FASTPLD_PURE_PYTHON=1
     raise ImportError("the compiled core fastpld._core is unavailable")
@@ -106,7 +107,7 @@ class NativeBackend(_fft.Backend):
         fft.execute()
         return fft.output_array * dt(1.0 / n)
 
-    def convolve(self, ins, N, dtype, u, ser=None, low=None, dead_log=800.0):
+    def convolve(self, ins, N, dtype, u, ser=None, low=None, dead_log=800.0, fwd_dtype=None):
         """``irfft(prod_c rfft(fold(p_c))^m_c)`` and its round-off bound ``(out, l1, linf)``.
 
         ``ins``: list of ``(probs, centre_index, m)``.  Same arithmetic as the reference
@@ -114,13 +115,19 @@ class NativeBackend(_fft.Backend):
         that frequencies where one input's power is below ``e^-dead_log`` are set to 0 and
         charged ``2 e^(10 - dead_log)`` each (``dead_log`` >= 40; the caller sizes it so that
         all such charges together are negligible against its round-off allowance).
+        ``fwd_dtype``: precision of the forward transforms (default ``dtype``): a long double
+        node may take float64 forward FFTs (see :func:`fastpld._fft._fwd_error`); the powers,
+        the polar evaluation and the inverse FFT stay in ``dtype``.
         """
         dt = np.dtype(dtype)
-        fwd = _plan(N, dt, True)
+        fdt = dt if fwd_dtype is None else np.dtype(fwd_dtype)
+        fwd = _plan(N, fdt, True)
         inv = _plan(N, dt, False)
         F = N // 2 + 1
         C = len(ins)
-        g = 12.0 * u * math.ceil(math.log2(max(N, 2))) + (ser[5] if ser is not None else 0.0)
+        g_inv = 12.0 * u * math.ceil(math.log2(max(N, 2)))
+        # forward error (and the series' scale) per spectrum value; u_pol: rounding of |X| and arg X
+        g, u_pol = _fwd_error(ins, N, fdt, u, ser)
         logmag = np.empty(F, dtype=dt)
         phase = np.empty(F, dtype=dt)
         LR = np.empty((C, F))
@@ -148,12 +155,15 @@ class NativeBackend(_fft.Backend):
             K = ser[0]
             logmag[:K] = ser[1]
             phase[:K] = ser[2]
-        e2sq, p2sq, ndead = _kernels.power_fp(logmag, phase, LR, LRG, PH, ms, g, u, N, inv.input_array, K,
+        e2sq, p2sq, ndead = _kernels.power_fp(logmag, phase, LR, LRG, PH, ms, g, u_pol, N, inv.input_array, K,
                                               low[1] if low else None, low[2] if low else None, dead)
+        e2, p2 = math.sqrt(e2sq) + dead_charge * ndead, math.sqrt(p2sq) + dead_charge * ndead
+        if fdt != dt and e2 > _MIXED_RATIO * (_low_e2(low) + g_inv * p2):
+            # the float64 forward error is not negligible here: the whole node in dtype instead
+            return self.convolve(ins, N, dtype, u, ser, low, dead_log)
         inv.execute()
         out = inv.output_array * dt.type(1.0 / N)
-        e2, p2 = math.sqrt(e2sq) + dead_charge * ndead, math.sqrt(p2sq) + dead_charge * ndead
-        l1 = e2 + g * p2
+        l1 = e2 + g_inv * p2
         return out, l1, l1 / math.sqrt(N)
 
 

@@ -31,7 +31,8 @@ follows and add up what each step costs.
   ``m``-th power would amplify that error ``m``-fold, the spectrum comes from
   the inputs' central moments with a proved error instead
   (:func:`_series_spectrum`); nodes whose charge would not fit run in long
-  double.  CDF round-off widens the leaf coupling range (see
+  double (with float64 forward FFTs where, past the series' range, the powers
+  are negligible: docs/roundoff.md, section 3c).  CDF round-off widens the leaf coupling range (see
   :mod:`fastpld.discretize`).  Mean errors add ``instances * bias`` to eps.
 
 The resulting pair ``(eps_spent, delta_spent)`` satisfies
@@ -60,6 +61,7 @@ DEFAULT_MAX_BUCKETS = 1 << 23
 
 _U64 = np.finfo(np.float64).eps / 2
 _ULD = float(np.finfo(np.longdouble).eps) / 2
+_U64_CAST = _U64  # (tests patch _U64 to force long double nodes; a cast to float64 stays a cast)
 _TWO_PI_LD = 2 * np.longdouble("3.14159265358979323846264338327950288")
 
 # Shares of the delta budget (caps; the spent amounts are usually far smaller).
@@ -69,6 +71,8 @@ _SHARE_WRAP = 0.2
 _SHARE_FP = 0.15
 # Share of the eps budget kept for mean-correction bias and CDF round-off.
 _EPS_RESERVE = 0.03
+# long double nodes with the low-frequency series take float64 forward FFTs (docs/roundoff.md, 3c)
+_MIXED_FORWARD = True
 
 
 # --------------------------------------------------------------------------------------
@@ -829,14 +833,21 @@ def _series_amp(ser, u_node):
     return L + dL, amp
 
 
-def _fp_fft_bound(specs, N, u, g_extra=0.0, low=None):
+def _fp_fft_bound(specs, N, u, g_extra=0.0, low=None, fwd=None, detail=False):
     """Bound on ||computed - exact||_1 of irfft(prod X_c^m_c) (see module docstring).
 
     ``specs``: list of (X_computed, m).  ``low = (K, lp_low, amp_low)`` replaces the bound
     terms of the first ``K`` frequencies (accurate series, :func:`_series_spectrum`);
-    ``g_extra`` widens the FFT error of the others (the series' scale).  Returns (l1_bound, linf_bound).
+    ``g_extra`` widens the FFT error of the others (the series' scale).  ``fwd = (g, u_pol)``
+    (float64 forward FFTs in a long double node, :func:`fastpld._fft._fwd_error`): the forward
+    error and the polar rounding of the spectra; the inverse stays ``12 u log2 N`` with the node's ``u``.
+    Returns (l1_bound, linf_bound), and with ``detail`` also the spectral error ``e2`` and ``||P||_2``.
     """
     g = 12.0 * u * math.ceil(math.log2(max(N, 2))) + g_extra
+    g_inv = g
+    if fwd is not None:
+        g_inv = 12.0 * u * math.ceil(math.log2(max(N, 2)))
+        g, u = fwd
     log_prod = 0.0
     amp = 0.0
     logs = []
@@ -869,8 +880,10 @@ def _fp_fft_bound(specs, N, u, g_extra=0.0, low=None):
         w[-1] = 1.0
     e2 = math.sqrt(float(np.sum(w * amp**2)))
     p2 = math.sqrt(float(np.sum(w * np.exp(2 * log_prod))))  # >= ||P||_2 (full spectrum)
-    l2 = (e2 + g * p2) / math.sqrt(N)
-    return e2 + g * p2, l2
+    l2 = (e2 + g_inv * p2) / math.sqrt(N)
+    if detail:
+        return e2 + g_inv * p2, l2, e2, p2
+    return e2 + g_inv * p2, l2
 
 
 def _has_atoms(o):
@@ -908,6 +921,59 @@ def _fp64_series(inst, msum, lg, mmax, lattice=False):
         return plain
     g = 12 * _U64 * lg
     return min(plain, inst * (2.0 * (3.0 + msum * math.exp(-msum / 32.0)) * g + 4 * _U64))
+
+
+def _numpy_power(backend, ins, N, dtype, fdt, u, ser, low, g_extra):
+    """Reference (numpy backend) of ``NativeBackend.convolve``: ``(l1, linf, out)``.
+
+    ``fdt``: precision of the forward transforms (float64 in a long double node: section 3c of
+    docs/roundoff.md; the whole node in ``dtype`` if that forward error is not negligible).
+    """
+    specs = []
+    logmag = phase = None
+    for p, cen, m in ins:
+        buf = np.zeros(N, dtype=fdt)
+        pos = (np.arange(p.size) - cen) % N
+        np.add.at(buf, pos, p.astype(fdt))
+        X = backend.rfft(buf, N)
+        specs.append((X, m))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lr = np.log(np.abs(X)).astype(dtype)
+            ph = np.angle(X).astype(dtype)
+        logmag = m * lr if logmag is None else logmag + m * lr
+        phase = m * ph if phase is None else phase + m * ph
+    fwd = _fft._fwd_error(ins, N, fdt, u, ser)
+    fp_l1, fp_linf, e2, p2 = _fp_fft_bound(specs, N, u, g_extra, low, fwd, detail=True)
+    if fdt is not dtype and e2 > _fft._MIXED_RATIO * (_fft._low_e2(low) + (fp_l1 - e2)):
+        return _numpy_power(backend, ins, N, dtype, dtype, u, ser, low, g_extra)
+    if ser is not None:
+        logmag[:ser[0]] = ser[1]
+        phase[:ser[0]] = ser[2]
+    # reduce by 2 pi in the node's precision: a float64 2 pi would put float64-size phase errors
+    # (|phase| * 2.4e-16) into long double nodes, whose charge assumes long double accuracy
+    phase = np.remainder(phase, _TWO_PI_LD if dtype is np.longdouble else 2 * np.pi)
+    with np.errstate(under="ignore"):
+        Pc = np.exp(logmag) * (np.cos(phase) + 1j * np.sin(phase))
+    Pc[~np.isfinite(logmag)] = 0
+    out = backend.irfft(Pc, N)
+    return fp_l1, fp_linf, out
+
+
+def _node_tv(removed, N, u):
+    """Total variation charged for one node instance whose clipped, trimmed output is within
+    ``removed`` (l1) of the exact unnormalised result ``y`` (docs/roundoff.md, section 3).
+
+    With ``a`` the clipped output, ``||a - y||_1 <= E`` and ``S = sum a``, ``|S - sum y| <= E``:
+    ``||a / S - y / sum y||_1 <= E / S + |sum y - S| / S <= 2 E / S``, so the total variation
+    (half the l1 distance) is at most ``E / S`` with ``S >= sum y - E >= 0.99 - E`` (the inputs'
+    sums are 1 up to their last roundings).  The normalisation itself (numpy's pairwise sum,
+    at most ``ceil(log2 N) + 19`` roundings, and one division per entry) moves every entry by a
+    relative ``gamma_(ceil(log2 N) + 24)`` at most: half of that in total variation, charged in
+    full.  (A long double output that a float64 FFT reads is rounded entrywise: charged to that
+    FFT's error, :func:`fastpld._fft._fwd_error`; the final result's cast in :func:`_execute`.)"""
+    lg = math.ceil(math.log2(max(N, 2)))
+    tv = removed / (0.99 - removed) if removed < 0.5 else 1.0
+    return tv + _gamma(lg + 24, u)
 
 
 def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_nodes=None):
@@ -974,8 +1040,6 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
                   and sum(p.size for p, _, _ in ins) * (_SERIES_R + 3) <= 2 * N * math.log2(N))
     for dtype in dtypes:
         u = _U64 if dtype is np.float64 else _ULD
-        specs = []
-        logmag = phase = None
         low = None
         g_extra = 0.0
         ser = _series_spectrum(ins, N, dtype, backend.native) if use_series else None
@@ -983,54 +1047,40 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
             lp_low, amp_low = _series_amp(ser, u)
             low = (ser[0], lp_low, amp_low)
             g_extra = ser[5]
+        # a long double node whose large powers come from the series near frequency 0 takes float64
+        # forward FFTs: elsewhere |X|^m is negligible, so the float64 forward error barely counts
+        # (docs/roundoff.md, section 3c; the whole node falls back to long double where it does)
+        fdt = np.float64 if (dtype is np.longdouble and ser is not None and _MIXED_FORWARD) else dtype
         if backend.native:  # cached plans, compiled placement/power/round-off kernels (same arithmetic)
             # frequencies whose product is below e^(10 - T) are skipped and charged 2 e^(10 - T) each
             # (see convolve): T such that all N/2 + 1 such charges, over the node's copies (x inst)
             # and into total variation (x 4), stay below 1e-6 of the node's round-off allowance
             dead_log = min(800.0, max(40.0, 10.0 + math.log(4.0 * (N // 2 + 1) * inst / (1e-6 * allowance))))
-            out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u, ser=ser, low=low, dead_log=dead_log)
-        for p, cen, m in ([] if backend.native else ins):
-            buf = np.zeros(N, dtype=dtype)
-            pos = (np.arange(p.size) - cen) % N
-            np.add.at(buf, pos, p.astype(dtype))
-            X = backend.rfft(buf, N)
-            specs.append((X, m))
-            with np.errstate(divide="ignore", invalid="ignore"):
-                lr = np.log(np.abs(X))
-                ph = np.angle(X)
-            logmag = m * lr if logmag is None else logmag + m * lr
-            phase = m * ph if phase is None else phase + m * ph
+            out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u, ser=ser, low=low, dead_log=dead_log,
+                                                   fwd_dtype=fdt)
         if not backend.native:
-            if ser is not None:
-                logmag[:ser[0]] = ser[1]
-                phase[:ser[0]] = ser[2]
-            # reduce by 2 pi in the node's precision: a float64 2 pi would put float64-size phase errors
-            # (|phase| * 2.4e-16) into long double nodes, whose charge assumes long double accuracy
-            phase = np.remainder(phase, _TWO_PI_LD if dtype is np.longdouble else 2 * np.pi)
-            with np.errstate(under="ignore"):
-                Pc = np.exp(logmag) * (np.cos(phase) + 1j * np.sin(phase))
-            Pc[~np.isfinite(logmag)] = 0
-            out = backend.irfft(Pc, N)
-            fp_l1, fp_linf = _fp_fft_bound(specs, N, u, g_extra, low)
+            fp_l1, fp_linf, out = _numpy_power(backend, ins, N, dtype, fdt, u, ser, low, g_extra)
         if ser is not None:  # the series' common scale, removed by the normalisation below
             fp_l1 *= 1 + 2 * ser[6]
             fp_linf *= 1 + 2 * ser[6]
-        if len(dtypes) == 1 or dtype is np.longdouble or inst * (2 * fp_l1 + 4 * u) <= node_allowance:
+        if len(dtypes) == 1 or dtype is np.longdouble or inst * _node_tv(fp_l1, N, u) <= node_allowance:
             break
-    tv_fp = 2 * fp_l1 + 4 * u
+    # removed = l1 bound on what clipping, trimming and dropping leave between lin and the exact
+    # (unnormalised) result; the charge follows from it after the normalisation (_node_tv)
+    removed = fp_l1
     # drop round-off-level entries where the charge fits (keeps next windows tight); the
     # charge is N * floor >= the mass removed, not the mass itself, so that it does not depend
     # on which backend's noise happens to fall below the floor (bounds agree across backends)
     floor = fp_linf
-    trim_charge = 2 * N * floor
+    trim_charge = N * floor
     trim = inst * trim_charge <= 0.25 * allowance
     if trim:
-        tv_fp += trim_charge
+        removed += trim_charge
     core = _kernels._core if backend.native else None
     if core is not None:  # the steps below in one compiled pass
         lin, a, tiny_mass, n_tiny = core.finish_node(out, c % N, float(floor), trim)
         if n_tiny:
-            tv_fp += 2 * (tiny_mass if lin.dtype == np.float64 else n_tiny * 1e-300)
+            removed += tiny_mass if lin.dtype == np.float64 else n_tiny * 1e-300
     else:
         lin = np.roll(out, -(c % N)) if c % N else out
         # exact result is non-negative: clipping only moves towards it
@@ -1041,7 +1091,7 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
         # Chernoff MGF: drop them here and charge their (tiny) mass
         tiny = (lin > 0) & (lin < 1e-300)
         if tiny.any():
-            tv_fp += 2 * float(np.sum(lin[tiny]) if lin.dtype == np.float64 else tiny.sum() * 1e-300)
+            removed += float(np.sum(lin[tiny]) if lin.dtype == np.float64 else tiny.sum() * 1e-300)
             lin = np.where(tiny, 0, lin)
         nz = np.flatnonzero(lin)
         if nz.size == 0:
@@ -1049,6 +1099,7 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
         a = int(nz[0])
         lin = lin[a:int(nz[-1]) + 1]
         lin = lin / lin.sum()
+    tv_fp = _node_tv(removed, N, u)
     # base_val = sum m_c (offset_c + cen_c h); entry j of lin is the index sum I' = c + a + j
     offset = base_val + (c + a) * h
     info = {"N": N, "wrap": wrap, "fp": tv_fp, "dtype": dtype, "window": (c, c + N - 1),
@@ -1127,6 +1178,8 @@ def _execute(plan, meshes, budgets, backend, max_buckets):
                                 info["N"], inst, inst * info["wrap"], inst * info["fp"], 0.0,
                                 "longdouble" if info["dtype"] is np.longdouble else "float64"))
     final = results[id(plan.root)]
+    if np.asarray(final.probs).dtype != np.float64:
+        tv_fp += _U64_CAST  # the cast below rounds every entry (relative u64): TV <= u64 / 2
     final = GridPMF(np.asarray(final.probs, dtype=np.float64), float(final.offset), final.mesh)
     # The Azuma failure probability is the planned share (deterministic: the eps term then does
     # not depend on backend-level noise in the other charges); only when the measured charges
