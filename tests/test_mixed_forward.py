@@ -84,8 +84,8 @@ def forward_spy(monkeypatch):
         be = _fft.resolve("native")
         conv = type(be).convolve
 
-        def native_spy(self, ins, N, dtype, u, ser=None, low=None, fwd_dtype=None):
-            out = conv(self, ins, N, dtype, u, ser, low, fwd_dtype)
+        def native_spy(self, ins, N, dtype, u, ser=None, low=None, dead_log=800.0, fwd_dtype=None):
+            out = conv(self, ins, N, dtype, u, ser, low, dead_log, fwd_dtype)
             seen.append(np.dtype(fwd_dtype if fwd_dtype is not None else dtype).name)
             return out
 

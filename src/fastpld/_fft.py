@@ -160,6 +160,18 @@ def fast_length(n: int) -> int:
     return _FAST[i]
 
 
+_FAST_23 = [n for n in _FAST if n % 5 and n % 7]
+
+
+def fast_length_23(n: int) -> int:
+    """Smallest even ``2^a 3^b >= n``, at least 2 (the long double FFT's fastest lengths)."""
+    n = max(int(n), 2)
+    i = bisect_left(_FAST_23, n)
+    while _FAST_23[i] % 2:
+        i += 1
+    return _FAST_23[i]
+
+
 # --------------------------------------------------------------------------------------
 # Forward-transform error of a node (shared by the native kernel path and the numpy reference)
 # --------------------------------------------------------------------------------------

@@ -73,6 +73,7 @@ _SHARE_FP = 0.15
 _EPS_RESERVE = 0.03
 # long double nodes with the low-frequency series take float64 forward FFTs (docs/roundoff.md, 3c)
 _MIXED_FORWARD = True
+_MIXED_MIN_POWER = 256  # planner: powers from which the float64 forward pass is predicted to hold
 
 
 # --------------------------------------------------------------------------------------
@@ -281,12 +282,52 @@ def _k_grid(loss, native=False):
                 kp, kn = both[:s.size], both[s.size:]
             kp = np.where(np.isnan(kp), np.inf, kp)
             kn = np.where(np.isnan(kn), np.inf, kn)
+            kp, kn = _gauss_extend(loss, kp, kn)
         cache = (kp, kn)
         try:
             setattr(loss, attr, cache)
         except AttributeError:  # pragma: no cover
             pass
     return cache
+
+
+def _gauss_extend(loss, kp, kn):
+    """Planning only: extend the log-MGF grids past ``s = 512`` for losses that are Gaussian there.
+
+    The mechanisms' MGFs are evaluated up to ``s = 512``; a loss with a tiny standard deviation
+    (huge noise, e.g. the subsampled Gaussian calibrated for ``k = 2^30``: sd ~ 7e-6) needs
+    ``s ~ 1e5`` for a tight Chernoff window, and the capped grid predicted windows up to 1000x too
+    wide (meshes, sizes, costs and round-off estimates of the plans followed).  Where ``K(512)`` or
+    ``K(-512)`` agrees with ``s mean + s^2 sd^2 / 2`` to ``delta <= 1e-3`` (relative), both grids
+    take the minimum with that quadratic inflated by ``4 delta s / 512`` (the cubic term's growth)
+    while the inflation stays below 25% (the other side's MGF is often a loose convexity bound).
+    Predictions only: execution bounds its windows from the concrete PMFs.
+    """
+    i = int(np.searchsorted(_S_ABS, 512.0, side="right")) - 1
+    try:
+        mu, sd = float(loss.mean()), float(loss.std())
+    except Exception:  # pragma: no cover - a loss without moments keeps the capped grid
+        return kp, kn
+    if not (math.isfinite(mu) and math.isfinite(sd) and sd > 0):
+        return kp, kn
+    s = _S_ABS
+    deltas = []
+    for k, sign in ((kp, 1.0), (kn, -1.0)):
+        g0 = sign * s[i] * mu + 0.5 * (s[i] * sd) ** 2
+        ok = math.isfinite(k[i]) and g0 > 0
+        deltas.append(max(abs(float(k[i]) - g0) / g0, 1e-9) if ok else math.inf)
+    delta = min(deltas)
+    if delta > 1e-3:
+        return kp, kn
+    # one side's MGF is tight and Gaussian at s = 512: the loss is Gaussian at that scale, so the
+    # other side (the mechanisms bound one side by a loose convexity argument) follows the same
+    # quadratic, on the whole grid; both continue past 512 while the inflation stays below 25%
+    infl = 4.0 * delta * s / s[i]
+    out = []
+    for k, sign in ((kp, 1.0), (kn, -1.0)):
+        ext = np.where(infl <= 0.25, (sign * s * mu + 0.5 * (s * sd) ** 2) * (1 + infl), np.inf)
+        out.append(np.minimum(k, ext))
+    return out[0], out[1]
 
 
 def _est_window(parts, tail, native=False):
@@ -445,11 +486,16 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
             # _run_node tries float64 up to the node's share of the round-off budget; the measured
             # charge is typically a few times the estimate, so the try is predicted to hold up to half of it
             ld = est64 > 0.25 * allowance and est_ser > 0.5 * node_allowance
+            # a long double node with the series (large powers) takes float64 forward FFTs (docs/roundoff.md 3c)
+            mixed = ld and est_ser < est64 and msum >= _MIXED_MIN_POWER
             if ld:
-                fp_pred += _fp_plain(inst, msum, lg, _ULD)
+                fp_pred += (_fp64_series(inst, msum, lg, max(m for _, m in o.children), False, _ULD)
+                            if est_ser < est64 else _fp_plain(inst, msum, lg, _ULD))
             elif est64 > 0.25 * allowance:
                 fp_pred += 2.5 * est_ser
             per_point = _T_POINT_LD if ld else _T_POINT_64
+            if mixed:  # children forward in float64, one inverse in long double
+                per_point = (len(o.children) * _T_POINT_64 + _T_POINT_LD) / (len(o.children) + 1)
             if ld and est_ser <= node_allowance:  # the float64 try that is redone
                 per_point += _T_POINT_64
             cost += _T_NODE + (_T_NODE_LD if ld else 0.0) + nn * (len(o.children) + 1) * per_point * lg / 12
@@ -909,18 +955,20 @@ def _fp_plain(inst, msum, lg, u=None):
     return inst * (2.0 * msum * 12 * u * lg + 4 * u)
 
 
-def _fp64_series(inst, msum, lg, mmax, lattice=False):
+def _fp64_series(inst, msum, lg, mmax, lattice=False, u=None):
     """Predicted float64 round-off charge of a node with the low-frequency series (at most the plain one).
 
     Near frequency 0 the error no longer grows with ``m``; what is left is the inverse FFT
     (``~ 3 g``) and, for moderate ``m``, the frequencies past the series' range
     (``|X|^m ~ e^(-m / 32)`` there for inputs up to ~16 standard deviations wide).
+    ``u``: another precision's (long double: the same shape, measured ~5 g per instance at ``k = 2^30``).
     """
-    plain = _fp_plain(inst, msum, lg)
+    u = _U64 if u is None else u
+    plain = _fp_plain(inst, msum, lg, u)
     if mmax < 8 or lattice:  # _run_node uses the series only where some power is >= 8
         return plain
-    g = 12 * _U64 * lg
-    return min(plain, inst * (2.0 * (3.0 + msum * math.exp(-msum / 32.0)) * g + 4 * _U64))
+    g = 12 * u * lg
+    return min(plain, inst * (2.0 * (3.0 + msum * math.exp(-msum / 32.0)) * g + 4 * u))
 
 
 def _numpy_power(backend, ins, N, dtype, fdt, u, ser, low, g_extra):
@@ -997,19 +1045,18 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     lo_full = -sum(m * cen for _, cen, m in ins)
     lo, hi, tail = _chernoff_window(ins, w_per, backend.native)
     need = hi - lo + 1
-    if need >= full:
-        N = _fft.fast_length(full)
-        c = lo_full
-        wrap = 0.0
-    else:
-        N = _fft.fast_length(need)
-        if N >= full:
-            N = _fft.fast_length(full)
-            c = lo_full
-            wrap = 0.0
-        else:
-            c = lo - (N - need) // 2
-            wrap = tail(c + N, True) + tail(c - 1, False)
+
+    def place(length):
+        # FFT length, window start and wrap-around bound for FFT lengths from `length`
+        if need >= full:
+            return length(full), lo_full, 0.0
+        n_fft = length(need)
+        if n_fft >= full:
+            return length(full), lo_full, 0.0
+        start = lo - (n_fft - need) // 2
+        return n_fft, start, tail(start + n_fft, True) + tail(start - 1, False)
+
+    N, c, wrap = place(_fft.fast_length)
     if N > max_buckets:
         raise ValueError(
             f"composition needs an FFT of {N} buckets at mesh {h:.3g} (node {node.label}), more than "
@@ -1032,6 +1079,11 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
         dtypes = (np.float64, np.longdouble)
     else:
         dtypes = (np.longdouble,)
+        # the long double FFT is fastest on 2^a 3^b lengths (measured 31-38 ns per point near 8k
+        # against 42-50 with factors 5 and 7): worth up to 8% more points
+        N2, c2, wrap2 = place(_fft.fast_length_23)
+        if N2 <= 1.08 * N and N2 <= max_buckets:
+            N, c, wrap = N2, c2, wrap2
     # accurate low-frequency spectra where a power's round-off amplification matters: only where
     # some power is large (with small powers the plain bound has no m-fold growth) and the inputs'
     # moments cost less than a few FFTs (a block of many wide children with small powers would pay
@@ -1050,7 +1102,9 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
         # a long double node whose large powers come from the series near frequency 0 takes float64
         # forward FFTs: elsewhere |X|^m is negligible, so the float64 forward error barely counts
         # (docs/roundoff.md, section 3c; the whole node falls back to long double where it does)
-        fdt = np.float64 if (dtype is np.longdouble and ser is not None and _MIXED_FORWARD) else dtype
+        # (not for lattice-like inputs, whose spectral peaks past the series' range make it fall back)
+        fdt = (np.float64 if (dtype is np.longdouble and ser is not None and _MIXED_FORWARD and not _has_atoms(node))
+               else dtype)
         if backend.native:  # cached plans, compiled placement/power/round-off kernels (same arithmetic)
             # frequencies whose product is below e^(10 - T) are skipped and charged 2 e^(10 - T) each
             # (see convolve): T such that all N/2 + 1 such charges, over the node's copies (x inst)
@@ -1339,7 +1393,9 @@ def _choose_plan(parts, method, arity, eps_az, log_term, budgets, native=False, 
         prev = math.inf
         for c in sorted((c for c in chains if c[0] == "recursive"), key=lambda ch: -ch[1]):
             best = min(evaluate(c, m)[0] for m in merges)
-            if best > prev and prev < _EARLY_STOP_US:
+            # (and once it rises from a plan that fits into the plans ranked last for their predicted
+            # round-off: narrower arities have more instances at the bottom level, so no more of them fit)
+            if best > prev and (prev < _EARLY_STOP_US or best >= 1e15 > prev):
                 break
             prev = best
     else:
