@@ -450,7 +450,7 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
                 if not (math.isfinite(lo) and math.isfinite(hi)):
                     lo, hi = _est_window(_leaf_parts(o), tail, native)
             w = hi - lo
-            widths[o.group] += w * (len(o.children) + 1)
+            widths[o.group] += w * (len(o.children) + 1) * _precision_weight(o, plan, budgets)
         node_w[id(o)] = w
     shape = {}
     for g in plan.groups:
@@ -503,6 +503,29 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
     if budgets is not None and fp_pred > 0.9 * (budgets.delta - budgets.eta):
         cost = 1e15 * (1 + fp_pred / budgets.delta)  # likely refused for round-off: rank last
     return meshes, cost, sizes
+
+
+def _precision_weight(o, plan, budgets):
+    """Relative cost per point of a node for the mesh shape: long double nodes cost ~4x (2.5x with
+    float64 forward FFTs) a float64 point, so their group should get a larger share of the eps
+    budget.  The precision is guessed with _run_node's rule at ``log2 N = 13`` (the meshes, hence
+    ``N``, are not known yet); planning only."""
+    if budgets is None:
+        return 1.0
+    inst = plan.instances[id(o)]
+    msum = sum(m for _, m in o.children)
+    allowance = budgets.fp / (plan.n_nodes + plan.n_leaves)
+    # (float64's actual u, not _U64: tests patch that to run the same meshes all in long double)
+    est64 = _fp_plain(inst, msum, 13, _U64_CAST)
+    if est64 <= 0.25 * allowance:
+        return 1.0
+    est_ser = _fp64_series(inst, msum, 13, max(m for _, m in o.children), _has_atoms(o), _U64_CAST)
+    if est_ser <= 0.5 * budgets.fp / max(plan.n_nodes, 1):
+        return 1.0
+    k = len(o.children)
+    if est_ser < est64 and msum >= _MIXED_MIN_POWER:
+        return (k * _T_POINT_64 + _T_POINT_LD) / ((k + 1) * _T_POINT_64)
+    return _T_POINT_LD / _T_POINT_64
 
 
 def _chernoff_quantiles(kp, kn, tail, native=False):
