@@ -86,3 +86,18 @@ def test_tail_bounds_are_valid_for_gaussian():
     for x in (2.0, 5.0, 10.0):
         exact = norm.sf((x - mu2 / 2) / math.sqrt(mu2))
         assert loss.tail_bound(k, x) >= exact
+
+
+@pytest.mark.parametrize("sigma", [5.0, 200.0])
+def test_public_tail_bound_dominates_single_copy_tail(sigma):
+    """``tail_bound(1, x)`` >= the exact tail of one copy: the binomial MGF is unknown (+inf)
+    beyond its largest tabulated order, never the value at that order (which is too small)."""
+    from fastpld import mechanisms as M
+    M._LOSS_CACHE.clear()
+    for d, loss in fastpld.PoissonSubsampledGaussian(sigma, 0.2).privacy_losses().items():
+        assert np.isinf(loss.log_mgf(np.array([5000.0 if d == "remove" else -5000.0]))).all()
+        lo, hi = M._generic_window(loss, 1e-250)
+        for upper in (True, False):
+            for x in np.linspace(lo, hi, 41)[1:-1]:
+                exact = float((loss.sf if upper else loss.cdf)(np.array([x]))[0])
+                assert loss.tail_bound(1, x, upper=upper) >= exact * (1 - 1e-6)

@@ -786,7 +786,9 @@ class SubsampledLoss(ContinuousLoss):
             pos = s >= 0
             if pos.any():
                 x = np.minimum(s[pos], 4096)
-                out[pos] = self._binomial_chord(x, 1) if native else _integer_chord(lambda a: self._K_binom(a + 1), x)
+                k = self._binomial_chord(x, 1) if native else _integer_chord(lambda a: self._K_binom(a + 1), x)
+                # beyond the largest tabulated order the MGF is unknown (+inf), not K(4096): K grows
+                out[pos] = np.where(s[pos] <= 4096, k, np.inf)
             mid = (s < 0) & (s >= -1)
             out[mid] = 0.0  # Jensen: E_P[(M/P)^(1+s)] <= 1
             neg = s < -1
@@ -804,7 +806,8 @@ class SubsampledLoss(ContinuousLoss):
             neg = s < -1
             if neg.any():
                 x = np.minimum(-s[neg], 4096)
-                out[neg] = self._binomial_chord(x, 0) if native else _integer_chord(self._K_binom, x)
+                k = self._binomial_chord(x, 0) if native else _integer_chord(self._K_binom, x)
+                out[neg] = np.where(-s[neg] <= 4096, k, np.inf)  # unknown beyond order 4096 (see above)
         return out
 
     def _moments(self):
