@@ -20,6 +20,32 @@ hence ``|e' - e| <= that / min density near e``.  The coupling of Algorithm 1
 with the moved edges is exact, and its range widens from ``h`` by twice the
 largest edge movement.  Where the density vanishes the movement is charged to
 total variation instead.
+
+Coarse tails (certificate).  A leaf of a long composition needs a fine mesh ``h``
+(Azuma-Hoeffding over every copy), but most of its window holds tiny probability.
+Given ``coarse = (lam, budget)``, :func:`discretize_loss` keeps buckets of width
+``h`` where the mass is and merges, in the tails, ``c`` consecutive buckets
+(``c`` in 3, 9, 27, 81, aligned so that the levels nest) into one cell whose mass
+sits at the cell's centre -- a point of the same fine grid (``c`` odd), so the
+grid and every FFT downstream are unchanged; only the CDF is evaluated at fewer
+edges.  A level-``c`` cell is used only where the tail mass beyond it is at most
+a threshold chosen so that the extra cost below stays within ``budget`` at ``lam``.
+The per-copy difference ``D = Y~ - Y`` then lies, given the region ``R`` (fine,
+or level ``c``) that ``Y`` falls in, in an interval of length ``r_R = c_R h + widen``
+around ``mu``.  With ``D' = D - E[D]`` (``|E[D]| <= bias``), ``m_R = E[D' | R]``,
+``|m_R| <= a_R = |mu| + r_R / 2 + bias`` and ``sum_R p_R m_R = 0`` (so the fine
+region's ``|m_f| <= sum_(R coarse) p_R a_R / p_f``), Hoeffding's lemma per region
+and ``e^y <= 1 + y + y^2 e^|y| / 2`` give, for every real ``lam``,
+
+    E[e^(lam D')] <= sum_R p_R e^(x_R) + |lam| sum_R p_R a_R (e^(x_R) - 1)
+                     + sum_R p_R e^(x_R) (lam a_R)^2 e^(|lam| a_R) / 2,    x_R = lam^2 r_R^2 / 8
+
+(:func:`tail_mix_log_mgf`; without coarse regions this is Hoeffding's ``e^(x_f)``).  The
+region masses ``p_R`` are the normalised computed cell masses (the coupling's
+own), inflated for their summation; moving mass from the fine region to a coarse
+one only increases the bound.  :mod:`fastpld.compose` multiplies these MGF bounds
+over the independent leaf copies and the re-discretisations' Hoeffding factors
+and optimises the Chernoff bound over ``lam``.
 """
 from __future__ import annotations
 
@@ -47,6 +73,8 @@ class GridPMF:
     tv: float = 0.0
     bias: float = 0.0
     truncated: float = 0.0
+    #: coarse tail regions ``(p_R, r_R, a_R)`` of a leaf (see the module docstring); empty: all fine
+    mix: tuple = ()
 
     @property
     def values(self) -> np.ndarray:
@@ -68,7 +96,8 @@ def truncation_window(loss: ContinuousLoss, tail: float, native: bool = False) -
 
 
 def discretize_loss(loss: PrivacyLoss, mesh: float, tail: float, *, lattice: float = 0.0,
-                    max_buckets: int = 1 << 24, native: bool = False) -> GridPMF:
+                    max_buckets: int = 1 << 24, native: bool = False,
+                    coarse: tuple[float, float] | None = None) -> GridPMF:
     """Algorithm 1 (DiscretizeRV): bucket ``Y`` on ``lattice + mesh * Z`` and correct the mean.
 
     Parameters
@@ -86,6 +115,9 @@ def discretize_loss(loss: PrivacyLoss, mesh: float, tail: float, *, lattice: flo
         Refuse with ``ValueError`` beyond this many buckets.
     native : bool
         Use the compiled kernels (same arithmetic) instead of the numpy reference.
+    coarse : (float, float), optional
+        ``(lam, budget)``: merge tail buckets into coarse cells (continuous losses; see the
+        module docstring) where the extra log-MGF per copy at ``lam`` stays within ``budget``.
 
     Returns
     -------
@@ -94,7 +126,7 @@ def discretize_loss(loss: PrivacyLoss, mesh: float, tail: float, *, lattice: flo
     """
     if isinstance(loss, DiscreteLoss):
         return _discretize_discrete(loss, mesh, lattice, max_buckets)
-    return _discretize_continuous(loss, mesh, tail, lattice, max_buckets, native)
+    return _discretize_continuous(loss, mesh, tail, lattice, max_buckets, native, coarse)
 
 
 def _discretize_discrete(loss: DiscreteLoss, h: float, lattice: float, max_buckets: int = 1 << 24) -> GridPMF:
@@ -133,7 +165,7 @@ def _check_mu(mu, h, slack):
 
 
 def _discretize_continuous(loss: ContinuousLoss, h: float, tail: float, lattice: float, max_buckets: int,
-                           native: bool = False) -> GridPMF:
+                           native: bool = False, coarse: tuple[float, float] | None = None) -> GridPMF:
     a0, b0 = truncation_window(loss, tail, native)
     # keep atoms away from bucket edges so that every edge lies where F is continuous
     for shift in (0.0, 0.25, 0.125, 0.375):
@@ -150,7 +182,14 @@ def _discretize_continuous(loss: ContinuousLoss, h: float, tail: float, lattice:
             f"discretising the privacy loss needs {n} buckets (mesh {h:.3g} over [{a0:.4g}, {b0:.4g}]), "
             f"more than max_buckets={max_buckets}; increase eps_error or max_buckets"
         )
-    edges = lat + (np.arange(i_lo, i_hi + 2) - 0.5) * h
+    # cells: fine buckets, or (coarse tails) runs of c buckets starting at absolute index starts[k]
+    cells = _coarse_cells(loss, lat, h, i_lo, i_hi, coarse) if coarse is not None else None
+    if cells is None:
+        edges = lat + (np.arange(i_lo, i_hi + 2) - 0.5) * h
+    else:
+        starts, sizes = cells
+        edges = lat + (np.append(starts, i_hi + 1) - 0.5) * h
+    m_cells = edges.size - 1
     # (a loss may evaluate all three at once, sharing work between them; same values)
     both = getattr(loss, "_cdf_sf_pdf", None)
     if both is not None:
@@ -161,16 +200,20 @@ def _discretize_continuous(loss: ContinuousLoss, h: float, tail: float, lattice:
         dens = None
     # lower half from CDF differences, upper half from survival differences
     split = int(np.searchsorted(F, 0.5))  # first edge with F >= 1/2
-    split = min(max(split, 1), n)  # bucket index split-1 straddles the median
+    split = min(max(split, 1), m_cells)  # cell index split-1 straddles the median
     if native:
         q, total = _kernels.bucket_masses(F, S, split)
     else:
-        q = np.empty(n, dtype=np.float64)
+        q = np.empty(m_cells, dtype=np.float64)
         q[: split - 1] = np.diff(F[:split])
-        q[split:] = S[split:n] - S[split + 1:]
+        q[split:] = S[split:m_cells] - S[split + 1:]
         q[split - 1] = 1.0 - F[split - 1] - S[split]
         np.maximum(q, 0.0, out=q)
         total = float(q.sum())
+    if cells is not None:  # each cell's mass at its centre, a point of the fine grid (sizes are odd)
+        qc = q
+        q = np.zeros(n, dtype=np.float64)
+        q[starts + (sizes - 1) // 2 - i_lo] = qc
     out_lo, out_hi = float(F[0]), float(S[-1])
     truncated = (out_lo + out_hi) * (1 + 8 * loss.cdf_rel_error)
     if not total > 0:
@@ -207,8 +250,159 @@ def _discretize_continuous(loss: ContinuousLoss, h: float, tail: float, lattice:
         small = move <= 1e-3 * h
         widen = 2 * float(move[small].max()) if small.any() else 0.0
         tv = float(dev[~small].sum())
-    _check_mu(mu, h, widen)
-    return GridPMF(qn, ref + mu, h, coupling_range=h + widen, tv=tv, bias=mean_err, truncated=truncated)
+    mix = ()
+    if cells is not None:
+        # regions: the cells of each size c > 1; p_R from the normalised cell masses (inflated for
+        # their summation), r_R = c h + widen, a_R >= |E[D' | R]|
+        qcn = qc / total
+        mix = tuple((min(1.0, float(qcn[sizes == c].sum()) * (1 + 1e-9) + 1e-300), int(c) * h + widen,
+                     abs(mu) + (int(c) * h + widen) / 2 + mean_err)
+                    for c in np.unique(sizes) if c > 1)
+    # (coarse cells move the discretised mean by at most their mass times half their width)
+    _check_mu(mu, h, widen + sum(p * r for p, r, _ in mix))
+    return GridPMF(qn, ref + mu, h, coupling_range=h + widen, tv=tv, bias=mean_err, truncated=truncated, mix=mix)
+
+
+_COARSE_LEVELS = (81, 27, 9, 3)  # odd (cell centres on the fine grid), each dividing the next
+_COARSE_MAX_TAIL = 1e-4  # per side: coarse cells only in the tails, whatever the budget
+_COARSE_MIN_BUCKETS = 256  # below this a leaf stays fine (nothing to gain)
+
+
+def tail_mix_log_mgf(lam, r_f, mixes) -> np.ndarray:
+    """Upper bounds on ``log E[e^(lam D')]`` of leaf copies (module docstring): shape ``(J, len(lam))``.
+
+    ``r_f``: the ``J`` leaves' fine coupling ranges; ``mixes``: per leaf its coarse regions
+    ``(p_R, r_R, a_R)`` (an empty tuple gives Hoeffding's ``lam^2 r_f^2 / 8``).
+    """
+    lam = np.abs(np.asarray(lam, dtype=np.float64))[None, :]
+    r_f = np.asarray(r_f, dtype=np.float64).reshape(-1, 1)
+    k = max([len(m) for m in mixes] + [1])
+    reg = np.zeros((r_f.shape[0], k, 3))  # padding regions have p = 0 (no contribution)
+    for j, m in enumerate(mixes):
+        if m:
+            reg[j, :len(m)] = m
+    p, r, a = (reg[:, :, i:i + 1] for i in range(3))
+    x_f = lam * lam * (r_f * r_f / 8)
+    sa = (p * a).sum(axis=1)  # >= p_f |m_f|
+    p_f = np.maximum(1.0 - p.sum(axis=1), 0.5)
+    a_f = sa / p_f
+    x = lam[:, None, :] ** 2 * (r * r / 8)
+    la = lam[:, None, :] * a
+    xf = x_f[:, None, :]
+    with np.errstate(over="ignore", invalid="ignore"):
+        # (M - e^(x_f)) e^(-x_f): the fine region's e^(x_f) factored out
+        t = (p * (np.expm1(x - xf) + np.exp(-xf) * la * np.expm1(x) + np.exp(x - xf) * la * la / 2 * np.exp(la))).sum(axis=1)
+        t += np.exp(-x_f) * lam * sa * np.expm1(x_f) + p_f * (lam * a_f) ** 2 / 2 * np.exp(lam * a_f)
+        out = (x_f + np.log1p(t)) * (1 + 1e-12)
+    return np.where(np.isnan(out), np.inf, out)
+
+
+def _coarse_thresholds(h: float, lam: float, budget: float) -> dict:
+    """Per-side tail-mass thresholds of the coarse levels: level ``c`` adds at most ``budget / 4``
+    to the log-MGF bound per copy at ``lam`` (estimated with ``|mu| <= h / 2``; the certificate
+    uses the measured masses, so the thresholds only decide speed and tightness)."""
+    out = {}
+    x_f = lam * lam * h * h / 8
+    for c in _COARSE_LEVELS:
+        r = c * h
+        a = (r + h) / 2
+        x = lam * lam * r * r / 8
+        if x > 600:
+            continue
+        g = (math.expm1(x - x_f) + math.exp(-x_f) * lam * a * math.expm1(x) + math.exp(x - x_f) * (lam * a) ** 2 / 2
+             * math.exp(lam * a) + lam * a * math.expm1(x_f))
+        p = min(_COARSE_MAX_TAIL, budget / (4 * g) / 2)
+        if p > 1e-300:
+            out[c] = p
+    return out
+
+
+def _coarse_cells(loss, lat: float, h: float, i_lo: int, i_hi: int, coarse):
+    """Cells ``(starts, sizes)`` (absolute bucket indices) covering ``[i_lo, i_hi]``: fine where the
+    mass is, coarse in the tails (``None``: no coarse cell pays off).  The boundaries are searched
+    on the CDF at multiples of the coarsest size, then refined between evaluated points."""
+    n = i_hi - i_lo + 1
+    if n < _COARSE_MIN_BUCKETS:
+        return None
+    lam, budget = coarse
+    thr = _coarse_thresholds(h, float(lam), float(budget))
+    levels = [c for c in _COARSE_LEVELS if c in thr and 4 * c <= n]
+    if not levels:
+        return None
+    end = i_hi + 1
+    psg = getattr(loss, "_psg", None)
+
+    def ev(idx):
+        x = lat + (idx - 0.5) * h
+        if psg is not None:  # CDF and survival function in one pass
+            return _kernels.psg_eval(x, *psg, want_pdf=False)[:2]
+        return loss.cdf(x), loss.sf(x)
+
+    cmax = levels[0]
+    g = np.arange(-(-i_lo // cmax) * cmax, end + 1, cmax, dtype=np.int64)  # edges at multiples of cmax
+    if g.size < 2:
+        return None
+    F0, S0 = ev(g)
+    # upper side: u_c = first multiple of c with S <= thr_c (past the median); it lies in
+    # (k - cmax, k] for the first point k of the coarse grid that qualifies (S non-increasing);
+    # lower side: l_c = last multiple of c with F <= thr_c, in [k, k + cmax)
+    brackets = []
+    for c in levels:
+        ku = np.flatnonzero((S0 <= thr[c]) & (F0 >= 0.5))
+        kl = np.flatnonzero((F0 <= thr[c]) & (S0 >= 0.5))
+        brackets.append((int(g[ku[0]]) if ku.size else None, int(g[kl[-1]]) if kl.size else None))
+    extra = [np.arange(k - cmax + c, k, c) for c, (k, _) in zip(levels, brackets) if k is not None and c < cmax]
+    extra += [np.arange(k + c, k + cmax, c) for c, (_, k) in zip(levels, brackets) if k is not None and c < cmax]
+    extra = np.concatenate(extra + [np.zeros(0, dtype=np.int64)]).astype(np.int64)
+    extra = extra[(extra >= i_lo) & (extra <= end)]
+    F1, S1 = ev(extra) if extra.size else (np.zeros(0), np.zeros(0))
+    allg = np.concatenate([g, extra])
+    allF = np.concatenate([F0, F1])
+    allS = np.concatenate([S0, S1])
+    ub, lb = {}, {}
+    u_prev, l_prev = end, i_lo
+    for c, (ku, kl) in zip(levels, brackets):
+        u = u_prev
+        if ku is not None:
+            ok = (allg % c == 0) & (allg > ku - cmax) & (allg <= ku) & (allS <= thr[c]) & (allF >= 0.5)
+            u = min(int(allg[ok].min()), u_prev)
+        ub[c] = u_prev = u
+        lo_c = l_prev
+        if kl is not None:
+            ok = (allg % c == 0) & (allg >= kl) & (allg < kl + cmax) & (allF <= thr[c]) & (allS >= 0.5)
+            lo_c = max(int(allg[ok].max()), l_prev)
+        lb[c] = l_prev = lo_c
+    pieces = []  # (starts, size) runs in increasing order
+
+    def fill(a, b, lv):
+        # cells of size levels[lv] aligned to its multiples inside [a, b), the ends with smaller sizes
+        if a >= b:
+            return
+        if lv >= len(levels):
+            pieces.append((np.arange(a, b, dtype=np.int64), 1))
+            return
+        c = levels[lv]
+        a2, b2 = -(-a // c) * c, (b // c) * c
+        if a2 >= b2:
+            fill(a, b, lv + 1)
+            return
+        fill(a, a2, lv + 1)
+        pieces.append((np.arange(a2, b2, c, dtype=np.int64), c))
+        fill(b2, b, lv + 1)
+
+    # [i_lo, l_cmax) level cmax, [l_c, l_next) level next, ..., fine, ..., [u_cmax, end) level cmax
+    bounds_lo = [i_lo] + [lb[c] for c in levels]
+    for k in range(len(levels)):
+        fill(bounds_lo[k], bounds_lo[k + 1], k)
+    fill(lb[levels[-1]], ub[levels[-1]], len(levels))
+    bounds_up = [ub[c] for c in reversed(levels)] + [end]
+    for k in range(len(levels)):
+        fill(bounds_up[k], bounds_up[k + 1], len(levels) - 1 - k)
+    starts = np.concatenate([st for st, _ in pieces])
+    sizes = np.concatenate([np.full(st.size, c, dtype=np.int64) for st, c in pieces])
+    if starts.size > 0.8 * n:  # (the search costs ~n / 81 + 200 evaluations)
+        return None
+    return starts, sizes
 
 
 def rediscretize(pmf: GridPMF, mesh: float, dtype=np.float64, *, native: bool = False) -> GridPMF:
