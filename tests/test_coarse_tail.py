@@ -115,3 +115,26 @@ def test_schedule_with_coarse_tails_agrees_with_all_fine_leaves():
     assert a.lower <= b.upper and b.lower <= a.upper
     assert abs(a.estimate - b.estimate) <= 1e-3
     assert co.eps_spent <= co.eps_error
+
+
+@pytest.mark.skipif(fastpld._kernels._core is None, reason="compiled core unavailable")
+@pytest.mark.parametrize("stride", [3, 27])
+def test_sparse_log_mgf_matches_logsumexp(stride):
+    # the compiled log-MGF sums only the positive entries of a sparse PMF (coarse leaf tails)
+    rng = np.random.default_rng(stride)
+    n = 5000
+    p = rng.random(n) * np.exp(-np.abs(np.arange(n) - 2000) / 300.0)
+    keep = np.zeros(n, dtype=bool)
+    keep[1500:2600] = True
+    keep[::stride] = True
+    p[~keep] = 0
+    p /= p.sum()
+    cen = 2100.0
+    s = np.concatenate([-np.geomspace(1e-4, 2.0, 30), np.geomspace(1e-4, 2.0, 30)])
+    K = np.zeros(s.size)
+    fastpld._kernels.log_mgf_grid(p, cen, s, 3.0, K)
+    idx = np.flatnonzero(p)
+    M = s[:, None] * (idx[None, :] - cen) + np.log(p[idx])[None, :]
+    mx = M.max(axis=1)
+    ref = 3.0 * (mx + np.log(np.exp(M - mx[:, None]).sum(axis=1)))
+    np.testing.assert_allclose(K, ref, rtol=1e-12, atol=1e-12)

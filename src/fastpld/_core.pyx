@@ -28,6 +28,8 @@ cdef inline void _check(int status, str what) except *:
         return
     if status == FPLD_ENOMASS:
         raise ValueError(f"{what}: no positive probability mass")
+    if status == FPLD_ENOMEM:
+        raise MemoryError(f"{what}: out of memory")
     raise ValueError(f"{what}: invalid argument")
 
 
