@@ -138,3 +138,16 @@ def test_sparse_log_mgf_matches_logsumexp(stride):
     mx = M.max(axis=1)
     ref = 3.0 * (mx + np.log(np.exp(M - mx[:, None]).sum(axis=1)))
     np.testing.assert_allclose(K, ref, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("sigma,q", [(1.0, 0.005), (1.0, 0.02), (0.5, 0.05), (27.1, 0.2), (3.0, 0.9), (1.0, 0.5)])
+@pytest.mark.parametrize("direction", ["remove", "add"])
+def test_psg_window_is_valid_and_close_to_the_ladder(sigma, q, direction):
+    from fastpld.discretize import _psg_window
+    M._LOSS_CACHE.clear()
+    loss = fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses()[direction]
+    for tail in (1e-6, 1e-14, 1e-40):
+        a, b = _psg_window(loss, tail)
+        assert loss.cdf(np.array([a]))[0] <= tail and loss.sf(np.array([b]))[0] <= tail
+        la, lb = M._generic_window(loss, tail, loss.mean(), loss.std())
+        assert (b - a) <= 1.05 * (lb - la)  # about as narrow as the ladder's first points

@@ -367,7 +367,10 @@ cdef int _spectrum_terms(const cplx[::1] X, double m, real_out[::1] logmag, real
             logmag[k] = logmag[k] + m * lr
             phase[k] = phase[k] + m * ph
         r = <double>a
-        lr64[k] = log(r)
+        if real_out is double:
+            lr64[k] = lr  # (= log(r): the same call on the same value)
+        else:
+            lr64[k] = log(r)
         lrg64[k] = log(r + g)
         ph64[k] = <double>ph
     return FPLD_OK

@@ -91,8 +91,52 @@ def truncation_window(loss: ContinuousLoss, tail: float, native: bool = False) -
     ``native``: the ladder's centre and scale may come from compiled moments (any centre and
     scale give a valid window; the ladder then starts from the same place).
     """
+    if getattr(loss, "_psg", None) is not None and tail < 1e-3:
+        r = _psg_window(loss, tail)
+        if r is not None:
+            return r
     cs = loss._native_moments() if native and hasattr(loss, "_native_moments") else None
     return _generic_window(loss, tail, *(cs if cs is not None else (loss.mean(), loss.std())))
+
+
+# steps (in standard deviations of L) past the Gaussian quantile tried by _psg_window
+_PSG_STEPS = np.array([0.0, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56])
+
+
+def _psg_window(loss, tail: float):
+    """Window of the Poisson-subsampled Gaussian loss from the normal quantile of ``L`` (``None``: use
+    the ladder).  ``Y = +-g(L)`` is monotone in ``L``, whose law is normal (``add``) or a two-normal
+    mixture (``remove``), so each end is the image of the quantile of the mixture component that
+    dominates that tail, then a few steps outward; the first candidate whose *computed* CDF (or
+    survival function) is at most ``tail`` is taken, as on the ladder, so any end returned is valid."""
+    from scipy import special
+    q, v, sd, remove = loss._psg
+
+    def g(l):
+        # log(1 - q + q e^l), without overflow for large l
+        with np.errstate(over="ignore", divide="ignore"):
+            big = l + math.log(q) + np.log1p((1 - q) * np.exp(-np.minimum(l, 700.0)) / q)
+            return np.where(l > 30, big, np.log1p(q * np.expm1(np.minimum(l, 30.0))))
+
+    if remove:  # L ~ (1 - q) N(-v/2, v) + q N(v/2, v); Y = g(L)
+        l_lo = -v / 2 + sd * float(special.ndtri(tail / (1 - q))) - sd * _PSG_STEPS
+        l_hi = v / 2 - sd * float(special.ndtri(tail / q)) + sd * _PSG_STEPS if tail < q else None
+        y_lo = g(l_lo)
+        y_hi = g(l_hi) if l_hi is not None else None
+    else:  # L ~ N(-v/2, v); Y = -g(L): the lower tail of Y is the upper tail of L
+        z = -float(special.ndtri(tail))
+        y_lo = -g(-v / 2 + sd * z + sd * _PSG_STEPS)
+        y_hi = -g(-v / 2 - sd * z - sd * _PSG_STEPS)
+    if y_hi is None or not (np.all(np.isfinite(y_lo)) and np.all(np.isfinite(y_hi))):
+        return None
+    F, S, _ = _kernels.psg_eval(np.concatenate([y_lo, y_hi]), q, v, sd, remove, want_pdf=False)
+    k = _PSG_STEPS.size
+    ok_lo = np.flatnonzero(F[:k] <= tail)
+    ok_hi = np.flatnonzero(S[k:] <= tail)
+    if ok_lo.size == 0 or ok_hi.size == 0:
+        return None
+    a, b = float(y_lo[ok_lo[0]]), float(y_hi[ok_hi[0]])
+    return (a, b) if a <= b else None
 
 
 def discretize_loss(loss: PrivacyLoss, mesh: float, tail: float, *, lattice: float = 0.0,
