@@ -49,6 +49,7 @@ and optimises the Chernoff bound over ``lam``.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -298,10 +299,10 @@ def _discretize_continuous(loss: ContinuousLoss, h: float, tail: float, lattice:
     if cells is not None:
         # regions: the cells of each size c > 1; p_R from the normalised cell masses (inflated for
         # their summation), r_R = c h + widen, a_R >= |E[D' | R]|
-        qcn = qc / total
-        mix = tuple((min(1.0, float(qcn[sizes == c].sum()) * (1 + 1e-9) + 1e-300), int(c) * h + widen,
-                     abs(mu) + (int(c) * h + widen) / 2 + mean_err)
-                    for c in np.unique(sizes) if c > 1)
+        pc = np.bincount(sizes, weights=qc)  # mass per cell size
+        mix = tuple((min(1.0, float(pc[c]) / total * (1 + 1e-9) + 1e-300), c * h + widen,
+                     abs(mu) + (c * h + widen) / 2 + mean_err)
+                    for c in _COARSE_LEVELS[::-1] if c < pc.size and pc[c] > 0)
     # (coarse cells move the discretised mean by at most their mass times half their width)
     _check_mu(mu, h, widen + sum(p * r for p, r, _ in mix))
     return GridPMF(qn, ref + mu, h, coupling_range=h + widen, tv=tv, bias=mean_err, truncated=truncated, mix=mix)
@@ -341,6 +342,7 @@ def tail_mix_log_mgf(lam, r_f, mixes) -> np.ndarray:
     return np.where(np.isnan(out), np.inf, out)
 
 
+@functools.lru_cache(maxsize=256)
 def _coarse_thresholds(h: float, lam: float, budget: float) -> dict:
     """Per-side tail-mass thresholds of the coarse levels: level ``c`` adds at most ``budget / 4``
     to the log-MGF bound per copy at ``lam`` (estimated with ``|mu| <= h / 2``; the certificate
@@ -387,34 +389,44 @@ def _coarse_cells(loss, lat: float, h: float, i_lo: int, i_hi: int, coarse):
     if g.size < 2:
         return None
     F0, S0 = ev(g)
-    # upper side: u_c = first multiple of c with S <= thr_c (past the median); it lies in
-    # (k - cmax, k] for the first point k of the coarse grid that qualifies (S non-increasing);
-    # lower side: l_c = last multiple of c with F <= thr_c, in [k, k + cmax)
-    brackets = []
-    for c in levels:
-        ku = np.flatnonzero((S0 <= thr[c]) & (F0 >= 0.5))
-        kl = np.flatnonzero((F0 <= thr[c]) & (S0 >= 0.5))
-        brackets.append((int(g[ku[0]]) if ku.size else None, int(g[kl[-1]]) if kl.size else None))
-    extra = [np.arange(k - cmax + c, k, c) for c, (k, _) in zip(levels, brackets) if k is not None and c < cmax]
-    extra += [np.arange(k + c, k + cmax, c) for c, (_, k) in zip(levels, brackets) if k is not None and c < cmax]
-    extra = np.concatenate(extra + [np.zeros(0, dtype=np.int64)]).astype(np.int64)
-    extra = extra[(extra >= i_lo) & (extra <= end)]
-    F1, S1 = ev(extra) if extra.size else (np.zeros(0), np.zeros(0))
-    allg = np.concatenate([g, extra])
-    allF = np.concatenate([F0, F1])
-    allS = np.concatenate([S0, S1])
+    # upper side: u_c = first multiple of c past the median with S <= thr_c (S non-increasing); it
+    # lies in (k - cmax, k] for the first point k of the coarse grid that qualifies.  Lower side:
+    # l_c = last multiple of c before the median with F <= thr_c, in [k, k + cmax).
+    T = np.array([thr[c] for c in levels])
+    jm = int(np.searchsorted(F0, 0.5))  # first coarse point with F >= 1/2 (F non-decreasing)
+    up_ok = S0[None, jm:] <= T[:, None]
+    lo_ok = F0[None, :jm] <= T[:, None]
+    ku = [int(g[jm + np.argmax(r)]) if r.any() else None for r in up_ok]
+    kl = [int(g[jm - 1 - np.argmax(r[::-1])]) if r.any() else None for r in lo_ok]
+    cand_u = [np.arange(-(-max(k - cmax + c, i_lo) // c) * c, k, c) if k is not None and c < cmax else None
+              for c, k in zip(levels, ku)]
+    cand_l = [np.arange(k + c, min(k + cmax, end + 1), c) if k is not None and c < cmax else None
+              for c, k in zip(levels, kl)]
+    cand = [x for x in cand_u + cand_l if x is not None]
+    if cand:
+        sizes_c = [x.size for x in cand]
+        F1, S1 = ev(np.concatenate(cand))
+        cuts = np.cumsum([0] + sizes_c)
+        parts = iter([(F1[a:b], S1[a:b]) for a, b in zip(cuts[:-1], cuts[1:])])
     ub, lb = {}, {}
     u_prev, l_prev = end, i_lo
-    for c, (ku, kl) in zip(levels, brackets):
+    for c, k, cu in zip(levels, ku, cand_u):
         u = u_prev
-        if ku is not None:
-            ok = (allg % c == 0) & (allg > ku - cmax) & (allg <= ku) & (allS <= thr[c]) & (allF >= 0.5)
-            u = min(int(allg[ok].min()), u_prev)
+        if k is not None:
+            if cu is not None:
+                Fc, Sc = next(parts)
+                ok = np.flatnonzero((Sc <= thr[c]) & (Fc >= 0.5))
+                k = int(cu[ok[0]]) if ok.size else k
+            u = min(k, u_prev)
         ub[c] = u_prev = u
+    for c, k, cl in zip(levels, kl, cand_l):
         lo_c = l_prev
-        if kl is not None:
-            ok = (allg % c == 0) & (allg >= kl) & (allg < kl + cmax) & (allF <= thr[c]) & (allS >= 0.5)
-            lo_c = max(int(allg[ok].max()), l_prev)
+        if k is not None:
+            if cl is not None:
+                Fc, Sc = next(parts)
+                ok = np.flatnonzero((Fc <= thr[c]) & (Sc >= 0.5))
+                k = int(cl[ok[-1]]) if ok.size else k
+            lo_c = max(k, l_prev)
         lb[c] = l_prev = lo_c
     pieces = []  # (starts, size) runs in increasing order
 
