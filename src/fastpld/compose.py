@@ -1068,12 +1068,21 @@ def _mixed_azuma(V, mixes, log_term):
     over a grid of ``lam`` around the uniform optimum ``sqrt(8 log_term / V)`` is returned.
     """
     from .discretize import tail_mix_log_mgf
-    lam = math.sqrt(8 * log_term / V) * np.geomspace(0.25, 1.25, 161)
     plain = V - sum(inst * r * r for inst, r, _ in mixes)
     inst = np.array([float(i) for i, _, _ in mixes])[:, None]
-    psi = lam * lam * (max(plain, 0.0) / 8) + np.sum(inst * tail_mix_log_mgf(lam, [r for _, r, _ in mixes],
-                                                                              [m for _, _, m in mixes]), axis=0)
-    return float(np.min((psi + log_term) / lam)) * (1 + 1e-12)
+    r_f = [r for _, r, _ in mixes]
+    regions = [m for _, _, m in mixes]
+
+    def bound(lam):
+        psi = lam * lam * (max(plain, 0.0) / 8) + np.sum(inst * tail_mix_log_mgf(lam, r_f, regions), axis=0)
+        return (psi + log_term) / lam
+
+    # a coarse grid, then a finer one between the best point's neighbours (any lam is valid)
+    lam0 = math.sqrt(8 * log_term / V) * np.geomspace(0.25, 1.25, 33)
+    b0 = bound(lam0)
+    i = int(np.argmin(b0))
+    lam1 = np.linspace(lam0[max(i - 1, 0)], lam0[min(i + 1, lam0.size - 1)], 17)
+    return float(min(b0[i], np.min(bound(lam1)))) * (1 + 1e-12)
 
 
 class _BudgetError(ValueError):
