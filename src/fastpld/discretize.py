@@ -311,7 +311,10 @@ def _discretize_continuous(loss: ContinuousLoss, h: float, tail: float, lattice:
 
 _COARSE_LEVELS = (81, 27, 9, 3)  # odd (cell centres on the fine grid), each dividing the next
 _COARSE_MAX_TAIL = 1e-4  # per side: coarse cells only in the tails, whatever the budget
-_COARSE_MIN_BUCKETS = 256  # below this a leaf stays fine (nothing to gain)
+# coarse cells only pay for their search (~n / 81 + 200 CDF points and some Python) on wide leaves
+# whose cells are much fewer than the buckets (measured: 895 buckets, 60% cells: 0.79 vs 0.53 ms)
+_COARSE_MIN_BUCKETS = 2048
+_COARSE_MAX_FRACTION = 0.6
 
 
 def tail_mix_log_mgf(lam, r_f, mixes) -> np.ndarray:
@@ -457,7 +460,7 @@ def _coarse_cells(loss, lat: float, h: float, i_lo: int, i_hi: int, coarse):
         fill(bounds_up[k], bounds_up[k + 1], len(levels) - 1 - k)
     starts = np.concatenate([st for st, _ in pieces])
     sizes = np.concatenate([np.full(st.size, c, dtype=np.int64) for st, c in pieces])
-    if starts.size > 0.8 * n:  # (the search costs ~n / 81 + 200 evaluations)
+    if starts.size > _COARSE_MAX_FRACTION * n:
         return None
     return starts, sizes
 
