@@ -228,7 +228,7 @@ def _discretize_continuous(loss: ContinuousLoss, h: float, tail: float, lattice:
             f"more than max_buckets={max_buckets}; increase eps_error or max_buckets"
         )
     # cells: fine buckets, or (coarse tails) runs of c buckets starting at absolute index starts[k]
-    cells = _coarse_cells(loss, lat, h, i_lo, i_hi, coarse) if coarse is not None else None
+    cells = _coarse_cells(loss, lat, h, i_lo, i_hi, coarse, tail) if coarse is not None else None
     if cells is None:
         edges = lat + (np.arange(i_lo, i_hi + 2) - 0.5) * h
     else:
@@ -367,7 +367,7 @@ def _coarse_thresholds(h: float, lam: float, budget: float) -> dict:
     return out
 
 
-def _coarse_cells(loss, lat: float, h: float, i_lo: int, i_hi: int, coarse):
+def _coarse_cells(loss, lat: float, h: float, i_lo: int, i_hi: int, coarse, tail: float = 0.0):
     """Cells ``(starts, sizes)`` (absolute bucket indices) covering ``[i_lo, i_hi]``: fine where the
     mass is, coarse in the tails (``None``: no coarse cell pays off).  The boundaries are searched
     on the CDF at multiples of the coarsest size, then refined between evaluated points."""
@@ -376,7 +376,8 @@ def _coarse_cells(loss, lat: float, h: float, i_lo: int, i_hi: int, coarse):
         return None
     lam, budget = coarse
     thr = _coarse_thresholds(h, float(lam), float(budget))
-    levels = [c for c in _COARSE_LEVELS if c in thr and 4 * c <= n]
+    # (a level whose threshold is below the mass left outside the window has no cell to take)
+    levels = [c for c in _COARSE_LEVELS if c in thr and thr[c] > tail and 4 * c <= n]
     if not levels:
         return None
     end = i_hi + 1
@@ -432,14 +433,14 @@ def _coarse_cells(loss, lat: float, h: float, i_lo: int, i_hi: int, coarse):
                 k = int(cl[ok[-1]]) if ok.size else k
             lo_c = max(k, l_prev)
         lb[c] = l_prev = lo_c
-    pieces = []  # (starts, size) runs in increasing order
+    runs = []  # (first start, cell size, number of cells) in increasing order
 
     def fill(a, b, lv):
         # cells of size levels[lv] aligned to its multiples inside [a, b), the ends with smaller sizes
         if a >= b:
             return
         if lv >= len(levels):
-            pieces.append((np.arange(a, b, dtype=np.int64), 1))
+            runs.append((a, 1, b - a))
             return
         c = levels[lv]
         a2, b2 = -(-a // c) * c, (b // c) * c
@@ -447,7 +448,7 @@ def _coarse_cells(loss, lat: float, h: float, i_lo: int, i_hi: int, coarse):
             fill(a, b, lv + 1)
             return
         fill(a, a2, lv + 1)
-        pieces.append((np.arange(a2, b2, c, dtype=np.int64), c))
+        runs.append((a2, c, (b2 - a2) // c))
         fill(b2, b, lv + 1)
 
     # [i_lo, l_cmax) level cmax, [l_c, l_next) level next, ..., fine, ..., [u_cmax, end) level cmax
@@ -458,8 +459,13 @@ def _coarse_cells(loss, lat: float, h: float, i_lo: int, i_hi: int, coarse):
     bounds_up = [ub[c] for c in reversed(levels)] + [end]
     for k in range(len(levels)):
         fill(bounds_up[k], bounds_up[k + 1], len(levels) - 1 - k)
-    starts = np.concatenate([st for st, _ in pieces])
-    sizes = np.concatenate([np.full(st.size, c, dtype=np.int64) for st, c in pieces])
+    r = np.array(runs, dtype=np.int64)
+    sizes = np.repeat(r[:, 1], r[:, 2])
+    # the cells are contiguous: each starts where the previous one ends
+    starts = np.empty(sizes.size, dtype=np.int64)
+    starts[0] = i_lo
+    np.cumsum(sizes[:-1], out=starts[1:])
+    starts[1:] += i_lo
     if starts.size > _COARSE_MAX_FRACTION * n:
         return None
     return starts, sizes
