@@ -50,7 +50,7 @@ import numpy as np
 from . import _fft, _kernels
 from . import _validation as V
 from .curve import DirectionResult, PrivacyLossDistribution, StageInfo
-from .discretize import GridPMF, discretize_loss, rediscretize, truncation_window
+from .discretize import GridPMF, discretize_loss, rediscretize, tail_mix_log_mgf, truncation_window
 from .mechanisms import DiscreteLoss, Mechanism, PrivacyLoss, SubsampledLoss
 
 __all__ = ["compose", "METHODS", "DEFAULT_MAX_BUCKETS"]
@@ -1067,7 +1067,6 @@ def _mixed_azuma(V, mixes, log_term):
     ``lam > 0`` ``Pr[|S| >= (log_psi(lam) + log_term) / lam] <= 2 e^-log_term``; the minimum
     over a grid of ``lam`` around the uniform optimum ``sqrt(8 log_term / V)`` is returned.
     """
-    from .discretize import tail_mix_log_mgf
     plain = V - sum(inst * r * r for inst, r, _ in mixes)
     inst = np.array([float(i) for i, _, _ in mixes])[:, None]
     r_f = [r for _, r, _ in mixes]
