@@ -156,3 +156,22 @@ def test_psg_window_is_valid_and_close_to_the_ladder(sigma, q, direction):
         assert loss.cdf(np.array([a]))[0] <= tail and loss.sf(np.array([b]))[0] <= tail
         la, lb = M._generic_window(loss, tail, loss.mean(), loss.std())
         assert (b - a) <= 1.05 * (lb - la)  # about as narrow as the ladder's first points
+
+
+def test_schedule_with_coarse_tails_brackets_dp_accounting_pld():
+    # a peer at a fine grid: dp_accounting's pessimistic PLD (value_discretization_interval 3e-4)
+    # upper-bounds the true epsilon, which our certified lower bound must not exceed; and it is
+    # close to our estimate
+    dpa = pytest.importorskip("dp_accounting")
+    qs = np.linspace(0.01, 0.03, 6)
+    M._LOSS_CACHE.clear()
+    pld = fastpld.compose([(fastpld.PoissonSubsampledGaussian(1.0, float(q)), 40) for q in qs],
+                          eps_error=0.05, delta_error=1e-9)
+    assert pld.directions["remove"].certificate["coarse_leaves"] > 0
+    acc = dpa.pld.PLDAccountant(value_discretization_interval=3e-4)
+    for q in qs:
+        acc.compose(dpa.PoissonSampledDpEvent(float(q), dpa.GaussianDpEvent(1.0)), 40)
+    peer = acc.get_epsilon(1e-5)
+    ours = pld.epsilon(1e-5)
+    assert ours.lower <= peer <= ours.upper + 0.01
+    assert abs(ours.estimate - peer) <= 0.005
