@@ -2,6 +2,7 @@
 #include "fastpld_kernels.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 #define FPLD_BLOCK 32
 
@@ -139,14 +140,52 @@ static int fpld_logp_range(const double *p, ptrdiff_t n, double *logp, ptrdiff_t
 static void fpld_log_mgf_grid_logp(const double *p, const double *logp, ptrdiff_t lo, ptrdiff_t hi, double cen,
                                    const double *s, ptrdiff_t ns, double m, double *K);
 
+static void fpld_log_mgf_sparse(const double *pv, const double *lv, const double *iv, ptrdiff_t nz, double cen,
+                                const double *s, ptrdiff_t ns, double m, double *K);
+
+/* the positive entries of p on [lo, hi] if at most 3/4 of them are positive (fpld_log_mgf_sparse's
+ * inputs, in one malloc'ed block *buf of 3 nz doubles), else *buf = NULL; FPLD_ENOMEM */
+static int fpld_compact(const double *p, const double *logp, ptrdiff_t lo, ptrdiff_t hi, double **buf,
+                        ptrdiff_t *nz_out)
+{
+    ptrdiff_t nz = 0;
+    for (ptrdiff_t i = lo; i <= hi; ++i)
+        nz += p[i] > 0.0;
+    *buf = NULL;
+    *nz_out = nz;
+    if (!(4 * nz <= 3 * (hi - lo + 1)))
+        return FPLD_OK;
+    double *q = (double *)malloc(3 * (size_t)nz * sizeof(double));
+    if (!q)
+        return FPLD_ENOMEM;
+    ptrdiff_t k = 0;
+    for (ptrdiff_t i = lo; i <= hi; ++i)
+        if (p[i] > 0.0) {
+            q[k] = p[i];
+            q[nz + k] = logp[i];
+            q[2 * nz + k] = (double)i;
+            ++k;
+        }
+    *buf = q;
+    return FPLD_OK;
+}
+
 int fpld_log_mgf_grid(const double *p, ptrdiff_t n, double cen, const double *s, ptrdiff_t ns,
                       double m, double *K, double *logp)
 {
-    ptrdiff_t lo, hi;
+    ptrdiff_t lo, hi, nz;
+    double *cb;
     int st = fpld_logp_range(p, n, logp, &lo, &hi);
+    if (st == FPLD_OK)
+        st = fpld_compact(p, logp, lo, hi, &cb, &nz);
     if (st != FPLD_OK)
         return st;
-    fpld_log_mgf_grid_logp(p, logp, lo, hi, cen, s, ns, m, K);
+    if (cb) {  /* (the node window search sums sparse inputs the same way) */
+        fpld_log_mgf_sparse(cb, cb + nz, cb + 2 * nz, nz, cen, s, ns, m, K);
+        free(cb);
+    } else {
+        fpld_log_mgf_grid_logp(p, logp, lo, hi, cen, s, ns, m, K);
+    }
     return FPLD_OK;
 }
 
@@ -333,18 +372,71 @@ int fpld_delta_bounds(const double *p, ptrdiff_t n, double v0, double h, const d
     return FPLD_OK;
 }
 
+/* fpld_log_mgf_grid_logp over the nz positive entries only: pv[k] = p_i, lv[k] = log p_i, iv[k] = i
+ * (increasing).  Sparse PMFs (leaves with coarse tails hold their tail mass at every c-th point)
+ * cost nz instead of hi - lo + 1 per s.  Within blocks of FPLD_BLOCK entries the factor
+ * e^(s (i - cen) - mx) is stepped by e^(s g) for the index gap g (one exp per change of g): relative
+ * error <= (2 FPLD_BLOCK + 2) u per term, far inside the caller's 1e-9 margin; every factor of a
+ * block lies between its two ends (monotone in i), which are checked against over/underflow. */
+static void fpld_log_mgf_sparse(const double *pv, const double *lv, const double *iv, ptrdiff_t nz, double cen,
+                                const double *s, ptrdiff_t ns, double m, double *K)
+{
+    for (ptrdiff_t j = 0; j < ns; ++j) {
+        double sj = s[j];
+        double mx = -INFINITY;
+        for (ptrdiff_t k = 0; k < nz; ++k) {
+            double M = sj * (iv[k] - cen) + lv[k];
+            if (M > mx)
+                mx = M;
+        }
+        double acc = 0.0, gl = -1.0, rg = 1.0;
+        for (ptrdiff_t b = 0; b < nz; b += FPLD_BLOCK) {
+            ptrdiff_t e = b + FPLD_BLOCK - 1 < nz - 1 ? b + FPLD_BLOCK - 1 : nz - 1;
+            double x0 = sj * (iv[b] - cen) - mx;
+            double x1 = sj * (iv[e] - cen) - mx;
+            if (x0 < 600.0 && x1 < 600.0 && x0 > -600.0 && x1 > -600.0) {
+                double w = exp(x0);
+                for (ptrdiff_t k = b; k <= e; ++k) {
+                    acc += pv[k] * w;
+                    if (k < e) {
+                        double g = iv[k + 1] - iv[k];
+                        if (g != gl) {
+                            rg = exp(sj * g);
+                            gl = g;
+                        }
+                        w *= rg;
+                    }
+                }
+            } else {
+                for (ptrdiff_t k = b; k <= e; ++k) {
+                    double d = sj * (iv[k] - cen) + lv[k] - mx;
+                    if (d > -746.0)
+                        acc += exp(d);
+                }
+            }
+        }
+        K[j] += m * (mx + log(acc));
+    }
+}
+
 /* K[j] = sum_c m_c log E e^(s_j (I_c - cen_c)) + 1e-9 (1 + |K|) for j < ns (compose._chernoff_window.log_mgf);
- * logs[c] holds log p_c on its positive range [los[c], his[c]] (computed once per node) */
+ * logs[c] holds log p_c on its positive range [los[c], his[c]] (computed once per node); a child with
+ * ivs[c] != NULL is summed over its nzs[c] positive entries (pvs, lvs, ivs; fpld_log_mgf_sparse) */
 static void fpld_node_log_mgf(const double *const *ps, const double *const *logs, const ptrdiff_t *los,
                               const ptrdiff_t *his, const double *cens, const double *ms, ptrdiff_t nin,
-                              const double *s, ptrdiff_t nsv, double *K)
+                              const double *const *pvs, const double *const *lvs, const double *const *ivs,
+                              const ptrdiff_t *nzs, const double *s, ptrdiff_t nsv, double *K)
 {
     for (ptrdiff_t j = 0; j < nsv; ++j)
         K[j] = 0.0;
     if (nsv == 0)
         return;
-    for (ptrdiff_t c = 0; c < nin; ++c)
-        fpld_log_mgf_grid_logp(ps[c], logs[c], los[c], his[c], cens[c], s, nsv, ms[c], K);
+    for (ptrdiff_t c = 0; c < nin; ++c) {
+        if (ivs[c])
+            fpld_log_mgf_sparse(pvs[c], lvs[c], ivs[c], nzs[c], cens[c], s, nsv, ms[c], K);
+        else
+            fpld_log_mgf_grid_logp(ps[c], logs[c], los[c], his[c], cens[c], s, nsv, ms[c], K);
+    }
     for (ptrdiff_t j = 0; j < nsv; ++j)
         K[j] = K[j] + 1e-9 * (1 + fabs(K[j]));
 }
@@ -390,6 +482,21 @@ int fpld_chernoff_window(const double *const *ps, const ptrdiff_t *ns, const dou
         logbuf += ns[c];
         sd2 += ms[c] * var;
     }
+    /* sparse children (at most 3/4 of their range positive) are summed over their positive entries */
+    const double *pvs[64], *lvs[64], *ivs[64];
+    double *cbs[64];
+    ptrdiff_t nzs[64];
+    for (ptrdiff_t c = 0; c < nin; ++c) {
+        int st = fpld_compact(ps[c], logs[c], los[c], his[c], &cbs[c], &nzs[c]);
+        if (st != FPLD_OK) {
+            for (ptrdiff_t b = 0; b < c; ++b)
+                free(cbs[b]);
+            return st;
+        }
+        pvs[c] = cbs[c];
+        lvs[c] = cbs[c] ? cbs[c] + nzs[c] : NULL;
+        ivs[c] = cbs[c] ? cbs[c] + 2 * nzs[c] : NULL;
+    }
     double sd = sd2 > 0 ? sqrt(sd2) : 1.0;
     for (ptrdiff_t i = 0; i < nrel; ++i)
         s[i] = srel[i] / sd;
@@ -414,7 +521,7 @@ int fpld_chernoff_window(const double *const *ps, const ptrdiff_t *ns, const dou
             sb[nb++] = s[needu[a]];
         for (ptrdiff_t a = 0; a < nl; ++a)
             sb[nb++] = -s[needl[a]];
-        fpld_node_log_mgf(ps, logs, los, his, cens, ms, nin, sb, nb, Kb);
+        fpld_node_log_mgf(ps, logs, los, his, cens, ms, nin, pvs, lvs, ivs, nzs, sb, nb, Kb);
         for (ptrdiff_t a = 0; a < nu; ++a) {
             Kpc[needu[a]] = Kb[a];
             if (!ku[needu[a]]) {
@@ -471,7 +578,7 @@ int fpld_chernoff_window(const double *const *ps, const ptrdiff_t *ns, const dou
         sb[nb++] = s[iu] * refine[a];
     for (int a = la; a < lb; ++a)
         sb[nb++] = -(s[il] * refine[a]);
-    fpld_node_log_mgf(ps, logs, los, his, cens, ms, nin, sb, nb, Kb);
+    fpld_node_log_mgf(ps, logs, los, his, cens, ms, nin, pvs, lvs, ivs, nzs, sb, nb, Kb);
     ptrdiff_t b = 0;
     for (int a = ua; a < ub; ++a, ++b) {
         sp[npn] = sb[b];
@@ -497,6 +604,8 @@ int fpld_chernoff_window(const double *const *ps, const ptrdiff_t *ns, const dou
         else if (v > ls)
             ls = v;
     }
+    for (ptrdiff_t c = 0; c < nin; ++c)
+        free(cbs[c]);
     if (bad || !isfinite(us) || !isfinite(ls))
         return FPLD_EINVAL;
     *lo = floor(ls) + 1;

@@ -16,6 +16,7 @@ extern "C" {
 #define FPLD_OK 0
 #define FPLD_EINVAL 1   /* an argument is out of its domain */
 #define FPLD_ENOMASS 2  /* no positive mass where some is required */
+#define FPLD_ENOMEM 3   /* a work buffer could not be allocated */
 
 /* out[j] = sum_{i>=j} p[i] factor^(i-j)  (curve._Query) */
 int fpld_discounted_rcumsum(const double *p, ptrdiff_t n, double factor, double *out);

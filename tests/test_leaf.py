@@ -68,7 +68,9 @@ def test_ladder_finds_the_first_point(sigma, q, direction):
     M._LOSS_CACHE.clear()
     loss = fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses()[direction]
     for tail in (1e-3, 1e-13, 1e-40):
-        a, b = truncation_window(loss, tail)
+        a, b = truncation_window(loss, tail)  # (below 1e-3 from the normal quantile of L, _psg_window)
+        assert loss.cdf(np.array([a]))[0] <= tail and loss.sf(np.array([b]))[0] <= tail
+        a, b = M._generic_window(loss, tail, loss.mean(), loss.std())  # the ladder
         assert loss.cdf(np.array([a]))[0] <= tail and loss.sf(np.array([b]))[0] <= tail
         # the full scan of the ladder (as before the strided search) finds the same points
         for fn, d, lim, x in ((loss.cdf, -1.0, loss.support[0], a), (loss.sf, 1.0, loss.support[1], b)):

@@ -248,6 +248,12 @@ def test_compiled_chernoff_window_matches_search(monkeypatch):
             p = rng.random(n) ** int(rng.integers(1, 30))
             if rng.random() < 0.3:
                 p[: n // 3] = 0
+            if rng.random() < 0.4:  # sparse tails (a leaf with coarse cells): the compacted sums
+                c = int(rng.choice([3, 9, 27]))
+                keep = np.zeros(n, dtype=bool)
+                keep[n // 4: 3 * n // 4] = True
+                keep[::c] = True
+                p[~keep] = 0
             p[n // 2] += 1e-3
             p /= p.sum()
             ins.append((p, int(round(float(np.dot(np.arange(n), p)))), int(rng.integers(1, 100))))

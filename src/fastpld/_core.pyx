@@ -28,6 +28,8 @@ cdef inline void _check(int status, str what) except *:
         return
     if status == FPLD_ENOMASS:
         raise ValueError(f"{what}: no positive probability mass")
+    if status == FPLD_ENOMEM:
+        raise MemoryError(f"{what}: out of memory")
     raise ValueError(f"{what}: invalid argument")
 
 
@@ -434,7 +436,10 @@ cdef int _spectrum_terms(const cplx[::1] X, double m, real_out[::1] logmag, real
             logmag[k] = logmag[k] + m * lr
             phase[k] = phase[k] + m * ph
         r = <double>a
-        lr64[k] = log(r)
+        if real_out is double:
+            lr64[k] = lr  # (= log(r): the same call on the same value)
+        else:
+            lr64[k] = log(r)
         lrg64[k] = log(r + g)
         ph64[k] = <double>ph
     return FPLD_OK
