@@ -411,8 +411,8 @@ cdef int _spectrum_terms(const cplx[::1] X, double m, real_out[::1] logmag, real
         elif dead[k]:
             continue
         if rdead > 0:
-            # |X| + g < rdead: this input's m-th power alone is below e^-800 (see compose): skip the
-            # logarithms; power_fp writes 0 there and charges 1e-300
+            # |X| + g < rdead: this input's m-th power alone is below e^-T (see _native.convolve): skip
+            # the logarithms; power_fp writes 0 there and convolve charges each such frequency
             re = <double>X[k].real
             im = <double>X[k].imag
             r2 = re * re + im * im
@@ -544,7 +544,7 @@ def power_fp(const real_out[::1] logmag, const real_out[::1] phase, const double
     """Write ``exp(logmag + i phase)`` into ``Pc``; return ``(sum w amp^2, sum w P^2, n_dead)``.
 
     For ``k < K`` the bound terms are ``amp_low[k]`` and ``exp(lp_low[k])`` (accurate series);
-    frequencies marked ``dead`` by spectrum_terms get 0 (their count is returned: each is charged 1e-300).
+    frequencies marked ``dead`` by spectrum_terms get 0 (their count is returned; the caller charges each, see _native.convolve).
     """
     cdef double e2 = 0.0, p2 = 0.0, nd = 0.0
     cdef int status

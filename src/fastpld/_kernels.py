@@ -396,7 +396,8 @@ def spectrum_terms(X, m, logmag, phase, lr64, lrg64, ph64, g, first, dead=None, 
     round-off bound (``log|X|``, ``log(|X| + g)``, ``arg X``) for one input spectrum.
 
     The compiled kernel marks frequencies with ``|X| < rdead`` in ``dead`` and skips them (the
-    numpy version computes every frequency and leaves ``dead`` at 0: same bound up to 1e-300s).
+    numpy version computes every frequency and leaves ``dead`` at 0: the bounds differ by the skip
+    charges, at most 1e-6 of the node's round-off allowance).
     """
     if dead is None:
         dead = np.zeros(X.shape[0], dtype=np.uint8)
