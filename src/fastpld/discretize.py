@@ -333,7 +333,8 @@ def tail_mix_log_mgf(lam, r_f, mixes) -> np.ndarray:
     p, r, a = (reg[:, :, i:i + 1] for i in range(3))
     x_f = lam * lam * (r_f * r_f / 8)
     sa = (p * a).sum(axis=1)  # >= p_f |m_f|
-    p_f = np.maximum(1.0 - p.sum(axis=1), 0.5)
+    p_f_true = 1.0 - p.sum(axis=1)
+    p_f = np.maximum(p_f_true, 0.5)  # (tails hold <= 8e-4 in practice; below 1/2 no bound is claimed)
     a_f = sa / p_f
     x = lam[:, None, :] ** 2 * (r * r / 8)
     la = lam[:, None, :] * a
@@ -343,7 +344,9 @@ def tail_mix_log_mgf(lam, r_f, mixes) -> np.ndarray:
         t = (p * (np.expm1(x - xf) + np.exp(-xf) * la * np.expm1(x) + np.exp(x - xf) * la * la / 2 * np.exp(la))).sum(axis=1)
         t += np.exp(-x_f) * lam * sa * np.expm1(x_f) + p_f * (lam * a_f) ** 2 / 2 * np.exp(lam * a_f)
         out = (x_f + np.log1p(t)) * (1 + 1e-12)
-    return np.where(np.isnan(out), np.inf, out)
+    # the fine term p_f (lam a_f)^2 / 2 e^(lam a_f) decreases in p_f: the clamp above is only valid
+    # while it does not raise p_f
+    return np.where(np.isnan(out) | (p_f_true < 0.5), np.inf, out)
 
 
 @functools.lru_cache(maxsize=256)
