@@ -35,3 +35,51 @@ def pure_dp_delta(eps, eps0, k):
     with np.errstate(divide="ignore"):
         terms = np.where(a > b, a + np.log(-np.expm1(np.minimum(b - a, 0.0))), -np.inf)
     return float(np.exp(special.logsumexp(terms)))
+
+
+def exact_power(p, m, bits=320, dtype=np.float64):
+    """Normalised coefficients of ``(sum_i p_i x^i)^m`` to ~2^-300 (exact integer arithmetic).
+
+    Fixed point with ``bits`` fractional bits; powers by repeated squaring, each product one
+    big-integer multiplication (Kronecker substitution), entries rounded to the fixed point and
+    the zero tails trimmed between products.  Each rounding moves an entry by 2^-bits, far below
+    what the tests resolve (1e-20).  Returned with all ``(len(p) - 1) m + 1`` entries, in
+    ``dtype``: float64 (correctly rounded) or long double (an exact split into two float64 parts).
+    """
+    from fractions import Fraction
+    tot = sum(Fraction(float(x)) for x in p)
+    one = 1 << bits
+    base = (0, [round(Fraction(float(x)) / tot * one) for x in p])
+
+    def mul(A, B):
+        (oa, a), (ob, b) = A, B
+        L = len(a) + len(b) - 1
+        W = (2 * bits + L.bit_length() + 8 + 7) // 8  # bytes per slot: no carries between slots
+        ia = int.from_bytes(b"".join(x.to_bytes(W, "little") for x in a), "little")
+        ib = int.from_bytes(b"".join(x.to_bytes(W, "little") for x in b), "little")
+        raw = (ia * ib).to_bytes(W * L + W, "little")
+        half = 1 << (bits - 1)
+        c = [(int.from_bytes(raw[i * W:(i + 1) * W], "little") + half) >> bits for i in range(L)]
+        lo = next(i for i, x in enumerate(c) if x)
+        hi = L - next(i for i, x in enumerate(reversed(c)) if x)
+        return oa + ob + lo, c[lo:hi]
+
+    res = None
+    e = m
+    while e:
+        if e & 1:
+            res = base if res is None else mul(res, base)
+        e >>= 1
+        if e:
+            base = mul(base, base)
+    off, c = res
+    out = np.zeros((len(p) - 1) * m + 1, dtype=dtype)
+    if np.dtype(dtype) == np.dtype(np.longdouble):
+        two = np.longdouble(2.0)
+        for i, x in enumerate(c):  # exact split into two float64-representable parts
+            hi = x >> (bits - 53)
+            lo = x - (hi << (bits - 53))
+            out[off + i] = np.longdouble(float(hi)) * two ** -53 + np.longdouble(float(lo)) * two ** -bits
+    else:
+        out[off:off + len(c)] = [x / one for x in c]
+    return out

@@ -11,53 +11,14 @@ import importlib
 import math
 from types import SimpleNamespace
 
-from fractions import Fraction
 import numpy as np
 import pytest
 
 from fastpld import _fft
 from fastpld.discretize import GridPMF
+from oracles import exact_power
 
 C = importlib.import_module("fastpld.compose")
-
-
-def _exact_power(p, m, bits=320):
-    """Normalised coefficients of ``(sum_i p_i x^i)^m`` to ~2^-300 (exact integer arithmetic).
-
-    Fixed point with ``bits`` fractional bits; powers by repeated squaring, each product one
-    big-integer multiplication (Kronecker substitution), entries rounded to the fixed point and
-    the zero tails trimmed.  Each rounding moves an entry by 2^-bits, far below what the test
-    resolves (1e-20).
-    """
-    tot = sum(Fraction(float(x)) for x in p)
-    one = 1 << bits
-    base = (0, [round(Fraction(float(x)) / tot * one) for x in p])
-
-    def mul(A, B):
-        (oa, a), (ob, b) = A, B
-        L = len(a) + len(b) - 1
-        W = (2 * bits + L.bit_length() + 8 + 7) // 8  # bytes per slot: no carries between slots
-        ia = int.from_bytes(b"".join(x.to_bytes(W, "little") for x in a), "little")
-        ib = int.from_bytes(b"".join(x.to_bytes(W, "little") for x in b), "little")
-        raw = (ia * ib).to_bytes(W * L + W, "little")
-        half = 1 << (bits - 1)
-        c = [(int.from_bytes(raw[i * W:(i + 1) * W], "little") + half) >> bits for i in range(L)]
-        lo = next(i for i, x in enumerate(c) if x)
-        hi = L - next(i for i, x in enumerate(reversed(c)) if x)
-        return oa + ob + lo, c[lo:hi]
-
-    res = None
-    e = m
-    while e:
-        if e & 1:
-            res = base if res is None else mul(res, base)
-        e >>= 1
-        if e:
-            base = mul(base, base)
-    off, c = res
-    out = np.zeros(off + len(c))
-    out[off:] = [x / one for x in c]
-    return out
 
 
 def _node(p, m, dtype_budget, backend):
@@ -76,7 +37,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def exact():
-    return {i: _exact_power(p, m) for i, (p, m) in enumerate(CASES)}
+    return {i: exact_power(p, m) for i, (p, m) in enumerate(CASES)}
 
 
 @pytest.mark.parametrize("backend", ["numpy", "native"])
