@@ -151,13 +151,17 @@ def _fast_lengths(limit: int = 1 << 31) -> list[int]:
 _FAST = _fast_lengths()
 
 
+def _smallest_even(table, n: int) -> int:
+    """Smallest even entry of the sorted ``table`` that is ``>= max(n, 2)``."""
+    i = bisect_left(table, max(int(n), 2))
+    while table[i] % 2:
+        i += 1
+    return table[i]
+
+
 def fast_length(n: int) -> int:
     """Smallest ``2^a 3^b 5^c 7^d >= n`` that is even (real FFTs), at least 2."""
-    n = max(int(n), 2)
-    i = bisect_left(_FAST, n)
-    while _FAST[i] % 2:
-        i += 1
-    return _FAST[i]
+    return _smallest_even(_FAST, n)
 
 
 _FAST_23 = [n for n in _FAST if n % 5 and n % 7]
@@ -165,11 +169,7 @@ _FAST_23 = [n for n in _FAST if n % 5 and n % 7]
 
 def fast_length_23(n: int) -> int:
     """Smallest even ``2^a 3^b >= n``, at least 2 (the long double FFT's fastest lengths)."""
-    n = max(int(n), 2)
-    i = bisect_left(_FAST_23, n)
-    while _FAST_23[i] % 2:
-        i += 1
-    return _FAST_23[i]
+    return _smallest_even(_FAST_23, n)
 
 
 # --------------------------------------------------------------------------------------
