@@ -479,23 +479,14 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
             lg = math.ceil(math.log2(nn))
             inst = plan.instances[id(o)]
             msum = sum(m for _, m in o.children)
-            est64 = _fp_plain(inst, msum, lg)
-            # only where the plain charge matters does the series (and the lattice test)
-            est_ser = (_fp64_series(inst, msum, lg, max(m for _, m in o.children), _has_atoms(o))
-                       if est64 > 0.25 * allowance else est64)
-            # _run_node tries float64 up to the node's share of the round-off budget; the measured
-            # charge is typically a few times the estimate, so the try is predicted to hold up to half of it
-            ld = est64 > 0.25 * allowance and est_ser > 0.5 * node_allowance
-            # a long double node with the series (large powers) takes float64 forward FFTs (docs/roundoff.md 3c)
-            mixed = ld and est_ser < est64 and msum >= _MIXED_MIN_POWER
+            mmax = max(m for _, m in o.children)
+            est64, est_ser, ld, mixed = _predicted_precision(inst, msum, mmax, lg, o, allowance, node_allowance)
             if ld:
-                fp_pred += (_fp64_series(inst, msum, lg, max(m for _, m in o.children), False, _ULD)
+                fp_pred += (_fp64_series(inst, msum, lg, mmax, False, _ULD)
                             if est_ser < est64 else _fp_plain(inst, msum, lg, _ULD))
             elif est64 > 0.25 * allowance:
                 fp_pred += 2.5 * est_ser
-            per_point = _T_POINT_LD if ld else _T_POINT_64
-            if mixed:  # children forward in float64, one inverse in long double
-                per_point = (len(o.children) * _T_POINT_64 + _T_POINT_LD) / (len(o.children) + 1)
+            per_point = _point_cost(len(o.children), ld, mixed)
             if ld and est_ser <= node_allowance:  # the float64 try that is redone
                 per_point += _T_POINT_64
             cost += _T_NODE + (_T_NODE_LD if ld else 0.0) + nn * (len(o.children) + 1) * per_point * lg / 12
@@ -505,6 +496,31 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
     return meshes, cost, sizes
 
 
+def _predicted_precision(inst, msum, mmax, lg, node, allowance, node_allowance, u64=None):
+    """The planner's guess of a node's precision: ``(est64, est_ser, ld, mixed)``.
+
+    ``est64``/``est_ser``: predicted float64 charges, plain and with the low-frequency series
+    (the series, and the lattice test, only where the plain charge matters); ``ld``: long double,
+    since _run_node tries float64 up to the node's share of the round-off budget and the measured
+    charge is typically a few times the estimate, so the try is predicted to hold up to half of it;
+    ``mixed``: a long double node with the series (large powers) takes float64 forward FFTs
+    (docs/roundoff.md 3c).  ``u64``: float64's ``u`` if not the (patchable) ``_U64``.
+    """
+    est64 = _fp_plain(inst, msum, lg, u64)
+    if est64 <= 0.25 * allowance:
+        return est64, est64, False, False
+    est_ser = _fp64_series(inst, msum, lg, mmax, _has_atoms(node), u64)
+    ld = est_ser > 0.5 * node_allowance
+    return est64, est_ser, ld, ld and est_ser < est64 and msum >= _MIXED_MIN_POWER
+
+
+def _point_cost(n_children, ld, mixed):
+    """Predicted time per FFT point of a node (per child FFT, at ``log2 N = 12``), microseconds."""
+    if mixed:  # children forward in float64, one inverse in long double
+        return (n_children * _T_POINT_64 + _T_POINT_LD) / (n_children + 1)
+    return _T_POINT_LD if ld else _T_POINT_64
+
+
 def _precision_weight(o, plan, budgets):
     """Relative cost per point of a node for the mesh shape: long double nodes cost ~4x (2.5x with
     float64 forward FFTs) a float64 point, so their group should get a larger share of the eps
@@ -512,20 +528,12 @@ def _precision_weight(o, plan, budgets):
     ``N``, are not known yet); planning only."""
     if budgets is None:
         return 1.0
-    inst = plan.instances[id(o)]
-    msum = sum(m for _, m in o.children)
-    allowance = budgets.fp / (plan.n_nodes + plan.n_leaves)
     # (float64's actual u, not _U64: tests patch that to run the same meshes all in long double)
-    est64 = _fp_plain(inst, msum, 13, _U64_CAST)
-    if est64 <= 0.25 * allowance:
-        return 1.0
-    est_ser = _fp64_series(inst, msum, 13, max(m for _, m in o.children), _has_atoms(o), _U64_CAST)
-    if est_ser <= 0.5 * budgets.fp / max(plan.n_nodes, 1):
-        return 1.0
-    k = len(o.children)
-    if est_ser < est64 and msum >= _MIXED_MIN_POWER:
-        return (k * _T_POINT_64 + _T_POINT_LD) / ((k + 1) * _T_POINT_64)
-    return _T_POINT_LD / _T_POINT_64
+    _, _, ld, mixed = _predicted_precision(plan.instances[id(o)], sum(m for _, m in o.children),
+                                           max(m for _, m in o.children), 13, o,
+                                           budgets.fp / (plan.n_nodes + plan.n_leaves),
+                                           budgets.fp / max(plan.n_nodes, 1), _U64_CAST)
+    return _point_cost(len(o.children), ld, mixed) / _T_POINT_64
 
 
 def _chernoff_quantiles(kp, kn, tail, native=False):
