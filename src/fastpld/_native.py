@@ -107,7 +107,7 @@ class NativeBackend(_fft.Backend):
         fft.execute()
         return fft.output_array * dt(1.0 / n)
 
-    def convolve(self, ins, N, dtype, u, ser=None, low=None, dead_log=800.0, fwd_dtype=None):
+    def convolve(self, ins, N, dtype, u, ser=None, low=None, dead_log=800.0, fwd_dtype=None, direct=False):
         """``irfft(prod_c rfft(fold(p_c))^m_c)`` and its round-off bound ``(out, l1, linf)``.
 
         ``ins``: list of ``(probs, centre_index, m)``.  Same arithmetic as the reference
@@ -118,9 +118,13 @@ class NativeBackend(_fft.Backend):
         ``fwd_dtype``: precision of the forward transforms (default ``dtype``): a long double
         node may take float64 forward FFTs (see :func:`fastpld._fft._fwd_error`); the powers,
         the polar evaluation and the inverse FFT stay in ``dtype``.
+        ``direct``: a float64 node without the series (``ser=None``) computes the powers as
+        products (:func:`fastpld.compose._direct_bound`) instead of in polar form.
         """
         dt = np.dtype(dtype)
         fdt = dt if fwd_dtype is None else np.dtype(fwd_dtype)
+        if direct:
+            return self._convolve_direct(ins, N, u)
         fwd = _plan(N, fdt, True)
         inv = _plan(N, dt, False)
         F = N // 2 + 1
@@ -164,6 +168,29 @@ class NativeBackend(_fft.Backend):
         inv.execute()
         out = inv.output_array * dt.type(1.0 / N)
         l1 = e2 + g_inv * p2
+        return out, l1, l1 / math.sqrt(N)
+
+    def _convolve_direct(self, ins, N, u):
+        """``convolve`` of a float64 node by direct powers (reference: compose._direct_power)."""
+        core = _kernels._core
+        fwd = _plan(N, np.float64, True)
+        inv = _plan(N, np.float64, False)
+        F = N // 2 + 1
+        g, _ = _fwd_error(ins, N, np.float64, u, None)
+        P = inv.input_array  # the product accumulates in the inverse plan's input buffer
+        B = np.empty(F)
+        D = np.empty(F)
+        msum = 0
+        for c, (p, cen, m) in enumerate(ins):
+            _kernels.fold(np.ascontiguousarray(p), cen, fwd.input_array)
+            fwd.execute()
+            core.power_direct(fwd.output_array, int(m), P, B, D, g, c == 0)
+            msum += int(m)
+        e2sq, p2sq = core.power_direct_bound(B, D, g, float(msum), u, N)
+        inv.execute()
+        out = inv.output_array * (1.0 / N)
+        g_inv = 12.0 * u * math.ceil(math.log2(max(N, 2)))
+        l1 = math.sqrt(e2sq) + g_inv * math.sqrt(p2sq)
         return out, l1, l1 / math.sqrt(N)
 
 

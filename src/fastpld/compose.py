@@ -1038,6 +1038,64 @@ def _numpy_power(backend, ins, N, dtype, fdt, u, ser, low, g_extra):
     return fp_l1, fp_linf, out
 
 
+_DIRECT_MAX_POWER = 1 << 20  # direct powers' bound assumes M u <= 1e-10 (see _direct_power)
+
+
+def _direct_power(backend, ins, N, u):
+    """Reference (numpy backend) of the direct powers of a float64 node without the series
+    (``NativeBackend.convolve(direct=True)``, same arithmetic): ``(l1, linf, out)``.
+
+    Instead of the polar form, ``P = prod_c X_c^m_c`` is computed by binary powering and
+    products (complex products by the textbook formula: relative error at most ``sqrt(5) u``
+    each without FMA [Brent, Percival & Zimmermann 2007], ``2 u`` with FMA; any addition chain for ``x^m`` and
+    the product over the inputs accumulate ``M - 1`` such roundings, ``M = sum m_c``), so
+    ``|P~ - prod X~_c^m_c| <= ((1 + sqrt(5) u)^(M - 1) - 1) B <= 4.01 (M - 1) u B`` with
+    ``B = prod (|X~_c| + g)^m_c``.  The forward error ``|X~_c - X_c| <= g`` propagates as in
+    :func:`_fp_fft_bound`: ``g B sum_c m_c / (|X~_c| + g)``.  ``B`` and that sum are computed in
+    float64 (relative error below ``(2M + C) u <= 3e-10`` for ``M <= 2^20``): both terms are
+    inflated by ``1 + 1e-9``, and ``M 1e-300`` covers underflow (every factor is at most ~1, so
+    an underflowed ``B`` leaves at most ``M 2.3e-308`` of either term).  No logarithms, no
+    trigonometric calls: the bound is of the polar form's size (both are dominated by the forward
+    term) at a fraction of its cost (docs/roundoff.md, section 3d).
+    """
+    g, _ = _fft._fwd_error(ins, N, np.float64, u, None)
+    P = B = D = None
+    msum = 0
+    for p, cen, m in ins:
+        buf = np.zeros(N, dtype=np.float64)
+        np.add.at(buf, (np.arange(p.size) - cen) % N, np.asarray(p).astype(np.float64))
+        X = backend.rfft(buf, N)
+        r = np.hypot(X.real, X.imag)
+        x, rg = X, r + g
+        y = np.ones_like(X)
+        b = np.ones_like(r)
+        e = int(m)
+        while True:
+            if e & 1:
+                y = y * x
+                b = b * rg
+            e >>= 1
+            if not e:
+                break
+            x = x * x
+            rg = rg * rg
+        d = m / (r + g)
+        P, B, D = (y, b, d) if P is None else (P * y, B * b, D + d)
+        msum += int(m)
+    with np.errstate(under="ignore"):
+        amp = (g * D + 4.01 * (msum - 1) * u) * B * (1 + 1e-9) + msum * 1e-300
+        w = np.full(amp.shape, 2.0)
+        w[0] = 1.0
+        if N % 2 == 0:
+            w[-1] = 1.0
+        e2 = math.sqrt(float(np.sum(w * amp * amp)))
+        p2 = math.sqrt(float(np.sum(w * B * B))) * (1 + 1e-9)
+    g_inv = 12.0 * u * math.ceil(math.log2(max(N, 2)))
+    out = backend.irfft(P, N)
+    l1 = e2 + g_inv * p2
+    return l1, l1 / math.sqrt(N), out
+
+
 def _node_tv(removed, N, u):
     """Total variation charged for one node instance whose clipped, trimmed output is within
     ``removed`` (l1) of the exact unnormalised result ``y`` (docs/roundoff.md, section 3).
@@ -1137,14 +1195,21 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
         # (not for lattice-like inputs, whose spectral peaks past the series' range make it fall back)
         fdt = (np.float64 if (dtype is np.longdouble and ser is not None and _MIXED_FORWARD and not _has_atoms(node))
                else dtype)
-        if backend.native:  # cached plans, compiled placement/power/round-off kernels (same arithmetic)
+        # float64 without the series: powers as products (cheaper than the polar form, same size of bound)
+        direct = dtype is np.float64 and ser is None and msum <= _DIRECT_MAX_POWER
+        if direct:
+            if backend.native:
+                out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u, direct=True)
+            else:
+                fp_l1, fp_linf, out = _direct_power(backend, ins, N, u)
+        elif backend.native:  # cached plans, compiled placement/power/round-off kernels (same arithmetic)
             # frequencies whose product is below e^(10 - T) are skipped and charged 2 e^(10 - T) each
             # (see convolve): T such that all N/2 + 1 such charges, over the node's copies (x inst)
             # and into total variation (x 4), stay below 1e-6 of the node's round-off allowance
             dead_log = min(800.0, max(40.0, 10.0 + math.log(4.0 * (N // 2 + 1) * inst / (1e-6 * allowance))))
             out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u, ser=ser, low=low, dead_log=dead_log,
                                                    fwd_dtype=fdt)
-        if not backend.native:
+        if not backend.native and not direct:
             fp_l1, fp_linf, out = _numpy_power(backend, ins, N, dtype, fdt, u, ser, low, g_extra)
         if ser is not None:  # the series' common scale, removed by the normalisation below
             fp_l1 *= 1 + 2 * ser[6]
