@@ -73,10 +73,21 @@ def _plan(n: int, dtype, forward: bool) -> pyfftw.FFTW:
     return fft
 
 
+def _direct_scratch(F: int):
+    """This thread's ``(B, D, work)`` arrays for a direct-power node with ``F`` frequencies (reused:
+    fresh arrays of these sizes are fresh mmaps, page faults on every node)."""
+    buf = getattr(_cache, "direct", None)
+    if buf is None or buf.size < 8 * F + 1:
+        buf = np.empty(max(8 * F + 1, 1 << 12))
+        _cache.direct = buf
+    return buf[:F], buf[F:2 * F], buf[2 * F:]
+
+
 def clear_plans() -> None:
     """Drop this thread's cached plans (frees their buffers)."""
     _cache.plans.clear()
     _cache.nbytes = 0
+    _cache.direct = None
 
 
 class NativeBackend(_fft.Backend):
@@ -178,13 +189,12 @@ class NativeBackend(_fft.Backend):
         F = N // 2 + 1
         g, _ = _fwd_error(ins, N, np.float64, u, None)
         P = inv.input_array  # the product accumulates in the inverse plan's input buffer
-        B = np.empty(F)
-        D = np.empty(F)
+        B, D, work = _direct_scratch(F)
         msum = 0
         for c, (p, cen, m) in enumerate(ins):
             _kernels.fold(np.ascontiguousarray(p), cen, fwd.input_array)
             fwd.execute()
-            core.power_direct(fwd.output_array, int(m), P, B, D, g, c == 0)
+            core.power_direct(fwd.output_array, int(m), P, B, D, g, c == 0, work)
             msum += int(m)
         e2sq, p2sq = core.power_direct_bound(B, D, g, float(msum), u, N)
         inv.execute()
