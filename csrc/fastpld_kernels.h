@@ -102,6 +102,11 @@ int fpld_chernoff_window(const double *const *ps, const ptrdiff_t *ns, const dou
                          double *lo, double *hi, double *sp, double *Kp, ptrdiff_t *np_, double *sn, double *Kn,
                          ptrdiff_t *nn_, double *scratch);
 
+/* P (*)= X^m, B (*)= (|X| + g)^m, D (+)= m / (|X| + g) for a float64 node's direct powers
+ * (compose._direct_power); X, P interleaved complex of length F; work >= 6 F doubles. */
+int fpld_power_direct(const double *X, ptrdiff_t F, int64_t m, double *P, double *B, double *D, double g,
+                      int first, double *work);
+
 #ifdef __cplusplus
 }
 #endif

@@ -557,70 +557,6 @@ def power_fp(const real_out[::1] logmag, const real_out[::1] phase, const double
 # ---------------------------------------------------------------------------------------
 # direct powers (float64 nodes without the low-frequency series): products instead of polar form
 # ---------------------------------------------------------------------------------------
-cdef int _power_direct(const double complex[::1] X, Py_ssize_t m, double complex[::1] P, double[::1] B,
-                       double[::1] D, double g, bint first, double[::1] work) noexcept nogil:
-    # array passes (one per bit of m), each a simple loop over the frequencies that the compiler
-    # vectorises; complex products written out (the textbook formula: relative error <= sqrt(5) u
-    # each, Brent, Percival & Zimmermann 2007)
-    cdef Py_ssize_t F = X.shape[0], k, e
-    cdef double t, r, *xr, *xi, *yr, *yi, *rg, *b
-    cdef bint have_y = False
-    if P.shape[0] != F or B.shape[0] != F or D.shape[0] != F or m < 1 or work.shape[0] < 6 * F or F < 1:
-        return FPLD_EINVAL
-    xr = &work[0]  # (scratch from the caller: a fresh malloc of this size is an mmap, page faults every call)
-    xi = xr + F
-    yr = xi + F
-    yi = yr + F
-    rg = yi + F
-    b = rg + F
-    for k in range(F):
-        xr[k] = X[k].real
-        xi[k] = X[k].imag
-        # |X| as sqrt(re^2 + im^2): relative error <= 2 u (|X| <= ~1: no overflow; an underflowed
-        # square moves r by < 1e-150, nothing against g)
-        r = sqrt(xr[k] * xr[k] + xi[k] * xi[k])
-        rg[k] = r + g
-        if first:
-            D[k] = m / (r + g)
-        else:
-            D[k] = D[k] + m / (r + g)
-    e = m
-    while True:
-        if e & 1:
-            if not have_y:
-                for k in range(F):
-                    yr[k] = xr[k]
-                    yi[k] = xi[k]
-                    b[k] = rg[k]
-                have_y = True
-            else:
-                for k in range(F):
-                    t = yr[k] * xr[k] - yi[k] * xi[k]
-                    yi[k] = yr[k] * xi[k] + yi[k] * xr[k]
-                    yr[k] = t
-                    b[k] = b[k] * rg[k]
-        e = e >> 1
-        if e == 0:
-            break
-        for k in range(F):
-            t = xr[k] * xr[k] - xi[k] * xi[k]
-            xi[k] = 2.0 * xr[k] * xi[k]
-            xr[k] = t
-            rg[k] = rg[k] * rg[k]
-    if first:
-        for k in range(F):
-            P[k].real = yr[k]
-            P[k].imag = yi[k]
-            B[k] = b[k]
-    else:
-        for k in range(F):
-            t = P[k].real * yr[k] - P[k].imag * yi[k]
-            P[k].imag = P[k].real * yi[k] + P[k].imag * yr[k]
-            P[k].real = t
-            B[k] = B[k] * b[k]
-    return FPLD_OK
-
-
 def power_direct(const double complex[::1] X, Py_ssize_t m, double complex[::1] P, double[::1] B, double[::1] D,
                  double g, bint first, double[::1] work=None):
     """Accumulate one input spectrum of a float64 node: ``P *= X^m`` (binary powering),
@@ -631,10 +567,14 @@ def power_direct(const double complex[::1] X, Py_ssize_t m, double complex[::1] 
     bound is :func:`power_direct_bound`.  ``work``: scratch of at least ``6 len(X)`` doubles.
     """
     cdef int status
+    cdef Py_ssize_t F = X.shape[0]
     if work is None:
-        work = np.empty(6 * X.shape[0] + 1)
+        work = np.empty(6 * F + 1)
+    if P.shape[0] != F or B.shape[0] != F or D.shape[0] != F or work.shape[0] < 6 * F or F < 1:
+        raise ValueError("power_direct: invalid argument")
     with nogil:
-        status = _power_direct(X, m, P, B, D, g, first, work)
+        status = fpld_power_direct(<const double *> &X[0], F, m, <double *> &P[0], &B[0], &D[0], g, first,
+                                   &work[0])
     _check(status, "power_direct")
 
 
