@@ -2,7 +2,11 @@
 
 Every ``run_*`` function builds the accountant from scratch (mechanism -> discretisation ->
 composition -> one ``delta(1.0)`` query), so the measured time is the whole pipeline, as in
-the paper's Figures 1 and 2.  They return plain dicts of floats/ints (JSON-ready).
+the paper's Figures 1 and 2.  For fastpld that means clearing its per-mechanism cache
+(privacy-loss objects, their moments and MGF grids, shared by equal mechanisms) before the
+run, as ``bench_speed.py`` and ``bench_heterogeneous.py`` do; ``run_fastpld(..., warm=True)``
+keeps it (a repeated composition of an equal mechanism).  They return plain dicts of
+floats/ints (JSON-ready).
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import numpy as np
 from scipy.stats import norm
 
 import fastpld
+from fastpld import mechanisms as _mechanisms
 
 Q = 0.2  #: Poisson sampling probability of the subsampled Gaussian
 EPS = 1.0  #: the epsilon at which delta is queried and calibrated
@@ -41,8 +46,10 @@ def fastpld_mechanism(mech: str, noise: float):
 
 
 def run_fastpld(mech, noise, k, method="auto", backend=None, eps_error=EPS_ERROR, delta_error=DELTA_ERROR,
-                eps=EPS):
-    m = fastpld_mechanism(mech, noise)  # fresh object: no cached discretisation across runs
+                eps=EPS, warm=False):
+    if not warm:
+        _mechanisms._LOSS_CACHE.clear()  # from scratch: nothing cached from an equal mechanism
+    m = fastpld_mechanism(mech, noise)
     t0 = time.perf_counter()
     pld = fastpld.compose(m, k, eps_error=eps_error, delta_error=delta_error, method=method, backend=backend)
     b = pld.delta(eps)
