@@ -749,45 +749,57 @@ int fpld_gauss_pair_moments(double v, double sd, double q, int remove, const dou
 }
 
 /* Direct powers of a float64 node (compose._direct_power; _core.power_direct): X and P interleaved
- * complex (re, im) of length F; work >= 6 F doubles.  Array passes (one per bit of m) over
+ * complex (re, im) of length F; work >= 6 F doubles.  Only the frequencies [0, *K) are computed
+ * (the caller's live prefix); with rdead > 0 the prefix is cut after the last frequency where
+ * |X| >= rdead (beyond it this input's power alone is below the caller's e^-T: the caller sets P
+ * to 0 there and charges it, see _native.convolve).  Array passes (one per bit of m) over
  * restrict-qualified buffers, so that the loops vectorise; the complex products by the textbook
  * formula (ac - bd, ad + bc) as in the numpy reference. */
 int fpld_power_direct(const double *X, ptrdiff_t F, int64_t m, double *P, double *B, double *D, double g,
-                      int first, double *work)
+                      int first, double *work, double rdead, ptrdiff_t *K)
 {
-    if (F < 1 || m < 1)
+    if (F < 1 || m < 1 || *K < 0 || *K > F)
         return FPLD_EINVAL;
     double *restrict xr = work, *restrict xi = work + F, *restrict yr = work + 2 * F,
            *restrict yi = work + 3 * F, *restrict rg = work + 4 * F, *restrict b = work + 5 * F;
     double *restrict Bo = B, *restrict Do = D;
     const double dm = (double)m;
-    for (ptrdiff_t k = 0; k < F; ++k) {
+    ptrdiff_t n = *K;
+    for (ptrdiff_t k = 0; k < n; ++k) {
         xr[k] = X[2 * k];
         xi[k] = X[2 * k + 1];
     }
-    for (ptrdiff_t k = 0; k < F; ++k) {
+    for (ptrdiff_t k = 0; k < n; ++k) {
         /* |X| <= ~1: no overflow; an underflowed square moves r by < 1e-150, nothing against g */
         double r = sqrt(xr[k] * xr[k] + xi[k] * xi[k]);
         rg[k] = r + g;
     }
+    if (rdead > 0) {
+        /* (r + g compared with rdead + g: the same test as |X| < rdead up to one rounding, which
+         * only moves the cut by a frequency whose power is at the threshold) */
+        double lim = rdead + g;
+        while (n > 0 && rg[n - 1] < lim)
+            --n;
+        *K = n;
+    }
     if (first)
-        for (ptrdiff_t k = 0; k < F; ++k)
+        for (ptrdiff_t k = 0; k < n; ++k)
             Do[k] = dm / rg[k];
     else
-        for (ptrdiff_t k = 0; k < F; ++k)
+        for (ptrdiff_t k = 0; k < n; ++k)
             Do[k] = Do[k] + dm / rg[k];
     int have_y = 0;
     for (int64_t e = m;;) {
         if (e & 1) {
             if (!have_y) {
-                for (ptrdiff_t k = 0; k < F; ++k) {
+                for (ptrdiff_t k = 0; k < n; ++k) {
                     yr[k] = xr[k];
                     yi[k] = xi[k];
                     b[k] = rg[k];
                 }
                 have_y = 1;
             } else {
-                for (ptrdiff_t k = 0; k < F; ++k) {
+                for (ptrdiff_t k = 0; k < n; ++k) {
                     double t = yr[k] * xr[k] - yi[k] * xi[k];
                     yi[k] = yr[k] * xi[k] + yi[k] * xr[k];
                     yr[k] = t;
@@ -798,7 +810,7 @@ int fpld_power_direct(const double *X, ptrdiff_t F, int64_t m, double *P, double
         e >>= 1;
         if (!e)
             break;
-        for (ptrdiff_t k = 0; k < F; ++k) {
+        for (ptrdiff_t k = 0; k < n; ++k) {
             double t = xr[k] * xr[k] - xi[k] * xi[k];
             xi[k] = 2.0 * xr[k] * xi[k];
             xr[k] = t;
@@ -806,13 +818,13 @@ int fpld_power_direct(const double *X, ptrdiff_t F, int64_t m, double *P, double
         }
     }
     if (first) {
-        for (ptrdiff_t k = 0; k < F; ++k) {
+        for (ptrdiff_t k = 0; k < n; ++k) {
             P[2 * k] = yr[k];
             P[2 * k + 1] = yi[k];
             Bo[k] = b[k];
         }
     } else {
-        for (ptrdiff_t k = 0; k < F; ++k) {
+        for (ptrdiff_t k = 0; k < n; ++k) {
             double pr = P[2 * k], pi = P[2 * k + 1];
             P[2 * k] = pr * yr[k] - pi * yi[k];
             P[2 * k + 1] = pr * yi[k] + pi * yr[k];

@@ -103,9 +103,10 @@ int fpld_chernoff_window(const double *const *ps, const ptrdiff_t *ns, const dou
                          ptrdiff_t *nn_, double *scratch);
 
 /* P (*)= X^m, B (*)= (|X| + g)^m, D (+)= m / (|X| + g) for a float64 node's direct powers
- * (compose._direct_power); X, P interleaved complex of length F; work >= 6 F doubles. */
+ * (compose._direct_power) on the frequencies [0, *K), cut after the last one with |X| >= rdead if
+ * rdead > 0; X, P interleaved complex of length F; work >= 6 F doubles. */
 int fpld_power_direct(const double *X, ptrdiff_t F, int64_t m, double *P, double *B, double *D, double g,
-                      int first, double *work);
+                      int first, double *work, double rdead, ptrdiff_t *K);
 
 #ifdef __cplusplus
 }

@@ -46,4 +46,4 @@ cdef extern from "fastpld_kernels.h" nogil:
     int fpld_gauss_pair_moments(double v, double sd, double q, int remove, const double *x, const double *w,
                                 Py_ssize_t ngl, double *mean, double *std)
     int fpld_power_direct(const double *X, Py_ssize_t F, int64_t m, double *P, double *B, double *D, double g,
-                          int first, double *work)
+                          int first, double *work, double rdead, Py_ssize_t *K)

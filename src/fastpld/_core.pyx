@@ -558,9 +558,11 @@ def power_fp(const real_out[::1] logmag, const real_out[::1] phase, const double
 # direct powers (float64 nodes without the low-frequency series): products instead of polar form
 # ---------------------------------------------------------------------------------------
 def power_direct(const double complex[::1] X, Py_ssize_t m, double complex[::1] P, double[::1] B, double[::1] D,
-                 double g, bint first, double[::1] work=None):
+                 double g, bint first, double[::1] work=None, double rdead=0.0, K=None):
     """Accumulate one input spectrum of a float64 node: ``P *= X^m`` (binary powering),
-    ``B *= (|X| + g)^m``, ``D += m / (|X| + g)`` (``first``: assign instead).
+    ``B *= (|X| + g)^m``, ``D += m / (|X| + g)`` (``first``: assign instead), on the frequencies
+    ``[0, K)`` (default: all); returns the new ``K``: with ``rdead > 0`` the prefix ends after the
+    last frequency where ``|X| >= rdead`` (the caller zeroes and charges the rest).
 
     With ``M`` the total power, ``|P - prod X^m| <= ((1 + sqrt(5) u)^(M - 1) - 1) prod |X|^m``
     (every addition chain for ``x^m`` accumulates ``m - 1`` relative roundings); the caller's
@@ -568,28 +570,33 @@ def power_direct(const double complex[::1] X, Py_ssize_t m, double complex[::1] 
     """
     cdef int status
     cdef Py_ssize_t F = X.shape[0]
+    cdef Py_ssize_t k = F if K is None else K
     if work is None:
         work = np.empty(6 * F + 1)
     if P.shape[0] != F or B.shape[0] != F or D.shape[0] != F or work.shape[0] < 6 * F or F < 1:
         raise ValueError("power_direct: invalid argument")
     with nogil:
         status = fpld_power_direct(<const double *> &X[0], F, m, <double *> &P[0], &B[0], &D[0], g, first,
-                                   &work[0])
+                                   &work[0], rdead, &k)
     _check(status, "power_direct")
+    return k
 
 
-def power_direct_bound(const double[::1] B, const double[::1] D, double g, double msum, double u, Py_ssize_t N):
+def power_direct_bound(const double[::1] B, const double[::1] D, double g, double msum, double u, Py_ssize_t N,
+                       Py_ssize_t K=-1):
     """``(sum_k w_k amp_k^2, sum_k w_k B_k^2)`` for the direct powers (compose._direct_bound):
     ``amp = (g D B + 4.01 (M - 1) u B) (1 + 1e-9) + M 1e-300`` (forward error propagated through
-    the product; the products' rounding; the bound's own rounding and underflow)."""
-    cdef Py_ssize_t F = B.shape[0], k
+    the product; the products' rounding; the bound's own rounding and underflow), over the
+    first ``K`` frequencies (default: all)."""
+    cdef Py_ssize_t F = B.shape[0] if K < 0 else K, k
+    cdef Py_ssize_t Fall = N // 2 + 1
     cdef double se2 = 0.0, sp2 = 0.0, amp, w, c1 = 4.01 * (msum - 1.0) * u, infl = 1.0 + 1e-9, tiny = msum * 1e-300
-    if D.shape[0] != F:
+    if D.shape[0] < F or B.shape[0] < F:
         raise ValueError("power_direct_bound: invalid argument")
     with nogil:
         for k in range(F):
             amp = (g * D[k] + c1) * B[k] * infl + tiny
-            w = 1.0 if (k == 0 or (N % 2 == 0 and k == F - 1)) else 2.0
+            w = 1.0 if (k == 0 or (N % 2 == 0 and k == Fall - 1)) else 2.0
             se2 = se2 + w * amp * amp
             sp2 = sp2 + w * B[k] * B[k]
     return se2, sp2 * infl * infl

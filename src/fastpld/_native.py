@@ -135,7 +135,7 @@ class NativeBackend(_fft.Backend):
         dt = np.dtype(dtype)
         fdt = dt if fwd_dtype is None else np.dtype(fwd_dtype)
         if direct:
-            return self._convolve_direct(ins, N, u)
+            return self._convolve_direct(ins, N, u, dead_log)
         fwd = _plan(N, fdt, True)
         inv = _plan(N, dt, False)
         F = N // 2 + 1
@@ -181,8 +181,14 @@ class NativeBackend(_fft.Backend):
         l1 = e2 + g_inv * p2
         return out, l1, l1 / math.sqrt(N)
 
-    def _convolve_direct(self, ins, N, u):
-        """``convolve`` of a float64 node by direct powers (reference: compose._direct_power)."""
+    def _convolve_direct(self, ins, N, u, dead_log=800.0):
+        """``convolve`` of a float64 node by direct powers (reference: compose._direct_power).
+
+        Dead frequencies as in the polar path: past the first input's last frequency where its power
+        is at least ``e^-T`` (``T = dead_log``), that power alone is below ``e^-T`` and the others'
+        are at most ``(1 + g)^m <= e^10``; those frequencies (a suffix: spectra of PMFs decay) are
+        set to 0 and charged ``2 e^(10 - T)`` each in both norms.
+        """
         core = _kernels._core
         fwd = _plan(N, np.float64, True)
         inv = _plan(N, np.float64, False)
@@ -190,17 +196,21 @@ class NativeBackend(_fft.Backend):
         g, _ = _fwd_error(ins, N, np.float64, u, None)
         P = inv.input_array  # the product accumulates in the inverse plan's input buffer
         B, D, work = _direct_scratch(F)
-        msum = 0
+        msum = float(sum(m for _, _, m in ins))
+        skip = msum * (g + 1e-10) < 10 and dead_log >= 40.0
+        K = F
         for c, (p, cen, m) in enumerate(ins):
             _kernels.fold(np.ascontiguousarray(p), cen, fwd.input_array)
             fwd.execute()
-            core.power_direct(fwd.output_array, int(m), P, B, D, g, c == 0, work)
-            msum += int(m)
-        e2sq, p2sq = core.power_direct_bound(B, D, g, float(msum), u, N)
+            rdead = max(math.exp(-dead_log / m) - g, 0.0) if skip else 0.0
+            K = core.power_direct(fwd.output_array, int(m), P, B, D, g, c == 0, work, rdead, K)
+        P[K:] = 0
+        e2sq, p2sq = core.power_direct_bound(B, D, g, msum, u, N, K)
+        dead = (F - K) * max(2e-300, 2.0 * math.exp(10.0 - dead_log)) if K < F else 0.0
         inv.execute()
         out = inv.output_array * (1.0 / N)
         g_inv = 12.0 * u * math.ceil(math.log2(max(N, 2)))
-        l1 = math.sqrt(e2sq) + g_inv * math.sqrt(p2sq)
+        l1 = math.sqrt(e2sq) + dead + g_inv * (math.sqrt(p2sq) + dead)
         return out, l1, l1 / math.sqrt(N)
 
 

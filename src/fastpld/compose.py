@@ -1197,16 +1197,16 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
                else dtype)
         # float64 without the series: powers as products (cheaper than the polar form, same size of bound)
         direct = dtype is np.float64 and ser is None and msum <= _DIRECT_MAX_POWER
+        # (native) frequencies whose product is below e^(10 - T) are skipped and charged 2 e^(10 - T)
+        # each (see convolve): T such that all N/2 + 1 such charges, over the node's copies (x inst)
+        # and into total variation (x 4), stay below 1e-6 of the node's round-off allowance
+        dead_log = min(800.0, max(40.0, 10.0 + math.log(4.0 * (N // 2 + 1) * inst / (1e-6 * allowance))))
         if direct:
             if backend.native:
-                out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u, direct=True)
+                out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u, dead_log=dead_log, direct=True)
             else:
                 fp_l1, fp_linf, out = _direct_power(backend, ins, N, u)
         elif backend.native:  # cached plans, compiled placement/power/round-off kernels (same arithmetic)
-            # frequencies whose product is below e^(10 - T) are skipped and charged 2 e^(10 - T) each
-            # (see convolve): T such that all N/2 + 1 such charges, over the node's copies (x inst)
-            # and into total variation (x 4), stay below 1e-6 of the node's round-off allowance
-            dead_log = min(800.0, max(40.0, 10.0 + math.log(4.0 * (N // 2 + 1) * inst / (1e-6 * allowance))))
             out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u, ser=ser, low=low, dead_log=dead_log,
                                                    fwd_dtype=fdt)
         if not backend.native and not direct:
