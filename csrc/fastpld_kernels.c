@@ -189,24 +189,37 @@ int fpld_log_mgf_grid(const double *p, ptrdiff_t n, double cen, const double *s,
     return FPLD_OK;
 }
 
-/* max of v over the blocks of FPLD_BLOCK entries of [0, n) (malloc'ed; NULL if out of memory) */
-static double *fpld_block_max(const double *v, ptrdiff_t n)
+/* per block of FPLD_BLOCK entries of [0, n): bm[b] = max v (v = log p) and, at bm[nb + b], the log
+ * of the block's mass times (1 + 2 FPLD_BLOCK u) (>= the exact log of the exact sum; -inf for an empty
+ * block); malloc'ed, 2 nb doubles; NULL if out of memory */
+static double *fpld_block_max(const double *v, const double *p, ptrdiff_t n)
 {
     ptrdiff_t nb = (n + FPLD_BLOCK - 1) / FPLD_BLOCK;
-    double *bm = (double *)malloc((size_t)(nb > 0 ? nb : 1) * sizeof(double));
+    double *bm = (double *)malloc((size_t)(nb > 0 ? 2 * nb : 1) * sizeof(double));
     if (!bm)
         return NULL;
     for (ptrdiff_t b = 0; b < nb; ++b) {
-        double mx = -INFINITY;
+        double mx = -INFINITY, sum = 0.0;
         ptrdiff_t e = (b + 1) * FPLD_BLOCK < n ? (b + 1) * FPLD_BLOCK : n;
-        for (ptrdiff_t i = b * FPLD_BLOCK; i < e; ++i)
+        for (ptrdiff_t i = b * FPLD_BLOCK; i < e; ++i) {
             if (v[i] > mx)
                 mx = v[i];
+            sum += p[i];
+        }
         bm[b] = mx;
+        bm[nb + b] = sum > 0.0 ? log(sum) + 1e-13 : -INFINITY;
     }
     return bm;
 }
 
+/* Blocks whose whole contribution is negligible: with lf = log(mass) + the largest exponent
+ * s (i - cen) - mx over the block and ln = the same with the smallest exponent, a block with
+ * lf < L + log(1e-17), L = max over blocks of ln, contributes at most 1e-17 e^L (exactly; the
+ * floating-point test is off by far less than the factor 2 charged), and e^L is at most one
+ * block's exact contribution, hence at most the sum: such blocks are not summed; each adds
+ * 2e-17 e^L instead (an upper bound, so K stays an upper bound on the log-MGF; relative cost
+ * <= 2e-17 per block, far inside the caller's 1e-9 margin).  Returns L (-inf: none). */
+#define FPLD_NEGLIGIBLE (-39.1439465808987777)  /* log(1e-17) */
 /* fpld_log_mgf_grid with logp (on [lo, hi]) already computed */
 static void fpld_log_mgf_grid_logp(const double *p, const double *logp, ptrdiff_t lo, ptrdiff_t hi, double cen,
                                    const double *s, ptrdiff_t ns, double m, double *K)
@@ -215,7 +228,8 @@ static void fpld_log_mgf_grid_logp(const double *p, const double *logp, ptrdiff_
      * an upper bound from the blocks' maxima of log p (computed once) replaces the scan per s; it
      * exceeds the true maximum by at most |s| FPLD_BLOCK < 300, so the largest term stays above
      * e^-300 and nothing that matters underflows */
-    double *bm = ns > 1 ? fpld_block_max(logp + lo, hi - lo + 1) : NULL;
+    ptrdiff_t nb = (hi - lo) / FPLD_BLOCK + 1;
+    double *bm = ns > 1 ? fpld_block_max(logp + lo, p + lo, hi - lo + 1) : NULL;
     for (ptrdiff_t j = 0; j < ns; ++j) {
         double sj = s[j];
         double mx = -INFINITY;
@@ -244,10 +258,26 @@ static void fpld_log_mgf_grid_logp(const double *p, const double *logp, ptrdiff_
         r4 = r4 * r4;
         int geometric = fabs(sj) * FPLD_BLOCK < 600.0;
         double acc = 0.0;
-        for (ptrdiff_t b = lo; b <= hi; b += FPLD_BLOCK) {
+        /* negligible blocks (see FPLD_NEGLIGIBLE) */
+        double L = -INFINITY;
+        ptrdiff_t skipped = 0;
+        if (bm) {
+            for (ptrdiff_t b = lo, bi = 0; b <= hi; b += FPLD_BLOCK, ++bi) {
+                ptrdiff_t e = b + FPLD_BLOCK - 1 < hi ? b + FPLD_BLOCK - 1 : hi;
+                double xa = sj * ((double)b - cen) - mx, xb = sj * ((double)e - cen) - mx;
+                double ln = bm[nb + bi] + (xa < xb ? xa : xb);
+                if (ln > L)
+                    L = ln;
+            }
+        }
+        for (ptrdiff_t b = lo, bi = 0; b <= hi; b += FPLD_BLOCK, ++bi) {
             ptrdiff_t e = b + FPLD_BLOCK - 1 < hi ? b + FPLD_BLOCK - 1 : hi;
             double x0 = sj * ((double)b - cen) - mx;
             double x1 = x0 + sj * (double)(e - b);  /* exponent at the block's end */
+            if (bm && L > -INFINITY && bm[nb + bi] + (x0 > x1 ? x0 : x1) < L + FPLD_NEGLIGIBLE) {
+                skipped += bm[nb + bi] > -INFINITY;
+                continue;
+            }
             if (geometric && x0 < 600.0 && x1 < 600.0 && x0 > -600.0) {
                 double w = exp(x0);
                 if (e - b + 1 == FPLD_BLOCK) {
@@ -279,6 +309,8 @@ static void fpld_log_mgf_grid_logp(const double *p, const double *logp, ptrdiff_
                 }
             }
         }
+        if (skipped)
+            acc += (double)skipped * 2e-17 * exp(L);
         K[j] += m * (mx + log(acc));
     }
     free(bm);
@@ -436,7 +468,8 @@ static void fpld_log_mgf_sparse(const double *pv, const double *lv, const double
 {
     /* the shift mx as in fpld_log_mgf_grid_logp: from the blocks' maxima of log p where the
      * blocks' index spans keep the excess below 300 */
-    double *bm = ns > 1 ? fpld_block_max(lv, nz) : NULL;
+    ptrdiff_t nb = (nz + FPLD_BLOCK - 1) / FPLD_BLOCK;
+    double *bm = ns > 1 ? fpld_block_max(lv, pv, nz) : NULL;
     double span = 0.0;
     for (ptrdiff_t b = 0; b < nz; b += FPLD_BLOCK) {
         ptrdiff_t e = b + FPLD_BLOCK - 1 < nz - 1 ? b + FPLD_BLOCK - 1 : nz - 1;
@@ -462,10 +495,27 @@ static void fpld_log_mgf_sparse(const double *pv, const double *lv, const double
             }
         }
         double acc = 0.0, gl = -1.0, rg = 1.0;
-        for (ptrdiff_t b = 0; b < nz; b += FPLD_BLOCK) {
+        /* negligible blocks (see FPLD_NEGLIGIBLE) */
+        double L = -INFINITY;
+        ptrdiff_t skipped = 0;
+        if (bm) {
+            for (ptrdiff_t b = 0, bi = 0; b < nz; b += FPLD_BLOCK, ++bi) {
+                ptrdiff_t e = b + FPLD_BLOCK - 1 < nz - 1 ? b + FPLD_BLOCK - 1 : nz - 1;
+                double xa = sj * (iv[b] - cen) - mx, xb = sj * (iv[e] - cen) - mx;
+                double ln = bm[nb + bi] + (xa < xb ? xa : xb);
+                if (ln > L)
+                    L = ln;
+            }
+        }
+        for (ptrdiff_t b = 0, bi = 0; b < nz; b += FPLD_BLOCK, ++bi) {
             ptrdiff_t e = b + FPLD_BLOCK - 1 < nz - 1 ? b + FPLD_BLOCK - 1 : nz - 1;
             double x0 = sj * (iv[b] - cen) - mx;
             double x1 = sj * (iv[e] - cen) - mx;
+            if (bm && L > -INFINITY && bm[nb + bi] + (x0 > x1 ? x0 : x1) < L + FPLD_NEGLIGIBLE) {
+                skipped += bm[nb + bi] > -INFINITY;
+                gl = -1.0;  /* (the step factor is recomputed after a skipped block) */
+                continue;
+            }
             if (x0 < 600.0 && x1 < 600.0 && x0 > -600.0 && x1 > -600.0) {
                 double w = exp(x0);
                 for (ptrdiff_t k = b; k <= e; ++k) {
@@ -487,6 +537,8 @@ static void fpld_log_mgf_sparse(const double *pv, const double *lv, const double
                 }
             }
         }
+        if (skipped)
+            acc += (double)skipped * 2e-17 * exp(L);
         K[j] += m * (mx + log(acc));
     }
     free(bm);
@@ -544,31 +596,68 @@ int fpld_chernoff_window(const double *const *ps, const ptrdiff_t *ns, const dou
     double *s = scratch, *sb = scratch + nrel + 8, *Kb = sb + nrel + 8, *logbuf = Kb + nrel + 8;
     const double *logs[64];
     ptrdiff_t los[64], his[64];
-    for (ptrdiff_t c = 0; c < nin; ++c) {
-        double tot, mean, var;
-        int st = ns[c] > 0 ? fpld_pmf_moments(ps[c], ns[c], cens[c], &tot, &mean, &var) : FPLD_ENOMASS;
-        if (st == FPLD_OK)
-            st = fpld_logp_range(ps[c], ns[c], logbuf, &los[c], &his[c]);
-        if (st != FPLD_OK)
-            return st;
-        logs[c] = logbuf;
-        logbuf += ns[c];
-        sd2 += ms[c] * var;
-    }
-    /* sparse children (at most 3/4 of their range positive) are summed over their positive entries */
+    /* per child in two passes (the same sums as fpld_pmf_moments, fpld_logp_range and
+     * fpld_compact, which made five: zero entries add exactly nothing to them): the mass, the
+     * first moment and the positive range; then the variance, with the logarithms (dense) or the
+     * compacted positive entries (sparse: at most 3/4 of the range positive, summed over those) */
     const double *pvs[64], *lvs[64], *ivs[64];
     double *cbs[64];
     ptrdiff_t nzs[64];
     for (ptrdiff_t c = 0; c < nin; ++c) {
-        int st = fpld_compact(ps[c], logs[c], los[c], his[c], &cbs[c], &nzs[c]);
+        const double *p = ps[c];
+        ptrdiff_t n = ns[c], lo_c = -1, hi_c = -1, nz = 0;
+        double tot = 0.0, s1 = 0.0, cen = cens[c];
+        for (ptrdiff_t i = 0; i < n; ++i) {
+            tot += p[i];
+            s1 += ((double)i - cen) * p[i];
+            if (p[i] > 0.0) {
+                if (lo_c < 0)
+                    lo_c = i;
+                hi_c = i;
+                ++nz;
+            }
+        }
+        int st = (tot > 0.0 && lo_c >= 0) ? FPLD_OK : FPLD_ENOMASS;
+        double *cb = NULL;
+        if (st == FPLD_OK && 4 * nz <= 3 * (hi_c - lo_c + 1)) {
+            cb = (double *)malloc(3 * (size_t)nz * sizeof(double));
+            if (!cb)
+                st = FPLD_ENOMEM;
+        }
         if (st != FPLD_OK) {
             for (ptrdiff_t b = 0; b < c; ++b)
                 free(cbs[b]);
             return st;
         }
-        pvs[c] = cbs[c];
-        lvs[c] = cbs[c] ? cbs[c] + nzs[c] : NULL;
-        ivs[c] = cbs[c] ? cbs[c] + 2 * nzs[c] : NULL;
+        double mu = s1 / tot, s2 = 0.0;
+        if (cb) {
+            ptrdiff_t k = 0;
+            for (ptrdiff_t i = lo_c; i <= hi_c; ++i)
+                if (p[i] > 0.0) {
+                    double d = ((double)i - cen) - mu;
+                    s2 += d * d * p[i];
+                    cb[k] = p[i];
+                    cb[nz + k] = log(p[i]);
+                    cb[2 * nz + k] = (double)i;
+                    ++k;
+                }
+        } else {
+            for (ptrdiff_t i = lo_c; i <= hi_c; ++i) {
+                double d = ((double)i - cen) - mu;
+                s2 += d * d * p[i];
+                logbuf[i] = p[i] > 0.0 ? log(p[i]) : -INFINITY;
+            }
+        }
+        logs[c] = logbuf;
+        logbuf += n;
+        los[c] = lo_c;
+        his[c] = hi_c;
+        cbs[c] = cb;
+        nzs[c] = nz;
+        pvs[c] = cb;
+        lvs[c] = cb ? cb + nz : NULL;
+        ivs[c] = cb ? cb + 2 * nz : NULL;
+        sd2 += ms[c] * (s2 / tot);
     }
     double sd = sd2 > 0 ? sqrt(sd2) : 1.0;
     for (ptrdiff_t i = 0; i < nrel; ++i)
