@@ -122,6 +122,17 @@ def pmf_moments(const double[::1] p, double cen):
     return total, mean, var
 
 
+def mean_index(const double[::1] p):
+    """``sum_i i p_i / sum_i p_i`` (one pass; NaN if the sum is not positive)."""
+    cdef Py_ssize_t n = p.shape[0], i
+    cdef double tot = 0.0, s1 = 0.0
+    with nogil:
+        for i in range(n):
+            tot = tot + p[i]
+            s1 = s1 + <double>i * p[i]
+    return s1 / tot if tot > 0 else float("nan")
+
+
 def log_mgf_grid(const double[::1] p, double cen, const double[::1] s, double m, double[::1] K):
     """``K[j] += m * log(sum_i p_i exp(s_j (i - cen)))`` (max-shifted log-sum-exp)."""
     cdef Py_ssize_t n = p.shape[0], ns = s.shape[0]

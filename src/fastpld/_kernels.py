@@ -262,6 +262,14 @@ def pmf_moments(p: np.ndarray, cen: float):
     return tot, mu, float(np.dot((idx - mu) ** 2, p) / tot)
 
 
+def mean_index(p: np.ndarray) -> float:
+    """``sum_i i p_i / sum_i p_i`` of float64 weights (the compiled kernel sums in index order)."""
+    if _core is not None and p.dtype == np.float64 and p.flags.c_contiguous:
+        return _core.mean_index(p)
+    # (no np.dot: a BLAS dot wakes OpenBLAS's threads, milliseconds per call on a busy machine)
+    return float(np.sum(np.arange(p.size, dtype=np.float64) * p) / p.sum())
+
+
 def log_mgf_grid(p: np.ndarray, cen: float, s: np.ndarray, m: float, K: np.ndarray) -> None:
     """``K += m * log(sum_i p_i exp(s (i - cen)))`` for every ``s`` (in place)."""
     p = np.ascontiguousarray(p, dtype=np.float64)

@@ -1122,9 +1122,9 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     full = 1
     for pmf, m in inputs:
         p = np.asarray(pmf.probs)
-        pf = p.astype(np.float64)
-        # (no np.dot: a BLAS dot wakes OpenBLAS's threads, milliseconds per call on a busy machine)
-        cen = int(round(float(np.sum(np.arange(pf.size, dtype=np.float64) * pf) / pf.sum())))
+        pf = np.asarray(p, dtype=np.float64)  # (a copy only for long double inputs)
+        cen = int(round(_kernels.mean_index(pf) if backend.native else
+                        float(np.sum(np.arange(pf.size, dtype=np.float64) * pf) / pf.sum())))
         ins.append((p, cen, m))
         base_val += m * (pmf.offset + cen * h)
         full += m * (p.size - 1)
