@@ -189,24 +189,25 @@ int fpld_log_mgf_grid(const double *p, ptrdiff_t n, double cen, const double *s,
     return FPLD_OK;
 }
 
-/* per block of FPLD_BLOCK entries of [0, n): bm[b] = max v (v = log p) and, at bm[nb + b], the log
- * of the block's mass times (1 + 2 FPLD_BLOCK u) (>= the exact log of the exact sum; -inf for an empty
- * block); malloc'ed, 2 nb doubles; NULL if out of memory */
-static double *fpld_block_max(const double *v, const double *p, ptrdiff_t n)
+/* per block of FPLD_BLOCK entries of [0, n): bm[b] = log of the largest p (the largest log p up to
+ * one rounding) and, at bm[nb + b], the log of the block's mass plus 1e-13 (>= the exact log of the
+ * exact sum; -inf for an empty block); malloc'ed, 2 nb doubles; NULL if out of memory.  Two logs
+ * per block instead of one per entry. */
+static double *fpld_block_max(const double *p, ptrdiff_t n)
 {
     ptrdiff_t nb = (n + FPLD_BLOCK - 1) / FPLD_BLOCK;
     double *bm = (double *)malloc((size_t)(nb > 0 ? 2 * nb : 1) * sizeof(double));
     if (!bm)
         return NULL;
     for (ptrdiff_t b = 0; b < nb; ++b) {
-        double mx = -INFINITY, sum = 0.0;
+        double mx = 0.0, sum = 0.0;
         ptrdiff_t e = (b + 1) * FPLD_BLOCK < n ? (b + 1) * FPLD_BLOCK : n;
         for (ptrdiff_t i = b * FPLD_BLOCK; i < e; ++i) {
-            if (v[i] > mx)
-                mx = v[i];
+            if (p[i] > mx)
+                mx = p[i];
             sum += p[i];
         }
-        bm[b] = mx;
+        bm[b] = mx > 0.0 ? log(mx) : -INFINITY;
         bm[nb + b] = sum > 0.0 ? log(sum) + 1e-13 : -INFINITY;
     }
     return bm;
@@ -220,7 +221,7 @@ static double *fpld_block_max(const double *v, const double *p, ptrdiff_t n)
  * 2e-17 e^L instead (an upper bound, so K stays an upper bound on the log-MGF; relative cost
  * <= 2e-17 per block, far inside the caller's 1e-9 margin).  Returns L (-inf: none). */
 #define FPLD_NEGLIGIBLE (-39.1439465808987777)  /* log(1e-17) */
-/* fpld_log_mgf_grid with logp (on [lo, hi]) already computed */
+/* fpld_log_mgf_grid with logp (on [lo, hi]) already computed, or NULL (logs taken where needed) */
 static void fpld_log_mgf_grid_logp(const double *p, const double *logp, ptrdiff_t lo, ptrdiff_t hi, double cen,
                                    const double *s, ptrdiff_t ns, double m, double *K)
 {
@@ -229,7 +230,7 @@ static void fpld_log_mgf_grid_logp(const double *p, const double *logp, ptrdiff_
      * exceeds the true maximum by at most |s| FPLD_BLOCK < 300, so the largest term stays above
      * e^-300 and nothing that matters underflows */
     ptrdiff_t nb = (hi - lo) / FPLD_BLOCK + 1;
-    double *bm = ns > 1 ? fpld_block_max(logp + lo, p + lo, hi - lo + 1) : NULL;
+    double *bm = (ns > 1 || !logp) ? fpld_block_max(p + lo, hi - lo + 1) : NULL;
     for (ptrdiff_t j = 0; j < ns; ++j) {
         double sj = s[j];
         double mx = -INFINITY;
@@ -243,7 +244,9 @@ static void fpld_log_mgf_grid_logp(const double *p, const double *logp, ptrdiff_
             }
         } else {
             for (ptrdiff_t i = lo; i <= hi; ++i) {
-                double M = sj * ((double)i - cen) + logp[i];
+                if (!(p[i] > 0.0))
+                    continue;
+                double M = sj * ((double)i - cen) + (logp ? logp[i] : log(p[i]));
                 if (M > mx)
                     mx = M;
             }
@@ -302,7 +305,9 @@ static void fpld_log_mgf_grid_logp(const double *p, const double *logp, ptrdiff_
                 }
             } else {
                 for (ptrdiff_t i = b; i <= e; ++i) {
-                    double d = sj * ((double)i - cen) + logp[i] - mx;
+                    if (!(p[i] > 0.0))
+                        continue;
+                    double d = sj * ((double)i - cen) + (logp ? logp[i] : log(p[i])) - mx;
                     /* e^d underflows to 0 below about -745.2: skip the call */
                     if (d > -746.0)
                         acc += exp(d);
@@ -469,7 +474,7 @@ static void fpld_log_mgf_sparse(const double *pv, const double *lv, const double
     /* the shift mx as in fpld_log_mgf_grid_logp: from the blocks' maxima of log p where the
      * blocks' index spans keep the excess below 300 */
     ptrdiff_t nb = (nz + FPLD_BLOCK - 1) / FPLD_BLOCK;
-    double *bm = ns > 1 ? fpld_block_max(lv, pv, nz) : NULL;
+    double *bm = ns > 1 ? fpld_block_max(pv, nz) : NULL;
     double span = 0.0;
     for (ptrdiff_t b = 0; b < nz; b += FPLD_BLOCK) {
         ptrdiff_t e = b + FPLD_BLOCK - 1 < nz - 1 ? b + FPLD_BLOCK - 1 : nz - 1;
@@ -593,7 +598,7 @@ int fpld_chernoff_window(const double *const *ps, const ptrdiff_t *ns, const dou
     if (nrel < 8 || nrel > 64 || nin < 1 || nin > 64)
         return FPLD_EINVAL;
     double sd2 = 0.0;
-    double *s = scratch, *sb = scratch + nrel + 8, *Kb = sb + nrel + 8, *logbuf = Kb + nrel + 8;
+    double *s = scratch, *sb = scratch + nrel + 8, *Kb = sb + nrel + 8;
     const double *logs[64];
     ptrdiff_t los[64], his[64];
     /* per child in two passes (the same sums as fpld_pmf_moments, fpld_logp_range and
@@ -641,15 +646,13 @@ int fpld_chernoff_window(const double *const *ps, const ptrdiff_t *ns, const dou
                     cb[2 * nz + k] = (double)i;
                     ++k;
                 }
-        } else {
+        } else {  /* (dense: no log per entry, fpld_log_mgf_grid_logp works from block maxima) */
             for (ptrdiff_t i = lo_c; i <= hi_c; ++i) {
                 double d = ((double)i - cen) - mu;
                 s2 += d * d * p[i];
-                logbuf[i] = p[i] > 0.0 ? log(p[i]) : -INFINITY;
             }
         }
-        logs[c] = logbuf;
-        logbuf += n;
+        logs[c] = NULL;
         los[c] = lo_c;
         his[c] = hi_c;
         cbs[c] = cb;
