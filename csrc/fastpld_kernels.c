@@ -475,11 +475,21 @@ static void fpld_log_mgf_sparse(const double *pv, const double *lv, const double
      * blocks' index spans keep the excess below 300 */
     ptrdiff_t nb = (nz + FPLD_BLOCK - 1) / FPLD_BLOCK;
     double *bm = ns > 1 ? fpld_block_max(pv, nz) : NULL;
+    /* per full block, its index gap if all its gaps are equal (the fine core, runs of equal coarse
+     * cells), else 0: such blocks are summed in four interleaved chains as in the dense kernel */
+    double *ug = (double *)malloc((size_t)(nb > 0 ? nb : 1) * sizeof(double));
     double span = 0.0;
-    for (ptrdiff_t b = 0; b < nz; b += FPLD_BLOCK) {
+    for (ptrdiff_t b = 0, bi = 0; b < nz; b += FPLD_BLOCK, ++bi) {
         ptrdiff_t e = b + FPLD_BLOCK - 1 < nz - 1 ? b + FPLD_BLOCK - 1 : nz - 1;
         if (iv[e] - iv[b] > span)
             span = iv[e] - iv[b];
+        if (ug) {
+            double g0 = e > b ? iv[b + 1] - iv[b] : 0.0;
+            int uni = e - b + 1 == FPLD_BLOCK;
+            for (ptrdiff_t k = b + 1; uni && k < e; ++k)
+                uni = iv[k + 1] - iv[k] == g0;
+            ug[bi] = uni ? g0 : 0.0;
+        }
     }
     for (ptrdiff_t j = 0; j < ns; ++j) {
         double sj = s[j];
@@ -494,7 +504,7 @@ static void fpld_log_mgf_sparse(const double *pv, const double *lv, const double
             }
         } else {
             for (ptrdiff_t k = 0; k < nz; ++k) {
-                double M = sj * (iv[k] - cen) + lv[k];
+                double M = sj * (iv[k] - cen) + (lv ? lv[k] : log(pv[k]));
                 if (M > mx)
                     mx = M;
             }
@@ -523,6 +533,29 @@ static void fpld_log_mgf_sparse(const double *pv, const double *lv, const double
             }
             if (x0 < 600.0 && x1 < 600.0 && x0 > -600.0 && x1 > -600.0) {
                 double w = exp(x0);
+                if (ug && ug[bi] > 0.0) {
+                    double g = ug[bi];
+                    if (g != gl) {
+                        rg = exp(sj * g);
+                        gl = g;
+                    }
+                    double r4 = rg * rg;
+                    r4 = r4 * r4;
+                    double w0 = w, w1 = w0 * rg, w2 = w1 * rg, w3 = w2 * rg;
+                    double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
+                    for (ptrdiff_t k = b; k <= e; k += 4) {
+                        a0 += pv[k] * w0;
+                        a1 += pv[k + 1] * w1;
+                        a2 += pv[k + 2] * w2;
+                        a3 += pv[k + 3] * w3;
+                        w0 *= r4;
+                        w1 *= r4;
+                        w2 *= r4;
+                        w3 *= r4;
+                    }
+                    acc += (a0 + a1) + (a2 + a3);
+                    continue;
+                }
                 for (ptrdiff_t k = b; k <= e; ++k) {
                     acc += pv[k] * w;
                     if (k < e) {
@@ -536,7 +569,7 @@ static void fpld_log_mgf_sparse(const double *pv, const double *lv, const double
                 }
             } else {
                 for (ptrdiff_t k = b; k <= e; ++k) {
-                    double d = sj * (iv[k] - cen) + lv[k] - mx;
+                    double d = sj * (iv[k] - cen) + (lv ? lv[k] : log(pv[k])) - mx;
                     if (d > -746.0)
                         acc += exp(d);
                 }
@@ -547,6 +580,7 @@ static void fpld_log_mgf_sparse(const double *pv, const double *lv, const double
         K[j] += m * (mx + log(acc));
     }
     free(bm);
+    free(ug);
 }
 
 /* K[j] = sum_c m_c log E e^(s_j (I_c - cen_c)) + 1e-9 (1 + |K|) for j < ns (compose._chernoff_window.log_mgf);
@@ -642,7 +676,6 @@ int fpld_chernoff_window(const double *const *ps, const ptrdiff_t *ns, const dou
                     double d = ((double)i - cen) - mu;
                     s2 += d * d * p[i];
                     cb[k] = p[i];
-                    cb[nz + k] = log(p[i]);
                     cb[2 * nz + k] = (double)i;
                     ++k;
                 }
@@ -658,7 +691,7 @@ int fpld_chernoff_window(const double *const *ps, const ptrdiff_t *ns, const dou
         cbs[c] = cb;
         nzs[c] = nz;
         pvs[c] = cb;
-        lvs[c] = cb ? cb + nz : NULL;
+        lvs[c] = NULL;  /* (logs of the positive entries taken where a block needs them) */
         ivs[c] = cb ? cb + 2 * nz : NULL;
         sd2 += ms[c] * (s2 / tot);
     }
