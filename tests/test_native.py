@@ -543,3 +543,41 @@ def test_finish_node_matches_numpy(dtype, trim):
         _close(lin, ref, rtol=4 * float(np.finfo(dtype).eps), atol=0)
     with pytest.raises(ValueError, match="lost all probability mass"):
         _core.finish_node(np.zeros(8, dtype=dtype), 0, 0.0, False)
+
+
+@needs_native
+@pytest.mark.parametrize("kind", ["dense", "sparse"])
+def test_log_mgf_blocks_against_long_double(kind):
+    """The compiled log-MGF sums (negligible blocks bounded instead of summed, the overflow shift
+    from block maxima, four interleaved chains in full blocks and in sparse blocks of equal
+    gaps) against a long double logsumexp, over s where most blocks of a wide PMF are negligible."""
+    rng = np.random.default_rng(17)
+    n = 20000
+    i = np.arange(n, dtype=np.float64)
+    p = np.exp(-0.5 * ((i - 3000.0) / 300.0) ** 2) + 1e-12 * np.exp(-i / 4000.0)
+    p *= 1 + 0.1 * rng.random(n)
+    if kind == "sparse":  # a fine core and runs of equal cells, like a leaf with coarse tails
+        keep = np.zeros(n, dtype=bool)
+        keep[2200:3900] = True
+        keep[:2200:9] = True
+        keep[3900:12000:27] = True
+        keep[12000::81] = True
+        p[~keep] = 0
+    p /= p.sum()
+    cen = 3000.0
+    s = np.concatenate([-np.geomspace(1e-4, 0.5, 25), np.geomspace(1e-4, 0.5, 25)])
+    K = np.zeros(s.size)
+    _kernels.log_mgf_grid(p, cen, s, 5.0, K)
+    idx = np.flatnonzero(p)
+    sl = s.astype(np.longdouble)[:, None]
+    M = sl * (idx.astype(np.longdouble)[None, :] - cen) + np.log(p[idx].astype(np.longdouble))[None, :]
+    mx = M.max(axis=1)
+    ref = 5.0 * (mx + np.log(np.exp(M - mx[:, None]).sum(axis=1)))
+    np.testing.assert_allclose(K, ref.astype(np.float64), rtol=1e-12, atol=1e-11)
+
+
+@needs_native
+def test_mean_index_kernel():
+    rng = np.random.default_rng(2)
+    p = rng.random(3001) ** 4
+    assert _kernels.mean_index(p) == pytest.approx(float(np.dot(np.arange(p.size), p) / p.sum()), rel=1e-13)
