@@ -219,7 +219,7 @@ static double *fpld_block_max(const double *p, ptrdiff_t n)
  * floating-point test is off by far less than the factor 2 charged), and e^L is at most one
  * block's exact contribution, hence at most the sum: such blocks are not summed; each adds
  * 2e-17 e^L instead (an upper bound, so K stays an upper bound on the log-MGF; relative cost
- * <= 2e-17 per block, far inside the caller's 1e-9 margin).  Returns L (-inf: none). */
+ * <= 2e-17 per block, far inside the caller's 1e-9 margin).  Used by both log-MGF kernels below. */
 #define FPLD_NEGLIGIBLE (-39.1439465808987777)  /* log(1e-17) */
 /* fpld_log_mgf_grid with logp (on [lo, hi]) already computed, or NULL (logs taken where needed) */
 static void fpld_log_mgf_grid_logp(const double *p, const double *logp, ptrdiff_t lo, ptrdiff_t hi, double cen,
