@@ -17,7 +17,8 @@ def _extension(name, sources):
 
 extensions = [
     _extension("fastpld._core", ["src/fastpld/_core.pyx", "csrc/fastpld_kernels.c"]),
-    _extension("fastpld._leaf", ["src/fastpld/_leaf.pyx", "csrc/fastpld_leaf.c"]),
+    # (the fused leaf calls the bucket-mass, normalisation and round-off kernels of fastpld_kernels.c)
+    _extension("fastpld._leaf", ["src/fastpld/_leaf.pyx", "csrc/fastpld_leaf.c", "csrc/fastpld_kernels.c"]),
 ]
 
 setup(ext_modules=cythonize(extensions, language_level=3))

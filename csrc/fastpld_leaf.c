@@ -1,5 +1,6 @@
 /* Leaf kernels (see fastpld_leaf.h); numpy references: fastpld._kernels.psg_eval / psg_moments. */
 #include <math.h>
+#include <stdlib.h>
 #include "fastpld_kernels.h"
 #include "fastpld_leaf.h"
 
@@ -136,4 +137,384 @@ int fpld_psg_moments(double l_lo, double l_hi, double q, double v, double sd, in
     for (int k = 0; k < 2; k++)
         out[3 * k + 2] *= (double)(npan + 40) * 1.1102230246251565e-16;
     return FPLD_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The whole leaf in one call (fastpld.discretize._discretize_continuous for the subsampled
+ * Gaussian).  Every step below names the numpy statement it mirrors; the operations and their
+ * order are the same, so the results are bitwise those of the numpy/compiled mix it replaces
+ * (numpy's exp/log/expm1/log1p are the C library's on the builds we use; see tests/test_leaf_native.py).
+ * --------------------------------------------------------------------------------------------- */
+
+#define FPLD_U 1.1102230246251565e-16 /* unit round-off of double (discretize._U) */
+
+/* numpy.searchsorted(a, key) (side 'left'): numpy's binary search, also on an array that round-off
+ * left slightly unsorted (then the index found is the one numpy finds) */
+static ptrdiff_t searchsorted_left(const double *a, ptrdiff_t n, double key)
+{
+    ptrdiff_t lo = 0, hi = n;
+    while (lo < hi) {
+        ptrdiff_t mid = lo + ((hi - lo) >> 1);
+        if (a[mid] < key)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Python's a // c and -(-a // c) * c for c > 0 */
+static inline int64_t floor_div(int64_t a, int64_t c)
+{
+    int64_t d = a / c;
+    return (a % c != 0 && a < 0) ? d - 1 : d;
+}
+
+static inline int64_t ceil_mult(int64_t a, int64_t c)
+{
+    return -floor_div(-a, c) * c;
+}
+
+/* g(l) = log(1 - q + q e^l) of discretize._psg_window: numpy.where(l > 30, big, small) */
+static inline double psg_g(double l, double q, double logq)
+{
+    if (l > 30) {
+        double m = l < 700.0 ? l : 700.0;
+        return (l + logq) + log1p(((1 - q) * exp(-m)) / q);
+    }
+    return log1p(q * expm1(l)); /* l <= 30, or NaN (numpy.minimum keeps it) */
+}
+
+int fpld_psg_window(double q, double v, double sd, int remove, double tail, double z1, double z2, int has_hi,
+                    const double *steps, ptrdiff_t k, double *a, double *b, int *found)
+{
+    double ylo[64], yhi[64], F[64], S[64];
+    *found = 0;
+    if (k < 1 || k > 64 || !(q > 0 && q < 1) || !(v > 0) || !(sd > 0))
+        return FPLD_EINVAL;
+    double logq = log(q);
+    if (remove) { /* L ~ (1 - q) N(-v/2, v) + q N(v/2, v); Y = g(L) */
+        if (!has_hi)
+            return FPLD_OK;
+        double c_lo = -v / 2 + sd * z1, c_hi = v / 2 - sd * z2;
+        for (ptrdiff_t i = 0; i < k; i++) {
+            ylo[i] = psg_g(c_lo - sd * steps[i], q, logq);
+            yhi[i] = psg_g(c_hi + sd * steps[i], q, logq);
+        }
+    } else { /* L ~ N(-v/2, v); Y = -g(L): z = -ndtri(tail) */
+        double z = -z1, c_lo = -v / 2 + sd * z, c_hi = -v / 2 - sd * z;
+        for (ptrdiff_t i = 0; i < k; i++) {
+            ylo[i] = -psg_g(c_lo + sd * steps[i], q, logq);
+            yhi[i] = -psg_g(c_hi - sd * steps[i], q, logq);
+        }
+    }
+    for (ptrdiff_t i = 0; i < k; i++)
+        if (!isfinite(ylo[i]) || !isfinite(yhi[i]))
+            return FPLD_OK;
+    int st = fpld_psg_eval(ylo, k, q, v, sd, remove, F, NULL, NULL);
+    if (st == FPLD_OK)
+        st = fpld_psg_eval(yhi, k, q, v, sd, remove, NULL, S, NULL);
+    if (st != FPLD_OK)
+        return st;
+    ptrdiff_t il = -1, ih = -1;
+    for (ptrdiff_t i = 0; i < k && il < 0; i++)
+        if (F[i] <= tail)
+            il = i;
+    for (ptrdiff_t i = 0; i < k && ih < 0; i++)
+        if (S[i] <= tail)
+            ih = i;
+    if (il < 0 || ih < 0 || !(ylo[il] <= yhi[ih]))
+        return FPLD_OK;
+    *a = ylo[il];
+    *b = yhi[ih];
+    *found = 1;
+    return FPLD_OK;
+}
+
+/* runs of cells (first start, cell size, number of cells) in increasing order (_coarse_cells' fill) */
+#define LEAF_MAX_RUNS 1024
+struct leaf_runs {
+    int64_t start[LEAF_MAX_RUNS], size[LEAF_MAX_RUNS], count[LEAF_MAX_RUNS];
+    int n;
+};
+
+static int runs_push(struct leaf_runs *R, int64_t a, int64_t c, int64_t cnt)
+{
+    if (R->n >= LEAF_MAX_RUNS)
+        return FPLD_EINVAL;
+    R->start[R->n] = a;
+    R->size[R->n] = c;
+    R->count[R->n] = cnt;
+    R->n++;
+    return FPLD_OK;
+}
+
+/* cells of size levels[lv] aligned to its multiples inside [a, b), the ends with smaller sizes */
+static int runs_fill(struct leaf_runs *R, int64_t a, int64_t b, int lv, const int64_t *levels, int nlev)
+{
+    if (a >= b)
+        return FPLD_OK;
+    if (lv >= nlev)
+        return runs_push(R, a, 1, b - a);
+    int64_t c = levels[lv], a2 = ceil_mult(a, c), b2 = floor_div(b, c) * c;
+    if (a2 >= b2)
+        return runs_fill(R, a, b, lv + 1, levels, nlev);
+    int st = runs_fill(R, a, a2, lv + 1, levels, nlev);
+    if (st == FPLD_OK)
+        st = runs_push(R, a2, c, (b2 - a2) / c);
+    if (st == FPLD_OK)
+        st = runs_fill(R, b2, b, lv + 1, levels, nlev);
+    return st;
+}
+
+/* CDF and survival function at the edges of the buckets idx[0..m) (lat + (idx - 0.5) h) */
+static int psg_eval_idx(const int64_t *idx, ptrdiff_t m, double lat, double h, double q, double v, double sd,
+                        int remove, double *x, double *F, double *S)
+{
+    for (ptrdiff_t j = 0; j < m; j++)
+        x[j] = lat + ((double)idx[j] - 0.5) * h;
+    return m ? fpld_psg_eval(x, m, q, v, sd, remove, F, S, NULL) : FPLD_OK;
+}
+
+#define LEAF_CAND 96 /* candidates per level: fewer than 81 / 3 */
+#define LEAF_FALLBACK 100 /* the cells do not tile the window (never seen): the caller runs the numpy code */
+
+/* discretize._coarse_cells after its early exits: *use = 0 where it returns None */
+static int psg_coarse(double q, double v, double sd, int remove, double lat, double h, int64_t i_lo, int64_t i_hi,
+                      const int64_t *levels, const double *thr, int nlev, struct leaf_runs *R, int64_t *ncells,
+                      int *use)
+{
+    int64_t n = i_hi - i_lo + 1, end = i_hi + 1, cmax = levels[0];
+    int64_t g0 = ceil_mult(i_lo, cmax); /* g = arange(g0, end + 1, cmax) */
+    ptrdiff_t ng = g0 < end + 1 ? (ptrdiff_t)((end + 1 - g0 + cmax - 1) / cmax) : 0;
+    int64_t ku[4], kl[4], ub[4], lb[4], cand[LEAF_CAND];
+    int hu[4], hl[4], st = FPLD_OK;
+    double xc[LEAF_CAND], Fc[LEAF_CAND], Sc[LEAF_CAND];
+    *use = 0;
+    R->n = 0;
+    if (ng < 2)
+        return FPLD_OK;
+    double *buf = (double *)malloc(sizeof(double) * 3 * (size_t)ng);
+    int64_t *g = (int64_t *)malloc(sizeof(int64_t) * (size_t)ng);
+    if (!buf || !g) {
+        free(buf);
+        free(g);
+        return FPLD_ENOMEM;
+    }
+    double *F0 = buf + ng, *S0 = buf + 2 * ng;
+    for (ptrdiff_t j = 0; j < ng; j++)
+        g[j] = g0 + (int64_t)j * cmax;
+    st = psg_eval_idx(g, ng, lat, h, q, v, sd, remove, buf, F0, S0);
+    if (st != FPLD_OK)
+        goto done;
+    /* upper side: the first coarse point past the median with S <= thr_c; lower side: the last
+     * one before it with F <= thr_c */
+    ptrdiff_t jm = searchsorted_left(F0, ng, 0.5);
+    for (int r = 0; r < nlev; r++) {
+        hu[r] = hl[r] = 0;
+        for (ptrdiff_t j = jm; j < ng; j++)
+            if (S0[j] <= thr[r]) {
+                ku[r] = g[j];
+                hu[r] = 1;
+                break;
+            }
+        for (ptrdiff_t j = jm - 1; j >= 0; j--)
+            if (F0[j] <= thr[r]) {
+                kl[r] = g[j];
+                hl[r] = 1;
+                break;
+            }
+    }
+    /* refined between evaluated points: u_c in (k - cmax, k], l_c in [k, k + cmax) */
+    int64_t u_prev = end, l_prev = i_lo;
+    for (int r = 0; r < nlev; r++) {
+        int64_t c = levels[r], u = u_prev;
+        if (hu[r]) {
+            int64_t k = ku[r];
+            if (c < cmax) {
+                int64_t s0 = k - cmax + c > i_lo ? k - cmax + c : i_lo;
+                ptrdiff_t nc = 0;
+                for (int64_t x = ceil_mult(s0, c); x < k && nc < LEAF_CAND; x += c)
+                    cand[nc++] = x;
+                st = psg_eval_idx(cand, nc, lat, h, q, v, sd, remove, xc, Fc, Sc);
+                if (st != FPLD_OK)
+                    goto done;
+                for (ptrdiff_t j = 0; j < nc; j++)
+                    if (Sc[j] <= thr[r] && Fc[j] >= 0.5) {
+                        k = cand[j];
+                        break;
+                    }
+            }
+            u = k < u_prev ? k : u_prev;
+        }
+        ub[r] = u_prev = u;
+    }
+    for (int r = 0; r < nlev; r++) {
+        int64_t c = levels[r], lo_c = l_prev;
+        if (hl[r]) {
+            int64_t k = kl[r];
+            if (c < cmax) {
+                int64_t stop = k + cmax < end + 1 ? k + cmax : end + 1;
+                ptrdiff_t nc = 0;
+                for (int64_t x = k + c; x < stop && nc < LEAF_CAND; x += c)
+                    cand[nc++] = x;
+                st = psg_eval_idx(cand, nc, lat, h, q, v, sd, remove, xc, Fc, Sc);
+                if (st != FPLD_OK)
+                    goto done;
+                for (ptrdiff_t j = nc - 1; j >= 0; j--)
+                    if (Fc[j] <= thr[r] && Sc[j] >= 0.5) {
+                        k = cand[j];
+                        break;
+                    }
+            }
+            lo_c = k > l_prev ? k : l_prev;
+        }
+        lb[r] = l_prev = lo_c;
+    }
+    /* [i_lo, l_cmax) level cmax, [l_c, l_next) level next, ..., fine, ..., [u_cmax, end) level cmax */
+    for (int r = 0; r < nlev && st == FPLD_OK; r++)
+        st = runs_fill(R, r ? lb[r - 1] : i_lo, lb[r], r, levels, nlev);
+    if (st == FPLD_OK)
+        st = runs_fill(R, lb[nlev - 1], ub[nlev - 1], nlev, levels, nlev);
+    for (int r = nlev - 1; r >= 0 && st == FPLD_OK; r--)
+        st = runs_fill(R, ub[r], r ? ub[r - 1] : end, r, levels, nlev);
+    if (st != FPLD_OK)
+        goto done;
+    /* numpy builds the starts by a cumulative sum from i_lo and the last edge at end: the runs must
+     * tile [i_lo, end) for that to describe them (they do: the bounds nest) */
+    int64_t pos = i_lo, cells = 0;
+    for (int j = 0; j < R->n; j++) {
+        if (R->start[j] != pos || R->count[j] < 1) {
+            st = LEAF_FALLBACK;
+            goto done;
+        }
+        pos += R->size[j] * R->count[j];
+        cells += R->count[j];
+    }
+    if (R->n == 0 || pos != end) {
+        st = LEAF_FALLBACK;
+        goto done;
+    }
+    *ncells = cells;
+    *use = !((double)cells > 0.6 * (double)n); /* _COARSE_MAX_FRACTION */
+done:
+    free(buf);
+    free(g);
+    return st;
+}
+
+/* SubsampledLoss._ginv */
+static inline double psg_ginv(double t, double q)
+{
+    double arg = expm1(t) + q;
+    return arg > 0 ? log(arg) - log(q) : -INFINITY;
+}
+
+int fpld_psg_leaf(double q, double v, double sd, int remove, double cre, double lat, double h,
+                  int64_t i_lo, int64_t i_hi, const int64_t *levels, const double *thr, int nlev,
+                  const double *x16, const double *w16, const double *x8, const double *w8,
+                  double *probs, double *out)
+{
+    struct leaf_runs R;
+    int64_t ncells = 0;
+    int use = 0, st;
+    if (!(q > 0 && q < 1) || !(v > 0) || !(sd > 0) || !(h > 0) || i_hi < i_lo || nlev < 0 || nlev > 4)
+        return FPLD_EINVAL;
+    for (int r = 0; r < nlev; r++)
+        if (levels[r] < 3 || levels[r] % 2 == 0 || (r && levels[r] >= levels[r - 1]))
+            return FPLD_EINVAL;
+    int64_t n = i_hi - i_lo + 1;
+    if (nlev > 0) {
+        st = psg_coarse(q, v, sd, remove, lat, h, i_lo, i_hi, levels, thr, nlev, &R, &ncells, &use);
+        if (st != FPLD_OK)
+            return st;
+    }
+    ptrdiff_t m = use ? (ptrdiff_t)ncells : (ptrdiff_t)n; /* cells */
+    double *buf = (double *)malloc(sizeof(double) * (5 * (size_t)m + 4));
+    if (!buf)
+        return FPLD_ENOMEM;
+    double *edges = buf, *F = buf + (m + 1), *S = buf + 2 * (m + 1), *dens = buf + 3 * (m + 1);
+    double *qc = buf + 4 * (m + 1);
+    /* edges = lat + (arange(i_lo, i_hi + 2) - 0.5) h, or at the cell starts and i_hi + 1 */
+    if (!use) {
+        for (ptrdiff_t j = 0; j <= m; j++)
+            edges[j] = lat + ((double)(i_lo + j) - 0.5) * h;
+    } else {
+        ptrdiff_t e = 0;
+        for (int j = 0; j < R.n; j++)
+            for (int64_t c = 0; c < R.count[j]; c++)
+                edges[e++] = lat + ((double)(R.start[j] + c * R.size[j]) - 0.5) * h;
+        edges[m] = lat + ((double)(i_hi + 1) - 0.5) * h;
+    }
+    st = fpld_psg_eval(edges, m + 1, q, v, sd, remove, F, S, dens);
+    if (st != FPLD_OK)
+        goto done;
+    /* lower half from CDF differences, upper half from survival differences */
+    ptrdiff_t split = searchsorted_left(F, m + 1, 0.5);
+    if (split < 1)
+        split = 1;
+    if (split > m)
+        split = m;
+    double total = 0.0;
+    st = fpld_bucket_masses(F, S, m, split, use ? qc : probs, &total);
+    if (st != FPLD_OK)
+        goto done;
+    double pc[4] = {0.0, 0.0, 0.0, 0.0}; /* numpy.bincount(sizes, weights=qc) at 3, 9, 27, 81 */
+    if (use) { /* each cell's mass at its centre, a point of the fine grid (sizes are odd) */
+        for (ptrdiff_t i = 0; i < (ptrdiff_t)n; i++)
+            probs[i] = 0.0;
+        ptrdiff_t e = 0;
+        for (int j = 0; j < R.n; j++) {
+            int64_t c = R.size[j];
+            int slot = c == 3 ? 0 : c == 9 ? 1 : c == 27 ? 2 : c == 81 ? 3 : -1;
+            for (int64_t k = 0; k < R.count[j]; k++, e++) {
+                probs[R.start[j] + k * c + (c - 1) / 2 - i_lo] = qc[e];
+                if (slot >= 0)
+                    pc[slot] += qc[e];
+            }
+        }
+    }
+    double out_lo = F[0], out_hi = S[m];
+    double truncated = (out_lo + out_hi) * (1 + 8 * cre);
+    if (!(total > 0)) {
+        st = FPLD_ENOMASS;
+        goto done;
+    }
+    /* mean of Y conditioned on the window, relative to the bucket-0 centre (SubsampledLoss.partial_mean
+     * over the window's ends: Y = +-g(L) integrated over L) */
+    double ref = lat + (double)i_lo * h, a = edges[0], b = edges[m], mom[6];
+    if (remove)
+        st = fpld_psg_moments(psg_ginv(a, q), psg_ginv(b, q), q, v, sd, 1, x16, w16, x8, w8, mom);
+    else
+        st = fpld_psg_moments(psg_ginv(-b, q), psg_ginv(-a, q), q, v, sd, 0, x16, w16, x8, w8, mom);
+    if (st != FPLD_OK)
+        goto done;
+    double part = remove ? mom[0] : -mom[0], part_err = 10.0 * mom[1] + mom[2];
+    double inside = 1.0 - out_lo - out_hi;
+    double true_mean = part / inside - ref;
+    double mean_err = (part_err / inside + 8 * cre * fabs(part / inside)) + 8 * FPLD_U * fabs(ref);
+    double mean_index = 0.0;
+    st = fpld_normalise_mean(probs, (ptrdiff_t)n, total, &mean_index);
+    if (st != FPLD_OK)
+        goto done;
+    double mu = true_mean - mean_index * h;
+    /* round-off certificate: edge movement -> coupling range; where density vanishes -> TV */
+    double widen = 0.0, tv = 0.0;
+    st = fpld_leaf_roundoff(F, S, dens, m + 1, 4 * (cre + FPLD_U), 4 * FPLD_U * (out_lo + out_hi), 1e-3 * h,
+                            &widen, &tv);
+    if (st != FPLD_OK)
+        goto done;
+    out[FPLD_LEAF_REF] = ref;
+    out[FPLD_LEAF_MU] = mu;
+    out[FPLD_LEAF_WIDEN] = widen;
+    out[FPLD_LEAF_TV] = tv;
+    out[FPLD_LEAF_MEAN_ERR] = mean_err;
+    out[FPLD_LEAF_TRUNCATED] = truncated;
+    out[FPLD_LEAF_TOTAL] = total;
+    for (int k = 0; k < 4; k++)
+        out[FPLD_LEAF_PC3 + k] = pc[k];
+    out[FPLD_LEAF_CELLS] = use ? (double)ncells : 0.0;
+done:
+    free(buf);
+    return st;
 }
