@@ -1,6 +1,7 @@
 /* Leaf kernels (see fastpld_leaf.h); numpy references: fastpld._kernels.psg_eval / psg_moments. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include "fastpld_kernels.h"
 #include "fastpld_leaf.h"
 
@@ -267,44 +268,61 @@ static int runs_fill(struct leaf_runs *R, int64_t a, int64_t b, int lv, const in
     return st;
 }
 
-/* CDF and survival function at the edges of the buckets idx[0..m) (lat + (idx - 0.5) h) */
+/* CDF, survival function and density at the edges of the buckets idx[0..m) (lat + (idx - 0.5) h) */
 static int psg_eval_idx(const int64_t *idx, ptrdiff_t m, double lat, double h, double q, double v, double sd,
-                        int remove, double *x, double *F, double *S)
+                        int remove, double *x, double *F, double *S, double *P)
 {
     for (ptrdiff_t j = 0; j < m; j++)
         x[j] = lat + ((double)idx[j] - 0.5) * h;
-    return m ? fpld_psg_eval(x, m, q, v, sd, remove, F, S, NULL) : FPLD_OK;
+    return m ? fpld_psg_eval(x, m, q, v, sd, remove, F, S, P) : FPLD_OK;
 }
 
-#define LEAF_CAND 96 /* candidates per level: fewer than 81 / 3 */
+#define LEAF_CAND 32      /* candidates per level and side: fewer than 81 / 3 */
+#define LEAF_MEMO 256     /* candidates in all: 4 levels, 2 sides */
 #define LEAF_FALLBACK 100 /* the cells do not tile the window (never seen): the caller runs the numpy code */
+
+/* Every point the cell search evaluates is a bucket edge, and many are edges of the cells chosen
+ * (the grid: every multiple of cmax is a cell start, as cmax is a multiple of every level), so
+ * their values (with the density, which the edges need) are kept for the edges instead of being
+ * evaluated again (same points, same fpld_psg_eval: the same values). */
+struct leaf_memo {
+    int64_t g0, cmax;
+    ptrdiff_t ng, nc;
+    double *block; /* x, F, S, P of the grid points g0 + j cmax, j < ng (ng doubles each) */
+    int64_t cidx[LEAF_MEMO];
+    double cF[LEAF_MEMO], cS[LEAF_MEMO], cP[LEAF_MEMO];
+};
 
 /* discretize._coarse_cells after its early exits: *use = 0 where it returns None */
 static int psg_coarse(double q, double v, double sd, int remove, double lat, double h, int64_t i_lo, int64_t i_hi,
                       const int64_t *levels, const double *thr, int nlev, struct leaf_runs *R, int64_t *ncells,
-                      int *use)
+                      int *use, struct leaf_memo *M)
 {
     int64_t n = i_hi - i_lo + 1, end = i_hi + 1, cmax = levels[0];
     int64_t g0 = ceil_mult(i_lo, cmax); /* g = arange(g0, end + 1, cmax) */
     ptrdiff_t ng = g0 < end + 1 ? (ptrdiff_t)((end + 1 - g0 + cmax - 1) / cmax) : 0;
     int64_t ku[4], kl[4], ub[4], lb[4], cand[LEAF_CAND];
     int hu[4], hl[4], st = FPLD_OK;
-    double xc[LEAF_CAND], Fc[LEAF_CAND], Sc[LEAF_CAND];
+    double xc[LEAF_CAND];
     *use = 0;
     R->n = 0;
     if (ng < 2)
         return FPLD_OK;
-    double *buf = (double *)malloc(sizeof(double) * 3 * (size_t)ng);
+    double *buf = (double *)malloc(sizeof(double) * 4 * (size_t)ng);
     int64_t *g = (int64_t *)malloc(sizeof(int64_t) * (size_t)ng);
     if (!buf || !g) {
         free(buf);
         free(g);
         return FPLD_ENOMEM;
     }
+    M->block = buf; /* (freed by the caller) */
+    M->g0 = g0;
+    M->cmax = cmax;
+    M->ng = ng;
     double *F0 = buf + ng, *S0 = buf + 2 * ng;
     for (ptrdiff_t j = 0; j < ng; j++)
         g[j] = g0 + (int64_t)j * cmax;
-    st = psg_eval_idx(g, ng, lat, h, q, v, sd, remove, buf, F0, S0);
+    st = psg_eval_idx(g, ng, lat, h, q, v, sd, remove, buf, F0, S0, buf + 3 * ng);
     if (st != FPLD_OK)
         goto done;
     /* upper side: the first coarse point past the median with S <= thr_c; lower side: the last
@@ -325,51 +343,71 @@ static int psg_coarse(double q, double v, double sd, int remove, double lat, dou
                 break;
             }
     }
-    /* refined between evaluated points: u_c in (k - cmax, k], l_c in [k, k + cmax) */
+    /* refined between evaluated points: u_c in (k - cmax, k] (side 0), l_c in [k, k + cmax) (side 1) */
     int64_t u_prev = end, l_prev = i_lo;
-    for (int r = 0; r < nlev; r++) {
-        int64_t c = levels[r], u = u_prev;
-        if (hu[r]) {
-            int64_t k = ku[r];
-            if (c < cmax) {
-                int64_t s0 = k - cmax + c > i_lo ? k - cmax + c : i_lo;
-                ptrdiff_t nc = 0;
-                for (int64_t x = ceil_mult(s0, c); x < k && nc < LEAF_CAND; x += c)
-                    cand[nc++] = x;
-                st = psg_eval_idx(cand, nc, lat, h, q, v, sd, remove, xc, Fc, Sc);
-                if (st != FPLD_OK)
-                    goto done;
-                for (ptrdiff_t j = 0; j < nc; j++)
-                    if (Sc[j] <= thr[r] && Fc[j] >= 0.5) {
-                        k = cand[j];
-                        break;
+    for (int side = 0; side < 2; side++) {
+        for (int r = 0; r < nlev; r++) {
+            int64_t c = levels[r], k = side ? kl[r] : ku[r], bound = side ? l_prev : u_prev;
+            if (side ? hl[r] : hu[r]) {
+                if (c < cmax) {
+                    ptrdiff_t nc = 0;
+                    if (!side) {
+                        int64_t s0 = k - cmax + c > i_lo ? k - cmax + c : i_lo;
+                        for (int64_t x = ceil_mult(s0, c); x < k && nc < LEAF_CAND; x += c)
+                            cand[nc++] = x;
+                    } else {
+                        int64_t stop = k + cmax < end + 1 ? k + cmax : end + 1;
+                        for (int64_t x = k + c; x < stop && nc < LEAF_CAND; x += c)
+                            cand[nc++] = x;
                     }
+                    if (M->nc + nc > LEAF_MEMO) {
+                        st = FPLD_EINVAL;
+                        goto done;
+                    }
+                    double *Fc = M->cF + M->nc, *Sc = M->cS + M->nc;
+                    st = psg_eval_idx(cand, nc, lat, h, q, v, sd, remove, xc, Fc, Sc, M->cP + M->nc);
+                    if (st != FPLD_OK)
+                        goto done;
+                    for (ptrdiff_t j = 0; j < nc; j++)
+                        M->cidx[M->nc + j] = cand[j];
+                    M->nc += nc;
+                    if (!side) { /* the first candidate with S <= thr_c past the median */
+                        for (ptrdiff_t j = 0; j < nc; j++)
+                            if (Sc[j] <= thr[r] && Fc[j] >= 0.5) {
+                                k = cand[j];
+                                break;
+                            }
+                    } else { /* the last one with F <= thr_c before it */
+                        for (ptrdiff_t j = nc - 1; j >= 0; j--)
+                            if (Fc[j] <= thr[r] && Sc[j] >= 0.5) {
+                                k = cand[j];
+                                break;
+                            }
+                    }
+                }
+                bound = side ? (k > bound ? k : bound) : (k < bound ? k : bound);
             }
-            u = k < u_prev ? k : u_prev;
+            if (side)
+                lb[r] = l_prev = bound;
+            else
+                ub[r] = u_prev = bound;
         }
-        ub[r] = u_prev = u;
     }
-    for (int r = 0; r < nlev; r++) {
-        int64_t c = levels[r], lo_c = l_prev;
-        if (hl[r]) {
-            int64_t k = kl[r];
-            if (c < cmax) {
-                int64_t stop = k + cmax < end + 1 ? k + cmax : end + 1;
-                ptrdiff_t nc = 0;
-                for (int64_t x = k + c; x < stop && nc < LEAF_CAND; x += c)
-                    cand[nc++] = x;
-                st = psg_eval_idx(cand, nc, lat, h, q, v, sd, remove, xc, Fc, Sc);
-                if (st != FPLD_OK)
-                    goto done;
-                for (ptrdiff_t j = nc - 1; j >= 0; j--)
-                    if (Fc[j] <= thr[r] && Sc[j] >= 0.5) {
-                        k = cand[j];
-                        break;
-                    }
-            }
-            lo_c = k > l_prev ? k : l_prev;
+    /* the candidates in increasing index order (insertion sort of at most a few hundred) */
+    for (ptrdiff_t j = 1; j < M->nc; j++) {
+        int64_t ci = M->cidx[j];
+        double cf = M->cF[j], cs = M->cS[j], cp = M->cP[j];
+        ptrdiff_t i = j - 1;
+        for (; i >= 0 && M->cidx[i] > ci; i--) {
+            M->cidx[i + 1] = M->cidx[i];
+            M->cF[i + 1] = M->cF[i];
+            M->cS[i + 1] = M->cS[i];
+            M->cP[i + 1] = M->cP[i];
         }
-        lb[r] = l_prev = lo_c;
+        M->cidx[i + 1] = ci;
+        M->cF[i + 1] = cf;
+        M->cS[i + 1] = cs;
+        M->cP[i + 1] = cp;
     }
     /* [i_lo, l_cmax) level cmax, [l_c, l_next) level next, ..., fine, ..., [u_cmax, end) level cmax */
     for (int r = 0; r < nlev && st == FPLD_OK; r++)
@@ -398,9 +436,50 @@ static int psg_coarse(double q, double v, double sd, int remove, double lat, dou
     *ncells = cells;
     *use = !((double)cells > 0.6 * (double)n); /* _COARSE_MAX_FRACTION */
 done:
-    free(buf);
     free(g);
     return st;
+}
+
+/* F, S and the density at the edges eidx[0..m) (increasing): from the memo where the cell search
+ * evaluated them, the others in one fpld_psg_eval call.  scratch: 4 m doubles; pos: m entries. */
+static int psg_eval_edges(const int64_t *eidx, ptrdiff_t m, const struct leaf_memo *M, double lat, double h,
+                          double q, double v, double sd, int remove, double *F, double *S, double *P,
+                          double *scratch, ptrdiff_t *pos)
+{
+    double *x = scratch, *Ft = scratch + m, *St = scratch + 2 * m, *Pt = scratch + 3 * m;
+    ptrdiff_t todo = 0, cp = 0;
+    for (ptrdiff_t j = 0; j < m; j++) {
+        int64_t e = eidx[j];
+        if (M->ng) {
+            int64_t d = e - M->g0;
+            if (d >= 0 && d % M->cmax == 0 && d / M->cmax < M->ng) {
+                ptrdiff_t k = (ptrdiff_t)(d / M->cmax);
+                F[j] = M->block[M->ng + k];
+                S[j] = M->block[2 * M->ng + k];
+                P[j] = M->block[3 * M->ng + k];
+                continue;
+            }
+        }
+        while (cp < M->nc && M->cidx[cp] < e)
+            cp++;
+        if (cp < M->nc && M->cidx[cp] == e) {
+            F[j] = M->cF[cp];
+            S[j] = M->cS[cp];
+            P[j] = M->cP[cp];
+            continue;
+        }
+        x[todo] = lat + ((double)e - 0.5) * h;
+        pos[todo++] = j;
+    }
+    int st = todo ? fpld_psg_eval(x, todo, q, v, sd, remove, Ft, St, Pt) : FPLD_OK;
+    if (st != FPLD_OK)
+        return st;
+    for (ptrdiff_t t = 0; t < todo; t++) {
+        F[pos[t]] = Ft[t];
+        S[pos[t]] = St[t];
+        P[pos[t]] = Pt[t];
+    }
+    return FPLD_OK;
 }
 
 /* SubsampledLoss._ginv */
@@ -416,8 +495,11 @@ int fpld_psg_leaf(double q, double v, double sd, int remove, double cre, double 
                   double *probs, double *out)
 {
     struct leaf_runs R;
+    struct leaf_memo M;
     int64_t ncells = 0;
     int use = 0, st;
+    M.ng = M.nc = 0;
+    M.block = NULL;
     if (!(q > 0 && q < 1) || !(v > 0) || !(sd > 0) || !(h > 0) || i_hi < i_lo || nlev < 0 || nlev > 4)
         return FPLD_EINVAL;
     for (int r = 0; r < nlev; r++)
@@ -425,28 +507,34 @@ int fpld_psg_leaf(double q, double v, double sd, int remove, double cre, double 
             return FPLD_EINVAL;
     int64_t n = i_hi - i_lo + 1;
     if (nlev > 0) {
-        st = psg_coarse(q, v, sd, remove, lat, h, i_lo, i_hi, levels, thr, nlev, &R, &ncells, &use);
-        if (st != FPLD_OK)
+        st = psg_coarse(q, v, sd, remove, lat, h, i_lo, i_hi, levels, thr, nlev, &R, &ncells, &use, &M);
+        if (st != FPLD_OK) {
+            free(M.block);
             return st;
+        }
     }
     ptrdiff_t m = use ? (ptrdiff_t)ncells : (ptrdiff_t)n; /* cells */
-    double *buf = (double *)malloc(sizeof(double) * (5 * (size_t)m + 4));
-    if (!buf)
-        return FPLD_ENOMEM;
-    double *edges = buf, *F = buf + (m + 1), *S = buf + 2 * (m + 1), *dens = buf + 3 * (m + 1);
-    double *qc = buf + 4 * (m + 1);
-    /* edges = lat + (arange(i_lo, i_hi + 2) - 0.5) h, or at the cell starts and i_hi + 1 */
+    /* F, S, dens, qc, 4 scratch (m + 1 doubles each); edge indices and positions (m + 1 each) */
+    double *buf = (double *)malloc(sizeof(double) * 8 * ((size_t)m + 1));
+    int64_t *eidx = (int64_t *)malloc(sizeof(int64_t) * ((size_t)m + 1));
+    ptrdiff_t *pos = (ptrdiff_t *)malloc(sizeof(ptrdiff_t) * ((size_t)m + 1));
+    if (!buf || !eidx || !pos) {
+        st = FPLD_ENOMEM;
+        goto done;
+    }
+    double *F = buf, *S = buf + (m + 1), *dens = buf + 2 * (m + 1), *qc = buf + 3 * (m + 1);
+    /* edges lat + (arange(i_lo, i_hi + 2) - 0.5) h, or at the cell starts and i_hi + 1 */
     if (!use) {
         for (ptrdiff_t j = 0; j <= m; j++)
-            edges[j] = lat + ((double)(i_lo + j) - 0.5) * h;
+            eidx[j] = i_lo + j;
     } else {
         ptrdiff_t e = 0;
         for (int j = 0; j < R.n; j++)
             for (int64_t c = 0; c < R.count[j]; c++)
-                edges[e++] = lat + ((double)(R.start[j] + c * R.size[j]) - 0.5) * h;
-        edges[m] = lat + ((double)(i_hi + 1) - 0.5) * h;
+                eidx[e++] = R.start[j] + c * R.size[j];
+        eidx[m] = i_hi + 1;
     }
-    st = fpld_psg_eval(edges, m + 1, q, v, sd, remove, F, S, dens);
+    st = psg_eval_edges(eidx, m + 1, &M, lat, h, q, v, sd, remove, F, S, dens, buf + 4 * (m + 1), pos);
     if (st != FPLD_OK)
         goto done;
     /* lower half from CDF differences, upper half from survival differences */
@@ -459,30 +547,40 @@ int fpld_psg_leaf(double q, double v, double sd, int remove, double cre, double 
     st = fpld_bucket_masses(F, S, m, split, use ? qc : probs, &total);
     if (st != FPLD_OK)
         goto done;
-    double pc[4] = {0.0, 0.0, 0.0, 0.0}; /* numpy.bincount(sizes, weights=qc) at 3, 9, 27, 81 */
-    if (use) { /* each cell's mass at its centre, a point of the fine grid (sizes are odd) */
-        for (ptrdiff_t i = 0; i < (ptrdiff_t)n; i++)
-            probs[i] = 0.0;
-        ptrdiff_t e = 0;
-        for (int j = 0; j < R.n; j++) {
-            int64_t c = R.size[j];
-            int slot = c == 3 ? 0 : c == 9 ? 1 : c == 27 ? 2 : c == 81 ? 3 : -1;
-            for (int64_t k = 0; k < R.count[j]; k++, e++) {
-                probs[R.start[j] + k * c + (c - 1) / 2 - i_lo] = qc[e];
-                if (slot >= 0)
-                    pc[slot] += qc[e];
-            }
-        }
-    }
     double out_lo = F[0], out_hi = S[m];
     double truncated = (out_lo + out_hi) * (1 + 8 * cre);
     if (!(total > 0)) {
         st = FPLD_ENOMASS;
         goto done;
     }
+    double pc[4] = {0.0, 0.0, 0.0, 0.0}; /* numpy.bincount(sizes, weights=qc) at 3, 9, 27, 81 */
+    double mean_index = 0.0;
+    if (use) {
+        /* each cell's mass at its centre, a point of the fine grid (sizes are odd), normalised as
+         * fpld_normalise_mean does over all n entries: the zeros between the centres stay 0 and add
+         * (double)i * 0.0 = +0 to a sum of non-negative terms, which leaves it unchanged */
+        memset(probs, 0, sizeof(double) * (size_t)n);
+        ptrdiff_t e = 0;
+        for (int j = 0; j < R.n; j++) {
+            int64_t c = R.size[j];
+            int slot = c == 3 ? 0 : c == 9 ? 1 : c == 27 ? 2 : c == 81 ? 3 : -1;
+            for (int64_t k = 0; k < R.count[j]; k++, e++) {
+                int64_t i = R.start[j] + k * c + (c - 1) / 2 - i_lo;
+                probs[i] = qc[e] / total;
+                mean_index += (double)i * probs[i];
+                if (slot >= 0)
+                    pc[slot] += qc[e];
+            }
+        }
+    } else {
+        st = fpld_normalise_mean(probs, (ptrdiff_t)n, total, &mean_index);
+        if (st != FPLD_OK)
+            goto done;
+    }
     /* mean of Y conditioned on the window, relative to the bucket-0 centre (SubsampledLoss.partial_mean
      * over the window's ends: Y = +-g(L) integrated over L) */
-    double ref = lat + (double)i_lo * h, a = edges[0], b = edges[m], mom[6];
+    double ref = lat + (double)i_lo * h, mom[6];
+    double a = lat + ((double)eidx[0] - 0.5) * h, b = lat + ((double)eidx[m] - 0.5) * h;
     if (remove)
         st = fpld_psg_moments(psg_ginv(a, q), psg_ginv(b, q), q, v, sd, 1, x16, w16, x8, w8, mom);
     else
@@ -493,10 +591,6 @@ int fpld_psg_leaf(double q, double v, double sd, int remove, double cre, double 
     double inside = 1.0 - out_lo - out_hi;
     double true_mean = part / inside - ref;
     double mean_err = (part_err / inside + 8 * cre * fabs(part / inside)) + 8 * FPLD_U * fabs(ref);
-    double mean_index = 0.0;
-    st = fpld_normalise_mean(probs, (ptrdiff_t)n, total, &mean_index);
-    if (st != FPLD_OK)
-        goto done;
     double mu = true_mean - mean_index * h;
     /* round-off certificate: edge movement -> coupling range; where density vanishes -> TV */
     double widen = 0.0, tv = 0.0;
@@ -516,5 +610,8 @@ int fpld_psg_leaf(double q, double v, double sd, int remove, double cre, double 
     out[FPLD_LEAF_CELLS] = use ? (double)ncells : 0.0;
 done:
     free(buf);
+    free(eidx);
+    free(pos);
+    free(M.block);
     return st;
 }
