@@ -233,7 +233,7 @@ int fpld_psg_window(double q, double v, double sd, int remove, double tail, doub
 }
 
 /* runs of cells (first start, cell size, number of cells) in increasing order (_coarse_cells' fill) */
-#define LEAF_MAX_RUNS 1024
+#define LEAF_MAX_RUNS 256 /* at most 2 (31 + 15 + 7 + 3) + 1 with 4 levels */
 struct leaf_runs {
     int64_t start[LEAF_MAX_RUNS], size[LEAF_MAX_RUNS], count[LEAF_MAX_RUNS];
     int n;

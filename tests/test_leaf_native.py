@@ -143,3 +143,14 @@ def test_kernel_refuses_bad_arguments():
             _kernels._leaf.psg_leaf(*(ok | bad).values(), x16, w16, x8, w8)
     with pytest.raises(ValueError):
         _kernels.psg_window(0.01, 1.0, 1.0, True, 1e-10, np.zeros(0))
+
+
+def test_fused_leaf_in_threads_matches_serial():
+    from concurrent.futures import ThreadPoolExecutor
+    losses = [fastpld.PoissonSubsampledGaussian(1.0, float(q)).privacy_losses()[d]
+              for q in np.linspace(0.005, 0.02, 4) for d in ("remove", "add")]
+    run = lambda loss: D.discretize_loss(loss, 3e-4, 1e-13, native=True, coarse=COARSE[1])  # noqa: E731
+    serial = [run(loss) for loss in losses]
+    with ThreadPoolExecutor(4) as pool:
+        for a, b in zip(pool.map(run, losses * 2), serial * 2):
+            _assert_bitwise(a, b)

@@ -46,6 +46,12 @@ own), inflated for their summation; moving mass from the fine region to a coarse
 one only increases the bound.  :mod:`fastpld.compose` multiplies these MGF bounds
 over the independent leaf copies and the re-discretisations' Hoeffding factors
 and optimises the Chernoff bound over ``lam``.
+
+Compiled leaf.  With ``native=True`` the subsampled Gaussian's leaf (window, cells, CDF/SF/density
+at the edges, masses, partial mean, normalisation and round-off terms) runs in one compiled call,
+:func:`fastpld._kernels.psg_leaf`, with the operations of the code below in the same order: the
+same GridPMF, bitwise (``tests/test_leaf_native.py``).  Other losses, and ``native=False``, run
+the code below.
 """
 from __future__ import annotations
 
