@@ -503,7 +503,10 @@ int fpld_psg_leaf(double q, double v, double sd, int remove, double cre, double 
     if (!(q > 0 && q < 1) || !(v > 0) || !(sd > 0) || !(h > 0) || i_hi < i_lo || nlev < 0 || nlev > 4)
         return FPLD_EINVAL;
     for (int r = 0; r < nlev; r++)
-        if (levels[r] < 3 || levels[r] % 2 == 0 || (r && levels[r] >= levels[r - 1]))
+        /* odd, decreasing, each dividing the previous (the grid of multiples of the coarsest size
+         * then holds only cell starts), at most LEAF_CAND candidates per level */
+        if (levels[r] < 3 || levels[r] % 2 == 0 || (r && (levels[r] >= levels[r - 1] || levels[r - 1] % levels[r]))
+            || levels[0] / levels[r] > LEAF_CAND)
             return FPLD_EINVAL;
     int64_t n = i_hi - i_lo + 1;
     if (nlev > 0) {

@@ -138,7 +138,8 @@ def test_kernel_refuses_bad_arguments():
     x8, w8 = _kernels._GL8
     ok = dict(q=0.01, v=1.0, sd=1.0, remove=True, cre=1e-11, lat=0.0, h=1e-3, i_lo=-10, i_hi=10, levels=())
     for bad in (dict(q=0.0), dict(q=1.0), dict(v=-1.0), dict(sd=0.0), dict(h=0.0), dict(i_hi=-11),
-                dict(levels=((2, 1e-5),)), dict(levels=((9, 1e-5), (27, 1e-5)))):
+                dict(levels=((2, 1e-5),)), dict(levels=((9, 1e-5), (27, 1e-5))), dict(levels=((15, 1e-5), (9, 1e-5))),
+                dict(levels=((243 * 3, 1e-5), (3, 1e-5))), dict(levels=((81, 1e-5),) * 5)):
         with pytest.raises(ValueError):
             _kernels._leaf.psg_leaf(*(ok | bad).values(), x16, w16, x8, w8)
     with pytest.raises(ValueError):
