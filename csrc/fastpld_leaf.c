@@ -268,13 +268,69 @@ static int runs_fill(struct leaf_runs *R, int64_t a, int64_t b, int lv, const in
     return st;
 }
 
+/* fpld_psg_eval (F, S and the density) in passes over blocks of points: the same operations on
+ * every point as there, so the same values bitwise, but each pass is a loop of independent calls
+ * (expm1, log, erfc, exp) that the processor overlaps, where fpld_psg_eval's one long chain per
+ * point (expm1 -> log -> erfc -> exp) waits on each result in turn. */
+#define PSG_BLOCK 128
+static int psg_eval_passes(const double *t, ptrdiff_t n, double q, double v, double sd, int remove,
+                           double *F, double *S, double *pdf)
+{
+    if (n < 0 || !(q > 0 && q < 1) || !(v > 0) || !(sd > 0))
+        return FPLD_EINVAL;
+    double logq = log(q), ylo = log1p(-q), h = v / 2, cden = 1.0 / (sd * 2.5066282746310002);
+    double em1[PSG_BLOCK], arg[PSG_BLOCK], l[PSG_BLOCK], zp[PSG_BLOCK], zq[PSG_BLOCK];
+    double pl[PSG_BLOCK], pu[PSG_BLOCK], ql[PSG_BLOCK], qu[PSG_BLOCK];
+    for (ptrdiff_t i0 = 0; i0 < n; i0 += PSG_BLOCK) {
+        int nb = n - i0 < PSG_BLOCK ? (int)(n - i0) : PSG_BLOCK;
+        const double *tb = t + i0;
+        for (int i = 0; i < nb; i++) {
+            em1[i] = expm1(remove ? tb[i] : -tb[i]);
+            arg[i] = em1[i] + q;
+        }
+        for (int i = 0; i < nb; i++)
+            l[i] = arg[i] > 0 ? log(arg[i]) - logq : -INFINITY; /* SubsampledLoss._ginv */
+        for (int i = 0; i < nb; i++)
+            zp[i] = (l[i] + h) / sd;
+        if (remove)
+            for (int i = 0; i < nb; i++)
+                zq[i] = (l[i] - h) / sd;
+        for (int i = 0; i < nb; i++)
+            ndtr_pair(zp[i], &pl[i], &pu[i]);
+        if (remove) {
+            for (int i = 0; i < nb; i++)
+                ndtr_pair(zq[i], &ql[i], &qu[i]);
+            for (int i = 0; i < nb; i++) {
+                F[i0 + i] = (1 - q) * pl[i] + q * ql[i];
+                S[i0 + i] = (1 - q) * pu[i] + q * qu[i];
+            }
+        } else {
+            for (int i = 0; i < nb; i++) {
+                int top = tb[i] >= -ylo;
+                F[i0 + i] = top ? 1.0 : pu[i]; /* Y <= t  <=>  L >= ginv(-t) */
+                S[i0 + i] = top ? 0.0 : pl[i];
+            }
+        }
+        for (int i = 0; i < nb; i++) {
+            double dl = (em1[i] + 1.0) / arg[i]; /* dl/dt = e^t / (e^t - 1 + q) */
+            double dp = exp(-0.5 * zp[i] * zp[i]) * cden, dens;
+            if (remove)
+                dens = ((1 - q) * dp + q * (exp(-0.5 * zq[i] * zq[i]) * cden)) * dl;
+            else
+                dens = dp * dl;
+            pdf[i0 + i] = isfinite(dens) ? dens : 0.0;
+        }
+    }
+    return FPLD_OK;
+}
+
 /* CDF, survival function and density at the edges of the buckets idx[0..m) (lat + (idx - 0.5) h) */
 static int psg_eval_idx(const int64_t *idx, ptrdiff_t m, double lat, double h, double q, double v, double sd,
                         int remove, double *x, double *F, double *S, double *P)
 {
     for (ptrdiff_t j = 0; j < m; j++)
         x[j] = lat + ((double)idx[j] - 0.5) * h;
-    return m ? fpld_psg_eval(x, m, q, v, sd, remove, F, S, P) : FPLD_OK;
+    return m ? psg_eval_passes(x, m, q, v, sd, remove, F, S, P) : FPLD_OK;
 }
 
 #define LEAF_CAND 32      /* candidates per level and side: fewer than 81 / 3 */
@@ -441,7 +497,7 @@ done:
 }
 
 /* F, S and the density at the edges eidx[0..m) (increasing): from the memo where the cell search
- * evaluated them, the others in one fpld_psg_eval call.  scratch: 4 m doubles; pos: m entries. */
+ * evaluated them, the others by psg_eval_passes.  scratch: 4 m doubles; pos: m entries. */
 static int psg_eval_edges(const int64_t *eidx, ptrdiff_t m, const struct leaf_memo *M, double lat, double h,
                           double q, double v, double sd, int remove, double *F, double *S, double *P,
                           double *scratch, ptrdiff_t *pos)
@@ -471,7 +527,7 @@ static int psg_eval_edges(const int64_t *eidx, ptrdiff_t m, const struct leaf_me
         x[todo] = lat + ((double)e - 0.5) * h;
         pos[todo++] = j;
     }
-    int st = todo ? fpld_psg_eval(x, todo, q, v, sd, remove, Ft, St, Pt) : FPLD_OK;
+    int st = todo ? psg_eval_passes(x, todo, q, v, sd, remove, Ft, St, Pt) : FPLD_OK;
     if (st != FPLD_OK)
         return st;
     for (ptrdiff_t t = 0; t < todo; t++) {
@@ -585,9 +641,9 @@ int fpld_psg_leaf(double q, double v, double sd, int remove, double cre, double 
     double ref = lat + (double)i_lo * h, mom[6];
     double a = lat + ((double)eidx[0] - 0.5) * h, b = lat + ((double)eidx[m] - 0.5) * h;
     if (remove)
-        st = fpld_psg_moments(psg_ginv(a, q), psg_ginv(b, q), q, v, sd, 1, x16, w16, x8, w8, mom);
+        st = fpld_psg_moments_blocked(psg_ginv(a, q), psg_ginv(b, q), q, v, sd, 1, x16, w16, x8, w8, mom);
     else
-        st = fpld_psg_moments(psg_ginv(-b, q), psg_ginv(-a, q), q, v, sd, 0, x16, w16, x8, w8, mom);
+        st = fpld_psg_moments_blocked(psg_ginv(-b, q), psg_ginv(-a, q), q, v, sd, 0, x16, w16, x8, w8, mom);
     if (st != FPLD_OK)
         goto done;
     double part = remove ? mom[0] : -mom[0], part_err = 10.0 * mom[1] + mom[2];
@@ -617,4 +673,79 @@ done:
     free(pos);
     free(M.block);
     return st;
+}
+
+int fpld_psg_moments_blocked(double l_lo, double l_hi, double q, double v, double sd, int remove,
+                             const double *x16, const double *w16, const double *x8, const double *w8,
+                             double *out)
+{
+    if (!(q > 0 && q < 1) || !(v > 0) || !(sd > 0) || isnan(l_lo) || isnan(l_hi))
+        return FPLD_EINVAL;
+    for (int k = 0; k < 6; k++)
+        out[k] = 0.0;
+    double h = v / 2, lo = -h - 40 * sd, hi = h + 40 * sd;
+    if (l_lo > lo)
+        lo = l_lo;
+    if (l_hi < hi)
+        hi = l_hi;
+    if (!(hi > lo))
+        return FPLD_OK;
+    double width = sd < 1.0 ? sd : 1.0;
+    ptrdiff_t npan = (ptrdiff_t)ceil((hi - lo) / width);
+    if (npan < 1)
+        npan = 1;
+    double step = (hi - lo) / (double)npan, lq1 = log1p(-q), lq = log(q), cden = 1.0 / (sd * 2.5066282746310002);
+    double xs[24], ws[24], l[24], dens[24], d[24], g[24];
+    for (int i = 0; i < 16; i++) {
+        xs[i] = x16[i];
+        ws[i] = w16[i];
+    }
+    for (int i = 0; i < 8; i++) {
+        xs[16 + i] = x8[i];
+        ws[16 + i] = w8[i];
+    }
+    for (ptrdiff_t j = 0; j < npan; j++) {
+        double a = lo + step * (double)j, b = (j + 1 == npan) ? hi : lo + step * (double)(j + 1);
+        double mid = 0.5 * (a + b), half = 0.5 * (b - a);
+        double r16[2] = {0.0, 0.0}, r8[2] = {0.0, 0.0}, ab[2] = {0.0, 0.0};
+        /* the 16 nodes, then the 8: each pass over all 24 */
+        for (int i = 0; i < 24; i++) {
+            l[i] = mid + half * xs[i];
+            double zp = (l[i] + h) / sd;
+            dens[i] = exp(-0.5 * zp * zp) * cden;
+        }
+        if (remove)
+            for (int i = 0; i < 24; i++) {
+                double zq = (l[i] - h) / sd;
+                dens[i] = (1 - q) * dens[i] + q * (exp(-0.5 * zq * zq) * cden);
+            }
+        for (int i = 0; i < 24; i++) { /* log_add_exp(lq1, lq + l) */
+            double b2 = lq + l[i];
+            d[i] = lq1 > b2 ? b2 - lq1 : lq1 - b2;
+            g[i] = exp(d[i]);
+        }
+        for (int i = 0; i < 24; i++) {
+            double b2 = lq + l[i], m = lq1 > b2 ? lq1 : b2;
+            g[i] = m + log1p(g[i]);
+        }
+        for (int i = 0; i < 16; i++) {
+            r16[0] += ws[i] * (g[i] * dens[i]);
+            r16[1] += ws[i] * (g[i] * g[i] * dens[i]);
+            ab[0] += fabs(ws[i] * (g[i] * dens[i]));
+            ab[1] += ws[i] * (g[i] * g[i] * dens[i]);
+        }
+        for (int i = 16; i < 24; i++) {
+            r8[0] += ws[i] * (g[i] * dens[i]);
+            r8[1] += ws[i] * (g[i] * g[i] * dens[i]);
+        }
+        for (int k = 0; k < 2; k++) {
+            double i16 = half * r16[k], i8 = half * r8[k];
+            out[3 * k] += i16;
+            out[3 * k + 1] += fabs(i16 - i8);
+            out[3 * k + 2] += half * ab[k];
+        }
+    }
+    for (int k = 0; k < 2; k++)
+        out[3 * k + 2] *= (double)(npan + 40) * 1.1102230246251565e-16;
+    return FPLD_OK;
 }

@@ -155,3 +155,20 @@ def test_fused_leaf_in_threads_matches_serial():
     with ThreadPoolExecutor(4) as pool:
         for a, b in zip(pool.map(run, losses * 2), serial * 2):
             _assert_bitwise(a, b)
+
+
+@pytest.mark.parametrize("sigma", [0.1, 1.0, 10.0])
+@pytest.mark.parametrize("remove", [True, False])
+def test_blocked_moments_are_bitwise_the_moments(sigma, remove):
+    # the fused leaf's partial mean (fpld_psg_moments_blocked) against fpld_psg_moments
+    (x16, w16), (x8, w8) = _kernels._GL16, _kernels._GL8
+    v = 1 / sigma**2
+    sd = math.sqrt(v)
+    rng = np.random.default_rng(7)
+    for q in (1e-4, 0.01, 0.5, 0.99):
+        for a, b in [sorted(rng.normal(0, 20 * sd + 3, 2)) for _ in range(30)] + [(-math.inf, math.inf), (2.0, 2.0)]:
+            for lo, hi in ((a, b), (-math.inf, b), (a, math.inf)):
+                args = (float(lo), float(hi), q, v, sd, remove, x16, w16, x8, w8)
+                assert _kernels._leaf.psg_moments_blocked(*args) == _kernels._leaf.psg_moments(*args)
+    with pytest.raises(ValueError):
+        _kernels._leaf.psg_moments_blocked(math.nan, 1.0, 0.01, v, sd, remove, x16, w16, x8, w8)
