@@ -124,6 +124,7 @@ def test_generic_losses_keep_their_path():
     (dict(mesh=0.0), "mesh"), (dict(mesh=-1e-3), "mesh"), (dict(mesh=math.nan), "mesh"), (dict(mesh=math.inf), "mesh"),
     (dict(tail=-1.0), "tail"), (dict(tail=math.nan), "tail"), (dict(lattice=math.nan), "lattice"),
     (dict(coarse=(math.nan, 1e-3)), "coarse"), (dict(coarse=(1.0, -1e-3)), "coarse"),
+    (dict(max_buckets=100), "max_buckets"),
 ])
 @pytest.mark.parametrize("native", [True, False])
 def test_bad_input_names_the_parameter(kw, name, native):

@@ -283,6 +283,23 @@ def psg_leaf(q: float, v: float, sd: float, remove: bool, cre: float, lat: float
     return _leaf.psg_leaf(q, v, sd, remove, cre, lat, h, i_lo, i_hi, levels, x16, w16, x8, w8)
 
 
+def psg_leaf_full(q: float, v: float, sd: float, remove: bool, cre: float, tail: float, steps: np.ndarray,
+                  lattice: float, h: float, max_buckets: int, levels):
+    """Window and leaf of the subsampled Gaussian in one compiled call (``_leaf.psg_leaf_full``):
+    ``(probs, offset, coupling_range, tv, bias, truncated, mix, mu, slack)`` or ``None`` (the caller
+    runs :func:`fastpld.discretize._discretize_continuous`'s own code).  ``levels``: ``(c, threshold)``
+    of the coarse levels with ``threshold > tail``, decreasing ``c``."""
+    if remove:
+        z1 = float(special.ndtri(tail / (1 - q)))
+        has_hi = tail < q
+        z2 = float(special.ndtri(tail / q)) if has_hi else 0.0
+    else:
+        z1, z2, has_hi = float(special.ndtri(tail)), 0.0, True
+    (x16, w16), (x8, w8) = _GL16, _GL8
+    return _leaf.psg_leaf_full(q, v, sd, remove, cre, tail, z1, z2, has_hi, steps, lattice, h,
+                               min(int(max_buckets), 1 << 62), levels, x16, w16, x8, w8)
+
+
 def pmf_moments(p: np.ndarray, cen: float):
     """``(total, mean, variance)`` of the weights ``p`` on the indices ``i - cen``."""
     p = np.ascontiguousarray(p, dtype=np.float64)

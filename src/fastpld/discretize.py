@@ -228,6 +228,15 @@ def _check_mu(mu, h, slack):
 
 def _discretize_continuous(loss: ContinuousLoss, h: float, tail: float, lattice: float, max_buckets: int,
                            native: bool = False, coarse: tuple[float, float] | None = None) -> GridPMF:
+    if native and tail < 1e-3 and getattr(loss, "_psg", None) is not None and not loss.atoms and _kernels.have_leaf():
+        # the subsampled Gaussian: window and leaf below in one compiled call, the same operations
+        # (None: the window or the range takes another branch below)
+        r = _kernels.psg_leaf_full(*loss._psg, loss.cdf_rel_error, tail, _PSG_STEPS, lattice, h, max_buckets,
+                                   _coarse_levels(h, tail, coarse))
+        if r is not None:
+            probs, offset, crange, tv, bias, truncated, mix, mu, slack = r
+            _check_mu(mu, h, slack)
+            return GridPMF(probs, offset, h, coupling_range=crange, tv=tv, bias=bias, truncated=truncated, mix=mix)
     a0, b0 = truncation_window(loss, tail, native)
     # keep atoms away from bucket edges so that every edge lies where F is continuous
     for shift in (0.0, 0.25, 0.125, 0.375):
@@ -328,6 +337,15 @@ def _discretize_continuous(loss: ContinuousLoss, h: float, tail: float, lattice:
     # (coarse cells move the discretised mean by at most their mass times half their width)
     _check_mu(mu, h, widen + sum(p * r for p, r, _ in mix))
     return GridPMF(qn, ref + mu, h, coupling_range=h + widen, tv=tv, bias=mean_err, truncated=truncated, mix=mix)
+
+
+def _coarse_levels(h: float, tail: float, coarse) -> list:
+    """``(c, threshold)`` of the coarse levels whose threshold exceeds ``tail`` (the filter of
+    :func:`_coarse_cells` but for ``4 c <= n``), decreasing ``c``; empty without ``coarse``."""
+    if coarse is None:
+        return []
+    thr = _coarse_thresholds(h, float(coarse[0]), float(coarse[1]))
+    return [(c, thr[c]) for c in _COARSE_LEVELS if c in thr and thr[c] > tail]
 
 
 def _psg_leaf(loss, h: float, tail: float, lat: float, i_lo: int, i_hi: int, n: int, coarse):
