@@ -8,6 +8,9 @@ def _extension(name, sources):
     return Extension(
         name,
         sources=sources,
+        # libm by name: its functions bind to their current versions (an unversioned exp or log binds
+        # to glibc's oldest, behind an errno wrapper; same values)
+        libraries=["m"],
         include_dirs=["csrc", np.get_include()],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
         # no FMA contraction: kernels round like the numpy reference

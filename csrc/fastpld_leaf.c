@@ -503,13 +503,16 @@ static int psg_eval_edges(const int64_t *eidx, ptrdiff_t m, const struct leaf_me
                           double *scratch, ptrdiff_t *pos)
 {
     double *x = scratch, *Ft = scratch + m, *St = scratch + 2 * m, *Pt = scratch + 3 * m;
-    ptrdiff_t todo = 0, cp = 0;
+    ptrdiff_t todo = 0, cp = 0, k = 0;
+    int64_t gnext = M->g0; /* the grid point g0 + k cmax not below the edges seen so far */
     for (ptrdiff_t j = 0; j < m; j++) {
         int64_t e = eidx[j];
         if (M->ng) {
-            int64_t d = e - M->g0;
-            if (d >= 0 && d % M->cmax == 0 && d / M->cmax < M->ng) {
-                ptrdiff_t k = (ptrdiff_t)(d / M->cmax);
+            while (k < M->ng && gnext < e) {
+                k++;
+                gnext += M->cmax;
+            }
+            if (k < M->ng && gnext == e) {
                 F[j] = M->block[M->ng + k];
                 S[j] = M->block[2 * M->ng + k];
                 P[j] = M->block[3 * M->ng + k];
