@@ -57,9 +57,10 @@ enum {
 /* Algorithm 1 for the subsampled Gaussian loss on the buckets i_lo..i_hi (centres lat + i h) in
  * one call: fastpld.discretize._discretize_continuous after the window, with the coarse cells of
  * _coarse_cells (nlev > 0: the levels (decreasing, already filtered by the caller) and their
- * tail-mass thresholds; nlev = 0: all fine), the same CDF/SF/density evaluations
- * (fpld_psg_eval), bucket masses, partial mean (fpld_psg_moments with the 16/8-point rules),
- * normalisation and round-off certificate, in the same order (bitwise the same results).
+ * tail-mass thresholds; nlev = 0: all fine), the same CDF/SF/density evaluations (those of
+ * fpld_psg_eval, computed in passes over blocks of points, and kept from the cell search where it
+ * evaluated an edge), bucket masses, partial mean (fpld_psg_moments_blocked with the 16/8-point
+ * rules), normalisation and round-off certificate, in the same order (bitwise the same results).
  * cre: the loss's cdf_rel_error.  probs (n = i_hi - i_lo + 1 entries): the normalised masses.
  * out[FPLD_LEAF_*]: ref (centre of bucket i_lo), mu (mean correction), widen, tv, the bias bound
  * mean_err, the truncated mass, the total mass before normalisation, the summed cell masses per
