@@ -8,6 +8,9 @@ def _extension(name, sources):
     return Extension(
         name,
         sources=sources,
+        # libm by name: its functions bind to their current versions (an unversioned exp or log binds
+        # to glibc's oldest, behind an errno wrapper; same values)
+        libraries=["m"],
         include_dirs=["csrc", np.get_include()],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
         # no FMA contraction: kernels round like the numpy reference; no errno from libm (never
@@ -18,7 +21,8 @@ def _extension(name, sources):
 
 extensions = [
     _extension("fastpld._core", ["src/fastpld/_core.pyx", "csrc/fastpld_kernels.c"]),
-    _extension("fastpld._leaf", ["src/fastpld/_leaf.pyx", "csrc/fastpld_leaf.c"]),
+    # (the fused leaf calls the bucket-mass, normalisation and round-off kernels of fastpld_kernels.c)
+    _extension("fastpld._leaf", ["src/fastpld/_leaf.pyx", "csrc/fastpld_leaf.c", "csrc/fastpld_kernels.c"]),
 ]
 
 setup(ext_modules=cythonize(extensions, language_level=3))

@@ -1,5 +1,7 @@
 /* Leaf kernels (see fastpld_leaf.h); numpy references: fastpld._kernels.psg_eval / psg_moments. */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 #include "fastpld_kernels.h"
 #include "fastpld_leaf.h"
 
@@ -133,6 +135,619 @@ int fpld_psg_moments(double l_lo, double l_hi, double q, double v, double sd, in
     }
     /* round-off of the sums (16 terms per panel, then npan panel values, each term with a few
      * roundings in g and the density): at most (npan + 40) u times the sum of |terms| */
+    for (int k = 0; k < 2; k++)
+        out[3 * k + 2] *= (double)(npan + 40) * 1.1102230246251565e-16;
+    return FPLD_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The whole leaf in one call (fastpld.discretize._discretize_continuous for the subsampled
+ * Gaussian).  Every step below names the numpy statement it mirrors; the operations and their
+ * order are the same, so the results are bitwise those of the numpy/compiled mix it replaces
+ * (numpy's exp/log/expm1/log1p are the C library's on the builds we use; see tests/test_leaf_native.py).
+ * --------------------------------------------------------------------------------------------- */
+
+#define FPLD_U 1.1102230246251565e-16 /* unit round-off of double (discretize._U) */
+
+/* numpy.searchsorted(a, key) (side 'left'): numpy's binary search, also on an array that round-off
+ * left slightly unsorted (then the index found is the one numpy finds) */
+static ptrdiff_t searchsorted_left(const double *a, ptrdiff_t n, double key)
+{
+    ptrdiff_t lo = 0, hi = n;
+    while (lo < hi) {
+        ptrdiff_t mid = lo + ((hi - lo) >> 1);
+        if (a[mid] < key)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Python's a // c and -(-a // c) * c for c > 0 */
+static inline int64_t floor_div(int64_t a, int64_t c)
+{
+    int64_t d = a / c;
+    return (a % c != 0 && a < 0) ? d - 1 : d;
+}
+
+static inline int64_t ceil_mult(int64_t a, int64_t c)
+{
+    return -floor_div(-a, c) * c;
+}
+
+/* g(l) = log(1 - q + q e^l) of discretize._psg_window: numpy.where(l > 30, big, small) */
+static inline double psg_g(double l, double q, double logq)
+{
+    if (l > 30) {
+        double m = l < 700.0 ? l : 700.0;
+        return (l + logq) + log1p(((1 - q) * exp(-m)) / q);
+    }
+    return log1p(q * expm1(l)); /* l <= 30, or NaN (numpy.minimum keeps it) */
+}
+
+int fpld_psg_window(double q, double v, double sd, int remove, double tail, double z1, double z2, int has_hi,
+                    const double *steps, ptrdiff_t k, double *a, double *b, int *found)
+{
+    double ylo[64], yhi[64], F[64], S[64];
+    *found = 0;
+    if (k < 1 || k > 64 || !(q > 0 && q < 1) || !(v > 0) || !(sd > 0))
+        return FPLD_EINVAL;
+    double logq = log(q);
+    if (remove) { /* L ~ (1 - q) N(-v/2, v) + q N(v/2, v); Y = g(L) */
+        if (!has_hi)
+            return FPLD_OK;
+        double c_lo = -v / 2 + sd * z1, c_hi = v / 2 - sd * z2;
+        for (ptrdiff_t i = 0; i < k; i++) {
+            ylo[i] = psg_g(c_lo - sd * steps[i], q, logq);
+            yhi[i] = psg_g(c_hi + sd * steps[i], q, logq);
+        }
+    } else { /* L ~ N(-v/2, v); Y = -g(L): z = -ndtri(tail) */
+        double z = -z1, c_lo = -v / 2 + sd * z, c_hi = -v / 2 - sd * z;
+        for (ptrdiff_t i = 0; i < k; i++) {
+            ylo[i] = -psg_g(c_lo + sd * steps[i], q, logq);
+            yhi[i] = -psg_g(c_hi - sd * steps[i], q, logq);
+        }
+    }
+    for (ptrdiff_t i = 0; i < k; i++)
+        if (!isfinite(ylo[i]) || !isfinite(yhi[i]))
+            return FPLD_OK;
+    int st = fpld_psg_eval(ylo, k, q, v, sd, remove, F, NULL, NULL);
+    if (st == FPLD_OK)
+        st = fpld_psg_eval(yhi, k, q, v, sd, remove, NULL, S, NULL);
+    if (st != FPLD_OK)
+        return st;
+    ptrdiff_t il = -1, ih = -1;
+    for (ptrdiff_t i = 0; i < k && il < 0; i++)
+        if (F[i] <= tail)
+            il = i;
+    for (ptrdiff_t i = 0; i < k && ih < 0; i++)
+        if (S[i] <= tail)
+            ih = i;
+    if (il < 0 || ih < 0 || !(ylo[il] <= yhi[ih]))
+        return FPLD_OK;
+    *a = ylo[il];
+    *b = yhi[ih];
+    *found = 1;
+    return FPLD_OK;
+}
+
+/* runs of cells (first start, cell size, number of cells) in increasing order (_coarse_cells' fill) */
+#define LEAF_MAX_RUNS 256 /* at most 2 (31 + 15 + 7 + 3) + 1 with 4 levels */
+struct leaf_runs {
+    int64_t start[LEAF_MAX_RUNS], size[LEAF_MAX_RUNS], count[LEAF_MAX_RUNS];
+    int n;
+};
+
+static int runs_push(struct leaf_runs *R, int64_t a, int64_t c, int64_t cnt)
+{
+    if (R->n >= LEAF_MAX_RUNS)
+        return FPLD_EINVAL;
+    R->start[R->n] = a;
+    R->size[R->n] = c;
+    R->count[R->n] = cnt;
+    R->n++;
+    return FPLD_OK;
+}
+
+/* cells of size levels[lv] aligned to its multiples inside [a, b), the ends with smaller sizes */
+static int runs_fill(struct leaf_runs *R, int64_t a, int64_t b, int lv, const int64_t *levels, int nlev)
+{
+    if (a >= b)
+        return FPLD_OK;
+    if (lv >= nlev)
+        return runs_push(R, a, 1, b - a);
+    int64_t c = levels[lv], a2 = ceil_mult(a, c), b2 = floor_div(b, c) * c;
+    if (a2 >= b2)
+        return runs_fill(R, a, b, lv + 1, levels, nlev);
+    int st = runs_fill(R, a, a2, lv + 1, levels, nlev);
+    if (st == FPLD_OK)
+        st = runs_push(R, a2, c, (b2 - a2) / c);
+    if (st == FPLD_OK)
+        st = runs_fill(R, b2, b, lv + 1, levels, nlev);
+    return st;
+}
+
+/* fpld_psg_eval (F, S and the density) in passes over blocks of points: the same operations on
+ * every point as there, so the same values bitwise, but each pass is a loop of independent calls
+ * (expm1, log, erfc, exp) that the processor overlaps, where fpld_psg_eval's one long chain per
+ * point (expm1 -> log -> erfc -> exp) waits on each result in turn. */
+#define PSG_BLOCK 128
+static int psg_eval_passes(const double *t, ptrdiff_t n, double q, double v, double sd, int remove,
+                           double *F, double *S, double *pdf)
+{
+    if (n < 0 || !(q > 0 && q < 1) || !(v > 0) || !(sd > 0))
+        return FPLD_EINVAL;
+    double logq = log(q), ylo = log1p(-q), h = v / 2, cden = 1.0 / (sd * 2.5066282746310002);
+    double em1[PSG_BLOCK], arg[PSG_BLOCK], l[PSG_BLOCK], zp[PSG_BLOCK], zq[PSG_BLOCK];
+    double pl[PSG_BLOCK], pu[PSG_BLOCK], ql[PSG_BLOCK], qu[PSG_BLOCK];
+    for (ptrdiff_t i0 = 0; i0 < n; i0 += PSG_BLOCK) {
+        int nb = n - i0 < PSG_BLOCK ? (int)(n - i0) : PSG_BLOCK;
+        const double *tb = t + i0;
+        for (int i = 0; i < nb; i++) {
+            em1[i] = expm1(remove ? tb[i] : -tb[i]);
+            arg[i] = em1[i] + q;
+        }
+        for (int i = 0; i < nb; i++)
+            l[i] = arg[i] > 0 ? log(arg[i]) - logq : -INFINITY; /* SubsampledLoss._ginv */
+        for (int i = 0; i < nb; i++)
+            zp[i] = (l[i] + h) / sd;
+        if (remove)
+            for (int i = 0; i < nb; i++)
+                zq[i] = (l[i] - h) / sd;
+        for (int i = 0; i < nb; i++)
+            ndtr_pair(zp[i], &pl[i], &pu[i]);
+        if (remove) {
+            for (int i = 0; i < nb; i++)
+                ndtr_pair(zq[i], &ql[i], &qu[i]);
+            for (int i = 0; i < nb; i++) {
+                F[i0 + i] = (1 - q) * pl[i] + q * ql[i];
+                S[i0 + i] = (1 - q) * pu[i] + q * qu[i];
+            }
+        } else {
+            for (int i = 0; i < nb; i++) {
+                int top = tb[i] >= -ylo;
+                F[i0 + i] = top ? 1.0 : pu[i]; /* Y <= t  <=>  L >= ginv(-t) */
+                S[i0 + i] = top ? 0.0 : pl[i];
+            }
+        }
+        for (int i = 0; i < nb; i++) {
+            double dl = (em1[i] + 1.0) / arg[i]; /* dl/dt = e^t / (e^t - 1 + q) */
+            double dp = exp(-0.5 * zp[i] * zp[i]) * cden, dens;
+            if (remove)
+                dens = ((1 - q) * dp + q * (exp(-0.5 * zq[i] * zq[i]) * cden)) * dl;
+            else
+                dens = dp * dl;
+            pdf[i0 + i] = isfinite(dens) ? dens : 0.0;
+        }
+    }
+    return FPLD_OK;
+}
+
+/* CDF, survival function and density at the edges of the buckets idx[0..m) (lat + (idx - 0.5) h) */
+static int psg_eval_idx(const int64_t *idx, ptrdiff_t m, double lat, double h, double q, double v, double sd,
+                        int remove, double *x, double *F, double *S, double *P)
+{
+    for (ptrdiff_t j = 0; j < m; j++)
+        x[j] = lat + ((double)idx[j] - 0.5) * h;
+    return m ? psg_eval_passes(x, m, q, v, sd, remove, F, S, P) : FPLD_OK;
+}
+
+#define LEAF_CAND 32      /* candidates per level and side: fewer than 81 / 3 */
+#define LEAF_MEMO 256     /* candidates in all: 4 levels, 2 sides */
+#define LEAF_FALLBACK 100 /* the cells do not tile the window (never seen): the caller runs the numpy code */
+
+/* Every point the cell search evaluates is a bucket edge, and many are edges of the cells chosen
+ * (the grid: every multiple of cmax is a cell start, as cmax is a multiple of every level), so
+ * their values (with the density, which the edges need) are kept for the edges instead of being
+ * evaluated again (same points, same fpld_psg_eval: the same values). */
+struct leaf_memo {
+    int64_t g0, cmax;
+    ptrdiff_t ng, nc;
+    double *block; /* x, F, S, P of the grid points g0 + j cmax, j < ng (ng doubles each) */
+    int64_t cidx[LEAF_MEMO];
+    double cF[LEAF_MEMO], cS[LEAF_MEMO], cP[LEAF_MEMO];
+};
+
+/* discretize._coarse_cells after its early exits: *use = 0 where it returns None */
+static int psg_coarse(double q, double v, double sd, int remove, double lat, double h, int64_t i_lo, int64_t i_hi,
+                      const int64_t *levels, const double *thr, int nlev, struct leaf_runs *R, int64_t *ncells,
+                      int *use, struct leaf_memo *M)
+{
+    int64_t n = i_hi - i_lo + 1, end = i_hi + 1, cmax = levels[0];
+    int64_t g0 = ceil_mult(i_lo, cmax); /* g = arange(g0, end + 1, cmax) */
+    ptrdiff_t ng = g0 < end + 1 ? (ptrdiff_t)((end + 1 - g0 + cmax - 1) / cmax) : 0;
+    int64_t ku[4], kl[4], ub[4], lb[4], cand[LEAF_CAND];
+    int hu[4], hl[4], st = FPLD_OK;
+    double xc[LEAF_CAND];
+    *use = 0;
+    R->n = 0;
+    if (ng < 2)
+        return FPLD_OK;
+    double *buf = (double *)malloc(sizeof(double) * 4 * (size_t)ng);
+    int64_t *g = (int64_t *)malloc(sizeof(int64_t) * (size_t)ng);
+    if (!buf || !g) {
+        free(buf);
+        free(g);
+        return FPLD_ENOMEM;
+    }
+    M->block = buf; /* (freed by the caller) */
+    M->g0 = g0;
+    M->cmax = cmax;
+    M->ng = ng;
+    double *F0 = buf + ng, *S0 = buf + 2 * ng;
+    for (ptrdiff_t j = 0; j < ng; j++)
+        g[j] = g0 + (int64_t)j * cmax;
+    st = psg_eval_idx(g, ng, lat, h, q, v, sd, remove, buf, F0, S0, buf + 3 * ng);
+    if (st != FPLD_OK)
+        goto done;
+    /* upper side: the first coarse point past the median with S <= thr_c; lower side: the last
+     * one before it with F <= thr_c */
+    ptrdiff_t jm = searchsorted_left(F0, ng, 0.5);
+    for (int r = 0; r < nlev; r++) {
+        hu[r] = hl[r] = 0;
+        for (ptrdiff_t j = jm; j < ng; j++)
+            if (S0[j] <= thr[r]) {
+                ku[r] = g[j];
+                hu[r] = 1;
+                break;
+            }
+        for (ptrdiff_t j = jm - 1; j >= 0; j--)
+            if (F0[j] <= thr[r]) {
+                kl[r] = g[j];
+                hl[r] = 1;
+                break;
+            }
+    }
+    /* refined between evaluated points: u_c in (k - cmax, k] (side 0), l_c in [k, k + cmax) (side 1) */
+    int64_t u_prev = end, l_prev = i_lo;
+    for (int side = 0; side < 2; side++) {
+        for (int r = 0; r < nlev; r++) {
+            int64_t c = levels[r], k = side ? kl[r] : ku[r], bound = side ? l_prev : u_prev;
+            if (side ? hl[r] : hu[r]) {
+                if (c < cmax) {
+                    ptrdiff_t nc = 0;
+                    if (!side) {
+                        int64_t s0 = k - cmax + c > i_lo ? k - cmax + c : i_lo;
+                        for (int64_t x = ceil_mult(s0, c); x < k && nc < LEAF_CAND; x += c)
+                            cand[nc++] = x;
+                    } else {
+                        int64_t stop = k + cmax < end + 1 ? k + cmax : end + 1;
+                        for (int64_t x = k + c; x < stop && nc < LEAF_CAND; x += c)
+                            cand[nc++] = x;
+                    }
+                    if (M->nc + nc > LEAF_MEMO) {
+                        st = FPLD_EINVAL;
+                        goto done;
+                    }
+                    double *Fc = M->cF + M->nc, *Sc = M->cS + M->nc;
+                    st = psg_eval_idx(cand, nc, lat, h, q, v, sd, remove, xc, Fc, Sc, M->cP + M->nc);
+                    if (st != FPLD_OK)
+                        goto done;
+                    for (ptrdiff_t j = 0; j < nc; j++)
+                        M->cidx[M->nc + j] = cand[j];
+                    M->nc += nc;
+                    if (!side) { /* the first candidate with S <= thr_c past the median */
+                        for (ptrdiff_t j = 0; j < nc; j++)
+                            if (Sc[j] <= thr[r] && Fc[j] >= 0.5) {
+                                k = cand[j];
+                                break;
+                            }
+                    } else { /* the last one with F <= thr_c before it */
+                        for (ptrdiff_t j = nc - 1; j >= 0; j--)
+                            if (Fc[j] <= thr[r] && Sc[j] >= 0.5) {
+                                k = cand[j];
+                                break;
+                            }
+                    }
+                }
+                bound = side ? (k > bound ? k : bound) : (k < bound ? k : bound);
+            }
+            if (side)
+                lb[r] = l_prev = bound;
+            else
+                ub[r] = u_prev = bound;
+        }
+    }
+    /* the candidates in increasing index order (insertion sort of at most a few hundred) */
+    for (ptrdiff_t j = 1; j < M->nc; j++) {
+        int64_t ci = M->cidx[j];
+        double cf = M->cF[j], cs = M->cS[j], cp = M->cP[j];
+        ptrdiff_t i = j - 1;
+        for (; i >= 0 && M->cidx[i] > ci; i--) {
+            M->cidx[i + 1] = M->cidx[i];
+            M->cF[i + 1] = M->cF[i];
+            M->cS[i + 1] = M->cS[i];
+            M->cP[i + 1] = M->cP[i];
+        }
+        M->cidx[i + 1] = ci;
+        M->cF[i + 1] = cf;
+        M->cS[i + 1] = cs;
+        M->cP[i + 1] = cp;
+    }
+    /* [i_lo, l_cmax) level cmax, [l_c, l_next) level next, ..., fine, ..., [u_cmax, end) level cmax */
+    for (int r = 0; r < nlev && st == FPLD_OK; r++)
+        st = runs_fill(R, r ? lb[r - 1] : i_lo, lb[r], r, levels, nlev);
+    if (st == FPLD_OK)
+        st = runs_fill(R, lb[nlev - 1], ub[nlev - 1], nlev, levels, nlev);
+    for (int r = nlev - 1; r >= 0 && st == FPLD_OK; r--)
+        st = runs_fill(R, ub[r], r ? ub[r - 1] : end, r, levels, nlev);
+    if (st != FPLD_OK)
+        goto done;
+    /* numpy builds the starts by a cumulative sum from i_lo and the last edge at end: the runs must
+     * tile [i_lo, end) for that to describe them (they do: the bounds nest) */
+    int64_t pos = i_lo, cells = 0;
+    for (int j = 0; j < R->n; j++) {
+        if (R->start[j] != pos || R->count[j] < 1) {
+            st = LEAF_FALLBACK;
+            goto done;
+        }
+        pos += R->size[j] * R->count[j];
+        cells += R->count[j];
+    }
+    if (R->n == 0 || pos != end) {
+        st = LEAF_FALLBACK;
+        goto done;
+    }
+    *ncells = cells;
+    *use = !((double)cells > 0.6 * (double)n); /* _COARSE_MAX_FRACTION */
+done:
+    free(g);
+    return st;
+}
+
+/* F, S and the density at the edges eidx[0..m) (increasing): from the memo where the cell search
+ * evaluated them, the others by psg_eval_passes.  scratch: 4 m doubles; pos: m entries. */
+static int psg_eval_edges(const int64_t *eidx, ptrdiff_t m, const struct leaf_memo *M, double lat, double h,
+                          double q, double v, double sd, int remove, double *F, double *S, double *P,
+                          double *scratch, ptrdiff_t *pos)
+{
+    double *x = scratch, *Ft = scratch + m, *St = scratch + 2 * m, *Pt = scratch + 3 * m;
+    ptrdiff_t todo = 0, cp = 0, k = 0;
+    int64_t gnext = M->g0; /* the grid point g0 + k cmax not below the edges seen so far */
+    for (ptrdiff_t j = 0; j < m; j++) {
+        int64_t e = eidx[j];
+        if (M->ng) {
+            while (k < M->ng && gnext < e) {
+                k++;
+                gnext += M->cmax;
+            }
+            if (k < M->ng && gnext == e) {
+                F[j] = M->block[M->ng + k];
+                S[j] = M->block[2 * M->ng + k];
+                P[j] = M->block[3 * M->ng + k];
+                continue;
+            }
+        }
+        while (cp < M->nc && M->cidx[cp] < e)
+            cp++;
+        if (cp < M->nc && M->cidx[cp] == e) {
+            F[j] = M->cF[cp];
+            S[j] = M->cS[cp];
+            P[j] = M->cP[cp];
+            continue;
+        }
+        x[todo] = lat + ((double)e - 0.5) * h;
+        pos[todo++] = j;
+    }
+    int st = todo ? psg_eval_passes(x, todo, q, v, sd, remove, Ft, St, Pt) : FPLD_OK;
+    if (st != FPLD_OK)
+        return st;
+    for (ptrdiff_t t = 0; t < todo; t++) {
+        F[pos[t]] = Ft[t];
+        S[pos[t]] = St[t];
+        P[pos[t]] = Pt[t];
+    }
+    return FPLD_OK;
+}
+
+/* SubsampledLoss._ginv */
+static inline double psg_ginv(double t, double q)
+{
+    double arg = expm1(t) + q;
+    return arg > 0 ? log(arg) - log(q) : -INFINITY;
+}
+
+int fpld_psg_leaf(double q, double v, double sd, int remove, double cre, double lat, double h,
+                  int64_t i_lo, int64_t i_hi, const int64_t *levels, const double *thr, int nlev,
+                  const double *x16, const double *w16, const double *x8, const double *w8,
+                  double *probs, double *out)
+{
+    struct leaf_runs R;
+    struct leaf_memo M;
+    int64_t ncells = 0;
+    int use = 0, st;
+    M.ng = M.nc = 0;
+    M.block = NULL;
+    if (!(q > 0 && q < 1) || !(v > 0) || !(sd > 0) || !(h > 0) || i_hi < i_lo || nlev < 0 || nlev > 4)
+        return FPLD_EINVAL;
+    for (int r = 0; r < nlev; r++)
+        /* odd, decreasing, each dividing the previous (the grid of multiples of the coarsest size
+         * then holds only cell starts), at most LEAF_CAND candidates per level */
+        if (levels[r] < 3 || levels[r] % 2 == 0 || (r && (levels[r] >= levels[r - 1] || levels[r - 1] % levels[r]))
+            || levels[0] / levels[r] > LEAF_CAND)
+            return FPLD_EINVAL;
+    int64_t n = i_hi - i_lo + 1;
+    if (nlev > 0) {
+        st = psg_coarse(q, v, sd, remove, lat, h, i_lo, i_hi, levels, thr, nlev, &R, &ncells, &use, &M);
+        if (st != FPLD_OK) {
+            free(M.block);
+            return st;
+        }
+    }
+    ptrdiff_t m = use ? (ptrdiff_t)ncells : (ptrdiff_t)n; /* cells */
+    /* F, S, dens, qc, 4 scratch (m + 1 doubles each); edge indices and positions (m + 1 each) */
+    double *buf = (double *)malloc(sizeof(double) * 8 * ((size_t)m + 1));
+    int64_t *eidx = (int64_t *)malloc(sizeof(int64_t) * ((size_t)m + 1));
+    ptrdiff_t *pos = (ptrdiff_t *)malloc(sizeof(ptrdiff_t) * ((size_t)m + 1));
+    if (!buf || !eidx || !pos) {
+        st = FPLD_ENOMEM;
+        goto done;
+    }
+    double *F = buf, *S = buf + (m + 1), *dens = buf + 2 * (m + 1), *qc = buf + 3 * (m + 1);
+    /* edges lat + (arange(i_lo, i_hi + 2) - 0.5) h, or at the cell starts and i_hi + 1 */
+    if (!use) {
+        for (ptrdiff_t j = 0; j <= m; j++)
+            eidx[j] = i_lo + j;
+    } else {
+        ptrdiff_t e = 0;
+        for (int j = 0; j < R.n; j++)
+            for (int64_t c = 0; c < R.count[j]; c++)
+                eidx[e++] = R.start[j] + c * R.size[j];
+        eidx[m] = i_hi + 1;
+    }
+    st = psg_eval_edges(eidx, m + 1, &M, lat, h, q, v, sd, remove, F, S, dens, buf + 4 * (m + 1), pos);
+    if (st != FPLD_OK)
+        goto done;
+    /* lower half from CDF differences, upper half from survival differences */
+    ptrdiff_t split = searchsorted_left(F, m + 1, 0.5);
+    if (split < 1)
+        split = 1;
+    if (split > m)
+        split = m;
+    double total = 0.0;
+    st = fpld_bucket_masses(F, S, m, split, use ? qc : probs, &total);
+    if (st != FPLD_OK)
+        goto done;
+    double out_lo = F[0], out_hi = S[m];
+    double truncated = (out_lo + out_hi) * (1 + 8 * cre);
+    if (!(total > 0)) {
+        st = FPLD_ENOMASS;
+        goto done;
+    }
+    double pc[4] = {0.0, 0.0, 0.0, 0.0}; /* numpy.bincount(sizes, weights=qc) at 3, 9, 27, 81 */
+    double mean_index = 0.0;
+    if (use) {
+        /* each cell's mass at its centre, a point of the fine grid (sizes are odd), normalised as
+         * fpld_normalise_mean does over all n entries: the zeros between the centres stay 0 and add
+         * (double)i * 0.0 = +0 to a sum of non-negative terms, which leaves it unchanged */
+        memset(probs, 0, sizeof(double) * (size_t)n);
+        ptrdiff_t e = 0;
+        for (int j = 0; j < R.n; j++) {
+            int64_t c = R.size[j];
+            int slot = c == 3 ? 0 : c == 9 ? 1 : c == 27 ? 2 : c == 81 ? 3 : -1;
+            for (int64_t k = 0; k < R.count[j]; k++, e++) {
+                int64_t i = R.start[j] + k * c + (c - 1) / 2 - i_lo;
+                probs[i] = qc[e] / total;
+                mean_index += (double)i * probs[i];
+                if (slot >= 0)
+                    pc[slot] += qc[e];
+            }
+        }
+    } else {
+        st = fpld_normalise_mean(probs, (ptrdiff_t)n, total, &mean_index);
+        if (st != FPLD_OK)
+            goto done;
+    }
+    /* mean of Y conditioned on the window, relative to the bucket-0 centre (SubsampledLoss.partial_mean
+     * over the window's ends: Y = +-g(L) integrated over L) */
+    double ref = lat + (double)i_lo * h, mom[6];
+    double a = lat + ((double)eidx[0] - 0.5) * h, b = lat + ((double)eidx[m] - 0.5) * h;
+    if (remove)
+        st = fpld_psg_moments_blocked(psg_ginv(a, q), psg_ginv(b, q), q, v, sd, 1, x16, w16, x8, w8, mom);
+    else
+        st = fpld_psg_moments_blocked(psg_ginv(-b, q), psg_ginv(-a, q), q, v, sd, 0, x16, w16, x8, w8, mom);
+    if (st != FPLD_OK)
+        goto done;
+    double part = remove ? mom[0] : -mom[0], part_err = 10.0 * mom[1] + mom[2];
+    double inside = 1.0 - out_lo - out_hi;
+    double true_mean = part / inside - ref;
+    double mean_err = (part_err / inside + 8 * cre * fabs(part / inside)) + 8 * FPLD_U * fabs(ref);
+    double mu = true_mean - mean_index * h;
+    /* round-off certificate: edge movement -> coupling range; where density vanishes -> TV */
+    double widen = 0.0, tv = 0.0;
+    st = fpld_leaf_roundoff(F, S, dens, m + 1, 4 * (cre + FPLD_U), 4 * FPLD_U * (out_lo + out_hi), 1e-3 * h,
+                            &widen, &tv);
+    if (st != FPLD_OK)
+        goto done;
+    out[FPLD_LEAF_REF] = ref;
+    out[FPLD_LEAF_MU] = mu;
+    out[FPLD_LEAF_WIDEN] = widen;
+    out[FPLD_LEAF_TV] = tv;
+    out[FPLD_LEAF_MEAN_ERR] = mean_err;
+    out[FPLD_LEAF_TRUNCATED] = truncated;
+    out[FPLD_LEAF_TOTAL] = total;
+    for (int k = 0; k < 4; k++)
+        out[FPLD_LEAF_PC3 + k] = pc[k];
+    out[FPLD_LEAF_CELLS] = use ? (double)ncells : 0.0;
+done:
+    free(buf);
+    free(eidx);
+    free(pos);
+    free(M.block);
+    return st;
+}
+
+int fpld_psg_moments_blocked(double l_lo, double l_hi, double q, double v, double sd, int remove,
+                             const double *x16, const double *w16, const double *x8, const double *w8,
+                             double *out)
+{
+    if (!(q > 0 && q < 1) || !(v > 0) || !(sd > 0) || isnan(l_lo) || isnan(l_hi))
+        return FPLD_EINVAL;
+    for (int k = 0; k < 6; k++)
+        out[k] = 0.0;
+    double h = v / 2, lo = -h - 40 * sd, hi = h + 40 * sd;
+    if (l_lo > lo)
+        lo = l_lo;
+    if (l_hi < hi)
+        hi = l_hi;
+    if (!(hi > lo))
+        return FPLD_OK;
+    double width = sd < 1.0 ? sd : 1.0;
+    ptrdiff_t npan = (ptrdiff_t)ceil((hi - lo) / width);
+    if (npan < 1)
+        npan = 1;
+    double step = (hi - lo) / (double)npan, lq1 = log1p(-q), lq = log(q), cden = 1.0 / (sd * 2.5066282746310002);
+    double xs[24], ws[24], l[24], dens[24], d[24], g[24];
+    for (int i = 0; i < 16; i++) {
+        xs[i] = x16[i];
+        ws[i] = w16[i];
+    }
+    for (int i = 0; i < 8; i++) {
+        xs[16 + i] = x8[i];
+        ws[16 + i] = w8[i];
+    }
+    for (ptrdiff_t j = 0; j < npan; j++) {
+        double a = lo + step * (double)j, b = (j + 1 == npan) ? hi : lo + step * (double)(j + 1);
+        double mid = 0.5 * (a + b), half = 0.5 * (b - a);
+        double r16[2] = {0.0, 0.0}, r8[2] = {0.0, 0.0}, ab[2] = {0.0, 0.0};
+        /* the 16 nodes, then the 8: each pass over all 24 */
+        for (int i = 0; i < 24; i++) {
+            l[i] = mid + half * xs[i];
+            double zp = (l[i] + h) / sd;
+            dens[i] = exp(-0.5 * zp * zp) * cden;
+        }
+        if (remove)
+            for (int i = 0; i < 24; i++) {
+                double zq = (l[i] - h) / sd;
+                dens[i] = (1 - q) * dens[i] + q * (exp(-0.5 * zq * zq) * cden);
+            }
+        for (int i = 0; i < 24; i++) { /* log_add_exp(lq1, lq + l) */
+            double b2 = lq + l[i];
+            d[i] = lq1 > b2 ? b2 - lq1 : lq1 - b2;
+            g[i] = exp(d[i]);
+        }
+        for (int i = 0; i < 24; i++) {
+            double b2 = lq + l[i], m = lq1 > b2 ? lq1 : b2;
+            g[i] = m + log1p(g[i]);
+        }
+        for (int i = 0; i < 16; i++) {
+            r16[0] += ws[i] * (g[i] * dens[i]);
+            r16[1] += ws[i] * (g[i] * g[i] * dens[i]);
+            ab[0] += fabs(ws[i] * (g[i] * dens[i]));
+            ab[1] += ws[i] * (g[i] * g[i] * dens[i]);
+        }
+        for (int i = 16; i < 24; i++) {
+            r8[0] += ws[i] * (g[i] * dens[i]);
+            r8[1] += ws[i] * (g[i] * g[i] * dens[i]);
+        }
+        for (int k = 0; k < 2; k++) {
+            double i16 = half * r16[k], i8 = half * r8[k];
+            out[3 * k] += i16;
+            out[3 * k + 1] += fabs(i16 - i8);
+            out[3 * k + 2] += half * ab[k];
+        }
+    }
     for (int k = 0; k < 2; k++)
         out[3 * k + 2] *= (double)(npan + 40) * 1.1102230246251565e-16;
     return FPLD_OK;

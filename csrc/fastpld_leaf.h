@@ -8,6 +8,7 @@
 #ifndef FASTPLD_LEAF_H
 #define FASTPLD_LEAF_H
 #include <stddef.h>
+#include <stdint.h>
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -29,6 +30,46 @@ int fpld_psg_eval(const double *t, ptrdiff_t n, double q, double v, double sd, i
  * round-off bound}. */
 int fpld_psg_moments(double l_lo, double l_hi, double q, double v, double sd, int remove,
                      const double *x16, const double *w16, const double *x8, const double *w8, double *out);
+
+/* fpld_psg_moments with the same operations on every node and the same sums in the same order (so
+ * the same results, bitwise), evaluated in passes over each panel's 24 nodes (the exps and log1ps of
+ * the nodes overlap instead of waiting on one another). */
+int fpld_psg_moments_blocked(double l_lo, double l_hi, double q, double v, double sd, int remove,
+                             const double *x16, const double *w16, const double *x8, const double *w8,
+                             double *out);
+
+/* Truncation window of the subsampled Gaussian loss (fastpld.discretize._psg_window, same
+ * arithmetic): the candidates are the images under Y = +-g(L) of the normal quantiles of L moved
+ * steps[0..k) standard deviations outward; *a (*b) is the first candidate whose computed CDF
+ * (survival function) is at most tail.  z1, z2: scipy's ndtri(tail / (1 - q)) and ndtri(tail / q)
+ * (remove; has_hi = tail < q) or z1 = ndtri(tail) (add).  *found = 0 where the numpy version
+ * returns None (no upper candidates, a non-finite candidate, none at most tail, or a > b). */
+int fpld_psg_window(double q, double v, double sd, int remove, double tail, double z1, double z2, int has_hi,
+                    const double *steps, ptrdiff_t k, double *a, double *b, int *found);
+
+/* Out slots of fpld_psg_leaf. */
+enum {
+    FPLD_LEAF_REF, FPLD_LEAF_MU, FPLD_LEAF_WIDEN, FPLD_LEAF_TV, FPLD_LEAF_MEAN_ERR, FPLD_LEAF_TRUNCATED,
+    FPLD_LEAF_TOTAL, FPLD_LEAF_PC3, FPLD_LEAF_PC9, FPLD_LEAF_PC27, FPLD_LEAF_PC81, FPLD_LEAF_CELLS,
+    FPLD_LEAF_NOUT
+};
+
+/* Algorithm 1 for the subsampled Gaussian loss on the buckets i_lo..i_hi (centres lat + i h) in
+ * one call: fastpld.discretize._discretize_continuous after the window, with the coarse cells of
+ * _coarse_cells (nlev > 0: the levels (decreasing, already filtered by the caller) and their
+ * tail-mass thresholds; nlev = 0: all fine), the same CDF/SF/density evaluations (those of
+ * fpld_psg_eval, computed in passes over blocks of points, and kept from the cell search where it
+ * evaluated an edge), bucket masses, partial mean (fpld_psg_moments_blocked with the 16/8-point
+ * rules), normalisation and round-off certificate, in the same order (bitwise the same results).
+ * cre: the loss's cdf_rel_error.  probs (n = i_hi - i_lo + 1 entries): the normalised masses.
+ * out[FPLD_LEAF_*]: ref (centre of bucket i_lo), mu (mean correction), widen, tv, the bias bound
+ * mean_err, the truncated mass, the total mass before normalisation, the summed cell masses per
+ * coarse size 3, 9, 27, 81 (unnormalised, as numpy.bincount adds them) and the number of cells.
+ * FPLD_ENOMASS: the window holds no mass; FPLD_EINVAL: bad arguments (or a NaN CDF). */
+int fpld_psg_leaf(double q, double v, double sd, int remove, double cre, double lat, double h,
+                  int64_t i_lo, int64_t i_hi, const int64_t *levels, const double *thr, int nlev,
+                  const double *x16, const double *w16, const double *x8, const double *w8,
+                  double *probs, double *out);
 
 #ifdef __cplusplus
 }

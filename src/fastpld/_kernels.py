@@ -249,6 +249,57 @@ def psg_moments(l_lo: float, l_hi: float, q: float, v: float, sd: float, remove:
     return tuple(out)
 
 
+def have_leaf() -> bool:
+    """Whether the fused leaf kernels (:func:`psg_window`, :func:`psg_leaf`) are available (they have no
+    numpy version here: their references are :func:`fastpld.discretize._psg_window` and
+    :func:`fastpld.discretize._discretize_continuous`)."""
+    return _core is not None and _leaf is not None
+
+
+def psg_window(q: float, v: float, sd: float, remove: bool, tail: float, steps: np.ndarray):
+    """:func:`fastpld.discretize._psg_window` compiled (same arithmetic): ``(a, b)`` or ``None``.
+
+    The normal quantiles come from scipy's ``ndtri`` as there; the rest is one compiled call.
+    """
+    if remove:
+        z1 = float(special.ndtri(tail / (1 - q)))
+        has_hi = tail < q
+        z2 = float(special.ndtri(tail / q)) if has_hi else 0.0
+    else:
+        z1, z2, has_hi = float(special.ndtri(tail)), 0.0, True
+    return _leaf.psg_window(q, v, sd, remove, tail, z1, z2, has_hi, steps)
+
+
+def psg_leaf(q: float, v: float, sd: float, remove: bool, cre: float, lat: float, h: float, i_lo: int, i_hi: int,
+             levels):
+    """Algorithm 1 for the subsampled Gaussian on buckets ``i_lo..i_hi`` in one compiled call.
+
+    ``levels``: ``(c, threshold)`` per coarse level (decreasing ``c``, filtered as in
+    :func:`fastpld.discretize._coarse_cells`).  Returns ``(probs, (ref, mu, widen, tv, mean_err,
+    truncated, total, pc3, pc9, pc27, pc81, cells))`` (``pcC``: the summed masses of the cells of
+    size ``C``) or ``None`` (the caller runs the numpy code).
+    """
+    (x16, w16), (x8, w8) = _GL16, _GL8
+    return _leaf.psg_leaf(q, v, sd, remove, cre, lat, h, i_lo, i_hi, levels, x16, w16, x8, w8)
+
+
+def psg_leaf_full(q: float, v: float, sd: float, remove: bool, cre: float, tail: float, steps: np.ndarray,
+                  lattice: float, h: float, max_buckets: int, levels):
+    """Window and leaf of the subsampled Gaussian in one compiled call (``_leaf.psg_leaf_full``):
+    ``(probs, offset, coupling_range, tv, bias, truncated, mix, mu, slack)`` or ``None`` (the caller
+    runs :func:`fastpld.discretize._discretize_continuous`'s own code).  ``levels``: ``(c, threshold)``
+    of the coarse levels with ``threshold > tail``, decreasing ``c``."""
+    if remove:
+        z1 = float(special.ndtri(tail / (1 - q)))
+        has_hi = tail < q
+        z2 = float(special.ndtri(tail / q)) if has_hi else 0.0
+    else:
+        z1, z2, has_hi = float(special.ndtri(tail)), 0.0, True
+    (x16, w16), (x8, w8) = _GL16, _GL8
+    return _leaf.psg_leaf_full(q, v, sd, remove, cre, tail, z1, z2, has_hi, steps, lattice, h,
+                               min(int(max_buckets), 1 << 62), levels, x16, w16, x8, w8)
+
+
 def pmf_moments(p: np.ndarray, cen: float):
     """``(total, mean, variance)`` of the weights ``p`` on the indices ``i - cen``."""
     p = np.ascontiguousarray(p, dtype=np.float64)

@@ -8,6 +8,7 @@ kernels can change independently.)
 """
 import numpy as np
 cimport numpy as cnp
+from libc.stdint cimport int64_t
 
 cnp.import_array()
 
@@ -46,3 +47,165 @@ def psg_moments(double l_lo, double l_hi, double q, double v, double sd, bint re
     if status != 0:
         raise ValueError("psg_moments: invalid argument")
     return out[0], out[1], out[2], out[3], out[4], out[5]
+
+
+cdef extern from "fastpld_leaf.h" nogil:
+    int fpld_psg_window(double q, double v, double sd, int remove, double tail, double z1, double z2, int has_hi,
+                        const double *steps, Py_ssize_t k, double *a, double *b, int *found)
+    int fpld_psg_leaf(double q, double v, double sd, int remove, double cre, double lat, double h,
+                      int64_t i_lo, int64_t i_hi, const int64_t *levels, const double *thr, int nlev,
+                      const double *x16, const double *w16, const double *x8, const double *w8,
+                      double *probs, double *out)
+    int FPLD_LEAF_NOUT
+
+
+def psg_window(double q, double v, double sd, bint remove, double tail, double z1, double z2, bint has_hi,
+               const double[::1] steps):
+    """``(a, b)`` of ``fpld_psg_window`` or ``None`` (where the numpy ``_psg_window`` gives ``None``)."""
+    cdef double a = 0.0, b = 0.0
+    cdef int found = 0, status = 0
+    cdef Py_ssize_t k = steps.shape[0]
+    if k < 1:
+        raise ValueError("psg_window: steps must not be empty")
+    with nogil:
+        status = fpld_psg_window(q, v, sd, remove, tail, z1, z2, has_hi, &steps[0], k, &a, &b, &found)
+    if status != 0:
+        raise ValueError("psg_window: invalid argument")
+    return (a, b) if found else None
+
+
+def psg_leaf(double q, double v, double sd, bint remove, double cre, double lat, double h, int64_t i_lo,
+             int64_t i_hi, levels, const double[::1] x16, const double[::1] w16, const double[::1] x8,
+             const double[::1] w8):
+    """Algorithm 1 for the subsampled Gaussian on buckets ``i_lo..i_hi`` (see ``fpld_psg_leaf``).
+
+    ``levels``: ``(c, threshold)`` pairs of the coarse levels (decreasing ``c``; empty: all fine).
+    Returns ``(probs, out)`` with ``out`` the tuple of ``fpld_psg_leaf``'s out slots, or ``None``
+    where the cells would not tile the window (the caller then runs the numpy code); raises
+    ``ValueError`` (``"no mass"`` in the message where the window holds no probability).
+    """
+    cdef int64_t lv[4]
+    cdef double th[4]
+    cdef double out[16]
+    cdef int nlev = len(levels), status = 0, j
+    if nlev > 4 or FPLD_LEAF_NOUT > 16:
+        raise ValueError("psg_leaf: at most 4 coarse levels")
+    if x16.shape[0] != 16 or w16.shape[0] != 16 or x8.shape[0] != 8 or w8.shape[0] != 8:
+        raise ValueError("psg_leaf: need the 16- and 8-point Gauss-Legendre rules")
+    if i_hi < i_lo:
+        raise ValueError("psg_leaf: empty window")
+    for j in range(nlev):
+        lv[j] = levels[j][0]
+        th[j] = levels[j][1]
+    probs = np.empty(i_hi - i_lo + 1, dtype=np.float64)
+    cdef double[::1] pv = probs
+    with nogil:
+        status = fpld_psg_leaf(q, v, sd, remove, cre, lat, h, i_lo, i_hi, lv, th, nlev, &x16[0], &w16[0],
+                               &x8[0], &w8[0], &pv[0], out)
+    if status == 100:
+        return None
+    if status == 2:
+        raise ValueError("psg_leaf: no mass in the window")
+    if status == 3:
+        raise MemoryError("psg_leaf: out of memory")
+    if status != 0:
+        raise ValueError("psg_leaf: invalid argument")
+    return probs, tuple([out[j] for j in range(FPLD_LEAF_NOUT)])
+
+
+cdef extern from "fastpld_leaf.h" nogil:
+    int fpld_psg_moments_blocked(double l_lo, double l_hi, double q, double v, double sd, int remove,
+                                 const double *x16, const double *w16, const double *x8, const double *w8,
+                                 double *out)
+
+
+def psg_moments_blocked(double l_lo, double l_hi, double q, double v, double sd, bint remove,
+                        const double[::1] x16, const double[::1] w16, const double[::1] x8, const double[::1] w8):
+    """:func:`psg_moments` by ``fpld_psg_moments_blocked`` (the fused leaf's; the same results)."""
+    if x16.shape[0] != 16 or w16.shape[0] != 16 or x8.shape[0] != 8 or w8.shape[0] != 8:
+        raise ValueError("psg_moments: need the 16- and 8-point Gauss-Legendre rules")
+    cdef double out[6]
+    cdef int status = 0
+    with nogil:
+        status = fpld_psg_moments_blocked(l_lo, l_hi, q, v, sd, remove, &x16[0], &w16[0], &x8[0], &w8[0], out)
+    if status != 0:
+        raise ValueError("psg_moments: invalid argument")
+    return out[0], out[1], out[2], out[3], out[4], out[5]
+
+
+from libc.math cimport floor, ceil, fabs, isfinite
+
+
+def psg_leaf_full(double q, double v, double sd, bint remove, double cre, double tail, double z1, double z2,
+                  bint has_hi, const double[::1] steps, double lattice, double h, int64_t max_buckets, levels,
+                  const double[::1] x16, const double[::1] w16, const double[::1] x8, const double[::1] w8):
+    """The whole native leaf of ``fastpld.discretize._discretize_continuous`` for the subsampled Gaussian
+    in one call: the window (``fpld_psg_window``), the bucket range (as there, lattice shift 0: the
+    loss has no atoms), the coarse levels that fit (``levels``: ``(c, threshold)`` with
+    ``threshold > tail``, decreasing ``c``) and ``fpld_psg_leaf``.  Returns ``(probs, offset,
+    coupling_range, tv, bias, truncated, mix, mu, slack)`` (``slack``: the tolerance of the mean-
+    correction check), or ``None`` where that code would take another branch or raise (no window
+    from the quantiles, too many buckets, the cells do not tile): the caller then runs it.
+    """
+    cdef double a = 0.0, b = 0.0, lat, xlo, xhi
+    cdef int found = 0, status = 0, nlev = 0, j
+    cdef int64_t i_lo, i_hi, n, c
+    cdef int64_t lv[4]
+    cdef double th[4]
+    cdef double out[16]
+    if steps.shape[0] < 1 or x16.shape[0] != 16 or w16.shape[0] != 16 or x8.shape[0] != 8 or w8.shape[0] != 8:
+        raise ValueError("psg_leaf_full: bad steps or Gauss-Legendre rules")
+    if len(levels) > 4 or FPLD_LEAF_NOUT > 16:
+        raise ValueError("psg_leaf_full: at most 4 coarse levels")
+    with nogil:
+        status = fpld_psg_window(q, v, sd, remove, tail, z1, z2, has_hi, &steps[0], steps.shape[0], &a, &b, &found)
+    if status != 0:
+        raise ValueError("psg_window: invalid argument")
+    if not found:
+        return None
+    lat = lattice + 0.0 * h
+    xlo = floor((a - lat) / h + 0.5)
+    xhi = ceil((b - lat) / h - 0.5)
+    if not (isfinite(xlo) and isfinite(xhi) and fabs(xlo) < 4e18 and fabs(xhi) < 4e18):
+        return None
+    i_lo = <int64_t>xlo
+    i_hi = <int64_t>xhi
+    n = i_hi - i_lo + 1
+    if n > max_buckets or n < 1:
+        return None
+    if n >= 2048:  # discretize._COARSE_MIN_BUCKETS
+        for lvl in levels:
+            c = lvl[0]
+            if 4 * c <= n:
+                lv[nlev] = c
+                th[nlev] = lvl[1]
+                nlev += 1
+    probs = np.empty(n, dtype=np.float64)
+    cdef double[::1] pv = probs
+    with nogil:
+        status = fpld_psg_leaf(q, v, sd, remove, cre, lat, h, i_lo, i_hi, lv, th, nlev, &x16[0], &w16[0],
+                               &x8[0], &w8[0], &pv[0], out)
+    if status == 100:
+        return None
+    if status == 2:
+        raise ValueError("the discretisation window holds no probability mass; the mechanism parameters are degenerate")
+    if status == 3:
+        raise MemoryError("psg_leaf: out of memory")
+    if status != 0:
+        raise ValueError("psg_leaf: invalid argument")
+    cdef double ref = out[0], mu = out[1], widen = out[2], mean_err = out[4], total = out[6]
+    cdef double slack = 0.0, p, r, pc
+    cdef int sizes[4]
+    sizes[:] = [3, 9, 27, 81]
+    # discretize._discretize_continuous: mix and the slack of _check_mu, the same operations
+    mix = []
+    for j in range(4):
+        pc = out[7 + j]
+        if pc > 0:
+            p = pc / total * (1 + 1e-9) + 1e-300
+            if not p < 1.0:  # min(1.0, p)
+                p = 1.0
+            r = sizes[j] * h + widen
+            mix.append((p, r, fabs(mu) + (sizes[j] * h + widen) / 2 + mean_err))
+            slack = slack + p * r
+    return probs, ref + mu, h + widen, out[3], mean_err, out[5], tuple(mix), mu, widen + slack

@@ -46,6 +46,12 @@ own), inflated for their summation; moving mass from the fine region to a coarse
 one only increases the bound.  :mod:`fastpld.compose` multiplies these MGF bounds
 over the independent leaf copies and the re-discretisations' Hoeffding factors
 and optimises the Chernoff bound over ``lam``.
+
+Compiled leaf.  With ``native=True`` the subsampled Gaussian's leaf (window, cells, CDF/SF/density
+at the edges, masses, partial mean, normalisation and round-off terms) runs in one compiled call,
+:func:`fastpld._kernels.psg_leaf`, with the operations of the code below in the same order: the
+same GridPMF, bitwise (``tests/test_leaf_native.py``).  Other losses, and ``native=False``, run
+the code below.
 """
 from __future__ import annotations
 
@@ -93,7 +99,9 @@ def truncation_window(loss: ContinuousLoss, tail: float, native: bool = False) -
     scale give a valid window; the ladder then starts from the same place).
     """
     if getattr(loss, "_psg", None) is not None and tail < 1e-3:
-        r = _psg_window(loss, tail)
+        # (native: the same candidates and arithmetic in one compiled call)
+        r = (_kernels.psg_window(*loss._psg, tail, _PSG_STEPS) if native and _kernels.have_leaf()
+             else _psg_window(loss, tail))
         if r is not None:
             return r
     cs = loss._native_moments() if native and hasattr(loss, "_native_moments") else None
@@ -169,6 +177,15 @@ def discretize_loss(loss: PrivacyLoss, mesh: float, tail: float, *, lattice: flo
     GridPMF
         Masses ``q_i`` at ``lattice + i h + mu`` with ``E[Y_tilde] = E[Y | window]``.
     """
+    # (checked here, not by the numerical code, where they would turn into a NaN or an obscure error)
+    if not (isinstance(mesh, (int, float, np.integer, np.floating)) and 0 < mesh < math.inf):
+        raise ValueError(f"mesh must be a finite number > 0, got {mesh!r}")
+    if not (isinstance(tail, (int, float, np.integer, np.floating)) and 0 <= tail < math.inf):
+        raise ValueError(f"tail must be a finite number >= 0, got {tail!r}")
+    if not (isinstance(lattice, (int, float, np.integer, np.floating)) and math.isfinite(lattice)):
+        raise ValueError(f"lattice must be a finite number, got {lattice!r}")
+    if coarse is not None and not (len(coarse) == 2 and all(math.isfinite(x) for x in coarse) and coarse[1] >= 0):
+        raise ValueError(f"coarse must be a pair (lam, budget) of finite numbers with budget >= 0, got {coarse!r}")
     if isinstance(loss, DiscreteLoss):
         return _discretize_discrete(loss, mesh, lattice, max_buckets)
     return _discretize_continuous(loss, mesh, tail, lattice, max_buckets, native, coarse)
@@ -211,6 +228,15 @@ def _check_mu(mu, h, slack):
 
 def _discretize_continuous(loss: ContinuousLoss, h: float, tail: float, lattice: float, max_buckets: int,
                            native: bool = False, coarse: tuple[float, float] | None = None) -> GridPMF:
+    if native and tail < 1e-3 and getattr(loss, "_psg", None) is not None and not loss.atoms and _kernels.have_leaf():
+        # the subsampled Gaussian: window and leaf below in one compiled call, the same operations
+        # (None: the window or the range takes another branch below)
+        r = _kernels.psg_leaf_full(*loss._psg, loss.cdf_rel_error, tail, _PSG_STEPS, lattice, h, max_buckets,
+                                   _coarse_levels(h, tail, coarse))
+        if r is not None:
+            probs, offset, crange, tv, bias, truncated, mix, mu, slack = r
+            _check_mu(mu, h, slack)
+            return GridPMF(probs, offset, h, coupling_range=crange, tv=tv, bias=bias, truncated=truncated, mix=mix)
     a0, b0 = truncation_window(loss, tail, native)
     # keep atoms away from bucket edges so that every edge lies where F is continuous
     for shift in (0.0, 0.25, 0.125, 0.375):
@@ -227,6 +253,10 @@ def _discretize_continuous(loss: ContinuousLoss, h: float, tail: float, lattice:
             f"discretising the privacy loss needs {n} buckets (mesh {h:.3g} over [{a0:.4g}, {b0:.4g}]), "
             f"more than max_buckets={max_buckets}; increase eps_error or max_buckets"
         )
+    if native and getattr(loss, "_psg", None) is not None and _kernels.have_leaf():
+        pmf = _psg_leaf(loss, h, tail, lat, i_lo, i_hi, n, coarse)
+        if pmf is not None:
+            return pmf
     # cells: fine buckets, or (coarse tails) runs of c buckets starting at absolute index starts[k]
     cells = _coarse_cells(loss, lat, h, i_lo, i_hi, coarse, tail) if coarse is not None else None
     if cells is None:
@@ -305,6 +335,42 @@ def _discretize_continuous(loss: ContinuousLoss, h: float, tail: float, lattice:
                      abs(mu) + (c * h + widen) / 2 + mean_err)
                     for c in _COARSE_LEVELS[::-1] if c < pc.size and pc[c] > 0)
     # (coarse cells move the discretised mean by at most their mass times half their width)
+    _check_mu(mu, h, widen + sum(p * r for p, r, _ in mix))
+    return GridPMF(qn, ref + mu, h, coupling_range=h + widen, tv=tv, bias=mean_err, truncated=truncated, mix=mix)
+
+
+def _coarse_levels(h: float, tail: float, coarse) -> list:
+    """``(c, threshold)`` of the coarse levels whose threshold exceeds ``tail`` (the filter of
+    :func:`_coarse_cells` but for ``4 c <= n``), decreasing ``c``; empty without ``coarse``."""
+    if coarse is None:
+        return []
+    thr = _coarse_thresholds(h, float(coarse[0]), float(coarse[1]))
+    return [(c, thr[c]) for c in _COARSE_LEVELS if c in thr and thr[c] > tail]
+
+
+def _psg_leaf(loss, h: float, tail: float, lat: float, i_lo: int, i_hi: int, n: int, coarse):
+    """The rest of :func:`_discretize_continuous` for the subsampled Gaussian in one compiled call
+    (:func:`fastpld._kernels.psg_leaf`): the coarse cells of :func:`_coarse_cells`, the CDF/SF/density
+    at the edges, masses, partial mean, normalisation and round-off certificate with the same
+    operations in the same order, so every field equals the native path's above bitwise
+    (tests/test_leaf_native.py).  ``None``: run that path instead."""
+    levels = ()
+    if coarse is not None and n >= _COARSE_MIN_BUCKETS:  # (the filter of _coarse_cells)
+        thr = _coarse_thresholds(h, float(coarse[0]), float(coarse[1]))
+        levels = [(c, thr[c]) for c in _COARSE_LEVELS if c in thr and thr[c] > tail and 4 * c <= n]
+    q, v, sd, remove = loss._psg
+    try:
+        r = _kernels.psg_leaf(q, v, sd, remove, loss.cdf_rel_error, lat, h, i_lo, i_hi, levels)
+    except ValueError as e:
+        if "no mass" in str(e):
+            raise ValueError("the discretisation window holds no probability mass; the mechanism parameters "
+                             "are degenerate") from None
+        raise
+    if r is None:
+        return None
+    qn, (ref, mu, widen, tv, mean_err, truncated, total, pc3, pc9, pc27, pc81, _) = r
+    mix = tuple((min(1.0, pc / total * (1 + 1e-9) + 1e-300), c * h + widen, abs(mu) + (c * h + widen) / 2 + mean_err)
+                for c, pc in ((3, pc3), (9, pc9), (27, pc27), (81, pc81)) if pc > 0)
     _check_mu(mu, h, widen + sum(p * r for p, r, _ in mix))
     return GridPMF(qn, ref + mu, h, coupling_range=h + widen, tv=tv, bias=mean_err, truncated=truncated, mix=mix)
 

@@ -1,0 +1,175 @@
+"""The fused compiled leaf of the Poisson-subsampled Gaussian (``_kernels.psg_window`` and
+``_kernels.psg_leaf``, used by ``discretize_loss(..., native=True)``) against the path it
+replaces (numpy window, compiled kernels step by step): every field of the GridPMF bitwise equal;
+and against the numpy reference (``native=False`` without the compiled core) within round-off."""
+import math
+
+import numpy as np
+import pytest
+
+import fastpld
+from fastpld import _kernels
+from fastpld import discretize as D
+from fastpld import mechanisms as M
+
+pytestmark = pytest.mark.skipif(not _kernels.have_leaf(), reason="compiled leaf kernels unavailable")
+
+# lam and per-copy budget of a 10,000-copy plan at eps_error 0.1 (as benchmarks/bench_heterogeneous.py)
+_LAM = 2 * math.log(2 / 4e-9) / 0.097
+COARSE = [None, (_LAM, 0.01 * 0.1 * _LAM / 10_000), (_LAM / 10, 1e-6)]
+
+
+def _stepwise(*args, **kw):
+    """discretize_loss through the numpy window and the per-step compiled kernels (the old native path)."""
+    have, _kernels.have_leaf = _kernels.have_leaf, lambda: False
+    try:
+        return D.discretize_loss(*args, **kw)
+    finally:
+        _kernels.have_leaf = have
+
+
+def _numpy(*args, **kw):
+    """The numpy reference: native=False and no compiled kernel anywhere."""
+    core, _kernels._core = _kernels._core, None
+    try:
+        return D.discretize_loss(*args, native=False, **kw)
+    finally:
+        _kernels._core = core
+
+
+def _assert_bitwise(a, b):
+    assert a.probs.dtype == b.probs.dtype and a.probs.shape == b.probs.shape
+    assert np.array_equal(a.probs, b.probs)
+    for f in ("offset", "mesh", "coupling_range", "tv", "bias", "truncated"):
+        assert getattr(a, f) == getattr(b, f), f
+    assert a.mix == b.mix
+
+
+def _run(fn, *args, **kw):
+    try:
+        return fn(*args, **kw)
+    except ValueError as e:
+        return str(e)
+
+
+@pytest.mark.parametrize("sigma,q", [(0.5, 0.005), (1.0, 0.001), (1.0, 0.0123), (1.0, 0.02), (2.0, 0.1),
+                                     (5.0, 0.5), (0.8, 0.9)])
+@pytest.mark.parametrize("direction", ["remove", "add"])
+def test_fused_leaf_is_bitwise_the_stepwise_native_leaf(sigma, q, direction):
+    M._LOSS_CACHE.clear()
+    loss = fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses()[direction]
+    coarse_seen = 0
+    for h in (3e-2, 3e-4, 1e-4):
+        for tail in (1e-14, 1e-8, 2e-3):  # (2e-3: above _psg_window's range, the ladder's window)
+            for coarse in COARSE:
+                for lattice in (0.0, 0.37 * h, -1.5 * h):
+                    kw = dict(lattice=lattice, native=True, coarse=coarse, max_buckets=1 << 22)
+                    a = _run(D.discretize_loss, loss, h, tail, **kw)
+                    b = _run(_stepwise, loss, h, tail, **kw)
+                    if isinstance(a, str) or isinstance(b, str):
+                        assert a == b
+                        continue
+                    _assert_bitwise(a, b)
+                    coarse_seen += bool(a.mix)
+    assert coarse_seen > 0 or q > 0.1 or sigma > 1  # the sweep reaches the coarse cells
+
+
+@pytest.mark.parametrize("sigma", [0.3, 1.0, 4.0, 50.0])
+@pytest.mark.parametrize("q", [1e-4, 0.01, 0.3, 0.999])
+def test_fused_window_is_bitwise_the_numpy_window(sigma, q):
+    losses = fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses()
+    for direction in ("remove", "add"):
+        loss = losses[direction]
+        for tail in 10.0 ** np.arange(-300, -3, 1.75):
+            a = _kernels.psg_window(*loss._psg, float(tail), D._PSG_STEPS)
+            assert a == D._psg_window(loss, float(tail))
+            if a is not None:  # where it matters: computed CDF and SF at most tail at the ends
+                F, S, _ = _kernels.psg_eval(np.array(a), *loss._psg, want_pdf=False)
+                assert F[0] <= tail and S[1] <= tail
+
+
+@pytest.mark.parametrize("q", [0.005, 0.02])
+@pytest.mark.parametrize("direction", ["remove", "add"])
+@pytest.mark.parametrize("coarse", COARSE[:2])
+def test_fused_leaf_within_round_off_of_the_numpy_reference(q, direction, coarse):
+    M._LOSS_CACHE.clear()
+    loss = fastpld.PoissonSubsampledGaussian(1.0, q).privacy_losses()[direction]
+    h, tail = 3e-4, 1e-13
+    a = D.discretize_loss(loss, h, tail, native=True, coarse=coarse)
+    b = _numpy(loss, h, tail, coarse=coarse)
+    assert a.probs.shape == b.probs.shape and a.mesh == b.mesh
+    assert np.count_nonzero(a.probs) == np.count_nonzero(b.probs)
+    # (CDFs by libm's erfc vs scipy's ndtr, sums in another order: the masses agree to ~1e-13
+    # relative where they matter, far inside the round-off the certificate charges)
+    np.testing.assert_allclose(a.probs, b.probs, rtol=1e-9, atol=1e-18)
+    assert abs(a.offset - b.offset) <= a.bias + b.bias
+    assert a.coupling_range == pytest.approx(b.coupling_range, rel=1e-9)
+    assert a.tv == pytest.approx(b.tv, rel=1e-6, abs=1e-30)
+    assert a.truncated == pytest.approx(b.truncated, rel=1e-9, abs=1e-300)
+    assert a.bias == pytest.approx(b.bias, rel=1e-6)
+    assert len(a.mix) == len(b.mix)
+    for ra, rb in zip(a.mix, b.mix):
+        np.testing.assert_allclose(ra, rb, rtol=1e-9)
+
+
+def test_generic_losses_keep_their_path():
+    # no compiled leaf for a Gaussian loss or a subsampled Laplace: the native and stepwise paths agree
+    for loss in (fastpld.Gaussian(2.0).privacy_losses()["remove"],
+                 fastpld.PoissonSubsampledLaplace(1.0, 0.1).privacy_losses()["add"]):
+        _assert_bitwise(D.discretize_loss(loss, 1e-3, 1e-12, native=True),
+                        _stepwise(loss, 1e-3, 1e-12, native=True))
+
+
+@pytest.mark.parametrize("kw,name", [
+    (dict(mesh=0.0), "mesh"), (dict(mesh=-1e-3), "mesh"), (dict(mesh=math.nan), "mesh"), (dict(mesh=math.inf), "mesh"),
+    (dict(tail=-1.0), "tail"), (dict(tail=math.nan), "tail"), (dict(lattice=math.nan), "lattice"),
+    (dict(coarse=(math.nan, 1e-3)), "coarse"), (dict(coarse=(1.0, -1e-3)), "coarse"),
+    (dict(max_buckets=100), "max_buckets"),
+])
+@pytest.mark.parametrize("native", [True, False])
+def test_bad_input_names_the_parameter(kw, name, native):
+    loss = fastpld.PoissonSubsampledGaussian(1.0, 0.01).privacy_losses()["remove"]
+    args = dict(mesh=1e-3, tail=1e-10) | kw
+    with pytest.raises(ValueError, match=name):
+        D.discretize_loss(loss, args.pop("mesh"), args.pop("tail"), native=native, **args)
+
+
+def test_kernel_refuses_bad_arguments():
+    x16, w16 = _kernels._GL16
+    x8, w8 = _kernels._GL8
+    ok = dict(q=0.01, v=1.0, sd=1.0, remove=True, cre=1e-11, lat=0.0, h=1e-3, i_lo=-10, i_hi=10, levels=())
+    for bad in (dict(q=0.0), dict(q=1.0), dict(v=-1.0), dict(sd=0.0), dict(h=0.0), dict(i_hi=-11),
+                dict(levels=((2, 1e-5),)), dict(levels=((9, 1e-5), (27, 1e-5))), dict(levels=((15, 1e-5), (9, 1e-5))),
+                dict(levels=((243 * 3, 1e-5), (3, 1e-5))), dict(levels=((81, 1e-5),) * 5)):
+        with pytest.raises(ValueError):
+            _kernels._leaf.psg_leaf(*(ok | bad).values(), x16, w16, x8, w8)
+    with pytest.raises(ValueError):
+        _kernels.psg_window(0.01, 1.0, 1.0, True, 1e-10, np.zeros(0))
+
+
+def test_fused_leaf_in_threads_matches_serial():
+    from concurrent.futures import ThreadPoolExecutor
+    losses = [fastpld.PoissonSubsampledGaussian(1.0, float(q)).privacy_losses()[d]
+              for q in np.linspace(0.005, 0.02, 4) for d in ("remove", "add")]
+    run = lambda loss: D.discretize_loss(loss, 3e-4, 1e-13, native=True, coarse=COARSE[1])  # noqa: E731
+    serial = [run(loss) for loss in losses]
+    with ThreadPoolExecutor(4) as pool:
+        for a, b in zip(pool.map(run, losses * 2), serial * 2):
+            _assert_bitwise(a, b)
+
+
+@pytest.mark.parametrize("sigma", [0.1, 1.0, 10.0])
+@pytest.mark.parametrize("remove", [True, False])
+def test_blocked_moments_are_bitwise_the_moments(sigma, remove):
+    # the fused leaf's partial mean (fpld_psg_moments_blocked) against fpld_psg_moments
+    (x16, w16), (x8, w8) = _kernels._GL16, _kernels._GL8
+    v = 1 / sigma**2
+    sd = math.sqrt(v)
+    rng = np.random.default_rng(7)
+    for q in (1e-4, 0.01, 0.5, 0.99):
+        for a, b in [sorted(rng.normal(0, 20 * sd + 3, 2)) for _ in range(30)] + [(-math.inf, math.inf), (2.0, 2.0)]:
+            for lo, hi in ((a, b), (-math.inf, b), (a, math.inf)):
+                args = (float(lo), float(hi), q, v, sd, remove, x16, w16, x8, w8)
+                assert _kernels._leaf.psg_moments_blocked(*args) == _kernels._leaf.psg_moments(*args)
+    with pytest.raises(ValueError):
+        _kernels._leaf.psg_moments_blocked(math.nan, 1.0, 0.01, v, sd, remove, x16, w16, x8, w8)
