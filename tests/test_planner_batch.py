@@ -240,3 +240,29 @@ def test_predict_equals_per_node_reference(native):
                 ref = _reference_predict(*args, {}, b, native)
             assert meshes == ref[0] and cost == ref[1]
             assert [sizes[id(o)] for o in plan.order] == [ref[2][id(o)] for o in plan.order]
+
+
+@pytest.mark.parametrize("n", [40, 300])
+def test_choose_plan_candidates_equal_fresh_builds(n):
+    """Every ranked candidate (shared grids, merge order and window memo) equals its plan built and
+    predicted alone; the sampled chain ranking (many parts) and the full product (few) both."""
+    C = _C()
+    de = 1e-8
+    b = C._Budgets(eps=0.1, delta=de, eta=C._SHARE_ETA * de, trunc=C._SHARE_TRUNC * de,
+                   wrap=C._SHARE_WRAP * de, fp=C._SHARE_FP * de)
+    log_term, eps_az = math.log(2 / b.eta), 0.1 * (1 - C._EPS_RESERVE)
+    M._LOSS_CACHE.clear()
+    r = np.random.default_rng(n)
+    events = [(fastpld.PoissonSubsampledGaussian(float(r.uniform(0.7, 3)), float(r.uniform(1e-3, 0.1))),
+               int(np.exp(r.uniform(0, 6)))) for _ in range(n)]
+    for parts in C._direction_parts(C._normalise_events(events, None)).values():
+        ranked = C._choose_plan(parts, "auto", None, eps_az, log_term, b, True)
+        assert len(ranked) >= 2
+        for cost, plan, meshes in ranked:
+            arity = next((p["arity"] for p in plan.params if "arity" in p), 16)  # (small counts: any)
+            fresh = C._build_plan(parts, plan.method, arity, plan.params[0].get("merge"), True)
+            k = fresh.n_nodes + fresh.n_leaves
+            m2, c2, _ = C._predict(fresh, eps_az, log_term, b.wrap / k, b.trunc / k, {}, b, True)
+            assert (c2, m2) == (cost, meshes)
+            assert [(type(o).__name__, o.group, o.count) for o in fresh.order] == \
+                [(type(o).__name__, o.group, o.count) for o in plan.order]

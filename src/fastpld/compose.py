@@ -345,7 +345,8 @@ def _gauss_extend(loss, kp, kn, far=None):
 
 
 _I512 = int(np.searchsorted(_S_ABS, 512.0, side="right")) - 1  # _gauss_extend's test point
-_E2_S = _S_ABS >= 1e-3  # grid points for the second-moment bound of _far_from_gauss
+# grid points for the second-moment bound of _far_from_gauss (every third from s = 1e-3: any s is valid)
+_E2_S = np.nonzero(_S_ABS >= 1e-3)[0][::3]
 
 
 def _far_from_gauss(kp, kn):
@@ -1663,14 +1664,14 @@ def _choose_plan(parts, method, arity, eps_az, log_term, budgets, native=False, 
     sig = {ch: tuple(_chain_signature(c, ch[0], ch[1]) for c in counts) for ch in chains}
     chains = [ch for i, ch in enumerate(chains) if sig[ch] not in {sig[x] for x in chains[:i]}]
 
-    order = []  # _merge_order of the parts, once for every grouped candidate
+    merge_order = []  # _merge_order of the parts, once for every grouped candidate
 
     def evaluate(chain, merge):
         key = (chain, merge)
         if key not in memo:
-            if merge is not None and len(parts) > merge and not order:
-                order.extend(_merge_order(parts, native))
-            plan = _build_plan(parts, chain[0], chain[1], merge, native, order=order or None)
+            if merge is not None and len(parts) > merge and not merge_order:
+                merge_order.extend(_merge_order(parts, native))
+            plan = _build_plan(parts, chain[0], chain[1], merge, native, order=merge_order or None)
             n_obj = plan.n_nodes + plan.n_leaves
             meshes, cost, _ = _predict(plan, eps_az, log_term, budgets.wrap / n_obj, budgets.trunc / n_obj,
                                        wcache, budgets, native)

@@ -785,14 +785,15 @@ class SubsampledLoss(ContinuousLoss):
             memo.update(zip(need, vals.tolist()))
         return np.array([memo[v] for v in flat.tolist()], dtype=np.float64).reshape(a.shape)
 
-    def _binomial_chord(self, x, shift):
+    def _binomial_chord(self, x, shift, need=None):
         """``_integer_chord(lambda a: self._K_binom(a + shift), x)`` by the compiled kernel (same terms).
 
         Its memo (one per (pair, q), apart from the numpy one: the compiled sums may differ in the
         last bit, and a backend's results must not depend on which backend filled a memo first)
         holds each order's sum, which does not depend on the other orders requested.
         """
-        need = int(np.max(x)) + shift + 2 if x.size else 2
+        if need is None:  # (the caller may know it: many losses on one grid)
+            need = int(np.max(x)) + shift + 2 if x.size else 2
         tabs = self.pair.__dict__.setdefault("_binom_native", {})
         t = tabs.get(self.q)
         if t is None or t[2].size < need:
@@ -969,16 +970,17 @@ def subsampled_log_mgf_rows(losses, s, *, native=False):
                     vals[r] = np.logaddexp(lq1[r, 0], lq[r, 0] + losses[i].pair.log_moment_P(lam))
             out[np.ix_(rows, np.nonzero(conv)[0])] = vals
         if chord.any():
-            cols = np.nonzero(chord)[0]
-            for i in rows:
+            ks = np.empty((len(rows), x.size))
+            need = int(np.max(x)) + shift + 2 if x.size else 2
+            for r, i in enumerate(rows):
                 loss = losses[i]
                 if native:
-                    k = loss._binomial_chord(x, shift)
+                    ks[r] = loss._binomial_chord(x, shift, need)
                 elif shift:
-                    k = _integer_chord(lambda a, loss=loss: loss._K_binom(a + 1), x)
+                    ks[r] = _integer_chord(lambda a, loss=loss: loss._K_binom(a + 1), x)
                 else:
-                    k = _integer_chord(loss._K_binom, x)
-                out[i, cols] = np.where(known, k, np.inf)
+                    ks[r] = _integer_chord(loss._K_binom, x)
+            out[np.ix_(rows, np.nonzero(chord)[0])] = np.where(known, ks, np.inf)
     return out
 
 
