@@ -266,3 +266,16 @@ def test_choose_plan_candidates_equal_fresh_builds(n):
             assert (c2, m2) == (cost, meshes)
             assert [(type(o).__name__, o.group, o.count) for o in fresh.order] == \
                 [(type(o).__name__, o.group, o.count) for o in plan.order]
+
+
+def test_psg_mean_sq_equals_psg_moments():
+    """The 16-point-only kernel behind SubsampledLoss.mean/std gives psg_moments' I1, I2 bitwise."""
+    from fastpld import _kernels as K
+    r = np.random.default_rng(2)
+    for _ in range(300):
+        q = float(np.exp(r.uniform(-12, -0.01)))
+        sigma = float(np.exp(r.uniform(-1.5, 4)))
+        v = 1 / sigma ** 2
+        remove = bool(r.integers(2))
+        full = K.psg_moments(-math.inf, math.inf, q, v, math.sqrt(v), remove)
+        assert _same(K.psg_mean_sq(q, v, math.sqrt(v), remove), (full[0], full[3]))

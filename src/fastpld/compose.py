@@ -465,7 +465,6 @@ def _predict(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache=None, budgets
 def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets, native=False):
     if wcache is None:
         wcache = {}
-    a = plan.copies_per_group()
     widths = {g: 0.0 for g in plan.groups}
     node_w = {}
     # Windows first, in array passes (a heterogeneous plan has a leaf per part and blocks of many
@@ -476,14 +475,32 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
     single = {}
     keys = {}
     stats = {}  # per node: (instances, sum and max of the multiplicities, number of children)
+    height = {}  # leaves 0, nodes 1 + their highest child (for _agg_windows)
+    a = {g: 0 for g in plan.groups}  # plan.copies_per_group(), in this pass
+    leaf_lt = {}
     insts = plan.instances
     for o in plan.order:
         inst = insts[id(o)]
         if isinstance(o, _Leaf):
+            a[o.group] += inst
+            height[id(o)] = 0
             single[id(o)] = (o.loss, 1)
-            keys[id(o)] = (id(o.loss), 1, round(math.log(trunc_tail / max(inst, 1))))
+            lt = leaf_lt.get(inst)
+            if lt is None:
+                lt = leaf_lt[inst] = round(math.log(trunc_tail / max(inst, 1)))
+            keys[id(o)] = (id(o.loss), 1, lt)
             continue
-        ms = [m for _, m in o.children]
+        g = o.group
+        h = 0
+        ms = []
+        for c, m in o.children:
+            ms.append(m)
+            if c.group != g:
+                a[g] += inst * m
+            hc = height[id(c)]
+            if hc > h:
+                h = hc
+        height[id(o)] = h + 1
         stats[id(o)] = (inst, sum(ms), max(ms), len(ms))
         first = single.get(id(o.children[0][0]))
         if first is None:
@@ -498,8 +515,11 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
             single[id(o)] = (first[0], copies)
             keys[id(o)] = (id(first[0]), copies, round(math.log(wrap_tail / max(inst, 1))))
     _single_windows(wcache, [(single[i][0], k) for i, k in keys.items() if k not in wcache], native)
-    windows = _agg_windows(plan, single, keys, wrap_tail, wcache, native)
-    pw_memo = {}  # _precision_weight depends on the node through these only
+    windows = _agg_windows(plan, single, keys, height, wrap_tail, wcache, native)
+    # _precision_weight depends on the node through its stats only, and on its atoms where the
+    # plain round-off estimate matters (as in _predicted_precision, which asks for them only then)
+    pw_memo = {}
+    pw_allow = 0.25 * (budgets.fp / (plan.n_nodes + plan.n_leaves)) if budgets is not None else math.inf
     for o in plan.order:
         key = keys.get(id(o))
         lo, hi = wcache[key] if key is not None else windows[id(o)]
@@ -507,7 +527,9 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
         if isinstance(o, _Leaf):
             widths[o.group] += _LEAF_COST * w
         else:
-            sk = (stats[id(o)], _has_atoms(o))
+            sk = stats[id(o)]
+            if _fp_plain(sk[0], sk[1], 13, _U64_CAST) > pw_allow:
+                sk = (sk, _has_atoms(o))
             pw = pw_memo.get(sk)
             if pw is None:
                 pw = pw_memo[sk] = _precision_weight(o, plan, budgets)
@@ -540,7 +562,9 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
             nn = max(n, 2.0)
             lg = math.ceil(math.log2(nn))
             st = stats[id(o)]
-            pk = (st, _has_atoms(o), lg)
+            pk = (st, lg)
+            if _fp_plain(st[0], st[1], lg) > 0.25 * allowance:  # (_predicted_precision's test for the atoms)
+                pk = (st, lg, _has_atoms(o))
             r = pp_memo.get(pk)
             if r is None:
                 inst, msum, mmax, nk = st
@@ -599,28 +623,35 @@ def _single_windows(wcache, todo, native):
             wcache[k] = _est_window([(loss, k[1])], math.exp(k[2]), native)
         return
     st = _grid_stack(wcache, [loss for loss, _ in todo], native)
+    srow = st[0]
     by_lt = {}
     for loss, k in todo:
         by_lt.setdefault(k[2], []).append((loss, k))
     for lt_key, items in by_lt.items():
         lt = math.log(math.exp(lt_key))  # as _est_window(..., math.exp(lt)) takes the log of its tail
-        rows = np.array([st[0][id(loss)] for loss, _ in items])
-        c = np.array([float(k[1]) for _, k in items])[:, None]
+        rows = np.array([srow[id(loss)] for loss, _ in items], dtype=np.intp)
+        copies = [k[1] for _, k in items]
+        kp, kn = np.take(st[1], rows, axis=0), np.take(st[2], rows, axis=0)
+        if any(c != 1 for c in copies):  # (x * 1.0 == x)
+            c = np.array(copies, dtype=np.float64)[:, None]
+            np.multiply(c, kp, out=kp)
+            np.multiply(c, kn, out=kn)
         with np.errstate(invalid="ignore", over="ignore"):
-            up = np.min((c * st[1][rows] - lt) / _S_ABS, axis=1)
-            lo = -np.min((c * st[2][rows] - lt) / _S_ABS, axis=1)
+            np.subtract(kp, lt, out=kp)
+            np.subtract(kn, lt, out=kn)
+            up = np.min(np.divide(kp, _S_ABS, out=kp), axis=1).tolist()
+            lo = (-np.min(np.divide(kn, _S_ABS, out=kn), axis=1)).tolist()
+        lo_s, hi_s = st[3][rows].tolist(), st[4][rows].tolist()
         for j, (loss, k) in enumerate(items):
-            lo_j, up_j = float(lo[j]), float(up[j])
+            lo_j, up_j = lo[j], up[j]
             if not (math.isfinite(lo_j) and math.isfinite(up_j)):  # NaN or no MGF: _est_window's fallback
                 wcache[k] = _est_window([(loss, k[1])], math.exp(lt_key), native)
                 continue
-            copies = k[1]
-            lo_sup = copies * loss.support[0] if math.isfinite(loss.support[0]) else -math.inf
-            hi_sup = copies * loss.support[1] if math.isfinite(loss.support[1]) else math.inf
-            wcache[k] = (max(lo_j, lo_sup), min(up_j, hi_sup))
+            # (copies >= 1: an infinite support end stays infinite, as _est_window's test for it gave)
+            wcache[k] = (max(lo_j, copies[j] * lo_s[j]), min(up_j, copies[j] * hi_s[j]))
 
 
-def _agg_windows(plan, single, keys, wrap_tail, wcache, native):
+def _agg_windows(plan, single, keys, height, wrap_tail, wcache, native):
     """Wrap windows of the nodes not holding copies of one loss (``keys`` has those): their children's
     summed MGF grids (``sum_c m_c (copies_c K_c)``) and Chernoff quantiles, as _predict_impl computed them
     node by node, here in array passes over the nodes of one height and number of children.
@@ -630,14 +661,10 @@ def _agg_windows(plan, single, keys, wrap_tail, wcache, native):
     """
     stack = _grid_stack(wcache, [s[0] for s in single.values()], native)
     srow, s_kp, s_kn, s_lo, s_hi = stack
-    height, groups = {}, {}
+    groups = {}
     for o in plan.order:
-        if isinstance(o, _Leaf):
-            height[id(o)] = 0
-            continue
-        h = height[id(o)] = 1 + max(height[id(c)] for c, _ in o.children)
         if id(o) not in keys:
-            groups.setdefault((h, len(o.children)), []).append(o)
+            groups.setdefault((height[id(o)], len(o.children)), []).append(o)
     agg = {}  # id(node) -> (kp row, kn row, lo_sum, hi_sum)
     out = {}
     n_s = _S_ABS.size

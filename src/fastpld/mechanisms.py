@@ -868,7 +868,7 @@ class SubsampledLoss(ContinuousLoss):
         """
         if self._psg is not None:
             q, v, sd, remove = self._psg
-            m1, _, _, m2, _, _ = _kernels.psg_moments(-math.inf, math.inf, q, v, sd, remove)
+            m1, m2 = _kernels.psg_mean_sq(q, v, sd, remove)  # (psg_moments' I1 and I2, bitwise)
             if not remove:
                 m1 = -m1
             self._std = float(math.sqrt(max(m2 - m1 * m1, 0.0)))
