@@ -514,8 +514,9 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
         else:
             single[id(o)] = (first[0], copies)
             keys[id(o)] = (id(first[0]), copies, round(math.log(wrap_tail / max(inst, 1))))
-    _single_windows(wcache, [(single[i][0], k) for i, k in keys.items() if k not in wcache], native)
-    windows = _agg_windows(plan, single, keys, height, wrap_tail, wcache, native)
+    stack = _grid_stack(wcache, [s[0] for s in single.values()], native)
+    _single_windows(wcache, [(single[i][0], k) for i, k in keys.items() if k not in wcache], native, stack)
+    windows = _agg_windows(plan, single, keys, height, wrap_tail, stack, native)
     # _precision_weight depends on the node through its stats only, and on its atoms where the
     # plain round-off estimate matters (as in _predicted_precision, which asks for them only then)
     pw_memo = {}
@@ -613,16 +614,17 @@ def _grid_stack(wcache, losses, native):
     return st
 
 
-def _single_windows(wcache, todo, native):
+def _single_windows(wcache, todo, native, stack=None):
     """Fill ``wcache[(id(loss), copies, lt)]`` with ``_est_window([(loss, copies)], e^lt)`` for ``todo``
     (pairs ``(loss, key)``), in one array pass per ``lt``: the same quotients and minima as the
-    Chernoff kernels (bitwise); the rare keys without finite quantiles go through _est_window."""
+    Chernoff kernels (bitwise); the rare keys without finite quantiles go through _est_window.
+    ``stack``: :func:`_grid_stack` holding the losses, if at hand.  (Called under _predict's errstate.)"""
     todo = list({k: (loss, k) for loss, k in todo}.values())
     if len(todo) < 4:
         for loss, k in todo:
             wcache[k] = _est_window([(loss, k[1])], math.exp(k[2]), native)
         return
-    st = _grid_stack(wcache, [loss for loss, _ in todo], native)
+    st = stack if stack is not None else _grid_stack(wcache, [loss for loss, _ in todo], native)
     srow = st[0]
     by_lt = {}
     for loss, k in todo:
@@ -636,11 +638,10 @@ def _single_windows(wcache, todo, native):
             c = np.array(copies, dtype=np.float64)[:, None]
             np.multiply(c, kp, out=kp)
             np.multiply(c, kn, out=kn)
-        with np.errstate(invalid="ignore", over="ignore"):
-            np.subtract(kp, lt, out=kp)
-            np.subtract(kn, lt, out=kn)
-            up = np.min(np.divide(kp, _S_ABS, out=kp), axis=1).tolist()
-            lo = (-np.min(np.divide(kn, _S_ABS, out=kn), axis=1)).tolist()
+        np.subtract(kp, lt, out=kp)
+        np.subtract(kn, lt, out=kn)
+        up = np.min(np.divide(kp, _S_ABS, out=kp), axis=1).tolist()
+        lo = (-np.min(np.divide(kn, _S_ABS, out=kn), axis=1)).tolist()
         lo_s, hi_s = st[3][rows].tolist(), st[4][rows].tolist()
         for j, (loss, k) in enumerate(items):
             lo_j, up_j = lo[j], up[j]
@@ -651,15 +652,15 @@ def _single_windows(wcache, todo, native):
             wcache[k] = (max(lo_j, copies[j] * lo_s[j]), min(up_j, copies[j] * hi_s[j]))
 
 
-def _agg_windows(plan, single, keys, height, wrap_tail, wcache, native):
+def _agg_windows(plan, single, keys, height, wrap_tail, stack, native):
     """Wrap windows of the nodes not holding copies of one loss (``keys`` has those): their children's
     summed MGF grids (``sum_c m_c (copies_c K_c)``) and Chernoff quantiles, as _predict_impl computed them
     node by node, here in array passes over the nodes of one height and number of children.
 
     The sums run child by child in child order (``acc + row``), the quotients and minima are the
     Chernoff kernels' (bitwise the same windows); a node without finite quantiles gets _est_window's.
+    ``stack``: :func:`_grid_stack` of the single-loss objects' losses.  (Called under _predict's errstate.)
     """
-    stack = _grid_stack(wcache, [s[0] for s in single.values()], native)
     srow, s_kp, s_kn, s_lo, s_hi = stack
     groups = {}
     for o in plan.order:
@@ -720,9 +721,8 @@ def _agg_windows(plan, single, keys, height, wrap_tail, wcache, native):
             np.add(kn, kn_in[:, j], out=kn)
         tails = [wrap_tail / max(plan.instances[id(o)], 1) for o in nodes]
         lt = np.array([math.log(t) for t in tails])[:, None]
-        with np.errstate(invalid="ignore", over="ignore"):
-            up = np.min((kp - lt) / _S_ABS, axis=1)
-            lo = -np.min((kn - lt) / _S_ABS, axis=1)
+        up = np.min((kp - lt) / _S_ABS, axis=1)
+        lo = -np.min((kn - lt) / _S_ABS, axis=1)
         for b, o in enumerate(nodes):
             agg[id(o)] = (kp[b], kn[b], sups[b][0], sups[b][1])
             lo_b, up_b = float(lo[b]), float(up[b])
