@@ -378,7 +378,8 @@ def _k_grids(losses, native=False):
     attr = "_fastpld_kgrid_native" if native else "_fastpld_kgrid"
     todo, seen = [], set()
     for loss in losses:
-        if isinstance(loss, SubsampledLoss) and id(loss) not in seen and getattr(loss, attr, None) is None:
+        # (exactly SubsampledLoss: a subclass may have its own log_mgf)
+        if type(loss) is SubsampledLoss and id(loss) not in seen and getattr(loss, attr, None) is None:
             seen.add(id(loss))
             todo.append(loss)
     if len(todo) > 1:
@@ -390,8 +391,8 @@ def _k_grids(losses, native=False):
             kp = np.where(np.isnan(kp), np.inf, kp)
             kn = np.where(np.isnan(kn), np.inf, kn)
             far = _far_from_gauss(kp, kn)
-        for r, loss in enumerate(todo):
-            cache = _gauss_extend(loss, kp[r], kn[r], bool(far[r]))
+        for r, (loss, f) in enumerate(zip(todo, far.tolist())):
+            cache = (kp[r], kn[r]) if f else _gauss_extend(loss, kp[r], kn[r], False)
             try:
                 setattr(loss, attr, (cache[0], cache[1]))
             except AttributeError:  # pragma: no cover
