@@ -631,6 +631,10 @@ def _single_windows(wcache, todo, native, stack=None):
     for loss, k in todo:
         by_lt.setdefault(k[2], []).append((loss, k))
     for lt_key, items in by_lt.items():
+        if len(items) < 8:  # (a few: the per-key kernel costs less than the array set-up)
+            for loss, k in items:
+                wcache[k] = _est_window([(loss, k[1])], math.exp(k[2]), native)
+            continue
         lt = math.log(math.exp(lt_key))  # as _est_window(..., math.exp(lt)) takes the log of its tail
         rows = np.array([srow[id(loss)] for loss, _ in items], dtype=np.intp)
         copies = [k[1] for _, k in items]
@@ -641,8 +645,8 @@ def _single_windows(wcache, todo, native, stack=None):
             np.multiply(c, kn, out=kn)
         np.subtract(kp, lt, out=kp)
         np.subtract(kn, lt, out=kn)
-        up = np.min(np.divide(kp, _S_ABS, out=kp), axis=1).tolist()
-        lo = (-np.min(np.divide(kn, _S_ABS, out=kn), axis=1)).tolist()
+        up = np.minimum.reduce(np.divide(kp, _S_ABS, out=kp), axis=1).tolist()
+        lo = (-np.minimum.reduce(np.divide(kn, _S_ABS, out=kn), axis=1)).tolist()
         lo_s, hi_s = st[3][rows].tolist(), st[4][rows].tolist()
         for j, (loss, k) in enumerate(items):
             lo_j, up_j = lo[j], up[j]
@@ -722,8 +726,8 @@ def _agg_windows(plan, single, keys, height, wrap_tail, stack, native):
             np.add(kn, kn_in[:, j], out=kn)
         tails = [wrap_tail / max(plan.instances[id(o)], 1) for o in nodes]
         lt = np.array([math.log(t) for t in tails])[:, None]
-        up = np.min((kp - lt) / _S_ABS, axis=1)
-        lo = -np.min((kn - lt) / _S_ABS, axis=1)
+        up = np.minimum.reduce((kp - lt) / _S_ABS, axis=1)  # (np.min without its wrapper)
+        lo = -np.minimum.reduce((kn - lt) / _S_ABS, axis=1)
         for b, o in enumerate(nodes):
             agg[id(o)] = (kp[b], kn[b], sups[b][0], sups[b][1])
             lo_b, up_b = float(lo[b]), float(up[b])
