@@ -677,6 +677,28 @@ def _agg_windows(plan, single, keys, height, wrap_tail, stack, native):
     lo_l, hi_l = s_lo.tolist(), s_hi.tolist()
     for (_, k), nodes in sorted(groups.items(), key=lambda t: t[0]):
         nb = len(nodes)
+        if nb * k <= 8:  # a few children: node by node, as _predict_impl did (the array set-up costs more)
+            for o in nodes:
+                kp = kn = None
+                lo_s = hi_s = 0.0
+                for c, m in o.children:
+                    s = single.get(id(c))
+                    if s is not None:
+                        copies, r = s[1], srow[id(s[0])]
+                        ckp, ckn, clo, chi = copies * s_kp[r], copies * s_kn[r], copies * lo_l[r], copies * hi_l[r]
+                    else:
+                        ckp, ckn, clo, chi = agg[id(c)]
+                    kp = m * ckp if kp is None else kp + m * ckp
+                    kn = m * ckn if kn is None else kn + m * ckn
+                    lo_s += m * clo
+                    hi_s += m * chi
+                agg[id(o)] = (kp, kn, lo_s, hi_s)
+                tail = wrap_tail / max(plan.instances[id(o)], 1)
+                w = _agg_window(kp, kn, lo_s, hi_s, tail, native)
+                if not (math.isfinite(w[0]) and math.isfinite(w[1])):
+                    w = _est_window(_leaf_parts(o), tail, native)
+                out[id(o)] = w
+            continue
         kp_in = kn_in = None
         sel, rows, cop, mul, sups = [], [], [], [], []
         pos = 0
