@@ -355,9 +355,10 @@ def _far_from_gauss(kp, kn):
 
     Its test compares ``K(+-512)`` with ``g0 = +-512 mu + 512^2 sd^2 / 2`` and keeps the grids when both
     sides miss by more than 0.1%.  Since ``cosh(x) - 1 >= x^2 / 2``, ``E[Y^2] <= (e^K(s) - 1 + e^K(-s) - 1)
-    / s^2`` for the upper bounds ``K`` on the grid (any ``s``), and ``|mu|, sd <= sqrt(E[Y^2])``; a side
-    whose ``K(+-512)`` is infinite, or above ``1.0011`` times the largest ``g0`` these allow, misses.
-    (Approximate moments need the 1e-4 margin only: they are accurate to ~1e-12.)  Planning only.
+    / s^2`` for the upper bounds ``K`` on the grid (any ``s``; :meth:`PrivacyLoss.log_mgf` bounds from
+    above), and ``|mu|, sd <= sqrt(E[Y^2])``; a side whose ``K(+-512)`` is infinite, or above ``1.0011``
+    times the largest ``g0`` these allow, misses (the 1e-4 slack covers the rounding and the moments'
+    quadrature error, ~1e-12 relative).  Planning only; tested against the moments' test itself.
     """
     s = _S_ABS[_E2_S]
     with np.errstate(over="ignore", invalid="ignore"):
