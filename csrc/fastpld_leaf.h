@@ -71,6 +71,12 @@ int fpld_psg_leaf(double q, double v, double sd, int remove, double cre, double 
                   const double *x16, const double *w16, const double *x8, const double *w8,
                   double *probs, double *out);
 
+/* The 16-point integrals of fpld_psg_moments alone, out = {I1, I2}: the same panels, terms and
+ * order of summation (bitwise its out[0] and out[3]), without the 8-point check and the
+ * round-off sums (about 2/3 of the work): the planner's mean and standard deviation. */
+int fpld_psg_moments16(double l_lo, double l_hi, double q, double v, double sd, int remove,
+                       const double *x16, const double *w16, double *out);
+
 #ifdef __cplusplus
 }
 #endif

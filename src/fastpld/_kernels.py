@@ -300,6 +300,18 @@ def psg_leaf_full(q: float, v: float, sd: float, remove: bool, cre: float, tail:
                                min(int(max_buckets), 1 << 62), levels, x16, w16, x8, w8)
 
 
+def psg_mean_sq(q: float, v: float, sd: float, remove: bool):
+    """``(I1, I2)`` of :func:`psg_moments` over the whole line (``E[g]``, ``E[g^2]``), bitwise its values.
+
+    The compiled kernel skips the 8-point check and the round-off sums that :meth:`mean` and
+    :meth:`std` do not use (the planner asks for them for every part of a long schedule).
+    """
+    if _core is not None and _leaf is not None and hasattr(_leaf, "psg_moments16"):
+        return _leaf.psg_moments16(-math.inf, math.inf, float(q), float(v), float(sd), bool(remove), *_GL16)
+    r = psg_moments(-math.inf, math.inf, q, v, sd, remove)
+    return r[0], r[3]
+
+
 def pmf_moments(p: np.ndarray, cen: float):
     """``(total, mean, variance)`` of the weights ``p`` on the indices ``i - cen``."""
     p = np.ascontiguousarray(p, dtype=np.float64)

@@ -17,6 +17,8 @@ cdef extern from "fastpld_leaf.h" nogil:
                       double *F, double *S, double *pdf)
     int fpld_psg_moments(double l_lo, double l_hi, double q, double v, double sd, int remove,
                          const double *x16, const double *w16, const double *x8, const double *w8, double *out)
+    int fpld_psg_moments16(double l_lo, double l_hi, double q, double v, double sd, int remove,
+                           const double *x16, const double *w16, double *out)
 
 
 def psg_eval(const double[::1] t, double q, double v, double sd, bint remove, bint want_pdf=True):
@@ -209,3 +211,17 @@ def psg_leaf_full(double q, double v, double sd, bint remove, double cre, double
             mix.append((p, r, fabs(mu) + (sizes[j] * h + widen) / 2 + mean_err))
             slack = slack + p * r
     return probs, ref + mu, h + widen, out[3], mean_err, out[5], tuple(mix), mu, widen + slack
+
+
+def psg_moments16(double l_lo, double l_hi, double q, double v, double sd, bint remove,
+                  const double[::1] x16, const double[::1] w16):
+    """``(I1, I2)``: the 16-point integrals of :func:`psg_moments` alone (see ``fpld_psg_moments16``)."""
+    if x16.shape[0] != 16 or w16.shape[0] != 16:
+        raise ValueError("psg_moments16: need the 16-point Gauss-Legendre rule")
+    cdef double out[2]
+    cdef int status = 0
+    with nogil:
+        status = fpld_psg_moments16(l_lo, l_hi, q, v, sd, remove, &x16[0], &w16[0], out)
+    if status != 0:
+        raise ValueError("psg_moments16: invalid argument")
+    return out[0], out[1]

@@ -52,7 +52,7 @@ from . import _fft, _kernels
 from . import _validation as V
 from .curve import DirectionResult, PrivacyLossDistribution, StageInfo
 from .discretize import GridPMF, discretize_loss, rediscretize, tail_mix_log_mgf, truncation_window
-from .mechanisms import DiscreteLoss, Mechanism, PrivacyLoss, SubsampledLoss
+from .mechanisms import DiscreteLoss, Mechanism, PrivacyLoss, SubsampledLoss, subsampled_log_mgf_rows
 
 __all__ = ["compose", "METHODS", "DEFAULT_MAX_BUCKETS"]
 
@@ -194,7 +194,7 @@ def _chain(loss, count, method, arity, gid, top_group=0):
     return top, {"arity": a, "levels": t + 1}
 
 
-def _build_plan(parts, method, arity, merge=None, native=False):
+def _build_plan(parts, method, arity, merge=None, native=False, order=None):
     """Plan for the heterogeneous list ``parts`` of ``(loss, count)``.
 
     ``merge=None``: every part's chain feeds one root (Appendix B with one block).
@@ -205,6 +205,8 @@ def _build_plan(parts, method, arity, merge=None, native=False):
     convolutions per level and ``O(log_b n)`` levels instead of ``n`` inputs to
     one full-size root.  Every level is an ordinary node of the plan, so the
     certificate (leaves, re-discretisations, wrap, round-off) covers it unchanged.
+
+    ``order``: :func:`_merge_order` of ``parts`` if already known (the candidates of one composition share it).
     """
     gid = iter(range(1, 1 << 30))
     params = []
@@ -217,12 +219,8 @@ def _build_plan(parts, method, arity, merge=None, native=False):
         root = _Node(top, 0, "root")
         return _Plan(root, method, params)
     b = max(2, int(merge))
-    # similar parts side by side keep the narrow blocks narrow (order does not affect correctness)
-    # (key: upper Chernoff quantile of each part at a moderate tail, from the cached MGF grids)
-    kp = np.array([_k_grid(loss, native)[0] for loss, _ in parts]) * np.array([float(c) for _, c in parts])[:, None]
-    with np.errstate(invalid="ignore", over="ignore"):
-        size = np.min((kp + 20.0) / _S_ABS, axis=1)
-    order = sorted(range(len(parts)), key=lambda i: (size[i], parts[i][1]))
+    if order is None:
+        order = _merge_order(parts, native)
     g = next(gid)
     tops = []
     for i in order:
@@ -252,6 +250,16 @@ def _build_plan(parts, method, arity, merge=None, native=False):
         p["merge"] = b
         p["merge_levels"] = level + 1
     return _Plan(root, method, params)
+
+
+def _merge_order(parts, native=False):
+    """Order of the parts in grouped plans: similar parts side by side keep the narrow blocks narrow
+    (order does not affect correctness).  Key: upper Chernoff quantile of each part at a moderate
+    tail, from the cached MGF grids."""
+    kp = np.array([_k_grid(loss, native)[0] for loss, _ in parts]) * np.array([float(c) for _, c in parts])[:, None]
+    with np.errstate(invalid="ignore", over="ignore"):
+        size = np.min((kp + 20.0) / _S_ABS, axis=1)
+    return sorted(range(len(parts)), key=lambda i: (size[i], parts[i][1]))
 
 
 # --------------------------------------------------------------------------------------
@@ -291,7 +299,7 @@ def _k_grid(loss, native=False):
     return cache
 
 
-def _gauss_extend(loss, kp, kn):
+def _gauss_extend(loss, kp, kn, far=None):
     """Planning only: extend the log-MGF grids past ``s = 512`` for losses that are Gaussian there.
 
     The mechanisms' MGFs are evaluated up to ``s = 512``; a loss with a tiny standard deviation
@@ -302,8 +310,14 @@ def _gauss_extend(loss, kp, kn):
     take the minimum with that quadratic inflated by ``4 delta s / 512`` (the cubic term's growth)
     while the inflation stays below 25% (the other side's MGF is often a loose convexity bound).
     Predictions only: execution bounds its windows from the concrete PMFs.
+
+    ``far``: :func:`_far_from_gauss` of the grids if already known (it decides without the moments).
     """
-    i = int(np.searchsorted(_S_ABS, 512.0, side="right")) - 1
+    i = _I512
+    if far is None:
+        far = bool(_far_from_gauss(kp[None, :], kn[None, :])[0])
+    if far:  # the test below fails whatever the moments are: they need not be computed
+        return kp, kn
     try:
         mu, sd = float(loss.mean()), float(loss.std())
     except Exception:  # pragma: no cover - a loss without moments keeps the capped grid
@@ -328,6 +342,63 @@ def _gauss_extend(loss, kp, kn):
         ext = np.where(infl <= 0.25, (sign * s * mu + 0.5 * (s * sd) ** 2) * (1 + infl), np.inf)
         out.append(np.minimum(k, ext))
     return out[0], out[1]
+
+
+_I512 = int(np.searchsorted(_S_ABS, 512.0, side="right")) - 1  # _gauss_extend's test point
+# grid points for the second-moment bound of _far_from_gauss (every third from s = 1e-3: any s is valid)
+_E2_S = np.nonzero(_S_ABS >= 1e-3)[0][::3]
+
+
+def _far_from_gauss(kp, kn):
+    """Rows of the 2-D grids ``(kp, kn)`` where :func:`_gauss_extend` returns the grids unchanged whatever
+    the loss's mean and standard deviation (so that they need not be computed: a quadrature per loss).
+
+    Its test compares ``K(+-512)`` with ``g0 = +-512 mu + 512^2 sd^2 / 2`` and keeps the grids when both
+    sides miss by more than 0.1%.  Since ``cosh(x) - 1 >= x^2 / 2``, ``E[Y^2] <= (e^K(s) - 1 + e^K(-s) - 1)
+    / s^2`` for the upper bounds ``K`` on the grid (any ``s``; :meth:`PrivacyLoss.log_mgf` bounds from
+    above), and ``|mu|, sd <= sqrt(E[Y^2])``; a side whose ``K(+-512)`` is infinite, or above ``1.0011``
+    times the largest ``g0`` these allow, misses (the 1e-4 slack covers the rounding and the moments'
+    quadrature error, ~1e-12 relative).  Planning only; tested against the moments' test itself.
+    """
+    s = _S_ABS[_E2_S]
+    with np.errstate(over="ignore", invalid="ignore"):
+        e2 = np.min((np.expm1(kp[:, _E2_S]) + np.expm1(kn[:, _E2_S])) / (s * s), axis=1)
+        si = _S_ABS[_I512]
+        g_hi = (si * np.sqrt(e2) + 0.5 * (si * si) * e2) * 1.0011  # NaN (never far) if e2 < 0 by round-off
+        far = [~np.isfinite(k[:, _I512]) | (k[:, _I512] > g_hi) for k in (kp, kn)]
+    return far[0] & far[1]
+
+
+def _k_grids(losses, native=False):
+    """``[_k_grid(loss, native) for loss in losses]``, the missing grids of subsampled losses in one pass.
+
+    Heterogeneous schedules have one loss per part: :func:`fastpld.mechanisms.subsampled_log_mgf_rows`
+    evaluates all their MGFs at once and :func:`_far_from_gauss` spares most of them the moments of
+    :func:`_gauss_extend`; the cached grids are bitwise those of :func:`_k_grid` (tested).
+    """
+    attr = "_fastpld_kgrid_native" if native else "_fastpld_kgrid"
+    todo, seen = [], set()
+    for loss in losses:
+        # (exactly SubsampledLoss: a subclass may have its own log_mgf)
+        if type(loss) is SubsampledLoss and id(loss) not in seen and getattr(loss, attr, None) is None:
+            seen.add(id(loss))
+            todo.append(loss)
+    if len(todo) > 1:
+        s = _S_ABS
+        with np.errstate(over="ignore", invalid="ignore"):
+            sc = np.where(s <= 512, s, np.nan)  # as _k_grid
+            both = subsampled_log_mgf_rows(todo, np.concatenate([sc, -sc]), native=native)
+            kp, kn = both[:, :s.size], both[:, s.size:]
+            kp = np.where(np.isnan(kp), np.inf, kp)
+            kn = np.where(np.isnan(kn), np.inf, kn)
+            far = _far_from_gauss(kp, kn)
+        for r, (loss, f) in enumerate(zip(todo, far.tolist())):
+            cache = (kp[r], kn[r]) if f else _gauss_extend(loss, kp[r], kn[r], False)
+            try:
+                setattr(loss, attr, (cache[0], cache[1]))
+            except AttributeError:  # pragma: no cover
+                pass
+    return [_k_grid(loss, native) for loss in losses]
 
 
 def _est_window(parts, tail, native=False):
@@ -396,61 +467,76 @@ def _predict(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache=None, budgets
 def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets, native=False):
     if wcache is None:
         wcache = {}
-    a = plan.copies_per_group()
     widths = {g: 0.0 for g in plan.groups}
     node_w = {}
-    single = {}  # per object holding copies of one loss: (loss, copies)
-    agg = {}  # per other object: summed MGF grids and supports of its leaf copies (bottom-up)
-
-    def window_single(loss, copies, tail):
-        # computed at the key's canonical tail, so the memo's answer does not depend on which
-        # plan asked first (the prediction, hence the meshes, must be deterministic)
-        lt = round(math.log(tail))
-        key = (id(loss), copies, lt)
-        r = wcache.get(key)
-        if r is None:
-            r = wcache[key] = _est_window([(loss, copies)], math.exp(lt), native)
-        return r
-
-    def get_agg(o):
-        r = agg.get(id(o))
-        if r is None:
-            loss, copies = single[id(o)]
-            kp, kn = _k_grid(loss, native)
-            lo, hi = loss.support
-            r = (copies * kp, copies * kn, copies * lo if math.isfinite(lo) else -math.inf,
-                 copies * hi if math.isfinite(hi) else math.inf)
-        return r
-
+    # Windows first, in array passes (a heterogeneous plan has a leaf per part and blocks of many
+    # children); then the widths are added up in plan order as before (the same sums, bitwise).
+    # single: per object holding copies of one loss, (loss, copies); its window is memoised in
+    # wcache, computed at the key's canonical tail, so the memo's answer does not depend on which
+    # plan asked first (the prediction, hence the meshes, must be deterministic)
+    single = {}
+    keys = {}
+    stats = {}  # per node: (instances, sum and max of the multiplicities, number of children)
+    height = {}  # leaves 0, nodes 1 + their highest child (for _agg_windows)
+    a = {g: 0 for g in plan.groups}  # plan.copies_per_group(), in this pass
+    leaf_lt = {}
+    insts = plan.instances
     for o in plan.order:
-        inst = plan.instances[id(o)]
+        inst = insts[id(o)]
         if isinstance(o, _Leaf):
-            lo, hi = window_single(o.loss, 1, trunc_tail / max(inst, 1))
-            w = hi - lo
-            widths[o.group] += _LEAF_COST * w
+            a[o.group] += inst
+            height[id(o)] = 0
             single[id(o)] = (o.loss, 1)
+            lt = leaf_lt.get(inst)
+            if lt is None:
+                lt = leaf_lt[inst] = round(math.log(trunc_tail / max(inst, 1)))
+            keys[id(o)] = (id(o.loss), 1, lt)
+            continue
+        g = o.group
+        h = 0
+        ms = []
+        for c, m in o.children:
+            ms.append(m)
+            if c.group != g:
+                a[g] += inst * m
+            hc = height[id(c)]
+            if hc > h:
+                h = hc
+        height[id(o)] = h + 1
+        stats[id(o)] = (inst, sum(ms), max(ms), len(ms))
+        first = single.get(id(o.children[0][0]))
+        if first is None:
+            continue
+        copies = 0
+        for c, m in o.children:
+            k = single.get(id(c))
+            if k is None or k[0] is not first[0]:
+                break
+            copies += k[1] * m
         else:
-            tail = wrap_tail / max(inst, 1)
-            kids = [single.get(id(c)) for c, _ in o.children]
-            if all(k is not None for k in kids) and len({id(k[0]) for k in kids}) == 1:
-                copies = sum(k[1] * m for k, (_, m) in zip(kids, o.children))
-                single[id(o)] = (kids[0][0], copies)
-                lo, hi = window_single(kids[0][0], copies, tail)
-            else:
-                kp = kn = None
-                lo_s = hi_s = 0.0
-                for c, m in o.children:
-                    ckp, ckn, clo, chi = get_agg(c)
-                    kp = m * ckp if kp is None else kp + m * ckp
-                    kn = m * ckn if kn is None else kn + m * ckn
-                    lo_s += m * clo
-                    hi_s += m * chi
-                agg[id(o)] = (kp, kn, lo_s, hi_s)
-                lo, hi = _agg_window(kp, kn, lo_s, hi_s, tail, native)
-                if not (math.isfinite(lo) and math.isfinite(hi)):
-                    lo, hi = _est_window(_leaf_parts(o), tail, native)
-            w = hi - lo
-            widths[o.group] += w * (len(o.children) + 1) * _precision_weight(o, plan, budgets)
+            single[id(o)] = (first[0], copies)
+            keys[id(o)] = (id(first[0]), copies, round(math.log(wrap_tail / max(inst, 1))))
+    stack = _grid_stack(wcache, [s[0] for s in single.values()], native)
+    _single_windows(wcache, [(single[i][0], k) for i, k in keys.items() if k not in wcache], native, stack)
+    windows = _agg_windows(plan, single, keys, height, wrap_tail, stack, native)
+    # _precision_weight depends on the node through its stats only, and on its atoms where the
+    # plain round-off estimate matters (as in _predicted_precision, which asks for them only then)
+    pw_memo = {}
+    pw_allow = 0.25 * (budgets.fp / (plan.n_nodes + plan.n_leaves)) if budgets is not None else math.inf
+    for o in plan.order:
+        key = keys.get(id(o))
+        lo, hi = wcache[key] if key is not None else windows[id(o)]
+        w = hi - lo
+        if isinstance(o, _Leaf):
+            widths[o.group] += _LEAF_COST * w
+        else:
+            sk = stats[id(o)]
+            if _fp_plain(sk[0], sk[1], 13, _U64_CAST) > pw_allow:
+                sk = (sk, _has_atoms(o))
+            pw = pw_memo.get(sk)
+            if pw is None:
+                pw = pw_memo[sk] = _precision_weight(o, plan, budgets)
+            widths[o.group] += w * (len(o.children) + 1) * pw
         node_w[id(o)] = w
     shape = {}
     for g in plan.groups:
@@ -469,6 +555,7 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
     n_obj = plan.n_nodes + plan.n_leaves
     allowance = budgets.fp / n_obj if budgets is not None else math.inf
     node_allowance = budgets.fp / max(plan.n_nodes, 1) if budgets is not None else math.inf
+    pp_memo = {}  # per (stats, atoms, lg): the precision guess's share of the cost and charge
     for o in plan.order:
         n = node_w[id(o)] / meshes[o.group] + 1
         sizes[id(o)] = n
@@ -477,23 +564,204 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
         else:
             nn = max(n, 2.0)
             lg = math.ceil(math.log2(nn))
-            inst = plan.instances[id(o)]
-            msum = sum(m for _, m in o.children)
-            mmax = max(m for _, m in o.children)
-            est64, est_ser, ld, mixed = _predicted_precision(inst, msum, mmax, lg, o, allowance, node_allowance)
-            if ld:
-                fp_pred += (_fp64_series(inst, msum, lg, mmax, False, _ULD)
-                            if est_ser < est64 else _fp_plain(inst, msum, lg, _ULD))
-            elif est64 > 0.25 * allowance:
-                fp_pred += 2.5 * est_ser
-            per_point = _point_cost(len(o.children), ld, mixed)
-            if ld and est_ser <= node_allowance:  # the float64 try that is redone
-                per_point += _T_POINT_64
+            st = stats[id(o)]
+            pk = (st, lg)
+            if _fp_plain(st[0], st[1], lg) > 0.25 * allowance:  # (_predicted_precision's test for the atoms)
+                pk = (st, lg, _has_atoms(o))
+            r = pp_memo.get(pk)
+            if r is None:
+                inst, msum, mmax, nk = st
+                est64, est_ser, ld, mixed = _predicted_precision(inst, msum, mmax, lg, o, allowance, node_allowance)
+                if ld:
+                    fp_add = (_fp64_series(inst, msum, lg, mmax, False, _ULD)
+                              if est_ser < est64 else _fp_plain(inst, msum, lg, _ULD))
+                elif est64 > 0.25 * allowance:
+                    fp_add = 2.5 * est_ser
+                else:
+                    fp_add = None
+                per_point = _point_cost(nk, ld, mixed)
+                if ld and est_ser <= node_allowance:  # the float64 try that is redone
+                    per_point += _T_POINT_64
+                r = pp_memo[pk] = (fp_add, ld, per_point)
+            fp_add, ld, per_point = r
+            if fp_add is not None:
+                fp_pred += fp_add
             cost += _T_NODE + (_T_NODE_LD if ld else 0.0) + nn * (len(o.children) + 1) * per_point * lg / 12
     # (a plan whose measured charges do not fit is not fatal: compose falls back to the next one)
     if budgets is not None and fp_pred > 0.9 * (budgets.delta - budgets.eta):
         cost = 1e15 * (1 + fp_pred / budgets.delta)  # likely refused for round-off: rank last
     return meshes, cost, sizes
+
+
+def _grid_stack(wcache, losses, native):
+    """``(row, KP, KN, LO, HI)``: the MGF grids of ``losses`` as matrix rows (``row``: by ``id(loss)``) and
+    their support ends; built once per composition (memoised in ``wcache``), extended as needed."""
+    key = ("grid stack", bool(native))
+    st = wcache.get(key)
+    have = st[0] if st is not None else {}
+    new = list({id(x): x for x in losses if id(x) not in have}.values())
+    if st is not None and not new:
+        return st
+    grids = _k_grids(new, native)
+    row = dict(st[0]) if st is not None else {}
+    for loss in new:
+        row[id(loss)] = len(row)
+    parts = [np.array([g[0] for g in grids]).reshape(len(new), _S_ABS.size),
+             np.array([g[1] for g in grids]).reshape(len(new), _S_ABS.size),
+             np.array([loss.support[0] for loss in new], dtype=np.float64),
+             np.array([loss.support[1] for loss in new], dtype=np.float64)]
+    if st is not None:
+        parts = [np.concatenate([old, p]) for old, p in zip(st[1:], parts)]
+    st = wcache[key] = (row, *parts)
+    return st
+
+
+def _single_windows(wcache, todo, native, stack=None):
+    """Fill ``wcache[(id(loss), copies, lt)]`` with ``_est_window([(loss, copies)], e^lt)`` for ``todo``
+    (pairs ``(loss, key)``), in one array pass per ``lt``: the same quotients and minima as the
+    Chernoff kernels (bitwise); the rare keys without finite quantiles go through _est_window.
+    ``stack``: :func:`_grid_stack` holding the losses, if at hand.  (Called under _predict's errstate.)"""
+    todo = list({k: (loss, k) for loss, k in todo}.values())
+    if len(todo) < 4:
+        for loss, k in todo:
+            wcache[k] = _est_window([(loss, k[1])], math.exp(k[2]), native)
+        return
+    st = stack if stack is not None else _grid_stack(wcache, [loss for loss, _ in todo], native)
+    srow = st[0]
+    by_lt = {}
+    for loss, k in todo:
+        by_lt.setdefault(k[2], []).append((loss, k))
+    for lt_key, items in by_lt.items():
+        if len(items) < 8:  # (a few: the per-key kernel costs less than the array set-up)
+            for loss, k in items:
+                wcache[k] = _est_window([(loss, k[1])], math.exp(k[2]), native)
+            continue
+        lt = math.log(math.exp(lt_key))  # as _est_window(..., math.exp(lt)) takes the log of its tail
+        rows = np.array([srow[id(loss)] for loss, _ in items], dtype=np.intp)
+        copies = [k[1] for _, k in items]
+        kp, kn = np.take(st[1], rows, axis=0), np.take(st[2], rows, axis=0)
+        if any(c != 1 for c in copies):  # (x * 1.0 == x)
+            c = np.array(copies, dtype=np.float64)[:, None]
+            np.multiply(c, kp, out=kp)
+            np.multiply(c, kn, out=kn)
+        np.subtract(kp, lt, out=kp)
+        np.subtract(kn, lt, out=kn)
+        up = np.minimum.reduce(np.divide(kp, _S_ABS, out=kp), axis=1).tolist()
+        lo = (-np.minimum.reduce(np.divide(kn, _S_ABS, out=kn), axis=1)).tolist()
+        lo_s, hi_s = st[3][rows].tolist(), st[4][rows].tolist()
+        for j, (loss, k) in enumerate(items):
+            lo_j, up_j = lo[j], up[j]
+            if not (math.isfinite(lo_j) and math.isfinite(up_j)):  # NaN or no MGF: _est_window's fallback
+                wcache[k] = _est_window([(loss, k[1])], math.exp(lt_key), native)
+                continue
+            # (copies >= 1: an infinite support end stays infinite, as _est_window's test for it gave)
+            wcache[k] = (max(lo_j, copies[j] * lo_s[j]), min(up_j, copies[j] * hi_s[j]))
+
+
+def _agg_windows(plan, single, keys, height, wrap_tail, stack, native):
+    """Wrap windows of the nodes not holding copies of one loss (``keys`` has those): their children's
+    summed MGF grids (``sum_c m_c (copies_c K_c)``) and Chernoff quantiles, as _predict_impl computed them
+    node by node, here in array passes over the nodes of one height and number of children.
+
+    The sums run child by child in child order (``acc + row``), the quotients and minima are the
+    Chernoff kernels' (bitwise the same windows); a node without finite quantiles gets _est_window's.
+    ``stack``: :func:`_grid_stack` of the single-loss objects' losses.  (Called under _predict's errstate.)
+    """
+    srow, s_kp, s_kn, s_lo, s_hi = stack
+    groups = {}
+    for o in plan.order:
+        if id(o) not in keys:
+            groups.setdefault((height[id(o)], len(o.children)), []).append(o)
+    agg = {}  # id(node) -> (kp row, kn row, lo_sum, hi_sum)
+    out = {}
+    n_s = _S_ABS.size
+    lo_l, hi_l = s_lo.tolist(), s_hi.tolist()
+    for (_, k), nodes in sorted(groups.items(), key=lambda t: t[0]):
+        nb = len(nodes)
+        if nb * k <= 8:  # a few children: node by node, as _predict_impl did (the array set-up costs more)
+            for o in nodes:
+                kp = kn = None
+                lo_s = hi_s = 0.0
+                for c, m in o.children:
+                    s = single.get(id(c))
+                    if s is not None:
+                        copies, r = s[1], srow[id(s[0])]
+                        ckp, ckn, clo, chi = copies * s_kp[r], copies * s_kn[r], copies * lo_l[r], copies * hi_l[r]
+                    else:
+                        ckp, ckn, clo, chi = agg[id(c)]
+                    kp = m * ckp if kp is None else kp + m * ckp
+                    kn = m * ckn if kn is None else kn + m * ckn
+                    lo_s += m * clo
+                    hi_s += m * chi
+                agg[id(o)] = (kp, kn, lo_s, hi_s)
+                tail = wrap_tail / max(plan.instances[id(o)], 1)
+                w = _agg_window(kp, kn, lo_s, hi_s, tail, native)
+                if not (math.isfinite(w[0]) and math.isfinite(w[1])):
+                    w = _est_window(_leaf_parts(o), tail, native)
+                out[id(o)] = w
+            continue
+        kp_in = kn_in = None
+        sel, rows, cop, mul, sups = [], [], [], [], []
+        pos = 0
+        for o in nodes:
+            lo_s = hi_s = 0.0
+            for c, m in o.children:
+                s = single.get(id(c))
+                if s is not None:
+                    copies = s[1]
+                    r = srow[id(s[0])]
+                    sel.append(pos)
+                    rows.append(r)
+                    # (copies >= 1: an infinite end stays infinite, as _predict_impl's test for it gave)
+                    clo, chi = copies * lo_l[r], copies * hi_l[r]
+                else:
+                    copies = 1  # x * 1.0 == x: an aggregate enters as it is
+                    ckp, ckn, clo, chi = agg[id(c)]
+                    if kp_in is None:
+                        kp_in, kn_in = np.empty((nb * k, n_s)), np.empty((nb * k, n_s))
+                    kp_in[pos] = ckp
+                    kn_in[pos] = ckn
+                cop.append(copies)
+                mul.append(m)
+                lo_s += m * clo
+                hi_s += m * chi
+                pos += 1
+            sups.append((lo_s, hi_s))
+        if kp_in is None:  # only leaf-like children: one gather
+            rows = np.array(rows, dtype=np.intp)
+            kp_in, kn_in = np.take(s_kp, rows, axis=0), np.take(s_kn, rows, axis=0)
+        elif rows:
+            kp_in[sel] = s_kp[rows]
+            kn_in[sel] = s_kn[rows]
+        # m (copies K), in place (the multiplication by copies skipped where all are 1: exact)
+        if any(x != 1 for x in cop):
+            copies = np.array(cop, dtype=np.float64)[:, None]
+            np.multiply(copies, kp_in, out=kp_in)
+            np.multiply(copies, kn_in, out=kn_in)
+        mult = np.array(mul, dtype=np.float64)[:, None]
+        np.multiply(mult, kp_in, out=kp_in)
+        np.multiply(mult, kn_in, out=kn_in)
+        kp_in = kp_in.reshape(nb, k, n_s)
+        kn_in = kn_in.reshape(nb, k, n_s)
+        kp, kn = kp_in[:, 0].copy(), kn_in[:, 0].copy()
+        for j in range(1, k):  # child by child, as the sequential sum
+            np.add(kp, kp_in[:, j], out=kp)
+            np.add(kn, kn_in[:, j], out=kn)
+        tails = [wrap_tail / max(plan.instances[id(o)], 1) for o in nodes]
+        lt = np.array([math.log(t) for t in tails])[:, None]
+        up = np.minimum.reduce((kp - lt) / _S_ABS, axis=1)  # (np.min without its wrapper)
+        lo = -np.minimum.reduce((kn - lt) / _S_ABS, axis=1)
+        for b, o in enumerate(nodes):
+            agg[id(o)] = (kp[b], kn[b], sups[b][0], sups[b][1])
+            lo_b, up_b = float(lo[b]), float(up[b])
+            # (_chernoff_quantiles: NaN -> -inf / +inf; _agg_window: clipped to the supports)
+            lo_b = -math.inf if math.isnan(lo_b) else lo_b
+            up_b = math.inf if math.isnan(up_b) else up_b
+            w = (max(lo_b, sups[b][0]), min(up_b, sups[b][1]))
+            if not (math.isfinite(w[0]) and math.isfinite(w[1])):
+                w = _est_window(_leaf_parts(o), tails[b], native)
+            out[id(o)] = w
+    return out
 
 
 def _predicted_precision(inst, msum, mmax, lg, node, allowance, node_allowance, u64=None):
@@ -1508,6 +1776,7 @@ def _choose_plan(parts, method, arity, eps_az, log_term, budgets, native=False, 
     chains, merges = _candidates(method, parts, arity)
     if merge != "any":
         merges = [merge]
+    _k_grids([loss for loss, _ in parts], native)  # every part's grids, in one pass where possible
     memo = {}
     wcache = {}
     # chains that build the same tree for every count present are one candidate
@@ -1515,10 +1784,14 @@ def _choose_plan(parts, method, arity, eps_az, log_term, budgets, native=False, 
     sig = {ch: tuple(_chain_signature(c, ch[0], ch[1]) for c in counts) for ch in chains}
     chains = [ch for i, ch in enumerate(chains) if sig[ch] not in {sig[x] for x in chains[:i]}]
 
+    merge_order = []  # _merge_order of the parts, once for every grouped candidate
+
     def evaluate(chain, merge):
         key = (chain, merge)
         if key not in memo:
-            plan = _build_plan(parts, chain[0], chain[1], merge, native)
+            if merge is not None and len(parts) > merge and not merge_order:
+                merge_order.extend(_merge_order(parts, native))
+            plan = _build_plan(parts, chain[0], chain[1], merge, native, order=merge_order or None)
             n_obj = plan.n_nodes + plan.n_leaves
             meshes, cost, _ = _predict(plan, eps_az, log_term, budgets.wrap / n_obj, budgets.trunc / n_obj,
                                        wcache, budgets, native)

@@ -625,6 +625,36 @@ def _integer_chord(fn, x):
         return np.where(w == 0, flo, (1 - w) * flo + w * fhi)
 
 
+_BINOM_TABLES = {}  # (key, size) -> read-only table (see _binomial_tables)
+
+
+def _binomial_tables(pair, size):
+    """``(log E_P[e^(j L)] for j < size, log((i-1)!) for i <= size)``: the tables of the compiled binomial sums.
+
+    They depend on the pair's law and the size only, not on ``q``: a heterogeneous schedule (one
+    ``q`` and often one pair object per part) computes them once.  Keyed by value for Gaussian
+    pairs (``v``), else by the pair object (which keeps its own); read-only, shared by every memo.
+    """
+    lf_key = ("lf", size)
+    lf = _BINOM_TABLES.get(lf_key)
+    if lf is None:
+        if len(_BINOM_TABLES) > 256:
+            _BINOM_TABLES.clear()
+        lf = special.gammaln(np.arange(size + 1, dtype=np.float64))
+        lf.setflags(write=False)
+        _BINOM_TABLES[lf_key] = lf
+    if isinstance(pair, _GaussPair):
+        store, key = _BINOM_TABLES, ("gauss", pair.v, size)
+    else:
+        store, key = pair.__dict__.setdefault("_binom_tables", {}), size
+    lm = store.get(key)
+    if lm is None:
+        lm = np.ascontiguousarray(pair.log_moment_P(np.arange(size, dtype=np.float64)), dtype=np.float64)
+        lm.setflags(write=False)
+        store[key] = lm
+    return lm, lf
+
+
 class SubsampledLoss(ContinuousLoss):
     """Loss of a Poisson-subsampled mechanism in one direction.
 
@@ -755,20 +785,20 @@ class SubsampledLoss(ContinuousLoss):
             memo.update(zip(need, vals.tolist()))
         return np.array([memo[v] for v in flat.tolist()], dtype=np.float64).reshape(a.shape)
 
-    def _binomial_chord(self, x, shift):
+    def _binomial_chord(self, x, shift, need=None):
         """``_integer_chord(lambda a: self._K_binom(a + shift), x)`` by the compiled kernel (same terms).
 
         Its memo (one per (pair, q), apart from the numpy one: the compiled sums may differ in the
         last bit, and a backend's results must not depend on which backend filled a memo first)
         holds each order's sum, which does not depend on the other orders requested.
         """
-        need = int(np.max(x)) + shift + 2 if x.size else 2
+        if need is None:  # (the caller may know it: many losses on one grid)
+            need = int(np.max(x)) + shift + 2 if x.size else 2
         tabs = self.pair.__dict__.setdefault("_binom_native", {})
         t = tabs.get(self.q)
         if t is None or t[2].size < need:
             size = max(need, 1024)
-            lm = self.pair.log_moment_P(np.arange(size, dtype=np.float64))
-            lf = special.gammaln(np.arange(size + 1, dtype=np.float64))
+            lm, lf = _binomial_tables(self.pair, size)
             memo = np.full(size, np.nan)
             if t is not None:
                 memo[: t[2].size] = t[2]
@@ -838,7 +868,7 @@ class SubsampledLoss(ContinuousLoss):
         """
         if self._psg is not None:
             q, v, sd, remove = self._psg
-            m1, _, _, m2, _, _ = _kernels.psg_moments(-math.inf, math.inf, q, v, sd, remove)
+            m1, m2 = _kernels.psg_mean_sq(q, v, sd, remove)  # (psg_moments' I1 and I2, bitwise)
             if not remove:
                 m1 = -m1
             self._std = float(math.sqrt(max(m2 - m1 * m1, 0.0)))
@@ -893,6 +923,65 @@ class SubsampledLoss(ContinuousLoss):
 
     def __repr__(self):
         return f"SubsampledLoss({type(self.pair).__name__}, q={self.q}, {self.direction})"
+
+
+def subsampled_log_mgf_rows(losses, s, *, native=False):
+    """``np.stack([loss.log_mgf(s, native=native) for loss in losses])`` for many :class:`SubsampledLoss`.
+
+    The same values bitwise (tested), for the planner's grids of heterogeneous schedules (one loss
+    per part): the sign masks of ``s`` are computed once, the convexity bounds of all Gaussian-pair
+    losses (closed-form moments ``lam (lam - 1) v / 2``) in one array pass, and only the binomial
+    chords row by row (their memo is per pair and ``q``).
+    """
+    s = np.asarray(s, dtype=np.float64)
+    out = np.full((len(losses), s.size), np.inf)
+    for direction in ("remove", "add"):
+        rows = [i for i, loss in enumerate(losses) if loss.direction == direction]
+        if not rows:
+            continue
+        if direction == "remove":  # as log_mgf: chords at s >= 0 (shift 1), convexity bound below -1
+            chord, conv, zero, shift = s >= 0, s < -1, (s < 0) & (s >= -1), 1
+            x_raw = s[chord]
+            lam = -(-1 - s[conv])
+        else:  # convexity bound at s > 0, chords below -1 (shift 0)
+            chord, conv, zero, shift = s < -1, s > 0, (s <= 0) & (s >= -1), 0
+            x_raw = -s[chord]
+            lam = -s[conv]
+        x = np.minimum(x_raw, 4096)
+        known = x_raw <= 4096
+        if zero.any():
+            out[np.ix_(rows, np.nonzero(zero)[0])] = 0.0
+        gauss = [i for i in rows if isinstance(losses[i].pair, _GaussPair)]
+        if conv.any():
+            qs = [losses[i].q for i in rows]
+            lq1 = np.array([math.log1p(-q) if q < 1 else -np.inf for q in qs])[:, None]
+            lq = np.array([math.log(q) for q in qs])[:, None]
+            vals = np.empty((len(rows), lam.size))
+            pos = {i: r for r, i in enumerate(rows)}
+            if gauss:
+                gr = [pos[i] for i in gauss]
+                v = np.array([losses[i].pair.v for i in gauss])[:, None]
+                # _GaussPair.log_moment_P, ((lam (lam - 1)) v) / 2, for every row at once
+                vals[gr] = np.logaddexp(lq1[gr], lq[gr] + (lam * (lam - 1))[None, :] * v / 2)
+            gset = set(gauss)
+            for i in rows:
+                if i not in gset:
+                    r = pos[i]
+                    vals[r] = np.logaddexp(lq1[r, 0], lq[r, 0] + losses[i].pair.log_moment_P(lam))
+            out[np.ix_(rows, np.nonzero(conv)[0])] = vals
+        if chord.any():
+            ks = np.empty((len(rows), x.size))
+            need = int(np.max(x)) + shift + 2 if x.size else 2
+            for r, i in enumerate(rows):
+                loss = losses[i]
+                if native:
+                    ks[r] = loss._binomial_chord(x, shift, need)
+                elif shift:
+                    ks[r] = _integer_chord(lambda a, loss=loss: loss._K_binom(a + 1), x)
+                else:
+                    ks[r] = _integer_chord(loss._K_binom, x)
+            out[np.ix_(rows, np.nonzero(chord)[0])] = np.where(known, ks, np.inf)
+    return out
 
 
 def _generic_window(loss: ContinuousLoss, tail: float, centre: float = 0.0, scale: float = 1.0) -> tuple[float, float]:
