@@ -1820,7 +1820,10 @@ def _choose_plan(parts, method, arity, eps_az, log_term, budgets, native=False, 
         # for the best chain on all parts (planning stays linear in the number of parts)
         if len(chains) > 1:
             # by value, never by id(): the sample (hence the chosen chain) must not depend on memory addresses
-            order = sorted(range(len(parts)), key=lambda i: (parts[i][1], parts[i][0].mean(), parts[i][0].std(), i))
+            st = _grid_stack(wcache, [loss for loss, _ in parts], native)
+            with np.errstate(invalid="ignore", over="ignore"):
+                q20 = np.min((st[1][[st[0][id(loss)] for loss, _ in parts]] + 20.0) / _S_ABS, axis=1).tolist()
+            order = sorted(range(len(parts)), key=lambda i: (parts[i][1], q20[i], i))
             sample = [parts[order[j * (len(parts) - 1) // 15]] for j in range(16)]
             sm = [m for m in merges if m is None or m < len(sample)]
             m0 = min(sm[1:], key=lambda b: abs(b - 4)) if len(sm) > 1 else None
