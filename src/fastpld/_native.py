@@ -73,13 +73,19 @@ def _plan(n: int, dtype, forward: bool) -> pyfftw.FFTW:
     return fft
 
 
+_MAX_DIRECT_SCRATCH = 1 << 20  # doubles (8 MB) kept per thread; larger nodes allocate per call
+
+
 def _direct_scratch(F: int):
-    """This thread's ``(B, D, work)`` arrays for a direct-power node with ``F`` frequencies (reused:
-    fresh arrays of these sizes are fresh mmaps, page faults on every node)."""
+    """This thread's ``(B, D, work)`` arrays for a direct-power node with ``F`` frequencies (reused up
+    to ``_MAX_DIRECT_SCRATCH`` doubles: fresh arrays of these sizes are fresh mmaps, page faults on
+    every node; larger ones are not kept, so the cache stays bounded)."""
+    need = 8 * F + 1
     buf = getattr(_cache, "direct", None)
-    if buf is None or buf.size < 8 * F + 1:
-        buf = np.empty(max(8 * F + 1, 1 << 12))
-        _cache.direct = buf
+    if buf is None or buf.size < need:
+        buf = np.empty(max(need, 1 << 12))
+        if buf.size <= _MAX_DIRECT_SCRATCH:
+            _cache.direct = buf
     return buf[:F], buf[F:2 * F], buf[2 * F:]
 
 
@@ -130,7 +136,7 @@ class NativeBackend(_fft.Backend):
         node may take float64 forward FFTs (see :func:`fastpld._fft._fwd_error`); the powers,
         the polar evaluation and the inverse FFT stay in ``dtype``.
         ``direct``: a float64 node without the series (``ser=None``) computes the powers as
-        products (:func:`fastpld.compose._direct_bound`) instead of in polar form.
+        products (reference: :func:`fastpld.compose._direct_power`) instead of in polar form.
         """
         dt = np.dtype(dtype)
         fdt = dt if fwd_dtype is None else np.dtype(fwd_dtype)
@@ -184,10 +190,10 @@ class NativeBackend(_fft.Backend):
     def _convolve_direct(self, ins, N, u, dead_log=800.0):
         """``convolve`` of a float64 node by direct powers (reference: compose._direct_power).
 
-        Dead frequencies as in the polar path: past the first input's last frequency where its power
-        is at least ``e^-T`` (``T = dead_log``), that power alone is below ``e^-T`` and the others'
-        are at most ``(1 + g)^m <= e^10``; those frequencies (a suffix: spectra of PMFs decay) are
-        set to 0 and charged ``2 e^(10 - T)`` each in both norms.
+        Dead frequencies as in the polar path: past an input's last frequency where its power
+        ``(|X| + g)^m`` is at least ``e^-T`` (``T = dead_log``), that power alone is below ``e^-T``
+        and the others' are at most ``(1 + g)^m <= e^10``; the frequencies past the earliest such
+        cut (a suffix) are set to 0 and charged ``2 e^(10 - T)`` each in both norms.
         """
         core = _kernels._core
         fwd = _plan(N, np.float64, True)
