@@ -82,6 +82,29 @@ static inline double log_add_exp(double a, double b)
     return m + log1p(exp(d));
 }
 
+/* The panels of the subsampled Gaussian's moment quadratures (fpld_psg_moments and its variants):
+ * [l_lo, l_hi] clipped to both components' +-40 sd, cut into *npan panels of width *step <= min(sd, 1).
+ * Returns 0 if the clipped interval is empty. */
+static int psg_panels(double l_lo, double l_hi, double v, double sd, double *lo, double *hi, ptrdiff_t *npan,
+                      double *step)
+{
+    double h = v / 2;
+    *lo = -h - 40 * sd;
+    *hi = h + 40 * sd;
+    if (l_lo > *lo)
+        *lo = l_lo;
+    if (l_hi < *hi)
+        *hi = l_hi;
+    if (!(*hi > *lo))
+        return 0;
+    double width = sd < 1.0 ? sd : 1.0;
+    *npan = (ptrdiff_t)ceil((*hi - *lo) / width);
+    if (*npan < 1)
+        *npan = 1;
+    *step = (*hi - *lo) / (double)*npan;
+    return 1;
+}
+
 int fpld_psg_moments(double l_lo, double l_hi, double q, double v, double sd, int remove,
                      const double *x16, const double *w16, const double *x8, const double *w8, double *out)
 {
@@ -89,18 +112,11 @@ int fpld_psg_moments(double l_lo, double l_hi, double q, double v, double sd, in
         return FPLD_EINVAL;
     for (int k = 0; k < 6; k++)
         out[k] = 0.0;
-    double h = v / 2, lo = -h - 40 * sd, hi = h + 40 * sd;
-    if (l_lo > lo)
-        lo = l_lo;
-    if (l_hi < hi)
-        hi = l_hi;
-    if (!(hi > lo))
+    double h = v / 2, lo, hi, step;
+    ptrdiff_t npan;
+    if (!psg_panels(l_lo, l_hi, v, sd, &lo, &hi, &npan, &step))
         return FPLD_OK;
-    double width = sd < 1.0 ? sd : 1.0;
-    ptrdiff_t npan = (ptrdiff_t)ceil((hi - lo) / width);
-    if (npan < 1)
-        npan = 1;
-    double step = (hi - lo) / (double)npan, lq1 = log1p(-q), lq = log(q), cden = 1.0 / (sd * 2.5066282746310002);
+    double lq1 = log1p(-q), lq = log(q), cden = 1.0 / (sd * 2.5066282746310002);
     for (ptrdiff_t j = 0; j < npan; j++) {
         double a = lo + step * (double)j, b = (j + 1 == npan) ? hi : lo + step * (double)(j + 1);
         double mid = 0.5 * (a + b), half = 0.5 * (b - a);
@@ -686,18 +702,11 @@ int fpld_psg_moments_blocked(double l_lo, double l_hi, double q, double v, doubl
         return FPLD_EINVAL;
     for (int k = 0; k < 6; k++)
         out[k] = 0.0;
-    double h = v / 2, lo = -h - 40 * sd, hi = h + 40 * sd;
-    if (l_lo > lo)
-        lo = l_lo;
-    if (l_hi < hi)
-        hi = l_hi;
-    if (!(hi > lo))
+    double h = v / 2, lo, hi, step;
+    ptrdiff_t npan;
+    if (!psg_panels(l_lo, l_hi, v, sd, &lo, &hi, &npan, &step))
         return FPLD_OK;
-    double width = sd < 1.0 ? sd : 1.0;
-    ptrdiff_t npan = (ptrdiff_t)ceil((hi - lo) / width);
-    if (npan < 1)
-        npan = 1;
-    double step = (hi - lo) / (double)npan, lq1 = log1p(-q), lq = log(q), cden = 1.0 / (sd * 2.5066282746310002);
+    double lq1 = log1p(-q), lq = log(q), cden = 1.0 / (sd * 2.5066282746310002);
     double xs[24], ws[24], l[24], dens[24], d[24], g[24];
     for (int i = 0; i < 16; i++) {
         xs[i] = x16[i];
@@ -760,18 +769,11 @@ int fpld_psg_moments16(double l_lo, double l_hi, double q, double v, double sd, 
     if (!(q > 0 && q < 1) || !(v > 0) || !(sd > 0) || isnan(l_lo) || isnan(l_hi))
         return FPLD_EINVAL;
     out[0] = out[1] = 0.0;
-    double h = v / 2, lo = -h - 40 * sd, hi = h + 40 * sd;
-    if (l_lo > lo)
-        lo = l_lo;
-    if (l_hi < hi)
-        hi = l_hi;
-    if (!(hi > lo))
+    double h = v / 2, lo, hi, step;
+    ptrdiff_t npan;
+    if (!psg_panels(l_lo, l_hi, v, sd, &lo, &hi, &npan, &step))
         return FPLD_OK;
-    double width = sd < 1.0 ? sd : 1.0;
-    ptrdiff_t npan = (ptrdiff_t)ceil((hi - lo) / width);
-    if (npan < 1)
-        npan = 1;
-    double step = (hi - lo) / (double)npan, lq1 = log1p(-q), lq = log(q), cden = 1.0 / (sd * 2.5066282746310002);
+    double lq1 = log1p(-q), lq = log(q), cden = 1.0 / (sd * 2.5066282746310002);
     for (ptrdiff_t j = 0; j < npan; j++) {
         double a = lo + step * (double)j, b = (j + 1 == npan) ? hi : lo + step * (double)(j + 1);
         double mid = 0.5 * (a + b), half = 0.5 * (b - a);

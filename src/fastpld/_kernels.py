@@ -256,18 +256,24 @@ def have_leaf() -> bool:
     return _core is not None and _leaf is not None
 
 
-def psg_window(q: float, v: float, sd: float, remove: bool, tail: float, steps: np.ndarray):
-    """:func:`fastpld.discretize._psg_window` compiled (same arithmetic): ``(a, b)`` or ``None``.
-
-    The normal quantiles come from scipy's ``ndtri`` as there; the rest is one compiled call.
-    """
+def _psg_quantiles(q: float, remove: bool, tail: float):
+    """``(z1, z2, has_hi)`` of the compiled window (``fpld_psg_window``): scipy's normal quantiles at the
+    tail over each mixture component's weight, as :func:`fastpld.discretize._psg_window` takes them."""
     if remove:
         z1 = float(special.ndtri(tail / (1 - q)))
         has_hi = tail < q
         z2 = float(special.ndtri(tail / q)) if has_hi else 0.0
     else:
         z1, z2, has_hi = float(special.ndtri(tail)), 0.0, True
-    return _leaf.psg_window(q, v, sd, remove, tail, z1, z2, has_hi, steps)
+    return z1, z2, has_hi
+
+
+def psg_window(q: float, v: float, sd: float, remove: bool, tail: float, steps: np.ndarray):
+    """:func:`fastpld.discretize._psg_window` compiled (same arithmetic): ``(a, b)`` or ``None``.
+
+    The normal quantiles come from scipy's ``ndtri`` as there; the rest is one compiled call.
+    """
+    return _leaf.psg_window(q, v, sd, remove, tail, *_psg_quantiles(q, remove, tail), steps)
 
 
 def psg_leaf(q: float, v: float, sd: float, remove: bool, cre: float, lat: float, h: float, i_lo: int, i_hi: int,
@@ -289,12 +295,7 @@ def psg_leaf_full(q: float, v: float, sd: float, remove: bool, cre: float, tail:
     ``(probs, offset, coupling_range, tv, bias, truncated, mix, mu, slack)`` or ``None`` (the caller
     runs :func:`fastpld.discretize._discretize_continuous`'s own code).  ``levels``: ``(c, threshold)``
     of the coarse levels with ``threshold > tail``, decreasing ``c``."""
-    if remove:
-        z1 = float(special.ndtri(tail / (1 - q)))
-        has_hi = tail < q
-        z2 = float(special.ndtri(tail / q)) if has_hi else 0.0
-    else:
-        z1, z2, has_hi = float(special.ndtri(tail)), 0.0, True
+    z1, z2, has_hi = _psg_quantiles(q, remove, tail)
     (x16, w16), (x8, w8) = _GL16, _GL8
     return _leaf.psg_leaf_full(q, v, sd, remove, cre, tail, z1, z2, has_hi, steps, lattice, h,
                                min(int(max_buckets), 1 << 62), levels, x16, w16, x8, w8)
@@ -325,9 +326,10 @@ def pmf_moments(p: np.ndarray, cen: float):
     return tot, mu, float(np.dot((idx - mu) ** 2, p) / tot)
 
 
-def mean_index(p: np.ndarray) -> float:
-    """``sum_i i p_i / sum_i p_i`` of float64 weights (the compiled kernel sums in index order)."""
-    if _core is not None and p.dtype == np.float64 and p.flags.c_contiguous:
+def mean_index(p: np.ndarray, compiled: bool = True) -> float:
+    """``sum_i i p_i / sum_i p_i`` of float64 weights (the compiled kernel sums in index order;
+    ``compiled=False``: the numpy expression, as the numpy backend's nodes use it)."""
+    if compiled and _core is not None and p.dtype == np.float64 and p.flags.c_contiguous:
         return _core.mean_index(p)
     # (no np.dot: a BLAS dot wakes OpenBLAS's threads, milliseconds per call on a busy machine)
     return float(np.sum(np.arange(p.size, dtype=np.float64) * p) / p.sum())

@@ -76,6 +76,16 @@ def psg_window(double q, double v, double sd, bint remove, double tail, double z
     return (a, b) if found else None
 
 
+cdef inline void _check_leaf(int status, str nomass) except *:
+    """The errors of ``fpld_psg_leaf`` (status 100, "use the numpy code", is the caller's)."""
+    if status == 2:
+        raise ValueError(nomass)
+    if status == 3:
+        raise MemoryError("psg_leaf: out of memory")
+    if status != 0:
+        raise ValueError("psg_leaf: invalid argument")
+
+
 def psg_leaf(double q, double v, double sd, bint remove, double cre, double lat, double h, int64_t i_lo,
              int64_t i_hi, levels, const double[::1] x16, const double[::1] w16, const double[::1] x8,
              const double[::1] w8):
@@ -106,12 +116,7 @@ def psg_leaf(double q, double v, double sd, bint remove, double cre, double lat,
                                &x8[0], &w8[0], &pv[0], out)
     if status == 100:
         return None
-    if status == 2:
-        raise ValueError("psg_leaf: no mass in the window")
-    if status == 3:
-        raise MemoryError("psg_leaf: out of memory")
-    if status != 0:
-        raise ValueError("psg_leaf: invalid argument")
+    _check_leaf(status, "psg_leaf: no mass in the window")
     return probs, tuple([out[j] for j in range(FPLD_LEAF_NOUT)])
 
 
@@ -189,12 +194,7 @@ def psg_leaf_full(double q, double v, double sd, bint remove, double cre, double
                                &x8[0], &w8[0], &pv[0], out)
     if status == 100:
         return None
-    if status == 2:
-        raise ValueError("the discretisation window holds no probability mass; the mechanism parameters are degenerate")
-    if status == 3:
-        raise MemoryError("psg_leaf: out of memory")
-    if status != 0:
-        raise ValueError("psg_leaf: invalid argument")
+    _check_leaf(status, "the discretisation window holds no probability mass; the mechanism parameters are degenerate")
     cdef double ref = out[0], mu = out[1], widen = out[2], mean_err = out[4], total = out[6]
     cdef double slack = 0.0, p, r, pc
     cdef int sizes[4]

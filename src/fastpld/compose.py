@@ -1391,8 +1391,7 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     for pmf, m in inputs:
         p = np.asarray(pmf.probs)
         pf = np.asarray(p, dtype=np.float64)  # (a copy only for long double inputs)
-        cen = int(round(_kernels.mean_index(pf) if backend.native else
-                        float(np.sum(np.arange(pf.size, dtype=np.float64) * pf) / pf.sum())))
+        cen = int(round(_kernels.mean_index(pf, backend.native)))
         ins.append((p, cen, m))
         base_val += m * (pmf.offset + cen * h)
         full += m * (p.size - 1)
