@@ -80,3 +80,46 @@ def test_queries_from_threads_match():
         assert all(np.array_equal(a, b) for a, b in zip(d, ref_d))
     for e in es:
         assert all(np.array_equal(a, b) for a, b in zip(e, ref_e))
+
+
+def _schedule(n, steps, salt):
+    s = 1.0 + salt * 1e-9
+    return [(fastpld.PoissonSubsampledGaussian(1.0 * s, float(q)), steps) for q in np.linspace(0.005, 0.02, n)]
+
+
+@pytest.mark.parametrize("backend", fastpld.available_backends())
+def test_directions_on_two_threads_equal_one_thread(backend):
+    # asymmetric losses: the add direction runs on a worker thread, and with >= 32 parts its MGF
+    # grids are computed there while the remove direction is planned; cold caches both times
+    for n, steps in ((40, 20), (3, 300)):
+        salt = next(_salt)
+        one = fastpld.compose(_schedule(n, steps, salt), eps_error=0.1, delta_error=1e-8, backend=backend, threads=1)
+        mechanisms._LOSS_CACHE.clear()
+        two = fastpld.compose(_schedule(n, steps, salt), eps_error=0.1, delta_error=1e-8, backend=backend, threads=2)
+        assert set(one.directions) == {"remove", "add"}
+        for d in one.directions:
+            a, b = one.directions[d], two.directions[d]
+            assert a.method == b.method and a.certificate == b.certificate
+            np.testing.assert_array_equal(a.pmf.probs, b.pmf.probs)
+        for eps in (0.5, 2.0):
+            assert one.delta(eps) == two.delta(eps)
+
+
+def test_worker_error_reaches_the_caller():
+    # the first direction runs on the worker: its refusal must surface as the same ValueError
+    ev = _schedule(40, 20, next(_salt))
+    with pytest.raises(ValueError, match="max_buckets"):
+        fastpld.compose(ev, eps_error=0.1, delta_error=1e-8, max_buckets=2000, threads=2)
+    with pytest.raises(ValueError, match="max_buckets"):
+        fastpld.compose(ev, eps_error=0.1, delta_error=1e-8, max_buckets=2000, threads=1)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True, float("nan")])
+def test_threads_validated(bad):
+    with pytest.raises(ValueError, match="threads"):
+        fastpld.compose(fastpld.Gaussian(1.0), 10, threads=bad)
+
+
+def test_default_threads():
+    from fastpld.compose import default_threads
+    assert default_threads() in (1, 2)

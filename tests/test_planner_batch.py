@@ -144,11 +144,42 @@ def _reference_predict(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, bu
             r = wcache[key] = C._est_window([(loss, copies)], math.exp(lt), native)
         return r
 
+    hetero = plan.n_parts > 2
+    ends = {}  # heterogeneous plans: per loss, the union of its leaves' windows (_hetero_stack)
+    for o in plan.order:
+        if hetero and isinstance(o, C._Leaf):
+            w = window_single(o.loss, 1, trunc_tail / max(plan.instances[id(o)], 1))
+            if math.isfinite(w[0]) and math.isfinite(w[1]):
+                e = ends.get(id(o.loss))
+                ends[id(o.loss)] = w if e is None else (min(e[0], w[0]), max(e[1], w[1]))
+
+    def capped(K, end):
+        """K past the first grid point where its slope exceeds ``end``: at most the line from there."""
+        s = C._S_ABS
+        for j in range(s.size - 1):
+            if (K[j + 1] - K[j]) / (s[j + 1] - s[j]) > end:
+                line = K[j] + (s - s[j]) * end
+                return np.where((s >= s[j]) & np.isfinite(line), np.minimum(K, line), K)
+        return K
+
+    def grids(loss):
+        kp, kn = C._k_grid(loss, native)
+        if not hetero:
+            return kp, kn
+        if isinstance(loss, C.SubsampledLoss):
+            s = C._S_ABS
+            quad = 1.25 * kp[C._I1] * (s * (s - 1.0) / 2.0)
+            kn = np.where(np.isfinite(quad), np.minimum(kn, quad), kn)
+        if id(loss) in ends:
+            lo, hi = ends[id(loss)]
+            kp, kn = capped(kp, hi), capped(kn, -lo)
+        return kp, kn
+
     def get_agg(o):
         r = agg.get(id(o))
         if r is None:
             loss, copies = single[id(o)]
-            kp, kn = C._k_grid(loss, native)
+            kp, kn = grids(loss)
             lo, hi = loss.support
             r = (copies * kp, copies * kn, copies * lo if math.isfinite(lo) else -math.inf,
                  copies * hi if math.isfinite(hi) else math.inf)
@@ -196,7 +227,12 @@ def _reference_predict(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, bu
         n = node_w[id(o)] / meshes[o.group] + 1
         sizes[id(o)] = n
         if isinstance(o, C._Leaf):
-            cost += C._T_LEAF + C._T_LEAF_POINT * n
+            if not hetero:
+                cost += C._T_LEAF + C._T_LEAF_POINT * n
+            elif native and getattr(o.loss, "_psg", None) is not None:
+                cost += C._T_LEAF_PSG + C._T_LEAF_PSG_POINT * n
+            else:
+                cost += C._T_LEAF_H + C._T_LEAF_H_POINT * n
         else:
             nn = max(n, 2.0)
             lg = math.ceil(math.log2(nn))
@@ -212,7 +248,12 @@ def _reference_predict(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, bu
             per_point = C._point_cost(len(o.children), ld, mixed)
             if ld and est_ser <= node_allowance:
                 per_point += C._T_POINT_64
-            cost += C._T_NODE + (C._T_NODE_LD if ld else 0.0) + nn * (len(o.children) + 1) * per_point * lg / 12
+            child_pts = sum(sizes[id(c)] for c, _ in o.children)
+            series = est64 > 0.25 * allowance and mmax >= 8 and child_pts * (C._SERIES_R + 3) <= 2 * nn * math.log2(nn)
+            if hetero and not ld and not series:
+                cost += C._T_NODE_DIRECT + C._T_CHILD_POINT * child_pts + C._T_POINT_DIRECT * nn * (len(o.children) + 1) * lg / 12
+            else:
+                cost += C._T_NODE + (C._T_NODE_LD if ld else 0.0) + nn * (len(o.children) + 1) * per_point * lg / 12
     if fp_pred > 0.9 * (budgets.delta - budgets.eta):
         cost = 1e15 * (1 + fp_pred / budgets.delta)
     return meshes, cost, sizes

@@ -40,9 +40,12 @@ The resulting pair ``(eps_spent, delta_spent)`` satisfies
 """
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import math
 import numbers
+import os
+import threading
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -97,10 +100,11 @@ class _Node:
 
 
 class _Plan:
-    def __init__(self, root, method, params):
+    def __init__(self, root, method, params, n_parts=1):
         self.root = root
         self.method = method
         self.params = params
+        self.n_parts = n_parts  # distinct (loss, count) parts composed
         # topological order: children before parents
         order, seen = [], set()
 
@@ -217,7 +221,7 @@ def _build_plan(parts, method, arity, merge=None, native=False, order=None):
             top.extend(t)
             params.append(p)
         root = _Node(top, 0, "root")
-        return _Plan(root, method, params)
+        return _Plan(root, method, params, len(parts))
     b = max(2, int(merge))
     if order is None:
         order = _merge_order(parts, native)
@@ -249,7 +253,7 @@ def _build_plan(parts, method, arity, merge=None, native=False, order=None):
     for p in params:
         p["merge"] = b
         p["merge_levels"] = level + 1
-    return _Plan(root, method, params)
+    return _Plan(root, method, params, len(parts))
 
 
 def _merge_order(parts, native=False):
@@ -258,7 +262,7 @@ def _merge_order(parts, native=False):
     tail, from the cached MGF grids."""
     kp = np.array([_k_grid(loss, native)[0] for loss, _ in parts]) * np.array([float(c) for _, c in parts])[:, None]
     with np.errstate(invalid="ignore", over="ignore"):
-        size = np.min((kp + 20.0) / _S_ABS, axis=1)
+        size = np.min((kp + 20.0) / _S_ABS, axis=1).tolist()  # (Python floats: numpy scalars sort slowly)
     return sorted(range(len(parts)), key=lambda i: (size[i], parts[i][1]))
 
 
@@ -345,6 +349,7 @@ def _gauss_extend(loss, kp, kn, far=None):
 
 
 _I512 = int(np.searchsorted(_S_ABS, 512.0, side="right")) - 1  # _gauss_extend's test point
+_I1 = int(np.argmin(np.abs(_S_ABS - 1.0)))  # s = 1 (to round-off) on the grid: K(1) for _hetero_stack
 # grid points for the second-moment bound of _far_from_gauss (every third from s = 1e-3: any s is valid)
 _E2_S = np.nonzero(_S_ABS >= 1e-3)[0][::3]
 
@@ -449,6 +454,21 @@ _T_LEAF = 500.0
 _T_LEAF_POINT = 0.3
 _T_POINT_LD = 0.09  # per point of a long double node, per child FFT, at log2 N = 12
 _T_POINT_64 = 0.022
+# Heterogeneous plans (more than two distinct parts: blocks of many children with small powers)
+# mostly run direct-power float64 nodes, whose cost the terms above overstate ~2x and misshape:
+# fitted (2026-11-26, 1532 nodes of 1000 x 10, 50 x 100 and 200 x 5 subsampled Gaussian schedules
+# at block sizes 2 to 64) as a fixed cost, a cost per point of the children (fold and the window's
+# log-MGF sums) and per FFT point, within ~10% of the measured node time per plan.
+_T_NODE_DIRECT = 270.0
+_T_CHILD_POINT = 0.010
+_T_POINT_DIRECT = 0.0051
+# and their leaves (same day, in those schedules and 50 x 100 Laplace and Gaussian ones): the
+# compiled subsampled-Gaussian leaf (coarse tails) ~30 us + 0.016-0.026 us per bucket, others
+# ~150-270 us at a few hundred buckets
+_T_LEAF_PSG = 30.0
+_T_LEAF_PSG_POINT = 0.02
+_T_LEAF_H = 150.0
+_T_LEAF_H_POINT = 0.06
 
 
 def _predict(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache=None, budgets=None, native=False):
@@ -518,7 +538,9 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
             keys[id(o)] = (id(first[0]), copies, round(math.log(wrap_tail / max(inst, 1))))
     stack = _grid_stack(wcache, [s[0] for s in single.values()], native)
     _single_windows(wcache, [(single[i][0], k) for i, k in keys.items() if k not in wcache], native, stack)
-    windows = _agg_windows(plan, single, keys, height, wrap_tail, stack, native)
+    # (heterogeneous plans: their blocks sum many truncated leaves, see _hetero_stack)
+    agg_stack = _hetero_stack(stack, plan, keys, wcache) if plan.n_parts > 2 else stack
+    windows = _agg_windows(plan, single, keys, height, wrap_tail, agg_stack, native)
     # _precision_weight depends on the node through its stats only, and on its atoms where the
     # plain round-off estimate matters (as in _predicted_precision, which asks for them only then)
     pw_memo = {}
@@ -556,11 +578,17 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
     allowance = budgets.fp / n_obj if budgets is not None else math.inf
     node_allowance = budgets.fp / max(plan.n_nodes, 1) if budgets is not None else math.inf
     pp_memo = {}  # per (stats, atoms, lg): the precision guess's share of the cost and charge
+    hetero = plan.n_parts > 2
     for o in plan.order:
         n = node_w[id(o)] / meshes[o.group] + 1
         sizes[id(o)] = n
         if isinstance(o, _Leaf):
-            cost += _T_LEAF + _T_LEAF_POINT * n
+            if not hetero:
+                cost += _T_LEAF + _T_LEAF_POINT * n
+            elif native and getattr(o.loss, "_psg", None) is not None:
+                cost += _T_LEAF_PSG + _T_LEAF_PSG_POINT * n
+            else:
+                cost += _T_LEAF_H + _T_LEAF_H_POINT * n
         else:
             nn = max(n, 2.0)
             lg = math.ceil(math.log2(nn))
@@ -586,7 +614,13 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
             fp_add, ld, per_point = r
             if fp_add is not None:
                 fp_pred += fp_add
-            cost += _T_NODE + (_T_NODE_LD if ld else 0.0) + nn * (len(o.children) + 1) * per_point * lg / 12
+            # direct power where _run_node runs one: float64 without the series (which needs a
+            # large multiplicity and children short against N)
+            child_pts = sum(sizes[id(c)] for c, _ in o.children) if hetero and not ld else 0.0
+            if hetero and not ld and (fp_add is None or st[2] < 8 or child_pts * (_SERIES_R + 3) > 2 * nn * math.log2(nn)):
+                cost += _T_NODE_DIRECT + _T_CHILD_POINT * child_pts + _T_POINT_DIRECT * nn * (len(o.children) + 1) * lg / 12
+            else:
+                cost += _T_NODE + (_T_NODE_LD if ld else 0.0) + nn * (len(o.children) + 1) * per_point * lg / 12
     # (a plan whose measured charges do not fit is not fatal: compose falls back to the next one)
     if budgets is not None and fp_pred > 0.9 * (budgets.delta - budgets.eta):
         cost = 1e15 * (1 + fp_pred / budgets.delta)  # likely refused for round-off: rank last
@@ -656,6 +690,68 @@ def _single_windows(wcache, todo, native, stack=None):
                 continue
             # (copies >= 1: an infinite support end stays infinite, as _est_window's test for it gave)
             wcache[k] = (max(lo_j, copies[j] * lo_s[j]), min(up_j, copies[j] * hi_s[j]))
+
+
+def _hetero_stack(stack, plan, keys, wcache):
+    """:func:`_grid_stack` with the leaf losses' MGF grids tightened for summing many of them.
+
+    Blocks of many subsampled-Gaussian leaves had their predicted windows ~2-4x too wide at the
+    second level, which made the planner pick small blocks.  Two corrections, planning only
+    (execution bounds its windows from the concrete PMFs):
+
+    * ``K(-s)`` of a subsampled loss is a chord between integer orders, ``0`` on ``[0, 1]`` and
+      far above the truth past it, so a sum's lower Chernoff quantile was about ``-log(1/tail)``.
+      A privacy loss has ``K(0) = K(-1) = 0`` and, near Gaussian, ``K(s) ~ v s (s + 1) / 2`` with
+      ``v ~ K(1)``; the subsampled losses' left tails are lighter than that, so ``K(-s)`` is taken
+      as the smaller of its grid and ``1.25 K(1) s (s - 1) / 2``.
+    * A leaf keeps ``Y`` in its window ``[lo, hi]`` (the rest is charged to delta), so for
+      ``s >= s' >= 0``, ``E[e^(sY); Y <= hi] <= E[e^(s'Y)] e^((s - s') hi)``: past the grid point
+      ``s'`` where the slope of ``K`` first exceeds ``hi`` the grid is capped by that line
+      (likewise for ``-s`` with ``-lo``).
+    """
+    srow, kp, kn, s_lo, s_hi = stack
+    ends = {}
+    sub_rows = set()
+    for o in plan.order:
+        if isinstance(o, _Leaf):
+            r = srow.get(id(o.loss))
+            if r is None:
+                continue
+            if isinstance(o.loss, SubsampledLoss):
+                sub_rows.add(r)
+            w = wcache.get(keys[id(o)])
+            if w is None or not (math.isfinite(w[0]) and math.isfinite(w[1])):
+                continue
+            e = ends.get(r)
+            ends[r] = w if e is None else (min(e[0], w[0]), max(e[1], w[1]))
+    if not ends and not sub_rows:
+        return stack
+    # the candidate plans of one composition mostly share their leaves' windows: memoised
+    key = ("hetero stack", kp.shape[0], tuple(sorted(sub_rows)), tuple(sorted(ends.items())))
+    out = wcache.get(key)
+    if out is not None:
+        return out
+    kp2, kn2 = kp.copy(), kn.copy()
+    if sub_rows:
+        rows = np.array(sorted(sub_rows), dtype=np.intp)
+        v = kp[rows, _I1][:, None]
+        quad = 1.25 * v * (_S_ABS * (_S_ABS - 1.0) / 2.0)[None, :]
+        kn2[rows] = np.where(np.isfinite(quad), np.minimum(kn[rows], quad), kn[rows])
+    if ends:
+        rows = np.array(list(ends), dtype=np.intp)
+        lo = np.array([ends[r][0] for r in ends.keys()])[:, None]
+        hi = np.array([ends[r][1] for r in ends.keys()])[:, None]
+        ds = np.diff(_S_ABS)
+        for K, end in ((kp2, hi), (kn2, -lo)):
+            sub = K[rows]
+            slope = np.diff(sub, axis=1) / ds
+            steep = slope > end  # (NaN: False)
+            j = np.argmax(steep, axis=1)
+            line = np.take_along_axis(sub, j[:, None], axis=1) + (_S_ABS[None, :] - _S_ABS[j][:, None]) * end
+            use = steep.any(axis=1)[:, None] & (_S_ABS[None, :] >= _S_ABS[j][:, None]) & np.isfinite(line)
+            K[rows] = np.where(use, np.minimum(sub, line), sub)
+    out = wcache[key] = (srow, kp2, kn2, s_lo, s_hi)
+    return out
 
 
 def _agg_windows(plan, single, keys, height, wrap_tail, stack, native):
@@ -1761,6 +1857,7 @@ def _chain_signature(count, method, arity):
 
 
 _EARLY_STOP_US = 5000.0  # see _choose_plan
+_MERGE_START = 16  # block size where _choose_plan's search for the grouping starts
 _MAX_PLAN_TRIES = 4  # plans tried in order of predicted cost when one is refused for its delta charges
 _PRODUCT_LIMIT = 256  # candidate plans x parts above which chain and grouping are searched in turn
 
@@ -1835,22 +1932,97 @@ def _choose_plan(parts, method, arity, eps_az, log_term, budgets, native=False, 
             c_best = chains[int(np.argmin(costs))]
         else:
             c_best = chains[0]
-        # block sizes in increasing order until the predicted cost rises (it is unimodal in
-        # practice); the single root only while it can compete
+        # the single root only while it can compete; block sizes by descent from _MERGE_START
+        # (the predicted cost is unimodal in the block size in practice; each evaluation of a
+        # 1000-part plan costs ~30 ms, so the search starts where the optimum usually is)
         if len(parts) <= 64 and None in merges:
             evaluate(c_best, None)
-        prev = math.inf
-        for m in sorted(b for b in merges if b is not None):
-            c = evaluate(c_best, m)[0]
-            if c > prev:
-                break
-            prev = c
+        bs = sorted(b for b in merges if b is not None)
+        if bs:
+            i = min(range(len(bs)), key=lambda j: (abs(math.log(bs[j] / _MERGE_START)), bs[j]))
+
+            def cost(j):
+                return evaluate(c_best, bs[j])[0]
+
+            cost(i)
+            for step in (-1, 1):  # down while it improves; up only if the first step down did not
+                j = i
+                while 0 <= j + step < len(bs) and cost(j + step) < cost(j):
+                    j += step
+                if j != i:
+                    break
     return sorted(memo.values(), key=lambda t: t[0])
+
+
+_PARALLEL_MIN_US = 2000.0  # predicted cost (µs) below which the second direction stays on the calling thread
+_PREFETCH_MIN_PARTS = 32
+_pool_lock = threading.Lock()
+_pool: list = [None, None]  # (executor, semaphore of its idle workers), made on first use
+
+
+def default_threads() -> int:
+    """Threads a composition uses by default: 2 when this process may run on more than one CPU.
+
+    A composition has at most two independent parts (the add and remove directions of an
+    asymmetric mechanism such as the subsampled Gaussian), so more threads would idle.
+    """
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        n = os.cpu_count() or 1
+    return 2 if n > 1 else 1
+
+
+def _try_submit(fn):
+    """``fn`` started on an idle worker thread (a Future), or ``None`` if no worker is idle.
+
+    The worker threads live as long as the process (each keeps its own FFTW plans, see
+    :mod:`fastpld._native`) and are at most ``min(8, os.cpu_count())``; under a server's load a
+    composition runs on its own thread instead of queueing behind others.
+    """
+    with _pool_lock:
+        if _pool[0] is None:
+            n = max(1, min(8, os.cpu_count() or 1))
+            _pool[0] = concurrent.futures.ThreadPoolExecutor(max_workers=n, thread_name_prefix="fastpld")
+            _pool[1] = threading.BoundedSemaphore(n)
+    executor, idle = _pool
+    if not idle.acquire(blocking=False):
+        return None
+
+    def job():
+        try:
+            return fn()
+        finally:
+            idle.release()
+
+    try:
+        return executor.submit(job)
+    except RuntimeError:  # interpreter shutting down
+        idle.release()
+        return None
+
+
+def _run_jobs(jobs, threads, predicted_us):
+    """Results of ``jobs`` (callables), the first on a worker thread when that pays (:func:`_try_submit`).
+
+    Every job finishes before this returns or raises (no work outlives the call), and the first
+    job's error wins, as when they run in turn; the results do not depend on the threading.
+    """
+    fut = None
+    if len(jobs) > 1 and threads > 1 and predicted_us >= _PARALLEL_MIN_US:
+        fut = _try_submit(jobs[0])
+    if fut is None:
+        return [job() for job in jobs]
+    try:
+        rest = [job() for job in jobs[1:]]
+    finally:
+        head = fut.result()  # waits; its error (if any) takes precedence, as if it had run first
+    return [head] + rest
 
 
 def compose(mechanism, count: int | None = None, *, eps_error: float = 0.1, delta_error: float = 1e-10,
             method: str = "auto", backend: str | None = None, arity: int | None = None,
-            max_buckets: int = DEFAULT_MAX_BUCKETS) -> PrivacyLossDistribution:
+            max_buckets: int = DEFAULT_MAX_BUCKETS, threads: int | None = None) -> PrivacyLossDistribution:
     """Compose privacy loss distributions with certified error.
 
     Parameters
@@ -1875,6 +2047,11 @@ def compose(mechanism, count: int | None = None, *, eps_error: float = 0.1, delt
     max_buckets : int
         Refuse (``ValueError``) before allocating an FFT or a discretisation
         larger than this.
+    threads : int, optional
+        ``1`` runs everything on the calling thread; ``2`` or more lets the two directions
+        (add and remove) of an asymmetric composition run concurrently, the second on a
+        process-wide worker thread when one is idle (the compiled kernels and FFTs release the
+        GIL).  Default: :func:`default_threads`.  The result does not depend on it.
 
     Returns
     -------
@@ -1894,6 +2071,7 @@ def compose(mechanism, count: int | None = None, *, eps_error: float = 0.1, delt
         if method not in ("recursive", "auto"):
             raise ValueError("arity applies to method='recursive' only")
     max_buckets = V.positive_int("max_buckets", max_buckets)
+    threads = default_threads() if threads is None else V.positive_int("threads", threads)
     be = _fft.resolve(backend)
 
     budgets = _Budgets(
@@ -1902,9 +2080,6 @@ def compose(mechanism, count: int | None = None, *, eps_error: float = 0.1, delt
     )
     log_term = math.log(2.0 / budgets.eta)
     eps_az = eps_err * (1 - _EPS_RESERVE)
-    directions = {}
-    reuse = None  # chain and grouping chosen for the first direction of an auto composition
-
     def run(ranked):
         # the cheapest predicted plan first; if its measured round-off/wrap charges do not fit
         # delta_error (the prediction cannot see, e.g., the spectral peaks of lattice PMFs),
@@ -1924,27 +2099,50 @@ def compose(mechanism, count: int | None = None, *, eps_error: float = 0.1, delt
                 first_error = first_error or exc
         raise first_error
 
-    for name, parts in _direction_parts(events).items():
-        p_inf_log = sum(c * math.log1p(-loss.p_inf) for loss, c in parts)
-        p_inf = -math.expm1(p_inf_log)
-        out = None
-        if reuse is not None:
-            # the add and remove losses of one mechanism have the same shape of plan: predict only
-            # the first direction's chain here (its meshes are still predicted for this loss), and
-            # rank every candidate only if that plan is refused
-            try:
-                out = run(_choose_plan(parts, reuse[0], reuse[1], eps_az, log_term, budgets, be.native,
-                                       merge=reuse[2]))
-            except _BudgetError:
-                out = None
-        if out is None:
-            out = run(_choose_plan(parts, method, arity, eps_az, log_term, budgets, be.native))
+    def finish(name, parts, out):
         plan, final, eps_spent, delta_spent, stages, cert = out
-        if method == "auto" and arity is None and reuse is None:
-            # (heterogeneous too: the directions of the same mechanisms have the same shape of plan)
-            reuse = (plan.method, plan.params[0].get("arity"), plan.params[0].get("merge"))
+        p_inf_log = sum(c * math.log1p(-loss.p_inf) for loss, c in parts)
         method_name = plan.method if plan.method != "recursive" else f"recursive(arity={plan.params[0].get('arity')})"
         if plan.params[0].get("merge"):
             method_name += f"+blocks({plan.params[0]['merge']})"
-        directions[name] = DirectionResult(final, p_inf, eps_spent, delta_spent, tuple(stages), cert, method_name)
+        return DirectionResult(final, -math.expm1(p_inf_log), eps_spent, delta_spent, tuple(stages), cert, method_name)
+
+    def shape(plan):
+        return plan.method, plan.params[0].get("arity"), plan.params[0].get("merge")
+
+    dir_parts = list(_direction_parts(events).items())
+    name0, parts0 = dir_parts[0]
+    # many distinct parts: the second direction's MGF grids (~0.1 ms per part) are computed on a
+    # worker thread while this one plans the first direction
+    prefetch = None
+    if len(dir_parts) == 2 and threads > 1 and len(dir_parts[1][1]) >= _PREFETCH_MIN_PARTS:
+        prefetch = _try_submit(lambda: _k_grids([loss for loss, _ in dir_parts[1][1]], be.native))
+    try:
+        ranked0 = _choose_plan(parts0, method, arity, eps_az, log_term, budgets, be.native)
+    finally:
+        if prefetch is not None:
+            prefetch.result()
+    jobs = [lambda: finish(name0, parts0, run(ranked0))]
+    if len(dir_parts) == 2:
+        name1, parts1 = dir_parts[1]
+        # The add and remove losses of one mechanism have the same shape of plan: for auto, the
+        # second direction predicts only the first one's top-ranked chain and grouping (its meshes
+        # are still predicted for its own loss), and ranks every candidate only if that plan is
+        # refused.  (The top-ranked plan, not the one the first direction ends up executing: the
+        # second direction does not wait for the first, and its answer does not depend on threads.)
+        reuse = shape(ranked0[0][1]) if method == "auto" and arity is None else None
+
+        def second():
+            refused = None
+            if reuse is not None:
+                try:
+                    return finish(name1, parts1, run(_choose_plan(parts1, reuse[0], reuse[1], eps_az, log_term,
+                                                                  budgets, be.native, merge=reuse[2])))
+                except _BudgetError:
+                    refused = reuse
+            ranked = _choose_plan(parts1, method, arity, eps_az, log_term, budgets, be.native)
+            return finish(name1, parts1, run([r for r in ranked if shape(r[1]) != refused] or ranked))
+
+        jobs.append(second)
+    directions = dict(zip([name for name, _ in dir_parts], _run_jobs(jobs, threads, ranked0[0][0])))
     return PrivacyLossDistribution(directions, eps_err, delta_err, tuple(events), be.name)
