@@ -712,11 +712,13 @@ def _hetero_stack(stack, plan, keys, wcache):
     srow, kp, kn, s_lo, s_hi = stack
     ends = {}
     sub_rows = set()
+    used = {}  # the plan's losses: the returned stack has their rows only (a sample plan: a few)
     for o in plan.order:
         if isinstance(o, _Leaf):
             r = srow.get(id(o.loss))
             if r is None:
                 continue
+            used[id(o.loss)] = r
             if isinstance(o.loss, SubsampledLoss):
                 sub_rows.add(r)
             w = wcache.get(keys[id(o)])
@@ -727,18 +729,25 @@ def _hetero_stack(stack, plan, keys, wcache):
     if not ends and not sub_rows:
         return stack
     # the candidate plans of one composition mostly share their leaves' windows: memoised
-    key = ("hetero stack", kp.shape[0], tuple(sorted(sub_rows)), tuple(sorted(ends.items())))
+    er = sorted(ends)
+    key = ("hetero stack", np.array(sorted(used.items()), dtype=np.float64).tobytes(),
+           np.array(sorted(sub_rows), dtype=np.intp).tobytes(),
+           np.array([(r, *ends[r]) for r in er], dtype=np.float64).tobytes())  # (bytes: cheap to hash)
     out = wcache.get(key)
     if out is not None:
         return out
-    kp2, kn2 = kp.copy(), kn.copy()
+    old_rows = sorted(used.values())
+    new_row = {r: i for i, r in enumerate(old_rows)}
+    sel = np.array(old_rows, dtype=np.intp)
+    kp2, kn2 = kp[sel], kn[sel]
+    kp, kn = kp2.copy(), kn2.copy()  # (unmodified, in the new row order)
     if sub_rows:
-        rows = np.array(sorted(sub_rows), dtype=np.intp)
+        rows = np.array([new_row[r] for r in sorted(sub_rows)], dtype=np.intp)
         v = kp[rows, _I1][:, None]
         quad = 1.25 * v * (_S_ABS * (_S_ABS - 1.0) / 2.0)[None, :]
         kn2[rows] = np.where(np.isfinite(quad), np.minimum(kn[rows], quad), kn[rows])
     if ends:
-        rows = np.array(list(ends), dtype=np.intp)
+        rows = np.array([new_row[r] for r in ends], dtype=np.intp)
         lo = np.array([ends[r][0] for r in ends.keys()])[:, None]
         hi = np.array([ends[r][1] for r in ends.keys()])[:, None]
         ds = np.diff(_S_ABS)
@@ -750,7 +759,7 @@ def _hetero_stack(stack, plan, keys, wcache):
             line = np.take_along_axis(sub, j[:, None], axis=1) + (_S_ABS[None, :] - _S_ABS[j][:, None]) * end
             use = steep.any(axis=1)[:, None] & (_S_ABS[None, :] >= _S_ABS[j][:, None]) & np.isfinite(line)
             K[rows] = np.where(use, np.minimum(sub, line), sub)
-    out = wcache[key] = (srow, kp2, kn2, s_lo, s_hi)
+    out = wcache[key] = ({i: new_row[r] for i, r in used.items()}, kp2, kn2, s_lo[sel], s_hi[sel])
     return out
 
 
