@@ -145,34 +145,15 @@ def _reference_predict(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, bu
         return r
 
     hetero = plan.n_parts > 2
-    ends = {}  # heterogeneous plans: per loss, the union of its leaves' windows (_hetero_stack)
-    for o in plan.order:
-        if hetero and isinstance(o, C._Leaf):
-            w = window_single(o.loss, 1, trunc_tail / max(plan.instances[id(o)], 1))
-            if math.isfinite(w[0]) and math.isfinite(w[1]):
-                e = ends.get(id(o.loss))
-                ends[id(o.loss)] = w if e is None else (min(e[0], w[0]), max(e[1], w[1]))
-
-    def capped(K, end):
-        """K past the first grid point where its slope exceeds ``end``: at most the line from there."""
-        s = C._S_ABS
-        for j in range(s.size - 1):
-            if (K[j + 1] - K[j]) / (s[j + 1] - s[j]) > end:
-                line = K[j] + (s - s[j]) * end
-                return np.where((s >= s[j]) & np.isfinite(line), np.minimum(K, line), K)
-        return K
 
     def grids(loss):
         kp, kn = C._k_grid(loss, native)
         if not hetero:
             return kp, kn
-        if isinstance(loss, C.SubsampledLoss):
+        if isinstance(loss, C.SubsampledLoss):  # (_hetero_stack)
             s = C._S_ABS
             quad = 1.25 * kp[C._I1] * (s * (s - 1.0) / 2.0)
             kn = np.where(np.isfinite(quad), np.minimum(kn, quad), kn)
-        if id(loss) in ends:
-            lo, hi = ends[id(loss)]
-            kp, kn = capped(kp, hi), capped(kn, -lo)
         return kp, kn
 
     def get_agg(o):

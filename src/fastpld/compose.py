@@ -539,7 +539,7 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
     stack = _grid_stack(wcache, [s[0] for s in single.values()], native)
     _single_windows(wcache, [(single[i][0], k) for i, k in keys.items() if k not in wcache], native, stack)
     # (heterogeneous plans: their blocks sum many truncated leaves, see _hetero_stack)
-    agg_stack = _hetero_stack(stack, plan, keys, wcache) if plan.n_parts > 2 else stack
+    agg_stack = _hetero_stack(stack, plan, wcache) if plan.n_parts > 2 else stack
     windows = _agg_windows(plan, single, keys, height, wrap_tail, agg_stack, native)
     # _precision_weight depends on the node through its stats only, and on its atoms where the
     # plain round-off estimate matters (as in _predicted_precision, which asks for them only then)
@@ -692,75 +692,39 @@ def _single_windows(wcache, todo, native, stack=None):
             wcache[k] = (max(lo_j, copies[j] * lo_s[j]), min(up_j, copies[j] * hi_s[j]))
 
 
-def _hetero_stack(stack, plan, keys, wcache):
-    """:func:`_grid_stack` with the leaf losses' MGF grids tightened for summing many of them.
+def _hetero_stack(stack, plan, wcache):
+    """:func:`_grid_stack` restricted to the plan's losses, their ``K(-s)`` grids tightened.
 
-    Blocks of many subsampled-Gaussian leaves had their predicted windows ~2-4x too wide at the
-    second level, which made the planner pick small blocks.  Two corrections, planning only
-    (execution bounds its windows from the concrete PMFs):
-
-    * ``K(-s)`` of a subsampled loss is a chord between integer orders, ``0`` on ``[0, 1]`` and
-      far above the truth past it, so a sum's lower Chernoff quantile was about ``-log(1/tail)``.
-      A privacy loss has ``K(0) = K(-1) = 0`` and, near Gaussian, ``K(s) ~ v s (s + 1) / 2`` with
-      ``v ~ K(1)``; the subsampled losses' left tails are lighter than that, so ``K(-s)`` is taken
-      as the smaller of its grid and ``1.25 K(1) s (s - 1) / 2``.
-    * A leaf keeps ``Y`` in its window ``[lo, hi]`` (the rest is charged to delta), so for
-      ``s >= s' >= 0``, ``E[e^(sY); Y <= hi] <= E[e^(s'Y)] e^((s - s') hi)``: past the grid point
-      ``s'`` where the slope of ``K`` first exceeds ``hi`` the grid is capped by that line
-      (likewise for ``-s`` with ``-lo``).
+    ``K(-s)`` of a subsampled loss is a chord between integer orders: ``0`` on ``[0, 1]`` and far
+    above the truth past it, so the lower Chernoff quantile of a block of many such leaves was
+    about ``-log(1/tail)``, its predicted window 2-4x too wide at the second level, and the planner
+    picked small blocks.  A privacy loss has ``K(0) = K(-1) = 0`` and, near Gaussian,
+    ``K(s) ~ v s (s + 1) / 2`` with ``v ~ K(1)``; the subsampled losses' left tails are lighter
+    than that, so ``K(-s)`` is taken as the smaller of its grid and ``1.25 K(1) s (s - 1) / 2``.
+    Planning only (execution bounds its windows from the concrete PMFs).  (Capping each leaf's
+    grid past its truncation window was tried as well: no predicted cost changed.)
     """
     srow, kp, kn, s_lo, s_hi = stack
-    ends = {}
-    sub_rows = set()
     used = {}  # the plan's losses: the returned stack has their rows only (a sample plan: a few)
     for o in plan.order:
         if isinstance(o, _Leaf):
             r = srow.get(id(o.loss))
-            if r is None:
-                continue
-            used[id(o.loss)] = r
-            if isinstance(o.loss, SubsampledLoss):
-                sub_rows.add(r)
-            w = wcache.get(keys[id(o)])
-            if w is None or not (math.isfinite(w[0]) and math.isfinite(w[1])):
-                continue
-            e = ends.get(r)
-            ends[r] = w if e is None else (min(e[0], w[0]), max(e[1], w[1]))
-    if not ends and not sub_rows:
+            if r is not None:
+                used[id(o.loss)] = (r, isinstance(o.loss, SubsampledLoss))
+    if not any(sub for _, sub in used.values()):
         return stack
-    # the candidate plans of one composition mostly share their leaves' windows: memoised
-    er = sorted(ends)
-    key = ("hetero stack", np.array(sorted(used.items()), dtype=np.float64).tobytes(),
-           np.array(sorted(sub_rows), dtype=np.intp).tobytes(),
-           np.array([(r, *ends[r]) for r in er], dtype=np.float64).tobytes())  # (bytes: cheap to hash)
+    rows = sorted(set(used.values()))
+    key = ("hetero stack", np.array(rows, dtype=np.intp).tobytes())  # (the candidate plans share it)
     out = wcache.get(key)
-    if out is not None:
-        return out
-    old_rows = sorted(used.values())
-    new_row = {r: i for i, r in enumerate(old_rows)}
-    sel = np.array(old_rows, dtype=np.intp)
-    kp2, kn2 = kp[sel], kn[sel]
-    kp, kn = kp2.copy(), kn2.copy()  # (unmodified, in the new row order)
-    if sub_rows:
-        rows = np.array([new_row[r] for r in sorted(sub_rows)], dtype=np.intp)
-        v = kp[rows, _I1][:, None]
-        quad = 1.25 * v * (_S_ABS * (_S_ABS - 1.0) / 2.0)[None, :]
-        kn2[rows] = np.where(np.isfinite(quad), np.minimum(kn[rows], quad), kn[rows])
-    if ends:
-        rows = np.array([new_row[r] for r in ends], dtype=np.intp)
-        lo = np.array([ends[r][0] for r in ends.keys()])[:, None]
-        hi = np.array([ends[r][1] for r in ends.keys()])[:, None]
-        ds = np.diff(_S_ABS)
-        for K, end in ((kp2, hi), (kn2, -lo)):
-            sub = K[rows]
-            slope = np.diff(sub, axis=1) / ds
-            steep = slope > end  # (NaN: False)
-            j = np.argmax(steep, axis=1)
-            line = np.take_along_axis(sub, j[:, None], axis=1) + (_S_ABS[None, :] - _S_ABS[j][:, None]) * end
-            use = steep.any(axis=1)[:, None] & (_S_ABS[None, :] >= _S_ABS[j][:, None]) & np.isfinite(line)
-            K[rows] = np.where(use, np.minimum(sub, line), sub)
-    out = wcache[key] = ({i: new_row[r] for i, r in used.items()}, kp2, kn2, s_lo[sel], s_hi[sel])
-    return out
+    if out is None:
+        sel = np.array([r for r, _ in rows], dtype=np.intp)
+        kp2, kn2 = kp[sel], kn[sel]
+        sub = np.array([i for i, (_, is_sub) in enumerate(rows) if is_sub], dtype=np.intp)
+        quad = 1.25 * kp2[sub, _I1][:, None] * (_S_ABS * (_S_ABS - 1.0) / 2.0)[None, :]
+        kn2[sub] = np.where(np.isfinite(quad), np.minimum(kn2[sub], quad), kn2[sub])
+        out = wcache[key] = ({r: i for i, (r, _) in enumerate(rows)}, kp2, kn2, s_lo[sel], s_hi[sel])
+    new_row = out[0]
+    return ({i: new_row[r] for i, (r, _) in used.items()}, *out[1:])
 
 
 def _agg_windows(plan, single, keys, height, wrap_tail, stack, native):
