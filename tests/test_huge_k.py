@@ -79,3 +79,35 @@ def test_psg_2_30_certified_at_1e10(psg_2_30, backend):
     # the noise was calibrated to delta(1.0) = 1e-6 (fastpld at eps_error 0.01, delta_error 1e-7)
     assert b.lower <= 1e-6 <= b.upper
     assert 0.9e-6 <= b.estimate <= 1.1e-6
+
+
+def test_refused_plans_stop_early_with_the_same_answer(monkeypatch):
+    # Laplace at k = 2^30 with delta_error 1e-7: the round-off of the first node's lattice powers
+    # (~9e-8) leaves too little delta for the cheaper plans' meshes; each is stopped after the node
+    # that makes the refusal certain, and the answer is the one without the early stop
+    C = importlib.import_module("fastpld.compose")
+    mech, k = fastpld.Laplace(138694.82633119353), 2**30
+    ran, refused = [], []
+    run_node, execute = C._run_node, C._execute
+
+    def count(node, *a, **kw):
+        ran[-1] += 1
+        return run_node(node, *a, **kw)
+
+    def spy(plan, *a, **kw):
+        ran.append(0)
+        try:
+            return execute(plan, *a, **kw)
+        except C._EtaError:
+            refused.append((ran[-1], plan.n_nodes))
+            raise
+
+    monkeypatch.setattr(C, "_run_node", count)
+    monkeypatch.setattr(C, "_execute", spy)
+    fast = fastpld.compose(mech, k, eps_error=0.1, delta_error=1e-7, threads=1)
+    assert refused and all(r < n for r, n in refused)  # stopped before the plan's last node
+    monkeypatch.setattr(C, "_eta_check", lambda *a: None)
+    slow = fastpld.compose(mech, k, eps_error=0.1, delta_error=1e-7, threads=1)
+    assert fast.method == slow.method
+    np.testing.assert_array_equal(fast.directions["remove"].pmf.probs, slow.directions["remove"].pmf.probs)
+    assert fast.delta(1.0) == slow.delta(1.0)

@@ -1639,6 +1639,30 @@ class _BudgetError(ValueError):
     """The measured delta charges of a plan exceed ``delta_error`` (another plan may fit)."""
 
 
+class _EtaError(_BudgetError):
+    """The delta charges measured so far (``tv``) leave too little failure probability for the
+    planned meshes' discretisation term to fit eps_error."""
+
+    def __init__(self, msg, tv):
+        super().__init__(msg)
+        self.tv = tv
+
+
+def _eta_check(budgets, tv, v_lo, eps_limit):
+    """Raise :class:`_EtaError` once the final eps term is certain to exceed ``eps_limit``: the
+    Azuma term is at least ``sqrt(V / 2 log(2 / eta))`` with ``V >= v_lo`` (every copy's coupling
+    range is at least its mesh) and ``eta = min(budgets.eta, delta - charges)``, and charges only grow."""
+    if eps_limit is None or not budgets.delta - tv > 0:  # (the latter: _check_tv's refusal, next)
+        return
+    eta = min(budgets.eta, budgets.delta - tv)
+    if math.sqrt(v_lo / 2 * math.log(2.0 / eta)) <= eps_limit:
+        return
+    raise _EtaError(
+        f"the delta charges ({tv:.3g}) leave {max(eta, 0.0):.3g} of delta_error={budgets.delta:.3g} for the "
+        f"discretisation term, too little for eps_error={eps_limit:.4g} at the planned meshes; increase "
+        f"eps_error or delta_error", tv)
+
+
 def _check_tv(budgets, tv_trunc, tv_wrap, tv_fp):
     if not budgets.delta - (tv_trunc + tv_wrap + tv_fp) > 0:
         raise _BudgetError(
@@ -1648,8 +1672,12 @@ def _check_tv(budgets, tv_trunc, tv_wrap, tv_fp):
         )
 
 
-def _execute(plan, meshes, budgets, backend, max_buckets):
-    """Run a plan for one direction; returns (final GridPMF, eps_spent, delta_spent, stages, cert)."""
+def _execute(plan, meshes, budgets, backend, max_buckets, eps_limit=None):
+    """Run a plan for one direction; returns (final GridPMF, eps_spent, delta_spent, stages, cert).
+
+    ``eps_limit``: stop (:class:`_EtaError`) as soon as the measured delta charges make an eps
+    term above it certain, instead of running the rest of a plan whose answer would be refused.
+    """
     results = {}
     redisc = {}
     # a result is dropped once its last consumer ran: a heterogeneous plan's leaves would otherwise
@@ -1660,6 +1688,15 @@ def _execute(plan, meshes, budgets, backend, max_buckets):
             for c, _ in o.children:
                 consumers[id(c)] = consumers.get(id(c), 0) + 1
     n_objects = plan.n_nodes + plan.n_leaves
+    v_lo = 0.0  # lower bound on the final V: every coupling range is at least its mesh
+    for o in plan.order:
+        if isinstance(o, _Leaf):
+            v_lo += plan.instances[id(o)] * meshes[o.group] ** 2
+        else:
+            for c, m in o.children:
+                if c.group != o.group:
+                    v_lo += plan.instances[id(o)] * m * meshes[o.group] ** 2
+    v_lo *= 0.99
     V = 0.0
     bias = 0.0
     tv_trunc = tv_wrap = tv_fp = 0.0
@@ -1709,6 +1746,7 @@ def _execute(plan, meshes, budgets, backend, max_buckets):
             inputs.append((pmf, m))
         _check_tv(budgets, tv_trunc, tv_wrap, tv_fp)  # re-discretisation charges, before the FFT
         out, info = _run_node(o, inputs, inst, budgets, n_objects, backend, max_buckets, n_nodes=plan.n_nodes)
+        _eta_check(budgets, tv_trunc + tv_wrap + tv_fp + inst * (info["wrap"] + info["fp"]), v_lo, eps_limit)
         results[id(o)] = out
         del inputs
         for c, _ in o.children:
@@ -2071,10 +2109,14 @@ def compose(mechanism, count: int | None = None, *, eps_error: float = 0.1, delt
         # the cheapest predicted plan first; if its measured round-off/wrap charges do not fit
         # delta_error (the prediction cannot see, e.g., the spectral peaks of lattice PMFs),
         # the next ones, so that the answer is the fastest plan that certifies
+        # (a plan whose measured charges leave too little failure probability for its meshes --
+        # the round-off of large powers of lattice PMFs is ~5x the prediction -- stops as soon as
+        # that is certain: measured 3.6 -> 1.8 ms per refused plan for Laplace at k = 2^30)
         first_error = None
-        for cost, plan, meshes in ranked[:_MAX_PLAN_TRIES]:
+        for _, plan, meshes in ranked[:_MAX_PLAN_TRIES]:
             try:
-                final, eps_spent, delta_spent, stages, cert = _execute(plan, meshes, budgets, be, max_buckets)
+                final, eps_spent, delta_spent, stages, cert = _execute(plan, meshes, budgets, be, max_buckets,
+                                                                       eps_limit=eps_err)
                 if eps_spent > eps_err:
                     raise _BudgetError(
                         f"the certified eps error {eps_spent:.4g} exceeds eps_error={eps_err:.4g} (round-off and "
