@@ -1882,7 +1882,7 @@ def _chain_signature(count, method, arity):
 
 
 _EARLY_STOP_US = 5000.0  # see _choose_plan
-_MERGE_START = 16  # block size where _choose_plan's search for the grouping starts
+_MERGE_START = 16  # smallest block size where _choose_plan's search for the grouping starts
 _MAX_PLAN_TRIES = 4  # plans tried in order of predicted cost when one is refused for its delta charges
 _PRODUCT_LIMIT = 256  # candidate plans x parts above which chain and grouping are searched in turn
 
@@ -1964,7 +1964,9 @@ def _choose_plan(parts, method, arity, eps_az, log_term, budgets, native=False, 
             evaluate(c_best, None)
         bs = sorted(b for b in merges if b is not None)
         if bs:
-            i = min(range(len(bs)), key=lambda j: (abs(math.log(bs[j] / _MERGE_START)), bs[j]))
+            # (from ~sqrt(n) for many parts, the two-level grouping: where 1000 parts end up)
+            start = max(_MERGE_START, math.isqrt(len(parts) - 1) + 1)
+            i = min(range(len(bs)), key=lambda j: (abs(math.log(bs[j] / start)), bs[j]))
 
             def cost(j):
                 return evaluate(c_best, bs[j])[0]
