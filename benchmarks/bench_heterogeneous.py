@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import math
 import statistics
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 
@@ -47,10 +49,10 @@ def schedule(k, steps):
     return [(float(q), steps) for q in qs]
 
 
-def fastpld_schedule(sched):
+def fastpld_schedule(sched, threads=None):
     cold()
     events = [(fastpld.PoissonSubsampledGaussian(1.0, q), n) for q, n in sched]
-    pld = fastpld.compose(events, eps_error=EE, delta_error=DE)
+    pld = fastpld.compose(events, eps_error=EE, delta_error=DE, threads=threads)
     return pld.epsilon(DELTA).upper, pld.method
 
 
@@ -60,6 +62,9 @@ def rdp_schedule(sched):
     for q, n in sched:
         acc.compose(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(1.0)), n)
     return acc.get_epsilon(DELTA)
+
+
+RESULTS: dict = {}  # section -> label -> medians, written to benchmarks/results/bench_heterogeneous.json
 
 
 def side_by_side(name, runs, repeats):
@@ -83,6 +88,8 @@ def side_by_side(name, runs, repeats):
     for label, _ in runs:
         print(f"  {label:38s} {med[label]:9.3f} s x{med[label] / base:6.1f} | cpu {cmed[label]:8.3f} s "
               f"x{cmed[label] / cbase:6.1f} | first call {first[label]:7.3f} s  -> {outs[label]}")
+    RESULTS[name] = {label: {"wall_median_s": med[label], "cpu_median_s": cmed[label], "first_call_s": first[label],
+                             "walls_s": times[label], "result": repr(outs[label])} for label, _ in runs}
     return med, outs
 
 
@@ -152,14 +159,17 @@ def main():
 
     # 1. 50 distinct x 100 steps vs dp_accounting's RDP accountant
     s50 = schedule(50, 100)
+    # (fastpld's default runs the add and remove directions on two threads; threads=1 shown too)
     side_by_side("50 distinct Poisson-subsampled Gaussians x 100 steps (sigma 1, q in [0.005, 0.02])",
                  [("fastpld.compose (grouped plan)", lambda: fastpld_schedule(s50)),
+                  ("fastpld.compose, threads=1", lambda: fastpld_schedule(s50, threads=1)),
                   ("dp_accounting RdpAccountant", lambda: rdp_schedule(s50))], reps)
 
     # 2. 1000 distinct x 10 steps (fastpld alone; RDP takes ~100 s here)
     s1000 = schedule(1000, 10)
-    side_by_side("1000 distinct x 10 steps", [("fastpld.compose (grouped plan)", lambda: fastpld_schedule(s1000))],
-                 max(1, reps - 1))
+    side_by_side("1000 distinct x 10 steps", [("fastpld.compose (grouped plan)", lambda: fastpld_schedule(s1000)),
+                                               ("fastpld.compose, threads=1", lambda: fastpld_schedule(s1000, threads=1))],
+                 max(3, reps))
 
     # 3. incremental accountant: per-query cost in a training loop
     per, repeat, e = accountant_loop(loop_steps)
@@ -194,6 +204,14 @@ def main():
         print(f"  sigma fastpld / {label.split()[0]}: {s / outs[label]:.4f}")
     pld = fastpld.compose(fastpld.PoissonSubsampledGaussian(s, 0.04), 2000, eps_error=EE, delta_error=DE)
     print(f"  certified epsilon at fastpld's sigma {s:.4f}: {pld.epsilon(DELTA)}")
+    RESULTS["accountant"] = {"steps": loop_steps, "per_query_median_ms": float(np.median(per_ms)),
+                             "per_query_p90_ms": float(np.percentile(per_ms, 90)), "repeat_query_us": repeat * 1e6}
+    RESULTS["calibration_sigma"] = {"fastpld": s, "certified_epsilon_upper": pld.epsilon(DELTA).upper}
+    out = Path(__file__).resolve().parent / "results" / "bench_heterogeneous.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps({"fastpld": fastpld.__version__, "quick": args.quick, "repeats": reps,
+                               "sections": RESULTS}, indent=1, default=float))
+    print(f"\nresults: {out}")
 
 
 if __name__ == "__main__":
