@@ -123,3 +123,28 @@ def test_threads_validated(bad):
 def test_default_threads():
     from fastpld.compose import default_threads
     assert default_threads() in (1, 2)
+
+
+def _child_compose(q):
+    ev = _schedule(40, 20, 0)
+    pld = fastpld.compose(ev, eps_error=0.1, delta_error=1e-8, threads=2)
+    q.put(pld.delta(1.0).upper)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_forked_child_does_not_hang():
+    # the parent's worker pool is in use when the child is forked; the child's compose must not
+    # send work to the (inherited, threadless) executor
+    import multiprocessing as mp
+
+    ev = _schedule(40, 20, 0)
+    parent = fastpld.compose(ev, eps_error=0.1, delta_error=1e-8, threads=2).delta(1.0).upper
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_child_compose, args=(q,), daemon=True)
+    p.start()
+    p.join(120)  # hang detector, not a speed assertion
+    if p.is_alive():
+        p.kill()
+    assert p.exitcode == 0
+    assert q.get(timeout=5) == parent

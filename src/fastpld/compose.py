@@ -1984,7 +1984,19 @@ def _choose_plan(parts, method, arity, eps_az, log_term, budgets, native=False, 
 _PARALLEL_MIN_US = 2000.0  # predicted cost (µs) below which the second direction stays on the calling thread
 _PREFETCH_MIN_PARTS = 32
 _pool_lock = threading.Lock()
-_pool: list = [None, None]  # (executor, semaphore of its idle workers), made on first use
+_pool: list = [None, None, None]  # (executor, semaphore of its idle workers, pid), made on first use
+
+
+def _after_fork_in_child():
+    # the parent's lock may have been held by another thread at the fork, and the executor's
+    # threads do not exist here: start afresh
+    global _pool_lock
+    _pool_lock = threading.Lock()
+    _pool[:] = [None, None, None]
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def default_threads() -> int:
@@ -2008,11 +2020,14 @@ def _try_submit(fn):
     composition runs on its own thread instead of queueing behind others.
     """
     with _pool_lock:
-        if _pool[0] is None:
+        # (a forked child inherits the executor but not its threads: work sent there would never
+        # run, so a child makes its own pool)
+        if _pool[0] is None or _pool[2] != os.getpid():
             n = max(1, min(8, os.cpu_count() or 1))
             _pool[0] = concurrent.futures.ThreadPoolExecutor(max_workers=n, thread_name_prefix="fastpld")
             _pool[1] = threading.BoundedSemaphore(n)
-    executor, idle = _pool
+            _pool[2] = os.getpid()
+    executor, idle, _ = _pool
     if not idle.acquire(blocking=False):
         return None
 
