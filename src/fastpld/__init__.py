@@ -12,7 +12,7 @@ Bounds(lower=..., estimate=..., upper=...)
 from ._fft import available_backends, get_backend, set_backend
 from .accountant import PrivacyAccountant
 from .calibrate import calibrate, find_noise_multiplier, find_sampling_probability, find_steps
-from .compose import compose
+from .compose import compose, default_threads
 from .curve import Bounds, PrivacyLossDistribution, StageInfo
 from .mechanisms import (
     ApproxDP,
@@ -31,6 +31,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "compose",
+    "default_threads",
     "PrivacyAccountant",
     "calibrate",
     "find_noise_multiplier",
