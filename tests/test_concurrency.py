@@ -120,9 +120,10 @@ def test_threads_validated(bad):
         fastpld.compose(fastpld.Gaussian(1.0), 10, threads=bad)
 
 
-def test_default_threads():
+def test_default_threads(monkeypatch):
     import os
 
+    monkeypatch.delenv("FASTPLD_NUM_THREADS", raising=False)
     n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     assert fastpld.default_threads() == (2 if n > 1 else 1)
 
@@ -150,3 +151,14 @@ def test_forked_child_does_not_hang():
         p.kill()
     assert p.exitcode == 0
     assert q.get(timeout=5) == parent
+
+
+def test_threads_from_the_environment(monkeypatch):
+    monkeypatch.setenv("FASTPLD_NUM_THREADS", "1")
+    assert fastpld.default_threads() == 1
+    monkeypatch.setenv("FASTPLD_NUM_THREADS", "4")
+    assert fastpld.default_threads() == 4
+    for bad in ("0", "-2", "two", "1.5"):
+        monkeypatch.setenv("FASTPLD_NUM_THREADS", bad)
+        with pytest.raises(ValueError, match="FASTPLD_NUM_THREADS"):
+            fastpld.compose(fastpld.Gaussian(1.0), 10)

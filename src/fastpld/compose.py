@@ -2000,11 +2000,21 @@ if hasattr(os, "register_at_fork"):
 
 
 def default_threads() -> int:
-    """Threads a composition uses by default: 2 when this process may run on more than one CPU.
+    """Threads a composition uses when ``compose`` is not told (``threads=None``).
 
-    A composition has at most two independent parts (the add and remove directions of an
-    asymmetric mechanism such as the subsampled Gaussian), so more threads would idle.
+    The environment variable ``FASTPLD_NUM_THREADS`` (a positive integer) sets it for every
+    caller, calibration and the accountant included (``1``: everything on the calling thread,
+    e.g. in a server that runs many compositions at once); otherwise 2 when this process may run
+    on more than one CPU, else 1.  A composition has at most two independent parts (the add and
+    remove directions of an asymmetric mechanism such as the subsampled Gaussian), so more
+    threads would idle.
     """
+    env = os.environ.get("FASTPLD_NUM_THREADS")
+    if env is not None and env.strip():
+        try:
+            return V.positive_int("FASTPLD_NUM_THREADS", int(env))
+        except ValueError:
+            raise ValueError(f"FASTPLD_NUM_THREADS must be a positive integer, got {env!r}") from None
     try:
         n = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # pragma: no cover - not Linux
