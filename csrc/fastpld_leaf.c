@@ -105,57 +105,6 @@ static int psg_panels(double l_lo, double l_hi, double v, double sd, double *lo,
     return 1;
 }
 
-int fpld_psg_moments(double l_lo, double l_hi, double q, double v, double sd, int remove,
-                     const double *x16, const double *w16, const double *x8, const double *w8, double *out)
-{
-    if (!(q > 0 && q < 1) || !(v > 0) || !(sd > 0) || isnan(l_lo) || isnan(l_hi))
-        return FPLD_EINVAL;
-    for (int k = 0; k < 6; k++)
-        out[k] = 0.0;
-    double h = v / 2, lo, hi, step;
-    ptrdiff_t npan;
-    if (!psg_panels(l_lo, l_hi, v, sd, &lo, &hi, &npan, &step))
-        return FPLD_OK;
-    double lq1 = log1p(-q), lq = log(q), cden = 1.0 / (sd * 2.5066282746310002);
-    for (ptrdiff_t j = 0; j < npan; j++) {
-        double a = lo + step * (double)j, b = (j + 1 == npan) ? hi : lo + step * (double)(j + 1);
-        double mid = 0.5 * (a + b), half = 0.5 * (b - a);
-        double r16[2] = {0.0, 0.0}, r8[2] = {0.0, 0.0}, ab[2] = {0.0, 0.0};
-        for (int pass = 0; pass < 2; pass++) {
-            const double *x = pass ? x8 : x16, *w = pass ? w8 : w16;
-            int m = pass ? 8 : 16;
-            double *r = pass ? r8 : r16;
-            for (int i = 0; i < m; i++) {
-                double l = mid + half * x[i];
-                double zp = (l + h) / sd;
-                double dens = exp(-0.5 * zp * zp) * cden;
-                if (remove) {
-                    double zq = (l - h) / sd;
-                    dens = (1 - q) * dens + q * (exp(-0.5 * zq * zq) * cden);
-                }
-                double g = log_add_exp(lq1, lq + l);
-                r[0] += w[i] * (g * dens);
-                r[1] += w[i] * (g * g * dens);
-                if (!pass) {
-                    ab[0] += fabs(w[i] * (g * dens));
-                    ab[1] += w[i] * (g * g * dens);
-                }
-            }
-        }
-        for (int k = 0; k < 2; k++) {
-            double i16 = half * r16[k], i8 = half * r8[k];
-            out[3 * k] += i16;
-            out[3 * k + 1] += fabs(i16 - i8);
-            out[3 * k + 2] += half * ab[k];
-        }
-    }
-    /* round-off of the sums (16 terms per panel, then npan panel values, each term with a few
-     * roundings in g and the density): at most (npan + 40) u times the sum of |terms| */
-    for (int k = 0; k < 2; k++)
-        out[3 * k + 2] *= (double)(npan + 40) * 1.1102230246251565e-16;
-    return FPLD_OK;
-}
-
 /* ---------------------------------------------------------------------------------------------
  * The whole leaf in one call (fastpld.discretize._discretize_continuous for the subsampled
  * Gaussian).  Every step below names the numpy statement it mirrors; the operations and their
@@ -660,9 +609,9 @@ int fpld_psg_leaf(double q, double v, double sd, int remove, double cre, double 
     double ref = lat + (double)i_lo * h, mom[6];
     double a = lat + ((double)eidx[0] - 0.5) * h, b = lat + ((double)eidx[m] - 0.5) * h;
     if (remove)
-        st = fpld_psg_moments_blocked(psg_ginv(a, q), psg_ginv(b, q), q, v, sd, 1, x16, w16, x8, w8, mom);
+        st = fpld_psg_moments(psg_ginv(a, q), psg_ginv(b, q), q, v, sd, 1, x16, w16, x8, w8, mom);
     else
-        st = fpld_psg_moments_blocked(psg_ginv(-b, q), psg_ginv(-a, q), q, v, sd, 0, x16, w16, x8, w8, mom);
+        st = fpld_psg_moments(psg_ginv(-b, q), psg_ginv(-a, q), q, v, sd, 0, x16, w16, x8, w8, mom);
     if (st != FPLD_OK)
         goto done;
     double part = remove ? mom[0] : -mom[0], part_err = 10.0 * mom[1] + mom[2];
@@ -694,9 +643,11 @@ done:
     return st;
 }
 
-int fpld_psg_moments_blocked(double l_lo, double l_hi, double q, double v, double sd, int remove,
-                             const double *x16, const double *w16, const double *x8, const double *w8,
-                             double *out)
+/* (the per-panel nodes in passes over all 24 of them, so that their exps and log1ps overlap; the
+ * same operations on every node and the same sums in the same order as the one-node-at-a-time
+ * loop this replaced, and as fpld_psg_moments16) */
+int fpld_psg_moments(double l_lo, double l_hi, double q, double v, double sd, int remove,
+                     const double *x16, const double *w16, const double *x8, const double *w8, double *out)
 {
     if (!(q > 0 && q < 1) || !(v > 0) || !(sd > 0) || isnan(l_lo) || isnan(l_hi))
         return FPLD_EINVAL;
@@ -757,6 +708,8 @@ int fpld_psg_moments_blocked(double l_lo, double l_hi, double q, double v, doubl
             out[3 * k + 2] += half * ab[k];
         }
     }
+    /* round-off of the sums (16 terms per panel, then npan panel values, each term with a few
+     * roundings in g and the density): at most (npan + 40) u times the sum of |terms| */
     for (int k = 0; k < 2; k++)
         out[3 * k + 2] *= (double)(npan + 40) * 1.1102230246251565e-16;
     return FPLD_OK;

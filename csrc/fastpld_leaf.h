@@ -31,13 +31,6 @@ int fpld_psg_eval(const double *t, ptrdiff_t n, double q, double v, double sd, i
 int fpld_psg_moments(double l_lo, double l_hi, double q, double v, double sd, int remove,
                      const double *x16, const double *w16, const double *x8, const double *w8, double *out);
 
-/* fpld_psg_moments with the same operations on every node and the same sums in the same order (so
- * the same results, bitwise), evaluated in passes over each panel's 24 nodes (the exps and log1ps of
- * the nodes overlap instead of waiting on one another). */
-int fpld_psg_moments_blocked(double l_lo, double l_hi, double q, double v, double sd, int remove,
-                             const double *x16, const double *w16, const double *x8, const double *w8,
-                             double *out);
-
 /* Truncation window of the subsampled Gaussian loss (fastpld.discretize._psg_window, same
  * arithmetic): the candidates are the images under Y = +-g(L) of the normal quantiles of L moved
  * steps[0..k) standard deviations outward; *a (*b) is the first candidate whose computed CDF
@@ -59,7 +52,7 @@ enum {
  * _coarse_cells (nlev > 0: the levels (decreasing, already filtered by the caller) and their
  * tail-mass thresholds; nlev = 0: all fine), the same CDF/SF/density evaluations (those of
  * fpld_psg_eval, computed in passes over blocks of points, and kept from the cell search where it
- * evaluated an edge), bucket masses, partial mean (fpld_psg_moments_blocked with the 16/8-point
+ * evaluated an edge), bucket masses, partial mean (fpld_psg_moments with the 16/8-point
  * rules), normalisation and round-off certificate, in the same order (bitwise the same results).
  * cre: the loss's cdf_rel_error.  probs (n = i_hi - i_lo + 1 entries): the normalised masses.
  * out[FPLD_LEAF_*]: ref (centre of bucket i_lo), mu (mean correction), widen, tv, the bias bound

@@ -160,8 +160,10 @@ def test_fused_leaf_in_threads_matches_serial():
 
 @pytest.mark.parametrize("sigma", [0.1, 1.0, 10.0])
 @pytest.mark.parametrize("remove", [True, False])
-def test_blocked_moments_are_bitwise_the_moments(sigma, remove):
-    # the fused leaf's partial mean (fpld_psg_moments_blocked) against fpld_psg_moments
+def test_moments_16_point_part_is_bitwise_the_moments(sigma, remove):
+    # The fused leaf's partial mean and the mechanisms' moments are one kernel (fpld_psg_moments,
+    # which replaced a one-node-at-a-time copy of itself); the planner's 16-point variant
+    # (fpld_psg_moments16) must give its I1, I2 to the last bit.
     (x16, w16), (x8, w8) = _kernels._GL16, _kernels._GL8
     v = 1 / sigma**2
     sd = math.sqrt(v)
@@ -169,7 +171,8 @@ def test_blocked_moments_are_bitwise_the_moments(sigma, remove):
     for q in (1e-4, 0.01, 0.5, 0.99):
         for a, b in [sorted(rng.normal(0, 20 * sd + 3, 2)) for _ in range(30)] + [(-math.inf, math.inf), (2.0, 2.0)]:
             for lo, hi in ((a, b), (-math.inf, b), (a, math.inf)):
-                args = (float(lo), float(hi), q, v, sd, remove, x16, w16, x8, w8)
-                assert _kernels._leaf.psg_moments_blocked(*args) == _kernels._leaf.psg_moments(*args)
+                full = _kernels._leaf.psg_moments(float(lo), float(hi), q, v, sd, remove, x16, w16, x8, w8)
+                i16 = _kernels._leaf.psg_moments16(float(lo), float(hi), q, v, sd, remove, x16, w16)
+                assert i16 == (full[0], full[3])
     with pytest.raises(ValueError):
-        _kernels._leaf.psg_moments_blocked(math.nan, 1.0, 0.01, v, sd, remove, x16, w16, x8, w8)
+        _kernels._leaf.psg_moments(math.nan, 1.0, 0.01, v, sd, remove, x16, w16, x8, w8)

@@ -120,26 +120,6 @@ def psg_leaf(double q, double v, double sd, bint remove, double cre, double lat,
     return probs, tuple([out[j] for j in range(FPLD_LEAF_NOUT)])
 
 
-cdef extern from "fastpld_leaf.h" nogil:
-    int fpld_psg_moments_blocked(double l_lo, double l_hi, double q, double v, double sd, int remove,
-                                 const double *x16, const double *w16, const double *x8, const double *w8,
-                                 double *out)
-
-
-def psg_moments_blocked(double l_lo, double l_hi, double q, double v, double sd, bint remove,
-                        const double[::1] x16, const double[::1] w16, const double[::1] x8, const double[::1] w8):
-    """:func:`psg_moments` by ``fpld_psg_moments_blocked`` (the fused leaf's; the same results)."""
-    if x16.shape[0] != 16 or w16.shape[0] != 16 or x8.shape[0] != 8 or w8.shape[0] != 8:
-        raise ValueError("psg_moments: need the 16- and 8-point Gauss-Legendre rules")
-    cdef double out[6]
-    cdef int status = 0
-    with nogil:
-        status = fpld_psg_moments_blocked(l_lo, l_hi, q, v, sd, remove, &x16[0], &w16[0], &x8[0], &w8[0], out)
-    if status != 0:
-        raise ValueError("psg_moments: invalid argument")
-    return out[0], out[1], out[2], out[3], out[4], out[5]
-
-
 from libc.math cimport floor, ceil, fabs, isfinite
 
 
