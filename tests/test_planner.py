@@ -8,8 +8,7 @@ import fastpld
 
 
 def _budgets(C, de):
-    return C._Budgets(eps=0.1, delta=de, eta=C._SHARE_ETA * de, trunc=C._SHARE_TRUNC * de,
-                      wrap=C._SHARE_WRAP * de, fp=C._SHARE_FP * de)
+    return C._Budgets.split(0.1, de)
 
 
 @pytest.mark.parametrize("de", [1e-10, 1e-7])

@@ -244,8 +244,7 @@ def _reference_predict(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, bu
 def test_predict_equals_per_node_reference(native):
     C = _C()
     de = 1e-9
-    b = C._Budgets(eps=0.1, delta=de, eta=C._SHARE_ETA * de, trunc=C._SHARE_TRUNC * de,
-                   wrap=C._SHARE_WRAP * de, fp=C._SHARE_FP * de)
+    b = C._Budgets.split(0.1, de)
     log_term, eps_az = math.log(2 / b.eta), 0.1 * (1 - C._EPS_RESERVE)
     M._LOSS_CACHE.clear()
     r = np.random.default_rng(5)
@@ -270,8 +269,7 @@ def test_choose_plan_candidates_equal_fresh_builds(n):
     predicted alone; the sampled chain ranking (many parts) and the full product (few) both."""
     C = _C()
     de = 1e-8
-    b = C._Budgets(eps=0.1, delta=de, eta=C._SHARE_ETA * de, trunc=C._SHARE_TRUNC * de,
-                   wrap=C._SHARE_WRAP * de, fp=C._SHARE_FP * de)
+    b = C._Budgets.split(0.1, de)
     log_term, eps_az = math.log(2 / b.eta), 0.1 * (1 - C._EPS_RESERVE)
     M._LOSS_CACHE.clear()
     r = np.random.default_rng(n)

@@ -919,6 +919,12 @@ class _Budgets:
     wrap: float
     fp: float
 
+    @classmethod
+    def split(cls, eps, delta):
+        """``delta`` shared out as :func:`compose` shares it (``_SHARE_*``)."""
+        return cls(eps=eps, delta=delta, eta=_SHARE_ETA * delta, trunc=_SHARE_TRUNC * delta,
+                   wrap=_SHARE_WRAP * delta, fp=_SHARE_FP * delta)
+
 
 # Chernoff s-grid (in units of 1/sd of the index sum): a coarse grid, then a refinement around
 # the optimum of each side.  s -> (K(s) + c) / s is unimodal (its derivative's numerator
@@ -2126,10 +2132,7 @@ def compose(mechanism, count: int | None = None, *, eps_error: float = 0.1, delt
     threads = default_threads() if threads is None else V.positive_int("threads", threads)
     be = _fft.resolve(backend)
 
-    budgets = _Budgets(
-        eps=eps_err, delta=delta_err, eta=_SHARE_ETA * delta_err, trunc=_SHARE_TRUNC * delta_err,
-        wrap=_SHARE_WRAP * delta_err, fp=_SHARE_FP * delta_err,
-    )
+    budgets = _Budgets.split(eps_err, delta_err)
     log_term = math.log(2.0 / budgets.eta)
     eps_az = eps_err * (1 - _EPS_RESERVE)
     def run(ranked):
