@@ -1689,20 +1689,17 @@ def _execute(plan, meshes, budgets, backend, max_buckets, eps_limit=None):
     # a result is dropped once its last consumer ran: a heterogeneous plan's leaves would otherwise
     # all stay alive to the end (1000 leaves of ~10^4 buckets: 76 MB)
     consumers = {}
-    for o in plan.order:
-        if isinstance(o, _Node):
-            for c, _ in o.children:
-                consumers[id(c)] = consumers.get(id(c), 0) + 1
-    n_objects = plan.n_nodes + plan.n_leaves
     v_lo = 0.0  # lower bound on the final V: every coupling range is at least its mesh
     for o in plan.order:
         if isinstance(o, _Leaf):
             v_lo += plan.instances[id(o)] * meshes[o.group] ** 2
-        else:
-            for c, m in o.children:
-                if c.group != o.group:
-                    v_lo += plan.instances[id(o)] * m * meshes[o.group] ** 2
+            continue
+        for c, m in o.children:
+            consumers[id(c)] = consumers.get(id(c), 0) + 1
+            if c.group != o.group:
+                v_lo += plan.instances[id(o)] * m * meshes[o.group] ** 2
     v_lo *= 0.99
+    n_objects = plan.n_nodes + plan.n_leaves
     V = 0.0
     bias = 0.0
     tv_trunc = tv_wrap = tv_fp = 0.0
