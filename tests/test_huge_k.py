@@ -82,10 +82,12 @@ def test_psg_2_30_certified_at_1e10(psg_2_30, backend):
 
 
 def test_refused_plans_stop_early_with_the_same_answer(monkeypatch):
-    # Laplace at k = 2^30 with delta_error 1e-7: the round-off of the first node's lattice powers
-    # (~9e-8) leaves too little delta for the cheaper plans' meshes; each is stopped after the node
-    # that makes the refusal certain, and the answer is the one without the early stop
+    # Laplace at k = 2^30 with delta_error 1e-7, with FFTs instead of the leaves' direct DFTs: the
+    # round-off of the first node's lattice powers (~9e-8) leaves too little delta for the cheaper
+    # plans' meshes; each is stopped after the node that makes the refusal certain, and the answer
+    # is the one without the early stop
     C = importlib.import_module("fastpld.compose")
+    monkeypatch.setattr(C, "_DFT_MAX_N", 0)
     mech, k = fastpld.Laplace(138694.82633119353), 2**30
     ran, refused = [], []
     run_node, execute = C._run_node, C._execute

@@ -111,14 +111,14 @@ def test_spectrum_power_and_roundoff_match(pure, dtype, N):
     g = 12.0 * u * math.ceil(math.log2(N))
     out = {}
     for mode in ("core", "pure"):
-        lm, ph = np.empty(F, dtype), np.empty(F, dtype)
+        lm, ph, qt = np.empty(F, dtype), np.empty(F, dtype), np.empty(F, np.uint8)
         LR, LRG, PH = np.empty((2, F)), np.empty((2, F)), np.empty((2, F))
         Pc = np.empty(F, cdt)
 
         def go():
             for c, (X, m) in enumerate(specs):
-                _kernels.spectrum_terms(X, m, lm, ph, LR[c], LRG[c], PH[c], g, c == 0)
-            return _kernels.power_fp(lm, ph, LR, LRG, PH, [3, 1], g, u, N, Pc)
+                _kernels.spectrum_terms(X, m, lm, ph, qt, LR[c], LRG[c], PH[c], g, c == 0)
+            return _kernels.power_fp(lm, ph, qt, LR, LRG, PH, [3, 1], g, u, N, Pc)
 
         sums = go() if mode == "core" else pure(go)
         out[mode] = (Pc.copy(), sums)

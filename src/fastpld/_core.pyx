@@ -409,12 +409,14 @@ def split(const real_in[::1] p, double offset, double mesh_in, double mesh_out, 
 
 cdef int _spectrum_terms(const cplx[::1] X, double m, real_out[::1] logmag, real_out[::1] phase,
                          double[::1] lr64, double[::1] lrg64, double[::1] ph64, double g, bint first,
-                         unsigned char[::1] dead, double rdead) noexcept nogil:
+                         unsigned char[::1] dead, double rdead, unsigned char[::1] quarter,
+                         int mq) noexcept nogil:
     cdef Py_ssize_t F = X.shape[0], k
-    cdef real_out a, lr, ph
+    cdef real_out a, lr, ph, xr, xi
     cdef double r, r2, re, im
+    cdef int q
     if logmag.shape[0] != F or phase.shape[0] != F or lr64.shape[0] != F or lrg64.shape[0] != F \
-            or ph64.shape[0] != F or dead.shape[0] != F:
+            or ph64.shape[0] != F or dead.shape[0] != F or quarter.shape[0] != F:
         return FPLD_EINVAL
     for k in range(F):
         if first:
@@ -430,12 +432,25 @@ cdef int _spectrum_terms(const cplx[::1] X, double m, real_out[::1] logmag, real
             if r2 < rdead * rdead * (1.0 - 1e-12):
                 dead[k] = 1
                 continue
+        # arg X = psi + q pi/2 with |psi| <= pi/4 (_kernels.quarter_angle): X turned back exactly
+        xr = <real_out>X[k].real
+        xi = <real_out>X[k].imag
+        if (xr if xr >= 0 else -xr) >= (xi if xi >= 0 else -xi):
+            q = 0 if xr >= 0 else 2
+        else:
+            q = 1 if xi > 0 else 3
+        if q == 1:
+            xr, xi = xi, -xr
+        elif q == 2:
+            xr, xi = -xr, -xi
+        elif q == 3:
+            xr, xi = -xi, xr
         if cplx is cython.doublecomplex:
             a = hypot(X[k].real, X[k].imag)
-            ph = atan2(X[k].imag, X[k].real)
+            ph = atan2(xi, xr)
         else:
             a = hypotl(X[k].real, X[k].imag)
-            ph = atan2l(X[k].imag, X[k].real)
+            ph = atan2l(xi, xr)
         if real_out is double:
             lr = log(a)
         else:
@@ -443,9 +458,11 @@ cdef int _spectrum_terms(const cplx[::1] X, double m, real_out[::1] logmag, real
         if first:
             logmag[k] = m * lr
             phase[k] = m * ph
+            quarter[k] = (mq * q) & 3
         else:
             logmag[k] = logmag[k] + m * lr
             phase[k] = phase[k] + m * ph
+            quarter[k] = (quarter[k] + mq * q) & 3
         r = <double>a
         if real_out is double:
             lr64[k] = lr  # (= log(r): the same call on the same value)
@@ -458,23 +475,28 @@ cdef int _spectrum_terms(const cplx[::1] X, double m, real_out[::1] logmag, real
 
 def spectrum_terms(const cplx[::1] X, double m, real_out[::1] logmag, real_out[::1] phase, double[::1] lr64,
                    double[::1] lrg64, double[::1] ph64, double g, bint first, unsigned char[::1] dead,
-                   double rdead):
-    """Accumulate ``m log|X|`` and ``m arg X`` (polar power) and the float64 terms of the round-off bound.
+                   double rdead, unsigned char[::1] quarter, int mq):
+    """Accumulate ``m log|X|``, ``m psi`` and ``quarter += mq q (mod 4)`` (``arg X = psi + q pi/2``,
+    ``|psi| <= pi/4``; ``mq = m mod 4``) and the float64 terms of the round-off bound (``psi`` for the phase).
 
     Frequencies with ``|X| < rdead`` are marked in ``dead`` (set to 0 by the first input) and skipped.
     """
     cdef int status
+    if mq < 0 or mq > 3:
+        raise ValueError("spectrum_terms: invalid argument")
     with nogil:
-        status = _spectrum_terms(X, m, logmag, phase, lr64, lrg64, ph64, g, first, dead, rdead)
+        status = _spectrum_terms(X, m, logmag, phase, lr64, lrg64, ph64, g, first, dead, rdead, quarter, mq)
     _check(status, "spectrum_terms")
 
 
 cdef int _power_fp(const real_out[::1] logmag, const real_out[::1] phase, const double[:, ::1] LR,
                    const double[:, ::1] LRG, const double[:, ::1] PH, const double[::1] ms, double g, double u,
                    Py_ssize_t N, cplx[::1] Pc, Py_ssize_t K, const double[::1] lp_low, const double[::1] amp_low,
-                   const unsigned char[::1] dead, double *e2, double *p2, double *ndead) noexcept nogil:
+                   const unsigned char[::1] dead, const unsigned char[::1] quarter, double *e2, double *p2,
+                   double *ndead) noexcept nogil:
     cdef Py_ssize_t F = logmag.shape[0], C = ms.shape[0], k, c
-    cdef real_out ph, lm, e, two_pi
+    cdef real_out ph, lm, e, two_pi, pr, pi_
+    cdef int q
     cdef double log_prod, amp, sum_lr, cond, lrc, w, se2 = 0.0, sp2 = 0.0, eight_u = 8.0 * u, msum = 0.0
     if real_out is double:
         two_pi = _TWO_PI
@@ -484,7 +506,8 @@ cdef int _power_fp(const real_out[::1] logmag, const real_out[::1] phase, const 
         return FPLD_EINVAL
     if C and (LR.shape[1] != F or LRG.shape[1] != F or PH.shape[1] != F):
         return FPLD_EINVAL
-    if K < 0 or K > F or lp_low.shape[0] < K or amp_low.shape[0] < K or dead.shape[0] != F:
+    if K < 0 or K > F or lp_low.shape[0] < K or amp_low.shape[0] < K or dead.shape[0] != F \
+            or quarter.shape[0] != F:
         return FPLD_EINVAL
     ndead[0] = 0
     for c in range(C):
@@ -512,6 +535,20 @@ cdef int _power_fp(const real_out[::1] logmag, const real_out[::1] phase, const 
                 e = expl(lm)
                 Pc[k].real = e * cosl(ph)
                 Pc[k].imag = e * sinl(ph)
+            # the quarter turns (spectrum_terms), exactly; the series' frequencies have none
+            q = quarter[k] & 3 if k >= K else 0
+            if q:
+                pr = Pc[k].real
+                pi_ = Pc[k].imag
+                if q == 1:
+                    Pc[k].real = -pi_
+                    Pc[k].imag = pr
+                elif q == 2:
+                    Pc[k].real = -pr
+                    Pc[k].imag = -pi_
+                else:
+                    Pc[k].real = pi_
+                    Pc[k].imag = -pr
         else:
             Pc[k].real = 0
             Pc[k].imag = 0
@@ -551,8 +588,9 @@ cdef int _power_fp(const real_out[::1] logmag, const real_out[::1] phase, const 
 def power_fp(const real_out[::1] logmag, const real_out[::1] phase, const double[:, ::1] LR,
              const double[:, ::1] LRG, const double[:, ::1] PH, const double[::1] ms, double g, double u,
              Py_ssize_t N, cplx[::1] Pc, Py_ssize_t K, const double[::1] lp_low, const double[::1] amp_low,
-             const unsigned char[::1] dead):
-    """Write ``exp(logmag + i phase)`` into ``Pc``; return ``(sum w amp^2, sum w P^2, n_dead)``.
+             const unsigned char[::1] dead, const unsigned char[::1] quarter):
+    """Write ``exp(logmag + i phase) i^quarter`` into ``Pc`` (quarter turns from ``K`` on); return
+    ``(sum w amp^2, sum w P^2, n_dead)``.
 
     For ``k < K`` the bound terms are ``amp_low[k]`` and ``exp(lp_low[k])`` (accurate series);
     frequencies marked ``dead`` by spectrum_terms get 0 (their count is returned; the caller charges each, see _native.convolve).
@@ -560,7 +598,7 @@ def power_fp(const real_out[::1] logmag, const real_out[::1] phase, const double
     cdef double e2 = 0.0, p2 = 0.0, nd = 0.0
     cdef int status
     with nogil:
-        status = _power_fp(logmag, phase, LR, LRG, PH, ms, g, u, N, Pc, K, lp_low, amp_low, dead, &e2, &p2, &nd)
+        status = _power_fp(logmag, phase, LR, LRG, PH, ms, g, u, N, Pc, K, lp_low, amp_low, dead, quarter, &e2, &p2, &nd)
     _check(status, "power_fp")
     return e2, p2, nd
 
@@ -611,6 +649,43 @@ def power_direct_bound(const double[::1] B, const double[::1] D, double g, doubl
             se2 = se2 + w * amp * amp
             sp2 = sp2 + w * B[k] * B[k]
     return se2, sp2 * infl * infl
+
+
+cdef int _small_dft(const real_out[::1] q, const cnp.int64_t[::1] steps, const real_out[::1] c,
+                    const real_out[::1] s, real_out[::1] out) noexcept nogil:
+    cdef Py_ssize_t n = q.shape[0], N = c.shape[0], F, j, k
+    cdef cnp.int64_t r, st
+    cdef real_out qj
+    if N <= 0 or s.shape[0] != N or steps.shape[0] != n:
+        return FPLD_EINVAL
+    F = N // 2 + 1
+    if out.shape[0] != 2 * F:
+        return FPLD_EINVAL
+    for k in range(2 * F):
+        out[k] = 0
+    for j in range(n):
+        qj = q[j]
+        st = steps[j]
+        if st < 0 or st >= N:
+            return FPLD_EINVAL
+        r = 0
+        for k in range(F):
+            out[2 * k] = out[2 * k] + qj * c[r]
+            out[2 * k + 1] = out[2 * k + 1] - qj * s[r]
+            r += st
+            if r >= N:
+                r -= N
+    return FPLD_OK
+
+
+def small_dft(const real_out[::1] q, const cnp.int64_t[::1] steps, const real_out[::1] c, const real_out[::1] s,
+              real_out[::1] out):
+    """``out`` (interleaved re, im; ``N//2 + 1`` values) ``= sum_j q_j e^(-2 pi i k steps_j / N)`` from the
+    tables ``c, s`` of ``cos, sin(2 pi r / N)``, summed over ``j`` in order (_kernels.small_dft)."""
+    cdef int status
+    with nogil:
+        status = _small_dft(q, steps, c, s, out)
+    _check(status, "small_dft")
 
 
 # ---------------------------------------------------------------------------------------

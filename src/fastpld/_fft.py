@@ -192,7 +192,7 @@ _U64 = float(np.finfo(np.float64).eps) / 2
 _MIXED_RATIO = 1.0
 
 
-def _fwd_error(ins, N, fwd_dtype, u, ser=None):
+def _fwd_error(ins, N, fwd_dtype, u, ser=None, dft=None):
     """``(g, u_pol)``: componentwise error of each computed input spectrum and the unit round-off
     charged to the polar decomposition ``|X|, arg X`` (docs/roundoff.md, section 3).
 
@@ -204,9 +204,15 @@ def _fwd_error(ins, N, fwd_dtype, u, ser=None):
     additions per entry: ``gamma_(ceil(n/N))`` relative, so at most that times ``||p||_1`` per
     frequency); ``|X|`` and ``arg X`` are then float64 values, so the polar evaluation is
     charged at float64's ``u`` (an upper bound for its long double ``exp``, ``cos``, ``sin``).
+
+    ``dft``: the inputs' spectra come from :func:`fastpld._kernels.small_dft` in the node's
+    precision (``fwd_dtype`` is the node's): ``g`` is the largest of their bounds
+    (:func:`fastpld._kernels.dft_order`, cast included) instead of the FFT's (section 3e).
     """
     lg = math.ceil(math.log2(max(N, 2)))
     extra = ser[5] if ser is not None else 0.0
+    if dft is not None:
+        return max(err for _, _, err in dft) * u + extra, u
     if np.dtype(fwd_dtype) != np.dtype(np.float64):
         return 12.0 * u * lg + extra, u
     cast = 0.0

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 import os
+import threading
+from collections import OrderedDict
 
 import numpy as np
 from scipy import signal, special
@@ -464,9 +466,117 @@ def split(p: np.ndarray, offset: float, mesh_in: float, mesh_out: float, dtype):
     return out + up, j0, tmax
 
 
-def spectrum_terms(X, m, logmag, phase, lr64, lrg64, ph64, g, first, dead=None, rdead=0.0) -> None:
-    """Accumulate ``m log|X|``, ``m arg X`` (in ``X``'s precision) and the float64 terms of the
-    round-off bound (``log|X|``, ``log(|X| + g)``, ``arg X``) for one input spectrum.
+# --------------------------------------------------------------------------------------
+# Direct DFT of inputs with few buckets (compose._run_node, docs/roundoff.md section 3e)
+# --------------------------------------------------------------------------------------
+# Per component, every table entry is within 5 u of cos / sin of 2 pi r / N: the reduced angle
+# phi = (pi/2) a / N, |phi| <= pi/4, carries 3 roundings (<= 3.01 u |phi| <= 2.4 u absolute) and
+# cosl / sinl at most 2 ulp (<= 2 u on [0, 1)); quarter turns are exact swaps and negations.
+DFT_TABLE_ERR = 5.0
+_DFT_TABLES: OrderedDict = OrderedDict()
+_DFT_LOCK = threading.Lock()
+_DFT_MAX_TABLES = 8
+_HALF_PI_LD = np.longdouble("1.57079632679489661923132169163975144")
+
+
+def dft_table(N: int, dtype):
+    """``(c, s)``: ``cos`` and ``sin`` of ``2 pi r / N`` for ``r = 0 .. N-1`` in ``dtype`` (cached, at most
+    ``_DFT_MAX_TABLES`` lengths).  Each entry comes from an angle reduced to ``[-pi/4, pi/4]`` exactly
+    (integer quarter turns), so it is within ``DFT_TABLE_ERR`` u of the exact value."""
+    dt = np.dtype(dtype)
+    key = (int(N), dt.char)
+    with _DFT_LOCK:
+        t = _DFT_TABLES.get(key)
+        if t is not None:
+            _DFT_TABLES.move_to_end(key)
+            return t
+    r = np.arange(N, dtype=np.int64)
+    q = (4 * r + N // 2) // N  # nearest quarter turn: a = 4 r - q N in [-N/2, N/2]
+    a = 4 * r - q * N
+    half_pi = _HALF_PI_LD if dt == np.longdouble else dt.type(np.pi / 2)
+    phi = (a.astype(dt) * half_pi) / dt.type(N)
+    cp, sp = np.cos(phi), np.sin(phi)
+    q &= 3
+    c = np.select([q == 0, q == 1, q == 2], [cp, -sp, -cp], sp).astype(dt)
+    s = np.select([q == 0, q == 1, q == 2], [sp, cp, -sp], -cp).astype(dt)
+    c.setflags(write=False)
+    s.setflags(write=False)
+    with _DFT_LOCK:
+        _DFT_TABLES[key] = (c, s)
+        while len(_DFT_TABLES) > _DFT_MAX_TABLES:
+            _DFT_TABLES.popitem(last=False)
+    return c, s
+
+
+def dft_order(p: np.ndarray, cen: int, N: int, dtype):
+    """``(q, steps, err)`` for :func:`small_dft`: the non-zero masses in ascending order (in ``dtype``),
+    their offsets ``(j - cen) mod N`` and the bound ``err`` on ``|X~_k - X_k|`` at every frequency, in
+    units of ``u`` (of ``dtype``).
+
+    Summing in ascending order keeps the partial sums small until the largest masses come: a
+    sequential sum of products errs by at most ``u (sum |t_i| + sum_(i >= 2) |s_i|)`` per component
+    (first order; ``1.01`` covers the rest), with ``|s_i| <= P_i`` (ascending partial sums of
+    ``p``, table entries <= 1); the table adds ``DFT_TABLE_ERR u p_j`` and the cast of ``p`` into
+    ``dtype`` ``u p_j``; the complex modulus is at most ``sqrt 2`` times the componentwise bound.
+    """
+    p = np.asarray(p)
+    nz = np.flatnonzero(p)  # zero buckets add nothing (sparse inputs: the atoms of pure DP)
+    order = nz[np.argsort(p[nz], kind="stable")]
+    q = np.ascontiguousarray(p[order], dtype=dtype)
+    steps = np.ascontiguousarray((order.astype(np.int64) - int(cen)) % int(N))
+    pf = np.asarray(p[order], dtype=np.float64)
+    P = np.cumsum(pf)
+    S = float(P[-1]) if P.size else 0.0
+    err = math.sqrt(2.0) * (1.01 * (S + float(np.sum(P[1:]))) + (DFT_TABLE_ERR + 1.0) * S) * (1 + 1e-9)
+    return q, steps, err
+
+
+def small_dft(q: np.ndarray, steps: np.ndarray, N: int, out: np.ndarray) -> np.ndarray:
+    """``out[k] = sum_j q_j e^(-2 pi i k steps_j / N)``, ``k = 0 .. N//2`` (an ``rfft`` of the folded input),
+    summed sequentially over ``j`` in the given order, in ``out``'s precision (``q``'s dtype is its
+    real part's).  ``n F`` operations: for inputs of a few buckets in a long FFT (error bound in
+    :func:`dft_order`)."""
+    c, s = dft_table(N, q.dtype)
+    F = N // 2 + 1
+    if _core is not None:
+        _core.small_dft(q, steps, c, s, out.view(q.dtype))
+        return out
+    re = np.zeros(F, dtype=q.dtype)
+    im = np.zeros(F, dtype=q.dtype)
+    k = np.arange(F, dtype=np.int64)
+    for qj, st in zip(q, steps):
+        r = (k * int(st)) % N
+        re = re + qj * c[r]
+        im = im - qj * s[r]
+    out.real = re
+    out.imag = im
+    return out
+
+
+def quarter_angle(X):
+    """``(psi, q)`` with ``arg X = psi + q pi / 2`` (mod ``2 pi``), ``q`` in 0..3 and ``|psi| <= pi/4``:
+    ``psi`` is the ``atan2`` of ``X`` turned back by ``q`` quarter turns (an exact swap and negation),
+    so its rounding is relative to ``|psi|``, not to ``|arg X|`` (docs/roundoff.md, section 3e)."""
+    re, im = X.real, X.imag
+    q = np.where(np.abs(re) >= np.abs(im), np.where(re >= 0, 0, 2), np.where(im > 0, 1, 3)).astype(np.uint8)
+    xr = np.select([q == 0, q == 1, q == 2], [re, im, -re], -im)
+    xi = np.select([q == 0, q == 1, q == 2], [im, -re, -im], re)
+    return np.arctan2(xi, xr), q
+
+
+def turn_quarters(P, Q):
+    """``P * i^Q`` in place (exact: swaps and negations)."""
+    re, im = P.real.copy(), P.imag.copy()
+    Q = np.asarray(Q) & 3
+    P.real = np.select([Q == 0, Q == 1, Q == 2], [re, -im, -re], im)
+    P.imag = np.select([Q == 0, Q == 1, Q == 2], [im, re, -im], -re)
+    return P
+
+
+def spectrum_terms(X, m, logmag, phase, quarter, lr64, lrg64, ph64, g, first, dead=None, rdead=0.0) -> None:
+    """Accumulate ``m log|X|``, ``m psi`` (in ``X``'s precision; ``arg X = psi + q pi/2``,
+    :func:`quarter_angle`), ``quarter += m q (mod 4)`` and the float64 terms of the round-off bound
+    (``log|X|``, ``log(|X| + g)``, ``psi``) for one input spectrum.
 
     The compiled kernel marks frequencies with ``|X| < rdead`` in ``dead`` and skips them (the
     numpy version computes every frequency and leaves ``dead`` at 0: the bounds differ by the skip
@@ -475,14 +585,16 @@ def spectrum_terms(X, m, logmag, phase, lr64, lrg64, ph64, g, first, dead=None, 
     if dead is None:
         dead = np.zeros(X.shape[0], dtype=np.uint8)
         rdead = 0.0
+    mq = int(m) % 4
     if _core is not None:
-        _core.spectrum_terms(X, float(m), logmag, phase, lr64, lrg64, ph64, float(g), bool(first), dead, float(rdead))
+        _core.spectrum_terms(X, float(m), logmag, phase, lr64, lrg64, ph64, float(g), bool(first), dead, float(rdead),
+                             quarter, mq)
         return
     if first:
         dead[:] = 0
     with np.errstate(divide="ignore", invalid="ignore"):
         a = np.abs(X)
-        ph = np.angle(X)
+        ph, q = quarter_angle(X)
         lr = np.log(a)
         r = a.astype(np.float64)
         lr64[:] = np.log(r)
@@ -491,16 +603,19 @@ def spectrum_terms(X, m, logmag, phase, lr64, lrg64, ph64, g, first, dead=None, 
     if first:
         logmag[:] = m * lr
         phase[:] = m * ph
+        quarter[:] = (mq * q) & 3
     else:
         logmag += m * lr
         phase += m * ph
+        quarter[:] = (quarter + mq * q) & 3
 
 
 _EMPTY = np.zeros(0)
 
 
-def power_fp(logmag, phase, LR, LRG, PH, ms, g, u, N, Pc, K=0, lp_low=None, amp_low=None, dead=None):
-    """Write the polar power ``exp(logmag) e^(i phase)`` into ``Pc``; return the weighted sums
+def power_fp(logmag, phase, quarter, LR, LRG, PH, ms, g, u, N, Pc, K=0, lp_low=None, amp_low=None, dead=None):
+    """Write the polar power ``exp(logmag) e^(i phase) i^quarter`` into ``Pc`` (``quarter`` counts only
+    from ``K`` on); return the weighted sums
     ``(sum_k w_k amp_k^2, sum_k w_k P_k^2)`` of the round-off bound of :func:`fastpld.compose._fp_fft_bound`.
 
     For ``k < K`` the bound terms are ``amp_low[k]`` and ``exp(lp_low[k])`` (the accurate
@@ -513,13 +628,15 @@ def power_fp(logmag, phase, LR, LRG, PH, ms, g, u, N, Pc, K=0, lp_low=None, amp_
         dead = np.zeros(logmag.shape[0], dtype=np.uint8)
     if _core is not None:
         return _core.power_fp(logmag, phase, LR, LRG, PH, ms, float(g), float(u), int(N), Pc, int(K), lp_low,
-                              amp_low, dead)
+                              amp_low, dead, quarter)
     # a long double node reduces by a long double 2 pi (see compose._TWO_PI_LD)
     ph = np.remainder(phase, _TWO_PI_LD if phase.dtype == np.longdouble else _TWO_PI)
     with np.errstate(under="ignore", over="ignore", invalid="ignore"):
         P = np.exp(logmag) * (np.cos(ph) + 1j * np.sin(ph))
     P[~np.isfinite(logmag)] = 0
-    Pc[:] = P
+    Q = np.array(quarter, dtype=np.uint8)
+    Q[:K] = 0
+    Pc[:] = turn_quarters(P, Q)
     with np.errstate(over="ignore", invalid="ignore"):
         log_prod = 0.0
         for c in range(ms.size):

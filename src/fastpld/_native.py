@@ -124,7 +124,7 @@ class NativeBackend(_fft.Backend):
         fft.execute()
         return fft.output_array * dt(1.0 / n)
 
-    def convolve(self, ins, N, dtype, u, ser=None, low=None, dead_log=800.0, fwd_dtype=None, direct=False):
+    def convolve(self, ins, N, dtype, u, ser=None, low=None, dead_log=800.0, fwd_dtype=None, direct=False, dft=None):
         """``irfft(prod_c rfft(fold(p_c))^m_c)`` and its round-off bound ``(out, l1, linf)``.
 
         ``ins``: list of ``(probs, centre_index, m)``.  Same arithmetic as the reference
@@ -137,18 +137,20 @@ class NativeBackend(_fft.Backend):
         the polar evaluation and the inverse FFT stay in ``dtype``.
         ``direct``: a float64 node without the series (``ser=None``) computes the powers as
         products (reference: :func:`fastpld.compose._direct_power`) instead of in polar form.
+        ``dft``: per input ``(q, steps, err)`` of :func:`fastpld._kernels.dft_order`; the spectra come
+        from direct DFTs (:func:`fastpld._kernels.small_dft`, in ``dtype``) instead of forward FFTs.
         """
         dt = np.dtype(dtype)
-        fdt = dt if fwd_dtype is None else np.dtype(fwd_dtype)
+        fdt = dt if (fwd_dtype is None or dft is not None) else np.dtype(fwd_dtype)
         if direct:
-            return self._convolve_direct(ins, N, u, dead_log)
+            return self._convolve_direct(ins, N, u, dead_log, dft)
         fwd = _plan(N, fdt, True)
         inv = _plan(N, dt, False)
         F = N // 2 + 1
         C = len(ins)
         g_inv = 12.0 * u * math.ceil(math.log2(max(N, 2)))
         # forward error (and the series' scale) per spectrum value; u_pol: rounding of |X| and arg X
-        g, u_pol = _fwd_error(ins, N, fdt, u, ser)
+        g, u_pol = _fwd_error(ins, N, fdt, u, ser, dft)
         logmag = np.empty(F, dtype=dt)
         phase = np.empty(F, dtype=dt)
         LR = np.empty((C, F))
@@ -156,6 +158,7 @@ class NativeBackend(_fft.Backend):
         PH = np.empty((C, F))
         ms = np.empty(C)
         dead = np.empty(F, dtype=np.uint8)
+        quarter = np.empty(F, dtype=np.uint8)  # arg X = psi + q pi/2: the quarter turns, summed mod 4
         # skip frequencies where one input's power alone is below e^-T (T = dead_log): the others'
         # powers are at most (1 + g')^m' <= e^10 there, so the product, replaced by 0, is below
         # e^(10 - T); each is charged 2 e^(10 - T) (>= sqrt(2) times it, for the conjugate pair)
@@ -164,30 +167,32 @@ class NativeBackend(_fft.Backend):
         skip = msum * (g + 1e-10) < 10 and dead_log >= 40.0
         dead_charge = max(2e-300, 2.0 * math.exp(10.0 - dead_log))
         for c, (p, cen, m) in enumerate(ins):
-            p = np.ascontiguousarray(p)
-            _kernels.fold(p, cen, fwd.input_array)
-            fwd.execute()
+            if dft is not None:
+                _kernels.small_dft(dft[c][0], dft[c][1], N, fwd.output_array)
+            else:
+                _kernels.fold(np.ascontiguousarray(p), cen, fwd.input_array)
+                fwd.execute()
             rdead = math.exp(-dead_log / m) - g if skip else 0.0
-            _kernels.spectrum_terms(fwd.output_array, m, logmag, phase, LR[c], LRG[c], PH[c], g, c == 0, dead,
-                                    max(rdead, 0.0))
+            _kernels.spectrum_terms(fwd.output_array, m, logmag, phase, quarter, LR[c], LRG[c], PH[c], g, c == 0,
+                                    dead, max(rdead, 0.0))
             ms[c] = m
         K = 0
         if ser is not None:  # accurate low-frequency series (compose._series_spectrum)
             K = ser[0]
             logmag[:K] = ser[1]
             phase[:K] = ser[2]
-        e2sq, p2sq, ndead = _kernels.power_fp(logmag, phase, LR, LRG, PH, ms, g, u_pol, N, inv.input_array, K,
-                                              low[1] if low else None, low[2] if low else None, dead)
+        e2sq, p2sq, ndead = _kernels.power_fp(logmag, phase, quarter, LR, LRG, PH, ms, g, u_pol, N, inv.input_array,
+                                              K, low[1] if low else None, low[2] if low else None, dead)
         e2, p2 = math.sqrt(e2sq) + dead_charge * ndead, math.sqrt(p2sq) + dead_charge * ndead
         if fdt != dt and e2 > _MIXED_RATIO * (_low_e2(low) + g_inv * p2):
             # the float64 forward error is not negligible here: the whole node in dtype instead
-            return self.convolve(ins, N, dtype, u, ser, low, dead_log)
+            return self.convolve(ins, N, dtype, u, ser, low, dead_log)  # (dft is None: fdt == dt with it)
         inv.execute()
         out = inv.output_array * dt.type(1.0 / N)
         l1 = e2 + g_inv * p2
         return out, l1, l1 / math.sqrt(N)
 
-    def _convolve_direct(self, ins, N, u, dead_log=800.0):
+    def _convolve_direct(self, ins, N, u, dead_log=800.0, dft=None):
         """``convolve`` of a float64 node by direct powers (reference: compose._direct_power).
 
         Dead frequencies as in the polar path: past an input's last frequency where its power
@@ -199,15 +204,18 @@ class NativeBackend(_fft.Backend):
         fwd = _plan(N, np.float64, True)
         inv = _plan(N, np.float64, False)
         F = N // 2 + 1
-        g, _ = _fwd_error(ins, N, np.float64, u, None)
+        g, _ = _fwd_error(ins, N, np.float64, u, None, dft)
         P = inv.input_array  # the product accumulates in the inverse plan's input buffer
         B, D, work = _direct_scratch(F)
         msum = float(sum(m for _, _, m in ins))
         skip = msum * (g + 1e-10) < 10 and dead_log >= 40.0
         K = F
         for c, (p, cen, m) in enumerate(ins):
-            _kernels.fold(np.ascontiguousarray(p), cen, fwd.input_array)
-            fwd.execute()
+            if dft is not None:
+                _kernels.small_dft(dft[c][0], dft[c][1], N, fwd.output_array)
+            else:
+                _kernels.fold(np.ascontiguousarray(p), cen, fwd.input_array)
+                fwd.execute()
             rdead = max(math.exp(-dead_log / m) - g, 0.0) if skip else 0.0
             K = core.power_direct(fwd.output_array, int(m), P, B, D, g, c == 0, work, rdead, K)
         P[K:] = 0

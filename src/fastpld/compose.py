@@ -1276,7 +1276,7 @@ def _fp_fft_bound(specs, N, u, g_extra=0.0, low=None, fwd=None, detail=False):
         with np.errstate(divide="ignore"):
             lr = np.log(r)
             lrg = np.log(r + g)
-        logs.append((lr, lrg, m, np.angle(X).astype(np.float64)))
+        logs.append((lr, lrg, m, _kernels.quarter_angle(X)[0].astype(np.float64)))  # psi: arg X mod pi/2
         log_prod = log_prod + m * lrg
     # derivative term: sum_c m_c (r_c+g)^(m_c-1) g prod_{c' != c} (r_c'+g)^(m_c')
     with np.errstate(over="ignore", invalid="ignore"):
@@ -1345,46 +1345,67 @@ def _fp64_series(inst, msum, lg, mmax, lattice=False, u=None):
     return min(plain, inst * (2.0 * (3.0 + msum * math.exp(-msum / 32.0)) * g + 4 * u))
 
 
-def _numpy_power(backend, ins, N, dtype, fdt, u, ser, low, g_extra):
+def _spectrum(backend, p, cen, N, fdt, dft_in=None):
+    """The numpy backend's spectrum of one input: ``rfft`` of its circular placement, or its
+    direct DFT (``dft_in``: :func:`fastpld._kernels.dft_order`'s ``(q, steps, err)``)."""
+    if dft_in is not None:
+        out = np.empty(N // 2 + 1, dtype=np.clongdouble if np.dtype(fdt) == np.longdouble else np.complex128)
+        return _kernels.small_dft(dft_in[0], dft_in[1], N, out)
+    buf = np.zeros(N, dtype=fdt)
+    np.add.at(buf, (np.arange(p.size) - cen) % N, np.asarray(p).astype(fdt))
+    return backend.rfft(buf, N)
+
+
+def _numpy_power(backend, ins, N, dtype, fdt, u, ser, low, g_extra, dft=None):
     """Reference (numpy backend) of ``NativeBackend.convolve``: ``(l1, linf, out)``.
 
     ``fdt``: precision of the forward transforms (float64 in a long double node: section 3c of
     docs/roundoff.md; the whole node in ``dtype`` if that forward error is not negligible).
+    ``dft``: per input ``(q, steps, err)``: direct DFTs instead of forward FFTs (section 3e; ``fdt``
+    is then ``dtype``).
     """
     specs = []
     logmag = phase = None
-    for p, cen, m in ins:
-        buf = np.zeros(N, dtype=fdt)
-        pos = (np.arange(p.size) - cen) % N
-        np.add.at(buf, pos, p.astype(fdt))
-        X = backend.rfft(buf, N)
+    quarter = 0
+    if dft is not None:
+        fdt = dtype
+    for i, (p, cen, m) in enumerate(ins):
+        X = _spectrum(backend, p, cen, N, fdt, None if dft is None else dft[i])
         specs.append((X, m))
         with np.errstate(divide="ignore", invalid="ignore"):
             lr = np.log(np.abs(X)).astype(dtype)
-            ph = np.angle(X).astype(dtype)
+            psi, q = _kernels.quarter_angle(X)  # arg X = psi + q pi/2, |psi| <= pi/4
+            ph = psi.astype(dtype)
         logmag = m * lr if logmag is None else logmag + m * lr
         phase = m * ph if phase is None else phase + m * ph
-    fwd = _fft._fwd_error(ins, N, fdt, u, ser)
+        quarter = (quarter + (int(m) % 4) * q.astype(np.int64)) & 3
+    fwd = _fft._fwd_error(ins, N, fdt, u, ser, dft)
     fp_l1, fp_linf, e2, p2 = _fp_fft_bound(specs, N, u, g_extra, low, fwd, detail=True)
     if fdt is not dtype and e2 > _fft._MIXED_RATIO * (_fft._low_e2(low) + (fp_l1 - e2)):
         return _numpy_power(backend, ins, N, dtype, dtype, u, ser, low, g_extra)
     if ser is not None:
         logmag[:ser[0]] = ser[1]
         phase[:ser[0]] = ser[2]
+        quarter[:ser[0]] = 0
     # reduce by 2 pi in the node's precision: a float64 2 pi would put float64-size phase errors
     # (|phase| * 2.4e-16) into long double nodes, whose charge assumes long double accuracy
     phase = np.remainder(phase, _TWO_PI_LD if dtype is np.longdouble else 2 * np.pi)
     with np.errstate(under="ignore"):
         Pc = np.exp(logmag) * (np.cos(phase) + 1j * np.sin(phase))
     Pc[~np.isfinite(logmag)] = 0
+    _kernels.turn_quarters(Pc, quarter)
     out = backend.irfft(Pc, N)
     return fp_l1, fp_linf, out
 
 
+# direct DFTs for inputs with at most this many non-zero buckets (n (N/2 + 1) products, against the
+# FFT's ~N log2 N: measured no slower up to here; Laplace leaves at k = 2^30 have ~21, pure DP 2-4)
+_DFT_MAX_N = 32
+
 _DIRECT_MAX_POWER = 1 << 20  # direct powers' bound assumes M u <= 1e-10 (see _direct_power)
 
 
-def _direct_power(backend, ins, N, u):
+def _direct_power(backend, ins, N, u, dft=None):
     """Reference (numpy backend) of the direct powers of a float64 node without the series
     (``NativeBackend.convolve(direct=True)``, same arithmetic): ``(l1, linf, out)``.
 
@@ -1401,13 +1422,11 @@ def _direct_power(backend, ins, N, u):
     trigonometric calls: the bound is of the polar form's size (both are dominated by the forward
     term) at a fraction of its cost (docs/roundoff.md, section 3d).
     """
-    g, _ = _fft._fwd_error(ins, N, np.float64, u, None)
+    g, _ = _fft._fwd_error(ins, N, np.float64, u, None, dft)
     P = B = D = None
     msum = 0
-    for p, cen, m in ins:
-        buf = np.zeros(N, dtype=np.float64)
-        np.add.at(buf, (np.arange(p.size) - cen) % N, np.asarray(p).astype(np.float64))
-        X = backend.rfft(buf, N)
+    for i, (p, cen, m) in enumerate(ins):
+        X = _spectrum(backend, p, cen, N, np.float64, None if dft is None else dft[i])
         r = np.sqrt(X.real * X.real + X.imag * X.imag)  # (relative error <= 2 u, inside the 1e-9 inflation)
         x, rg = X, r + g
         y = np.ones_like(X)
@@ -1473,7 +1492,8 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     w_per = budgets.wrap / (n_objects * inst)
     if len(ins) == 1 and ins[0][2] == 1:
         p, cen, m = ins[0]
-        return GridPMF(p, inputs[0][0].offset, h), {"N": p.size, "wrap": 0.0, "fp": 0.0, "dtype": p.dtype, "window": (0, p.size - 1)}
+        return GridPMF(p, inputs[0][0].offset, h), {"N": p.size, "wrap": 0.0, "fp": 0.0, "dtype": p.dtype,
+                                                   "window": (0, p.size - 1), "series": 0, "dft": False}
     lo_full = -sum(m * cen for _, cen, m in ins)
     lo, hi, tail = _chernoff_window(ins, w_per, backend.native)
     need = hi - lo + 1
@@ -1522,6 +1542,7 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     # (R + 3) n per child for nothing: measured 25% of a 200 x 10 heterogeneous composition)
     use_series = (est64 > 0.25 * allowance and mmax >= 8
                   and sum(p.size for p, _, _ in ins) * (_SERIES_R + 3) <= 2 * N * math.log2(N))
+    dft_ok = est64 > 0.25 * allowance and all(np.count_nonzero(p) <= _DFT_MAX_N for p, _, _ in ins)
     for dtype in dtypes:
         u = _U64 if dtype is np.float64 else _ULD
         low = None
@@ -1537,6 +1558,17 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
         # (not for lattice-like inputs, whose spectral peaks past the series' range make it fall back)
         fdt = (np.float64 if (dtype is np.longdouble and ser is not None and _MIXED_FORWARD and not _has_atoms(node))
                else dtype)
+        # inputs of a few buckets (the leaves of lattice-like losses at large k): direct DFTs, whose
+        # error does not grow with log N and whose ascending sums keep it near the largest masses'
+        # (docs/roundoff.md, section 3e); only where the round-off matters and the bound is at most
+        # half the FFT's (the forward transforms then run in the node's precision)
+        dft = None
+        if dft_ok:
+            dft = [_kernels.dft_order(p, cen, N, dtype) for p, cen, _ in ins]
+            if max(e for _, _, e in dft) > 6.0 * lg:
+                dft = None
+            else:
+                fdt = dtype
         # float64 without the series: powers as products (cheaper than the polar form, same size of bound)
         direct = dtype is np.float64 and ser is None and msum <= _DIRECT_MAX_POWER
         # (native) frequencies whose product is below e^(10 - T) are skipped and charged 2 e^(10 - T)
@@ -1545,14 +1577,14 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
         dead_log = min(800.0, max(40.0, 10.0 + math.log(4.0 * (N // 2 + 1) * inst / (1e-6 * allowance))))
         if direct:
             if backend.native:
-                out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u, dead_log=dead_log, direct=True)
+                out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u, dead_log=dead_log, direct=True, dft=dft)
             else:
-                fp_l1, fp_linf, out = _direct_power(backend, ins, N, u)
+                fp_l1, fp_linf, out = _direct_power(backend, ins, N, u, dft)
         elif backend.native:  # cached plans, compiled placement/power/round-off kernels (same arithmetic)
             out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u, ser=ser, low=low, dead_log=dead_log,
-                                                   fwd_dtype=fdt)
+                                                   fwd_dtype=fdt, dft=dft)
         if not backend.native and not direct:
-            fp_l1, fp_linf, out = _numpy_power(backend, ins, N, dtype, fdt, u, ser, low, g_extra)
+            fp_l1, fp_linf, out = _numpy_power(backend, ins, N, dtype, fdt, u, ser, low, g_extra, dft)
         if ser is not None:  # the series' common scale, removed by the normalisation below
             fp_l1 *= 1 + 2 * ser[6]
             fp_linf *= 1 + 2 * ser[6]
@@ -1596,7 +1628,7 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     # base_val = sum m_c (offset_c + cen_c h); entry j of lin is the index sum I' = c + a + j
     offset = base_val + (c + a) * h
     info = {"N": N, "wrap": wrap, "fp": tv_fp, "dtype": dtype, "window": (c, c + N - 1),
-            "series": ser[0] if ser is not None else 0}
+            "series": ser[0] if ser is not None else 0, "dft": dft is not None}
     return GridPMF(lin, offset, h), info
 
 
