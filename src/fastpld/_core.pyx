@@ -652,29 +652,30 @@ def power_direct_bound(const double[::1] B, const double[::1] D, double g, doubl
 
 
 cdef int _small_dft(const real_out[::1] q, const cnp.int64_t[::1] steps, const real_out[::1] c,
-                    const real_out[::1] s, real_out[::1] out) noexcept nogil:
+                    const real_out[::1] s, real_out[::1] out, cnp.int64_t *r) noexcept nogil:
     cdef Py_ssize_t n = q.shape[0], N = c.shape[0], F, j, k
-    cdef cnp.int64_t r, st
-    cdef real_out qj
+    cdef real_out re, im
     if N <= 0 or s.shape[0] != N or steps.shape[0] != n:
         return FPLD_EINVAL
     F = N // 2 + 1
     if out.shape[0] != 2 * F:
         return FPLD_EINVAL
-    for k in range(2 * F):
-        out[k] = 0
     for j in range(n):
-        qj = q[j]
-        st = steps[j]
-        if st < 0 or st >= N:
+        if steps[j] < 0 or steps[j] >= N:
             return FPLD_EINVAL
-        r = 0
-        for k in range(F):
-            out[2 * k] = out[2 * k] + qj * c[r]
-            out[2 * k + 1] = out[2 * k + 1] - qj * s[r]
-            r += st
-            if r >= N:
-                r -= N
+        r[j] = 0
+    # frequency by frequency, the sum over j in the given order in registers (r[j] = k steps[j] mod N)
+    for k in range(F):
+        re = 0
+        im = 0
+        for j in range(n):
+            re = re + q[j] * c[r[j]]
+            im = im - q[j] * s[r[j]]
+            r[j] += steps[j]
+            if r[j] >= N:
+                r[j] -= N
+        out[2 * k] = re
+        out[2 * k + 1] = im
     return FPLD_OK
 
 
@@ -683,8 +684,12 @@ def small_dft(const real_out[::1] q, const cnp.int64_t[::1] steps, const real_ou
     """``out`` (interleaved re, im; ``N//2 + 1`` values) ``= sum_j q_j e^(-2 pi i k steps_j / N)`` from the
     tables ``c, s`` of ``cos, sin(2 pi r / N)``, summed over ``j`` in order (_kernels.small_dft)."""
     cdef int status
+    cdef cnp.int64_t *r = <cnp.int64_t *>PyMem_Malloc(max(q.shape[0], 1) * sizeof(cnp.int64_t))
+    if r == NULL:
+        raise MemoryError("small_dft: out of memory")
     with nogil:
-        status = _small_dft(q, steps, c, s, out)
+        status = _small_dft(q, steps, c, s, out, r)
+    PyMem_Free(r)
     _check(status, "small_dft")
 
 
