@@ -596,11 +596,15 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
             pk = (st, lg)
             if _fp_plain(st[0], st[1], lg) > 0.25 * allowance:  # (_predicted_precision's test for the atoms)
                 pk = (st, lg, _has_atoms(o))
+            if len(pk) == 3 and _dft_leaves(o, sizes):
+                pk = pk + (True,)
             r = pp_memo.get(pk)
             if r is None:
                 inst, msum, mmax, nk = st
                 est64, est_ser, ld, mixed = _predicted_precision(inst, msum, mmax, lg, o, allowance, node_allowance)
-                if ld:
+                if ld and len(pk) == 4:  # lattice leaves through direct DFTs (section 3e of docs/roundoff.md)
+                    fp_add = _fp_dft(inst, msum, _ULD)
+                elif ld:
                     fp_add = (_fp64_series(inst, msum, lg, mmax, False, _ULD)
                               if est_ser < est64 else _fp_plain(inst, msum, lg, _ULD))
                 elif est64 > 0.25 * allowance:
@@ -1327,6 +1331,34 @@ def _fp_plain(inst, msum, lg, u=None):
     of the FFT error ``12 u log2 N``, per instance (``u``: float64's unless given)."""
     u = _U64 if u is None else u  # read at call time (tests patch _U64)
     return inst * (2.0 * msum * 12 * u * lg + 4 * u)
+
+
+# Planning only: a node raising lattice-like leaves (two large atoms) charges ~5.4x the plain
+# estimate's m g per instance (the spectral peaks; measured 4.1-6.3x on Laplace at k = 2^30); with
+# direct DFTs g is ~12 u (two atoms of ~1/2, _kernels.dft_order) plus the power's 2 u.
+_LATTICE_FP = 5.4
+_G_DFT = 14.0
+
+
+def _fp_dft(inst, msum, u):
+    """Predicted round-off charge of a node whose lattice-like inputs take direct DFTs."""
+    return inst * (2.0 * msum * _LATTICE_FP * _G_DFT * u + 4 * u)
+
+
+def _dft_leaves(o, sizes):
+    """Whether the planner expects node ``o``'s inputs to take direct DFTs: all children leaves
+    of losses with atoms, with at most ``_DFT_MAX_N`` buckets predicted (or as many atoms, split
+    onto two buckets each, for discrete losses)."""
+    for c, _ in o.children:
+        if not isinstance(c, _Leaf):
+            return False
+        loss = c.loss
+        if isinstance(loss, DiscreteLoss):
+            if 2 * np.asarray(loss.values).size > _DFT_MAX_N and sizes[id(c)] > _DFT_MAX_N:
+                return False
+        elif not getattr(loss, "atoms", ()) or sizes[id(c)] > _DFT_MAX_N:
+            return False
+    return True
 
 
 def _fp64_series(inst, msum, lg, mmax, lattice=False, u=None):
