@@ -43,6 +43,9 @@ import _common as C  # noqa: E402
 NOISE_FILE = os.path.join(HERE, "data", "noise_params.json")
 FASTPLD_METHODS = ("two_stage", "recursive", "auto")
 DELTA_LADDER = (1e-10, 3e-10, 1e-9, 3e-9, 1e-8, 3e-8, 1e-7, 3e-7, 1e-6)
+# the time ratio t(2^30) / t(2^10) is also reported at these delta_errors (those certified at 2^30): the
+# smallest certified one moves as the certificate tightens, and plans are dearest at that edge
+RATIO_DELTAS = (1e-10, 1e-9, 1e-8, 3e-8, 1e-7, 3e-7)
 
 
 # ------------------------------------------------------------------------------------------
@@ -143,6 +146,14 @@ def _fastpld_feasible(mech, nz, k, method):
     return None, refusal
 
 
+def _certifies(mech, nz, k, method, de):
+    try:
+        C.run_fastpld(mech, nz, k, method=method, delta_error=de)
+        return True
+    except ValueError:
+        return False
+
+
 def memprobe(lib, mech, nz, k, method="auto", de=C.DELTA_ERROR, timeout=None, trace_max=float("inf")):
     cmd = [sys.executable, os.path.join(HERE, "_memprobe.py"), lib, mech, repr(nz), str(k), method, repr(de),
            repr(trace_max)]
@@ -183,6 +194,13 @@ def beyond_section(cfg, noise):
             de_top = out["fastpld"][mech][m][top]["delta_error"]
             if de_top is not None and de_top != out["fastpld"][mech][m]["10"]["delta_error"]:
                 jobs.append((m, 10, de_top))
+            for de in RATIO_DELTAS:  # both ends at each further delta_error certified at the top k
+                if de_top is None or de <= de_top or not _certifies(mech, noise_for(noise, mech, int(top)),
+                                                                      2 ** int(top), m, de):
+                    continue
+                for e in (int(top), 10):
+                    if (m, e, de) not in jobs:
+                        jobs.append((m, e, de))
         # each run from scratch (as the peers), then once more with fastpld's per-mechanism cache kept
         times = {j: [] for j in jobs}
         warm = {j: [] for j in jobs}
@@ -224,10 +242,19 @@ def beyond_section(cfg, noise):
             t10_default = r["10"]["runs"][repr(r["10"]["delta_error"])]["time_median"]
             w_top = r[top]["runs"][repr(de_top)]["time_warm_median"]
             w10_same = r["10"]["runs"][repr(de_top)]["time_warm_median"]
+            by_de = {}
+            for de in sorted({de_top, *RATIO_DELTAS}):
+                a, b = r[top].get("runs", {}).get(repr(de)), r["10"].get("runs", {}).get(repr(de))
+                if a and b:
+                    by_de[repr(de)] = {"delta_error": de, "ratio": a["time_median"] / b["time_median"],
+                                       "ratio_warm": a["time_warm_median"] / b["time_warm_median"],
+                                       "time_top": a["time_median"], "time_10": b["time_median"],
+                                       "plan_top": a.get("plan"), "plan_10": b.get("plan")}
             out["ratio"][mech][m] = {"k_top": 2 ** int(top), "delta_error_top": de_top,
                                      "ratio_same_delta_error": t_top / t10_same,
                                      "ratio_vs_1e-10": t_top / t10_default,
-                                     "ratio_same_delta_error_warm": w_top / w10_same}
+                                     "ratio_same_delta_error_warm": w_top / w10_same,
+                                     "by_delta_error": by_de}
             _log(f"[beyond] {mech} {m}: t(2^{top})/t(2^10) = {t_top / t10_same:.2f} at delta_error {de_top:g} "
                  f"(from scratch; {w_top / w10_same:.2f} with fastpld's per-mechanism cache kept)")
         # peers: growing k until one run exceeds the cap
@@ -545,6 +572,16 @@ def markdown(res, noise, cfg):
                 L.append(f"| {mech} | {m} | {r['k_top']} | {r['delta_error_top']:g} | "
                          f"{r['ratio_same_delta_error']:.2f} | {r['ratio_vs_1e-10']:.2f} | "
                          f"{r['ratio_same_delta_error_warm']:.2f} |")
+        L.append("\nThe same ratio at each delta_error certified at the largest k (the smallest certified one moves "
+                 "as the certificate tightens; plans are dearest at that edge):\n")
+        L.append("| mechanism | method | delta_error | t(largest k) | t(2^10) | ratio | ratio, cache kept | plans |")
+        L.append("|---|---|---|---|---|---|---|---|")
+        for mech, d in b["ratio"].items():
+            for m, r in d.items():
+                for x in r.get("by_delta_error", {}).values():
+                    L.append(f"| {mech} | {m} | {x['delta_error']:g} | {_fmt_t(x['time_top'])} | "
+                             f"{_fmt_t(x['time_10'])} | {x['ratio']:.2f} | {x['ratio_warm']:.2f} | "
+                             f"{x['plan_top']} / {x['plan_10']} |")
         L.append("\nPeers at growing k (one run each in a subprocess; stop after the first run over the cap "
                  f"of {cfg['cap']:.0f} s):\n")
         L.append("| mechanism | peer | k | time | buckets | peak extra RSS | note |\n|---|---|---|---|---|---|---|")
