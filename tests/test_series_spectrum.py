@@ -21,6 +21,13 @@ from oracles import exact_power
 C = importlib.import_module("fastpld.compose")
 
 
+@pytest.fixture(autouse=True)
+def _series_not_lattice(monkeypatch):
+    # few-atom inputs would take direct DFTs and the lattice spectra (docs/roundoff.md 3e-3f, checked in
+    # test_small_dft.py); this module checks the low-frequency series, so they keep the FFT path
+    monkeypatch.setattr(C, "_DFT_MAX_N", 0)
+
+
 def _node(p, m, dtype_budget, backend):
     pmf = GridPMF(np.asarray(p, dtype=np.float64), 0.0, 1.0)
     budgets = C._Budgets(eps=0.1, delta=1.0, eta=0.0, trunc=0.0, wrap=1e-30, fp=dtype_budget)

@@ -11,7 +11,7 @@ import numpy as np
 cimport cython
 cimport numpy as cnp
 from libc.math cimport (INFINITY, acosl, atan2, atan2l, cos, cosl, exp, expl, fmod, fmodl, hypot, hypotl, isfinite,
-                        log, logl, sin, sinl, fabs, fabsl, floor, pow, sqrt, log1p, log1pl, rint, rintl)
+                        log, logl, sin, sinl, fabs, fabsl, floor, pow, sqrt, log1p, log1pl, rint, rintl, asin)
 from libc.string cimport memset
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 
@@ -535,8 +535,8 @@ cdef int _power_fp(const real_out[::1] logmag, const real_out[::1] phase, const 
                 e = expl(lm)
                 Pc[k].real = e * cosl(ph)
                 Pc[k].imag = e * sinl(ph)
-            # the quarter turns (spectrum_terms), exactly; the series' frequencies have none
-            q = quarter[k] & 3 if k >= K else 0
+            # the quarter turns (spectrum_terms, or the caller's for k < K), exactly
+            q = quarter[k] & 3
             if q:
                 pr = Pc[k].real
                 pi_ = Pc[k].imag
@@ -589,7 +589,7 @@ def power_fp(const real_out[::1] logmag, const real_out[::1] phase, const double
              const double[:, ::1] LRG, const double[:, ::1] PH, const double[::1] ms, double g, double u,
              Py_ssize_t N, cplx[::1] Pc, Py_ssize_t K, const double[::1] lp_low, const double[::1] amp_low,
              const unsigned char[::1] dead, const unsigned char[::1] quarter):
-    """Write ``exp(logmag + i phase) i^quarter`` into ``Pc`` (quarter turns from ``K`` on); return
+    """Write ``exp(logmag + i phase) i^quarter`` into ``Pc``; return
     ``(sum w amp^2, sum w P^2, n_dead)``.
 
     For ``k < K`` the bound terms are ``amp_low[k]`` and ``exp(lp_low[k])`` (accurate series);
@@ -677,6 +677,188 @@ cdef int _small_dft(const real_out[::1] q, const cnp.int64_t[::1] steps, const r
         out[2 * k] = re
         out[2 * k + 1] = im
     return FPLD_OK
+
+
+cdef int _lattice_terms(const real_out[::1] q, const real_out[::1] wt, const cnp.int64_t[::1] steps,
+                        const real_out[::1] c, const real_out[::1] s, const real_out[::1] a, const cnp.int64_t[::1] lags,
+                        const real_out[::1] s2, double m, real_out S, double eta, double u, double slow,
+                        double skip_below, bint first, real_out[::1] L, real_out[::1] Phi, unsigned char[::1] Q, double[::1] dL,
+                        double[::1] dP, double[::1] up, double[::1] absL, double[::1] absP,
+                        cnp.int64_t *r) noexcept nogil:
+    cdef Py_ssize_t n = q.shape[0], nl = a.shape[0], N = c.shape[0], N2 = s2.shape[0], F = L.shape[0], j, k
+    cdef real_out re, im, cj, sj, are, aim, acc, x, lc, psi, xr, xi, half_m = <real_out>(0.5 * m)
+    cdef real_out mm = <real_out>m
+    cdef double ere, eim, xf, den, dlc, rr, ee, sang, dpsi, ex, ey, ar, ai, lf, pf
+    cdef int qq, mq = (<long long>m) % 4
+    if N <= 0 or N2 <= 0 or s.shape[0] != N or steps.shape[0] != n or wt.shape[0] != n or lags.shape[0] != nl:
+        return FPLD_EINVAL
+    if Phi.shape[0] != F or Q.shape[0] != F or dL.shape[0] != F or dP.shape[0] != F or up.shape[0] != F \
+            or absL.shape[0] != F or absP.shape[0] != F or F != N // 2 + 1:
+        return FPLD_EINVAL
+    for j in range(n):
+        if steps[j] < 0 or steps[j] >= N:
+            return FPLD_EINVAL
+        r[j] = 0
+    for j in range(nl):
+        if lags[j] < 0 or lags[j] >= N2:
+            return FPLD_EINVAL
+        r[n + j] = 0
+    for k in range(F):
+        # the direct DFT, and per component sum_j wt_j |table entry| (the a-priori-weighted error bound)
+        re = 0
+        im = 0
+        are = 0
+        aim = 0
+        for j in range(n):
+            cj = c[r[j]]
+            sj = s[r[j]]
+            re = re + q[j] * cj
+            im = im - q[j] * sj
+            if real_out is double:
+                are = are + wt[j] * fabs(cj)
+                aim = aim + wt[j] * fabs(sj)
+            else:
+                are = are + wt[j] * fabsl(cj)
+                aim = aim + wt[j] * fabsl(sj)
+            r[j] += steps[j]
+            if r[j] >= N:
+                r[j] -= N
+        ere = 1.01 * u * <double>are
+        eim = 1.01 * u * <double>aim
+        # 1 - |X / S|^2 from the lag sums (as table_sum)
+        acc = 0
+        for j in range(nl):
+            acc = acc + a[j] * s2[r[n + j]]
+            r[n + j] += lags[j]
+            if r[n + j] >= N2:
+                r[n + j] -= N2
+        acc = acc * 4
+        rr = hypot(<double>re, <double>im)
+        ee = hypot(ere, eim)
+        dlc = m * log((rr + ee) / slow)  # the crude bound first: frequencies below skip_below need no more
+        if first and dlc < skip_below:
+            L[k] = -INFINITY
+            Phi[k] = 0
+            Q[k] = 0
+            dL[k] = INFINITY
+            dP[k] = 0.0
+            up[k] = dlc
+            absL[k] = 0.0
+            absP[k] = 0.0
+            continue
+        up[k] = (0.0 if first else up[k]) + dlc
+        x = acc / (S * S)
+        if real_out is double:
+            lc = half_m * log1p(-x)
+        else:
+            lc = half_m * log1pl(-x)
+        xf = <double>x
+        lf = <double>lc
+        den = 1.0 - xf * (1.0 + eta)
+        dlc = 0.5 * m * xf * eta / den if den > 0 else INFINITY
+        dlc = dlc + 12.0 * u * (fabs(lf) if isfinite(lf) else INFINITY)
+        # arg X = psi + qq pi/2, X turned back exactly
+        xr = re
+        xi = im
+        if (xr if xr >= 0 else -xr) >= (xi if xi >= 0 else -xi):
+            qq = 0 if xr >= 0 else 2
+        else:
+            qq = 1 if xi > 0 else 3
+        if qq == 1:
+            xr, xi = xi, -xr
+        elif qq == 2:
+            xr, xi = -xr, -xi
+        elif qq == 3:
+            xr, xi = -xi, xr
+        if real_out is double:
+            psi = atan2(xi, xr)
+        else:
+            psi = atan2l(xi, xr)
+        pf = <double>psi
+        ex = eim if (qq & 1) else ere
+        ey = ere if (qq & 1) else eim
+        ar = fabs(<double>xr)
+        ai = fabs(<double>xi)
+        if rr > ee:
+            sang = ((ar + ex) * ey + (ai + ey) * ex) / (rr * (rr - ee))
+        else:
+            sang = 2.0
+        dpsi = 1.01 * asin(sang) if sang < 1 else 3.141592653589793
+        dpsi = dpsi + 8.0 * u * fabs(pf)
+        if first:
+            L[k] = lc
+            Phi[k] = mm * psi
+            Q[k] = (mq * qq) & 3
+            dL[k] = dlc
+            dP[k] = m * dpsi + 2.0 * u * m * fabs(pf)
+            absL[k] = fabs(lf) if isfinite(lf) else 0.0
+            absP[k] = m * fabs(pf)
+        else:
+            L[k] = L[k] + lc
+            Phi[k] = Phi[k] + mm * psi
+            Q[k] = (Q[k] + mq * qq) & 3
+            dL[k] = dL[k] + dlc
+            dP[k] = dP[k] + m * dpsi + 2.0 * u * m * fabs(pf)
+            absL[k] = absL[k] + (fabs(lf) if isfinite(lf) else 0.0)
+            absP[k] = absP[k] + m * fabs(pf)
+    return FPLD_OK
+
+
+def lattice_terms(const real_out[::1] q, const real_out[::1] wt, const cnp.int64_t[::1] steps, const real_out[::1] c,
+                  const real_out[::1] s,
+                  const real_out[::1] a, const cnp.int64_t[::1] lags, const real_out[::1] s2, double m, real_out S,
+                  double eta, double u, double slow, double skip_below, bint first, real_out[::1] L,
+                  real_out[::1] Phi,
+                  unsigned char[::1] Q, double[::1] dL, double[::1] dP, double[::1] up, double[::1] absL,
+                  double[::1] absP):
+    """One input's terms of compose._lattice_spectrum at every frequency, in one pass (its numpy reference):
+    the direct DFT with its error bound (``1.01 u sum_j wt_j |table entry|``), ``1 - |X / S|^2`` from the lag sums, ``m/2 log1p``, the quarter-turn
+    angle and every bound; ``first`` assigns, otherwise accumulates.  With ``first``, frequencies whose crude
+    bound ``m log((|X~| + E) / slow)`` is below ``skip_below`` get ``L = -inf``, ``dL = inf`` (only that bound)."""
+    cdef int status
+    cdef cnp.int64_t *r = <cnp.int64_t *>PyMem_Malloc(max(q.shape[0] + a.shape[0], 1) * sizeof(cnp.int64_t))
+    if r == NULL:
+        raise MemoryError("lattice_terms: out of memory")
+    with nogil:
+        status = _lattice_terms(q, wt, steps, c, s, a, lags, s2, m, S, eta, u, slow, skip_below, first, L, Phi, Q,
+                                dL, dP, up, absL, absP, r)
+    PyMem_Free(r)
+    _check(status, "lattice_terms")
+
+
+cdef int _table_sum(const real_out[::1] w, const cnp.int64_t[::1] steps, const real_out[::1] tab,
+                    real_out[::1] out, cnp.int64_t *r) noexcept nogil:
+    cdef Py_ssize_t n = w.shape[0], N = tab.shape[0], F = out.shape[0], j, k
+    cdef real_out acc
+    if N <= 0:
+        return FPLD_EINVAL
+    for j in range(n):
+        if steps[j] < 0 or steps[j] >= N:
+            return FPLD_EINVAL
+        r[j] = 0
+    for k in range(F):
+        acc = 0
+        for j in range(n):
+            acc = acc + w[j] * tab[r[j]]
+            r[j] += steps[j]
+            if r[j] >= N:
+                r[j] -= N
+        out[k] = acc
+    return FPLD_OK
+
+
+def table_sum(const real_out[::1] w, const cnp.int64_t[::1] steps, const real_out[::1] tab, real_out[::1] out):
+    """``out[k] = sum_j w_j tab[(k steps_j) mod N]`` (``N = len(tab)``), summed over ``j`` in order."""
+    cdef int status
+    if steps.shape[0] != w.shape[0]:
+        raise ValueError("table_sum: invalid argument")
+    cdef cnp.int64_t *r = <cnp.int64_t *>PyMem_Malloc(max(w.shape[0], 1) * sizeof(cnp.int64_t))
+    if r == NULL:
+        raise MemoryError("table_sum: out of memory")
+    with nogil:
+        status = _table_sum(w, steps, tab, out, r)
+    PyMem_Free(r)
+    _check(status, "table_sum")
 
 
 def small_dft(const real_out[::1] q, const cnp.int64_t[::1] steps, const real_out[::1] c, const real_out[::1] s,

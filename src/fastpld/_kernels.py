@@ -469,10 +469,13 @@ def split(p: np.ndarray, offset: float, mesh_in: float, mesh_out: float, dtype):
 # --------------------------------------------------------------------------------------
 # Direct DFT of inputs with few buckets (compose._run_node, docs/roundoff.md section 3e)
 # --------------------------------------------------------------------------------------
-# Per component, every table entry is within 5 u of cos / sin of 2 pi r / N: the reduced angle
+# Per component, every table entry is within 6 u of cos / sin of 2 pi r / N: the reduced angle
 # phi = (pi/2) a / N, |phi| <= pi/4, carries 3 roundings (<= 3.01 u |phi| <= 2.4 u absolute) and
-# cosl / sinl at most 2 ulp (<= 2 u on [0, 1)); quarter turns are exact swaps and negations.
-DFT_TABLE_ERR = 5.0
+# cosl / sinl at most 2 ulp (<= 4 u |value| <= 2.9 u for sin's values <= 0.71, <= 2 u for cos's
+# values in [0.71, 1)); quarter turns are exact swaps and negations.  Float64 tables are the long
+# double ones rounded (within u64 of the exact values), not numpy's float64 sin / cos (whose SIMD
+# versions may err by up to 4 ulp).
+DFT_TABLE_ERR = 6.0
 _DFT_TABLES: OrderedDict = OrderedDict()
 _DFT_LOCK = threading.Lock()
 _DFT_MAX_TABLES = 8
@@ -490,15 +493,17 @@ def dft_table(N: int, dtype):
         if t is not None:
             _DFT_TABLES.move_to_end(key)
             return t
-    r = np.arange(N, dtype=np.int64)
-    q = (4 * r + N // 2) // N  # nearest quarter turn: a = 4 r - q N in [-N/2, N/2]
-    a = 4 * r - q * N
-    half_pi = _HALF_PI_LD if dt == np.longdouble else dt.type(np.pi / 2)
-    phi = (a.astype(dt) * half_pi) / dt.type(N)
-    cp, sp = np.cos(phi), np.sin(phi)
-    q &= 3
-    c = np.select([q == 0, q == 1, q == 2], [cp, -sp, -cp], sp).astype(dt)
-    s = np.select([q == 0, q == 1, q == 2], [sp, cp, -sp], -cp).astype(dt)
+    if dt != np.longdouble:
+        c, s = (x.astype(dt) for x in dft_table(N, np.longdouble))
+    else:
+        r = np.arange(N, dtype=np.int64)
+        q = (4 * r + N // 2) // N  # nearest quarter turn: a = 4 r - q N in [-N/2, N/2]
+        a = 4 * r - q * N
+        phi = (a.astype(dt) * _HALF_PI_LD) / dt.type(N)
+        cp, sp = np.cos(phi), np.sin(phi)
+        q &= 3
+        c = np.select([q == 0, q == 1, q == 2], [cp, -sp, -cp], sp).astype(dt)
+        s = np.select([q == 0, q == 1, q == 2], [sp, cp, -sp], -cp).astype(dt)
     c.setflags(write=False)
     s.setflags(write=False)
     with _DFT_LOCK:
@@ -550,6 +555,51 @@ def small_dft(q: np.ndarray, steps: np.ndarray, N: int, out: np.ndarray) -> np.n
         im = im - qj * s[r]
     out.real = re
     out.imag = im
+    return out
+
+
+# Relative error of every table entry (for the lattice spectra, which need it near zeros): an entry is
+# +-sinl(phi) or +-cosl(phi) of the reduced angle, |phi| <= pi/4 with relative error 3.01 u; sin moves
+# by at most 3.01 u (phi / sin phi) <= 3.35 u relative, cos by at most 3.01 u (pi/4) tan(phi) <= 2.4 u
+# relative; libm adds 2 ulp <= 4 u relative.  (Float64 tables: the long double values rounded, u64.)
+DFT_TABLE_REL = 7.5
+
+
+def sin2_table(N: int, dtype):
+    """``sin(pi r / N)^2`` for ``r = 0 .. N-1`` in ``dtype``, relatively accurate (``2 DFT_TABLE_REL + 1`` u):
+    the squares of :func:`dft_table` ``(2 N)``'s sines (cached with it)."""
+    dt = np.dtype(dtype)
+    key = (int(N), dt.char, "s2")
+    with _DFT_LOCK:
+        t = _DFT_TABLES.get(key)
+        if t is not None:
+            _DFT_TABLES.move_to_end(key)
+            return t
+    s = dft_table(2 * N, dt)[1][:N]
+    t = s * s
+    t.setflags(write=False)
+    with _DFT_LOCK:
+        _DFT_TABLES[key] = t
+        while len(_DFT_TABLES) > _DFT_MAX_TABLES:
+            _DFT_TABLES.popitem(last=False)
+    return t
+
+
+def table_sum(w: np.ndarray, steps: np.ndarray, tab: np.ndarray, F: int) -> np.ndarray:
+    """``out[k] = sum_j w_j tab[(k steps_j) mod N]`` for ``k < F`` (``N = len(tab)``), in ``w``'s precision."""
+    w = np.ascontiguousarray(w)
+    steps = np.ascontiguousarray(steps, dtype=np.int64)
+    tab = np.ascontiguousarray(tab, dtype=w.dtype)
+    out = np.empty(F, dtype=w.dtype)
+    if _core is not None:
+        _core.table_sum(w, steps, tab, out)
+        return out
+    N = tab.size
+    k = np.arange(F, dtype=np.int64)
+    acc = np.zeros(F, dtype=w.dtype)
+    for wj, st in zip(w, steps):
+        acc = acc + wj * tab[(k * int(st)) % N]
+    out[:] = acc
     return out
 
 
@@ -614,8 +664,7 @@ _EMPTY = np.zeros(0)
 
 
 def power_fp(logmag, phase, quarter, LR, LRG, PH, ms, g, u, N, Pc, K=0, lp_low=None, amp_low=None, dead=None):
-    """Write the polar power ``exp(logmag) e^(i phase) i^quarter`` into ``Pc`` (``quarter`` counts only
-    from ``K`` on); return the weighted sums
+    """Write the polar power ``exp(logmag) e^(i phase) i^quarter`` into ``Pc``; return the weighted sums
     ``(sum_k w_k amp_k^2, sum_k w_k P_k^2)`` of the round-off bound of :func:`fastpld.compose._fp_fft_bound`.
 
     For ``k < K`` the bound terms are ``amp_low[k]`` and ``exp(lp_low[k])`` (the accurate
@@ -634,9 +683,7 @@ def power_fp(logmag, phase, quarter, LR, LRG, PH, ms, g, u, N, Pc, K=0, lp_low=N
     with np.errstate(under="ignore", over="ignore", invalid="ignore"):
         P = np.exp(logmag) * (np.cos(ph) + 1j * np.sin(ph))
     P[~np.isfinite(logmag)] = 0
-    Q = np.array(quarter, dtype=np.uint8)
-    Q[:K] = 0
-    Pc[:] = turn_quarters(P, Q)
+    Pc[:] = turn_quarters(P, quarter)
     with np.errstate(over="ignore", invalid="ignore"):
         log_prod = 0.0
         for c in range(ms.size):

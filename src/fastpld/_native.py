@@ -124,7 +124,8 @@ class NativeBackend(_fft.Backend):
         fft.execute()
         return fft.output_array * dt(1.0 / n)
 
-    def convolve(self, ins, N, dtype, u, ser=None, low=None, dead_log=800.0, fwd_dtype=None, direct=False, dft=None):
+    def convolve(self, ins, N, dtype, u, ser=None, low=None, dead_log=800.0, fwd_dtype=None, direct=False, dft=None,
+                 lat=None):
         """``irfft(prod_c rfft(fold(p_c))^m_c)`` and its round-off bound ``(out, l1, linf)``.
 
         ``ins``: list of ``(probs, centre_index, m)``.  Same arithmetic as the reference
@@ -139,8 +140,12 @@ class NativeBackend(_fft.Backend):
         products (reference: :func:`fastpld.compose._direct_power`) instead of in polar form.
         ``dft``: per input ``(q, steps, err)`` of :func:`fastpld._kernels.dft_order`; the spectra come
         from direct DFTs (:func:`fastpld._kernels.small_dft`, in ``dtype``) instead of forward FFTs.
+        ``lat``: :func:`fastpld.compose._lattice_spectrum` of the node (with ``low`` its bound at every
+        frequency): the power comes from it, no forward transform (reference: ``compose._lattice_power_numpy``).
         """
         dt = np.dtype(dtype)
+        if lat is not None:
+            return self._convolve_lattice(lat, low, N, dt, u)
         fdt = dt if (fwd_dtype is None or dft is not None) else np.dtype(fwd_dtype)
         if direct:
             return self._convolve_direct(ins, N, u, dead_log, dft)
@@ -181,6 +186,7 @@ class NativeBackend(_fft.Backend):
             K = ser[0]
             logmag[:K] = ser[1]
             phase[:K] = ser[2]
+            quarter[:K] = 0
         e2sq, p2sq, ndead = _kernels.power_fp(logmag, phase, quarter, LR, LRG, PH, ms, g, u_pol, N, inv.input_array,
                                               K, low[1] if low else None, low[2] if low else None, dead)
         e2, p2 = math.sqrt(e2sq) + dead_charge * ndead, math.sqrt(p2sq) + dead_charge * ndead
@@ -190,6 +196,21 @@ class NativeBackend(_fft.Backend):
         inv.execute()
         out = inv.output_array * dt.type(1.0 / N)
         l1 = e2 + g_inv * p2
+        return out, l1, l1 / math.sqrt(N)
+
+    def _convolve_lattice(self, lat, low, N, dt, u):
+        inv = _plan(N, dt, False)
+        F = N // 2 + 1
+        _, L, Phi, _, _, Q, _ = lat
+        logmag = np.ascontiguousarray(L, dtype=dt)
+        phase = np.ascontiguousarray(Phi, dtype=dt)
+        empty = np.empty((0, F))
+        e2sq, p2sq, _ = _kernels.power_fp(logmag, phase, np.ascontiguousarray(Q, dtype=np.uint8), empty, empty, empty,
+                                          np.empty(0), 0.0, u, N, inv.input_array, F, low[1], low[2],
+                                          np.zeros(F, dtype=np.uint8))
+        inv.execute()
+        out = inv.output_array * dt.type(1.0 / N)
+        l1 = math.sqrt(e2sq) + 12.0 * u * math.ceil(math.log2(max(N, 2))) * math.sqrt(p2sq)
         return out, l1, l1 / math.sqrt(N)
 
     def _convolve_direct(self, ins, N, u, dead_log=800.0, dft=None):

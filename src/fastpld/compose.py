@@ -602,8 +602,8 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
             if r is None:
                 inst, msum, mmax, nk = st
                 est64, est_ser, ld, mixed = _predicted_precision(inst, msum, mmax, lg, o, allowance, node_allowance)
-                if ld and len(pk) == 4:  # lattice leaves through direct DFTs (section 3e of docs/roundoff.md)
-                    fp_add = _fp_dft(inst, msum, _ULD)
+                if ld and len(pk) == 4:  # lattice leaves through direct DFTs (sections 3e-3f of docs/roundoff.md)
+                    fp_add = _fp_dft(inst, msum, _ULD, 2.0 ** lg, budgets.delta)
                 elif ld:
                     fp_add = (_fp64_series(inst, msum, lg, mmax, False, _ULD)
                               if est_ser < est64 else _fp_plain(inst, msum, lg, _ULD))
@@ -1340,9 +1340,27 @@ _LATTICE_FP = 5.4
 _G_DFT = 14.0
 
 
-def _fp_dft(inst, msum, u):
-    """Predicted round-off charge of a node whose lattice-like inputs take direct DFTs."""
-    return inst * (2.0 * msum * _LATTICE_FP * _G_DFT * u + 4 * u)
+def _fp_dft(inst, msum, u, N=None, delta=None):
+    """Predicted round-off charge of a node whose lattice-like inputs take direct DFTs.  Where
+    :func:`_use_lattice` takes the lattice spectra of section 3f (``N`` and ``delta`` given), the inverse
+    FFT's ``12 u log2 N ||P||_2``, with ``||P||_2 ~ 3 sqrt(N / sqrt(pi m))`` (a two-atom power of width
+    ~sqrt(m) on a sub-lattice; measured 2-3x that on Laplace at k = 2^30), which is what is left of it."""
+    plain = inst * (2.0 * msum * _LATTICE_FP * _G_DFT * u + 4 * u)
+    if N is not None and delta is not None and _use_lattice(plain, msum, delta):
+        return inst * (12.0 * math.ceil(math.log2(max(N, 2))) * u * 3.0 * math.sqrt(N / math.sqrt(math.pi * msum))
+                       + 4 * u)
+    return plain
+
+
+# the lattice spectra cost ~0.5 ms more than the DFT path on a 2^30 Laplace node (measured 4.1 vs 3.5 ms
+# for the whole composition at delta_error 1e-7): taken only where the DFT path's predicted charge would
+# take more than this share of delta_error
+_LATTICE_MIN_SHARE = 0.1
+
+
+def _use_lattice(dft_charge, mmax, delta):
+    """Whether a node of few-bucket inputs takes the lattice spectra (section 3f of docs/roundoff.md)."""
+    return _LATTICE_SPECTRA and mmax >= 8 and dft_charge > _LATTICE_MIN_SHARE * delta
 
 
 def _dft_leaves(o, sizes):
@@ -1386,6 +1404,170 @@ def _spectrum(backend, p, cen, N, fdt, dft_in=None):
     buf = np.zeros(N, dtype=fdt)
     np.add.at(buf, (np.arange(p.size) - cen) % N, np.asarray(p).astype(fdt))
     return backend.rfft(buf, N)
+
+
+def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None):
+    """Accurate ``m log|X|``, ``m arg X`` at every frequency of a node whose inputs take direct DFTs
+    (docs/roundoff.md, section 3f): ``(F, L, Phi, dL, dPhi, Q, up)``.
+
+    Why: at the spectral peaks of lattice-like inputs (``|X| ~ 1`` far from frequency 0) a spectrum
+    error ``g`` becomes ``m g`` in ``X^m``.  Here, per input with masses ``q_j`` at offsets ``t_j``
+    (sum ``S``): ``1 - |X / S|^2 = 4 sum_(d > 0) a_d sin^2(theta d / 2) / S^2`` with the lag sums
+    ``a_d = sum_(t_j - t_l = d) q_j q_l``, all terms non-negative, so it is computed with a small
+    *relative* error ``eta`` (relatively accurate ``sin^2`` table, sums of positive terms), and
+    ``m log|X / S| = (m / 2) log1p(-x)`` errs by ``(m / 2) x eta / (1 - x (1 + eta))``: where
+    ``|X|^m`` matters, ``m x = O(1)``.  The phase: ``arg X = psi + q pi/2`` (exact quarter turns) with
+    ``psi`` from the DFT's components, whose per-frequency running error bounds ``E_re, E_im`` (the
+    table's relative error, the products' and the partial sums' roundings) give
+    ``|psi~ - psi| <= arcsin(((|x| + E_x) E_y + (|y| + E_y) E_x) / (|X~| (|X~| - E)))``: near a peak the
+    component along ``X`` carries the large error and hardly moves the angle.  ``up``: a crude
+    upper bound ``sum m log((|X~| + E) / S_low)`` on ``log|P|`` where ``x`` is near 1.
+    ``L`` and ``Phi`` are in ``dtype`` (the node's precision); ``Q`` sums the quarter turns mod 4.
+    ``native``: the compiled kernel (``_core.lattice_terms``, one pass per input); this function's numpy
+    code is its reference.  ``skip_log`` (single-input nodes): frequencies whose crude bound ``up`` is
+    below ``-skip_log`` keep only that bound (``L = -inf``, ``dL = inf``: the power there is 0 and its error
+    at most ``e^up``), without the logarithms and angles.
+    """
+    W = np.dtype(dtype).type
+    u = _U64 if W is np.float64 else _ULD
+    F = N // 2 + 1
+    cdt = np.clongdouble if W is np.longdouble else np.complex128
+    L = np.zeros(F, dtype=W)
+    Phi = np.zeros(F, dtype=W)
+    Q = np.zeros(F, dtype=np.int64)
+    dL = np.zeros(F)
+    dP = np.zeros(F)
+    up = np.zeros(F)
+    absL = np.zeros(F)
+    absP = np.zeros(F)
+    s2 = _kernels.sin2_table(N, W)
+    tab = 1.0 + _kernels.DFT_TABLE_REL
+    core = _kernels._core if native else None
+    if core is not None:
+        c_tab, s_tab = _kernels.dft_table(N, W)
+        Q = np.zeros(F, dtype=np.uint8)
+    skip_below = -skip_log if (skip_log is not None and len(ins) == 1) else -math.inf
+    for i, ((p, cen, m), (q, steps, _)) in enumerate(zip(ins, dft)):
+        n = q.size
+        # 1 - |X / S|^2 from the lag sums
+        t = np.where(steps <= N // 2, steps, steps - N)
+        jj, ll = np.triu_indices(n, 1)
+        lags, inv, cnt = np.unique(np.abs(t[jj] - t[ll]), return_inverse=True, return_counts=True)
+        a = np.zeros(lags.size, dtype=W)
+        np.add.at(a, inv, q[jj] * q[ll])
+        lags = lags.astype(np.int64)
+        S = W(0)
+        for qj in q:  # sequential: relative error gamma_(n-1)
+            S = S + qj
+        # eta: the table (squared), a_d (products and additions), a_d s2, the sum over lags, / S^2 (with S's own error)
+        eta = 1.01 * u * (2 * _kernels.DFT_TABLE_REL + 1 + (int(cnt.max()) + 1 if cnt.size else 0) + 1 + lags.size
+                          + 3 + 2 * n)
+        slow = float(S) * (1 - 2 * n * u)  # <= the exact sum of q
+        # the DFT's error per component: the products (u |t_j|), the table (DFT_TABLE_REL u |t_j|) and the
+        # additions (u sum_i |s_i|, the partial sums of the ascending terms: |s_i| <= sum_(l <= i) |t_l|, so
+        # term l counts in n - l of them): 1.01 u sum_j wt_j |table entry_j| with wt_j = q_j (tab + n - j)
+        wt = q * (W(tab) + W(n) - np.arange(n).astype(W))
+        if core is not None:
+            core.lattice_terms(q, wt, steps, c_tab, s_tab, a, lags, s2, float(m), S, eta, u, slow, skip_below, i == 0,
+                               L, Phi, Q, dL, dP, up, absL, absP)
+            continue
+        X = _kernels.small_dft(q, steps, N, np.empty(F, dtype=cdt))
+        c_tab, s_tab = _kernels.dft_table(N, W)
+        kk = np.arange(F, dtype=np.int64)
+        are = np.zeros(F, dtype=W)
+        aim = np.zeros(F, dtype=W)
+        for wj, st in zip(wt, steps):
+            rr = (kk * int(st)) % N
+            are = are + wj * np.abs(c_tab[rr])
+            aim = aim + wj * np.abs(s_tab[rr])
+        Ere = 1.01 * u * are.astype(np.float64)
+        Eim = 1.01 * u * aim.astype(np.float64)
+        D = _kernels.table_sum(a, lags, s2, F) * W(4)
+        x = D / (S * S)
+        xf = x.astype(np.float64)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            Lc = W(0.5 * m) * np.log1p(-x)
+            den = 1.0 - xf * (1.0 + eta)
+            Lf = Lc.astype(np.float64)
+            # (+ log1p's rounding, <= 4 ulp = 8 u relative for any libm numpy may use, the product by m / 2)
+            dLc = np.where(den > 0, 0.5 * m * xf * eta / np.where(den > 0, den, 1.0), np.inf) + 12 * u * np.abs(Lf)
+            # crude: |X / S| <= (|X~| + E) / (S (1 - 2 n u))
+            r = np.hypot(X.real.astype(np.float64), X.imag.astype(np.float64))
+            E = np.hypot(Ere, Eim)
+            up_c = m * np.log((r + E) / slow)
+            psi, qq = _kernels.quarter_angle(X)
+            odd = (qq & 1).astype(bool)
+            Ex = np.where(odd, Eim, Ere)  # the turned components' bounds: odd turns swap them
+            Ey = np.where(odd, Ere, Eim)
+            xr = np.where(odd, np.abs(X.imag), np.abs(X.real)).astype(np.float64)
+            xi = np.where(odd, np.abs(X.real), np.abs(X.imag)).astype(np.float64)
+            sang = ((xr + Ex) * Ey + (xi + Ey) * Ex) / (r * (r - E))
+            ok = (r > E) & (sang < 1)
+            psif = psi.astype(np.float64)
+            # (+ atan2's rounding, <= 4 ulp = 8 u relative)
+            dpsi = np.where(ok, 1.01 * np.arcsin(np.where(ok, sang, 0.0)), np.pi) + 8 * u * np.abs(psif)
+        skip = up_c < skip_below
+        if skip.any():
+            Lc = np.where(skip, -np.inf, Lc).astype(W)
+            Lf = Lc.astype(np.float64)
+            psi = np.where(skip, 0, psi).astype(W)
+            psif = psi.astype(np.float64)
+            qq = np.where(skip, 0, qq)
+            dLc = np.where(skip, np.inf, dLc)
+            dpsi = np.where(skip, 0.0, dpsi)
+        L = L + Lc
+        Phi = Phi + W(m) * psi
+        Q = (Q + (int(m) % 4) * qq.astype(np.int64)) & 3
+        dL = dL + dLc
+        dP = dP + m * dpsi + 2 * u * m * np.abs(psif)
+        up = up + up_c
+        absL += np.where(np.isfinite(Lf), np.abs(Lf), 0.0)
+        absP += m * np.abs(psif)
+    C = len(ins)
+    dL = dL + _gamma(2 * C, u) * absL
+    dP = dP + _gamma(2 * C, u) * absP
+    return F, L, Phi, dL, dP, Q.astype(np.uint8), up
+
+
+def _lattice_amp(lat, u_node):
+    """``(lp, amp)`` of the round-off bound at every frequency for :func:`_lattice_spectrum`'s node.
+
+    ``amp`` bounds ``|computed - exact|`` of the power: the smaller of ``e^L~ (expm1(dL) + e^dL dPhi)``
+    plus the polar evaluation (as :func:`_series_amp`) and ``|computed| + e^up``; ``lp`` bounds the
+    log of both powers' magnitudes."""
+    _, L, P, dL, dP, _, up = lat
+    Lf = L.astype(np.float64)
+    Pf = P.astype(np.float64)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        pol = 8 * u_node * (1 + np.abs(Pf) + np.where(np.isfinite(Lf), np.abs(Lf), 0.0))
+        mag = np.exp(Lf)
+        fine = 1.01 * mag * (np.expm1(dL) + np.exp(dL) * dP + pol)
+        crude = 1.01 * mag * (1 + pol) + np.exp(up)
+        amp = np.where(np.isfinite(fine), np.minimum(fine, crude), crude)
+        hi = Lf + dL
+        lp = np.maximum(Lf, np.where(np.isfinite(hi), np.minimum(hi, up), up)) + 1e-12
+    return lp, amp
+
+
+def _lattice_power_numpy(backend, lat, low, N, dtype, u):
+    """Reference of ``NativeBackend.convolve(lat=...)``: the power from :func:`_lattice_spectrum` at every
+    frequency, its bound from :func:`_lattice_amp` and the inverse FFT's: ``(l1, linf, out)``."""
+    _, L, Phi, _, _, Q, _ = lat
+    _, lp, amp = low
+    phase = np.remainder(Phi, _TWO_PI_LD if np.dtype(dtype) == np.longdouble else 2 * np.pi)
+    with np.errstate(under="ignore"):
+        Pc = np.exp(L) * (np.cos(phase) + 1j * np.sin(phase))
+    Pc[~np.isfinite(L)] = 0
+    _kernels.turn_quarters(Pc, Q)
+    w = np.full(amp.shape, 2.0)
+    w[0] = 1.0
+    if N % 2 == 0:
+        w[-1] = 1.0
+    with np.errstate(over="ignore", under="ignore"):
+        e2 = math.sqrt(float(np.sum(w * amp**2)))
+        p2 = math.sqrt(float(np.sum(w * np.exp(2 * lp))))
+    l1 = e2 + 12.0 * u * math.ceil(math.log2(max(N, 2))) * p2
+    return l1, l1 / math.sqrt(N), backend.irfft(Pc, N)
 
 
 def _numpy_power(backend, ins, N, dtype, fdt, u, ser, low, g_extra, dft=None):
@@ -1433,6 +1615,10 @@ def _numpy_power(backend, ins, N, dtype, fdt, u, ser, low, g_extra, dft=None):
 # direct DFTs for inputs with at most this many non-zero buckets (n (N/2 + 1) products, against the
 # FFT's ~N log2 N: measured no slower up to here; Laplace leaves at k = 2^30 have ~21, pure DP 2-4)
 _DFT_MAX_N = 32
+
+# large powers of few-bucket inputs take the lattice spectra of section 3f (off: the DFT spectra go
+# through the plain polar bound, and the low-frequency series; kept switchable for tests and A/B runs)
+_LATTICE_SPECTRA = True
 
 _DIRECT_MAX_POWER = 1 << 20  # direct powers' bound assumes M u <= 1e-10 (see _direct_power)
 
@@ -1525,7 +1711,8 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     if len(ins) == 1 and ins[0][2] == 1:
         p, cen, m = ins[0]
         return GridPMF(p, inputs[0][0].offset, h), {"N": p.size, "wrap": 0.0, "fp": 0.0, "dtype": p.dtype,
-                                                   "window": (0, p.size - 1), "series": 0, "dft": False}
+                                                   "window": (0, p.size - 1), "series": 0, "dft": False,
+                                                   "lattice": False}
     lo_full = -sum(m * cen for _, cen, m in ins)
     lo, hi, tail = _chernoff_window(ins, w_per, backend.native)
     need = hi - lo + 1
@@ -1579,7 +1766,10 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
         u = _U64 if dtype is np.float64 else _ULD
         low = None
         g_extra = 0.0
-        ser = _series_spectrum(ins, N, dtype, backend.native) if use_series else None
+        # (not where the lattice spectra below take every frequency: few-bucket inputs, large powers and
+        # a charge that matters)
+        want_lat = dft_ok and _use_lattice(_fp_dft(inst, msum, u), mmax, budgets.delta)
+        ser = _series_spectrum(ins, N, dtype, backend.native) if use_series and not want_lat else None
         if ser is not None:
             lp_low, amp_low = _series_amp(ser, u)
             low = (ser[0], lp_low, amp_low)
@@ -1597,16 +1787,23 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
         dft = None
         if dft_ok:
             dft = [_kernels.dft_order(p, cen, N, dtype) for p, cen, _ in ins]
-            if max(e for _, _, e in dft) > 6.0 * lg:
+            if not want_lat and max(e for _, _, e in dft) > 6.0 * lg:  # (the lattice spectra need no such gain)
                 dft = None
             else:
                 fdt = dtype
-        # float64 without the series: powers as products (cheaper than the polar form, same size of bound)
-        direct = dtype is np.float64 and ser is None and msum <= _DIRECT_MAX_POWER
         # (native) frequencies whose product is below e^(10 - T) are skipped and charged 2 e^(10 - T)
         # each (see convolve): T such that all N/2 + 1 such charges, over the node's copies (x inst)
         # and into total variation (x 4), stay below 1e-6 of the node's round-off allowance
         dead_log = min(800.0, max(40.0, 10.0 + math.log(4.0 * (N // 2 + 1) * inst / (1e-6 * allowance))))
+        # large powers of such inputs: accurate log-magnitudes and phases at every frequency (section 3f),
+        # in place of the low-frequency series
+        lat = None
+        if dft is not None and want_lat:
+            lat = _lattice_spectrum(ins, dft, N, dtype, backend.native, dead_log)
+            lp_l, amp_l = _lattice_amp(lat, u)
+            ser, low, g_extra = None, (lat[0], lp_l, amp_l), 0.0
+        # float64 without the series: powers as products (cheaper than the polar form, same size of bound)
+        direct = dtype is np.float64 and ser is None and lat is None and msum <= _DIRECT_MAX_POWER
         if direct:
             if backend.native:
                 out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u, dead_log=dead_log, direct=True, dft=dft)
@@ -1614,8 +1811,10 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
                 fp_l1, fp_linf, out = _direct_power(backend, ins, N, u, dft)
         elif backend.native:  # cached plans, compiled placement/power/round-off kernels (same arithmetic)
             out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u, ser=ser, low=low, dead_log=dead_log,
-                                                   fwd_dtype=fdt, dft=dft)
-        if not backend.native and not direct:
+                                                   fwd_dtype=fdt, dft=dft, lat=lat)
+        elif lat is not None:
+            fp_l1, fp_linf, out = _lattice_power_numpy(backend, lat, low, N, dtype, u)
+        if not backend.native and not direct and lat is None:
             fp_l1, fp_linf, out = _numpy_power(backend, ins, N, dtype, fdt, u, ser, low, g_extra, dft)
         if ser is not None:  # the series' common scale, removed by the normalisation below
             fp_l1 *= 1 + 2 * ser[6]
@@ -1660,7 +1859,7 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     # base_val = sum m_c (offset_c + cen_c h); entry j of lin is the index sum I' = c + a + j
     offset = base_val + (c + a) * h
     info = {"N": N, "wrap": wrap, "fp": tv_fp, "dtype": dtype, "window": (c, c + N - 1),
-            "series": ser[0] if ser is not None else 0, "dft": dft is not None}
+            "series": ser[0] if ser is not None else 0, "dft": dft is not None, "lattice": lat is not None}
     return GridPMF(lin, offset, h), info
 
 
