@@ -54,6 +54,30 @@ def test_table_within_bound(dt, N):
     assert worst > 0  # the comparison sees the table's rounding (it is not a float64 copy of an exact value)
 
 
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("N", [2688, 97, 64])
+def test_tables_relatively_accurate(dt, N):
+    # the lattice spectra need relative accuracy near the zeros of sin and cos
+    mpmath.mp.dps = 40
+    c, s = _kernels.dft_table(N, dt)
+    s2 = _kernels.sin2_table(N, dt)
+    u = _u(dt)
+    worst = 0.0
+    for r in list(range(0, N, max(1, N // 61))) + [1, N // 4 - 1, N // 4 + 1, N // 2 - 1, N - 1]:
+        a = 2 * mpmath.pi * r / N
+        for got, ex in ((c[r], mpmath.cos(a)), (s[r], mpmath.sin(a))):
+            if abs(ex) > 1e-30:  # (exact zeros at quarter turns: mpmath's pi leaves ~1e-41)
+                worst = max(worst, float(abs((_mp(got) - ex) / ex)) / _kernels.DFT_TABLE_REL)
+            else:
+                assert got == 0
+        ex2 = mpmath.sin(mpmath.pi * r / N) ** 2
+        if abs(ex2) > 1e-30:
+            worst = max(worst, float(abs((_mp(s2[r]) - ex2) / ex2)) / (2 * _kernels.DFT_TABLE_REL + 1))
+        else:
+            assert s2[r] == 0
+    assert worst <= u, worst / u
+
+
 def _inputs():
     rng = np.random.default_rng(7)
     lap = np.array([0.5, 1e-6, 2e-6, 1e-6, 0.49])  # two atoms, a little mass between
@@ -105,6 +129,30 @@ def test_quarter_angle_and_turns():
         P = X.copy()
         _kernels.turn_quarters(P, np.full(X.size, Q, dtype=np.uint8))
         assert np.array_equal(P, X * 1j**Q)  # swaps and negations: exact
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("skip", [None, 40.0])
+def test_lattice_spectrum_kernel_equals_reference(dt, skip):
+    # the compiled pass (_core.lattice_terms) against compose._lattice_spectrum's numpy code, bitwise, on
+    # inputs whose sum is not a float64 (a long double scalar argument would silently become one)
+    if _kernels._core is None:
+        pytest.skip("compiled core not built")
+    rng = np.random.default_rng(11)
+    ins, dft = [], []
+    N = 2000
+    for n, m in ((21, 255), (9, 1024)):
+        p = rng.random(n) ** 4
+        p[0] = p[-1] = 1.0
+        p /= p.sum()
+        cen = n // 2
+        ins.append((p, cen, m))
+        dft.append(_kernels.dft_order(p, cen, N, dt))
+    for k in (1, 2):
+        a = C._lattice_spectrum(ins[:k], dft[:k], N, dt, native=True, skip_log=skip)
+        b = C._lattice_spectrum(ins[:k], dft[:k], N, dt, native=False, skip_log=skip)
+        for x, y in zip(a[1:], b[1:]):
+            assert np.array_equal(np.asarray(x), np.asarray(y))
 
 
 def _lattice(eps_mid=1e-5):

@@ -681,15 +681,16 @@ cdef int _small_dft(const real_out[::1] q, const cnp.int64_t[::1] steps, const r
 
 cdef int _lattice_terms(const real_out[::1] q, const real_out[::1] wt, const cnp.int64_t[::1] steps,
                         const real_out[::1] c, const real_out[::1] s, const real_out[::1] a, const cnp.int64_t[::1] lags,
-                        const real_out[::1] s2, double m, real_out S, double eta, double u, double slow,
-                        double skip_below, bint first, real_out[::1] L, real_out[::1] Phi, unsigned char[::1] Q, double[::1] dL,
+                        const real_out[::1] s2, double m, double eta, double u, double slow,
+                        double e0, double skip_below, bint first, real_out[::1] L, real_out[::1] Phi, unsigned char[::1] Q, double[::1] dL,
                         double[::1] dP, double[::1] up, double[::1] absL, double[::1] absP,
                         cnp.int64_t *r) noexcept nogil:
     cdef Py_ssize_t n = q.shape[0], nl = a.shape[0], N = c.shape[0], N2 = s2.shape[0], F = L.shape[0], j, k
-    cdef real_out re, im, cj, sj, are, aim, acc, x, lc, psi, xr, xi, half_m = <real_out>(0.5 * m)
+    cdef real_out re, im, cj, sj, are, aim, acc, x, lc, psi, xr, xi, S = 0, half_m = <real_out>(0.5 * m)
     cdef real_out mm = <real_out>m
     cdef double ere, eim, xf, den, dlc, rr, ee, sang, dpsi, ex, ey, ar, ai, lf, pf
     cdef int qq, mq = (<long long>m) % 4
+    cdef bint live
     if N <= 0 or N2 <= 0 or s.shape[0] != N or steps.shape[0] != n or wt.shape[0] != n or lags.shape[0] != nl:
         return FPLD_EINVAL
     if Phi.shape[0] != F or Q.shape[0] != F or dL.shape[0] != F or dP.shape[0] != F or up.shape[0] != F \
@@ -699,44 +700,52 @@ cdef int _lattice_terms(const real_out[::1] q, const real_out[::1] wt, const cnp
         if steps[j] < 0 or steps[j] >= N:
             return FPLD_EINVAL
         r[j] = 0
+        S = S + q[j]  # (sequential, as compose._lattice_spectrum: a Python long double argument would be a double)
     for j in range(nl):
         if lags[j] < 0 or lags[j] >= N2:
             return FPLD_EINVAL
         r[n + j] = 0
     for k in range(F):
-        # the direct DFT, and per component sum_j wt_j |table entry| (the a-priori-weighted error bound)
+        # the direct DFT (r[j] = k steps[j] mod N)
         re = 0
         im = 0
-        are = 0
-        aim = 0
         for j in range(n):
-            cj = c[r[j]]
-            sj = s[r[j]]
-            re = re + q[j] * cj
-            im = im - q[j] * sj
-            if real_out is double:
-                are = are + wt[j] * fabs(cj)
-                aim = aim + wt[j] * fabs(sj)
-            else:
-                are = are + wt[j] * fabsl(cj)
-                aim = aim + wt[j] * fabsl(sj)
+            re = re + q[j] * c[r[j]]
+            im = im - q[j] * s[r[j]]
+        rr = hypot(<double>re, <double>im)
+        # the crude bound with the a-priori error e0 first: frequencies below skip_below need no more
+        dlc = m * log((rr + e0) / slow)
+        live = not (first and dlc < skip_below)
+        if live:
+            # per component sum_j wt_j |table entry| (the a-priori-weighted error bound), the same r[j]
+            are = 0
+            aim = 0
+            for j in range(n):
+                if real_out is double:
+                    are = are + wt[j] * fabs(c[r[j]])
+                    aim = aim + wt[j] * fabs(s[r[j]])
+                else:
+                    are = are + wt[j] * fabsl(c[r[j]])
+                    aim = aim + wt[j] * fabsl(s[r[j]])
+            # 1 - |X / S|^2 from the lag sums (as table_sum)
+            acc = 0
+            for j in range(nl):
+                acc = acc + a[j] * s2[r[n + j]]
+            acc = acc * 4
+        for j in range(n):
             r[j] += steps[j]
             if r[j] >= N:
                 r[j] -= N
-        ere = 1.01 * u * <double>are
-        eim = 1.01 * u * <double>aim
-        # 1 - |X / S|^2 from the lag sums (as table_sum)
-        acc = 0
         for j in range(nl):
-            acc = acc + a[j] * s2[r[n + j]]
             r[n + j] += lags[j]
             if r[n + j] >= N2:
                 r[n + j] -= N2
-        acc = acc * 4
-        rr = hypot(<double>re, <double>im)
-        ee = hypot(ere, eim)
-        dlc = m * log((rr + ee) / slow)  # the crude bound first: frequencies below skip_below need no more
-        if first and dlc < skip_below:
+        if live:
+            ere = 1.01 * u * <double>are
+            eim = 1.01 * u * <double>aim
+            ee = hypot(ere, eim)
+            dlc = m * log((rr + ee) / slow)
+        if not live:
             L[k] = -INFINITY
             Phi[k] = 0
             Q[k] = 0
@@ -806,21 +815,22 @@ cdef int _lattice_terms(const real_out[::1] q, const real_out[::1] wt, const cnp
 
 def lattice_terms(const real_out[::1] q, const real_out[::1] wt, const cnp.int64_t[::1] steps, const real_out[::1] c,
                   const real_out[::1] s,
-                  const real_out[::1] a, const cnp.int64_t[::1] lags, const real_out[::1] s2, double m, real_out S,
-                  double eta, double u, double slow, double skip_below, bint first, real_out[::1] L,
+                  const real_out[::1] a, const cnp.int64_t[::1] lags, const real_out[::1] s2, double m,
+                  double eta, double u, double slow, double e0, double skip_below, bint first, real_out[::1] L,
                   real_out[::1] Phi,
                   unsigned char[::1] Q, double[::1] dL, double[::1] dP, double[::1] up, double[::1] absL,
                   double[::1] absP):
     """One input's terms of compose._lattice_spectrum at every frequency, in one pass (its numpy reference):
     the direct DFT with its error bound (``1.01 u sum_j wt_j |table entry|``), ``1 - |X / S|^2`` from the lag sums, ``m/2 log1p``, the quarter-turn
     angle and every bound; ``first`` assigns, otherwise accumulates.  With ``first``, frequencies whose crude
-    bound ``m log((|X~| + E) / slow)`` is below ``skip_below`` get ``L = -inf``, ``dL = inf`` (only that bound)."""
+    bound ``m log((|X~| + e0) / slow)`` (``e0``: the DFT's a-priori error) is below ``skip_below`` get
+    ``L = -inf``, ``dL = inf`` and only that bound, without the error sums, lag sums, logarithms and angles."""
     cdef int status
     cdef cnp.int64_t *r = <cnp.int64_t *>PyMem_Malloc(max(q.shape[0] + a.shape[0], 1) * sizeof(cnp.int64_t))
     if r == NULL:
         raise MemoryError("lattice_terms: out of memory")
     with nogil:
-        status = _lattice_terms(q, wt, steps, c, s, a, lags, s2, m, S, eta, u, slow, skip_below, first, L, Phi, Q,
+        status = _lattice_terms(q, wt, steps, c, s, a, lags, s2, m, eta, u, slow, e0, skip_below, first, L, Phi, Q,
                                 dL, dP, up, absL, absP, r)
     PyMem_Free(r)
     _check(status, "lattice_terms")

@@ -478,13 +478,24 @@ def split(p: np.ndarray, offset: float, mesh_in: float, mesh_out: float, dtype):
 DFT_TABLE_ERR = 6.0
 _DFT_TABLES: OrderedDict = OrderedDict()
 _DFT_LOCK = threading.Lock()
-_DFT_MAX_TABLES = 8
+# tables are kept up to this many bytes (least recently used first out): a long double table of a
+# 6k-point node costs ~1 ms of cosl / sinl and ~190 kB
+_DFT_MAX_BYTES = 16 << 20
+
+
+def _dft_cache_put(key, value):
+    with _DFT_LOCK:
+        _DFT_TABLES[key] = value
+        total = sum(sum(a.nbytes for a in (v if isinstance(v, tuple) else (v,))) for v in _DFT_TABLES.values())
+        while total > _DFT_MAX_BYTES and len(_DFT_TABLES) > 1:
+            _, old = _DFT_TABLES.popitem(last=False)
+            total -= sum(a.nbytes for a in (old if isinstance(old, tuple) else (old,)))
 _HALF_PI_LD = np.longdouble("1.57079632679489661923132169163975144")
 
 
 def dft_table(N: int, dtype):
     """``(c, s)``: ``cos`` and ``sin`` of ``2 pi r / N`` for ``r = 0 .. N-1`` in ``dtype`` (cached, at most
-    ``_DFT_MAX_TABLES`` lengths).  Each entry comes from an angle reduced to ``[-pi/4, pi/4]`` exactly
+    ``_DFT_MAX_BYTES`` in all).  Each entry comes from an angle reduced to ``[-pi/4, pi/4]`` exactly
     (integer quarter turns), so it is within ``DFT_TABLE_ERR`` u of the exact value."""
     dt = np.dtype(dtype)
     key = (int(N), dt.char)
@@ -506,10 +517,7 @@ def dft_table(N: int, dtype):
         s = np.select([q == 0, q == 1, q == 2], [sp, cp, -sp], -cp).astype(dt)
     c.setflags(write=False)
     s.setflags(write=False)
-    with _DFT_LOCK:
-        _DFT_TABLES[key] = (c, s)
-        while len(_DFT_TABLES) > _DFT_MAX_TABLES:
-            _DFT_TABLES.popitem(last=False)
+    _dft_cache_put(key, (c, s))
     return c, s
 
 
@@ -567,7 +575,7 @@ DFT_TABLE_REL = 7.5
 
 def sin2_table(N: int, dtype):
     """``sin(pi r / N)^2`` for ``r = 0 .. N-1`` in ``dtype``, relatively accurate (``2 DFT_TABLE_REL + 1`` u):
-    the squares of :func:`dft_table` ``(2 N)``'s sines (cached with it)."""
+    the squares of the sines :func:`dft_table` ``(2 N)`` would hold, computed alone (cached with it)."""
     dt = np.dtype(dtype)
     key = (int(N), dt.char, "s2")
     with _DFT_LOCK:
@@ -575,13 +583,20 @@ def sin2_table(N: int, dtype):
         if t is not None:
             _DFT_TABLES.move_to_end(key)
             return t
-    s = dft_table(2 * N, dt)[1][:N]
-    t = s * s
+    # sin(2 pi r / (2N)) as in dft_table(2 N): the nearest quarter turn q, a = 4 r - 2 q N, the reduced
+    # angle (pi/2) a / (2N) in [-pi/4, pi/4]; +-sin or +-cos of it by q (the sign goes in the square)
+    ld = np.dtype(np.longdouble)
+    r = np.arange(N, dtype=np.int64)
+    q = (2 * r + N // 2) // N
+    a = 4 * r - 2 * q * N
+    phi = (a.astype(ld) * _HALF_PI_LD) / ld.type(2 * N)
+    odd = (q & 1).astype(bool)
+    v = np.empty(N, dtype=ld)
+    v[odd] = np.cos(phi[odd])
+    v[~odd] = np.sin(phi[~odd])
+    t = (v * v).astype(dt)  # (float64: the long double square rounded once more, inside the bound)
     t.setflags(write=False)
-    with _DFT_LOCK:
-        _DFT_TABLES[key] = t
-        while len(_DFT_TABLES) > _DFT_MAX_TABLES:
-            _DFT_TABLES.popitem(last=False)
+    _dft_cache_put(key, t)
     return t
 
 

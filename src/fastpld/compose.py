@@ -1447,7 +1447,7 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None):
         c_tab, s_tab = _kernels.dft_table(N, W)
         Q = np.zeros(F, dtype=np.uint8)
     skip_below = -skip_log if (skip_log is not None and len(ins) == 1) else -math.inf
-    for i, ((p, cen, m), (q, steps, _)) in enumerate(zip(ins, dft)):
+    for i, ((p, cen, m), (q, steps, err0)) in enumerate(zip(ins, dft)):
         n = q.size
         # 1 - |X / S|^2 from the lag sums
         t = np.where(steps <= N // 2, steps, steps - N)
@@ -1468,8 +1468,8 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None):
         # term l counts in n - l of them): 1.01 u sum_j wt_j |table entry_j| with wt_j = q_j (tab + n - j)
         wt = q * (W(tab) + W(n) - np.arange(n).astype(W))
         if core is not None:
-            core.lattice_terms(q, wt, steps, c_tab, s_tab, a, lags, s2, float(m), S, eta, u, slow, skip_below, i == 0,
-                               L, Phi, Q, dL, dP, up, absL, absP)
+            core.lattice_terms(q, wt, steps, c_tab, s_tab, a, lags, s2, float(m), eta, u, slow, err0 * u, skip_below,
+                               i == 0, L, Phi, Q, dL, dP, up, absL, absP)
             continue
         X = _kernels.small_dft(q, steps, N, np.empty(F, dtype=cdt))
         c_tab, s_tab = _kernels.dft_table(N, W)
@@ -1491,10 +1491,12 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None):
             Lf = Lc.astype(np.float64)
             # (+ log1p's rounding, <= 4 ulp = 8 u relative for any libm numpy may use, the product by m / 2)
             dLc = np.where(den > 0, 0.5 * m * xf * eta / np.where(den > 0, den, 1.0), np.inf) + 12 * u * np.abs(Lf)
-            # crude: |X / S| <= (|X~| + E) / (S (1 - 2 n u))
+            # crude: |X / S| <= (|X~| + E) / (S (1 - 2 n u)); skipped frequencies (below skip_below with the
+            # a-priori error err0 u of the DFT) keep that bound
             r = np.hypot(X.real.astype(np.float64), X.imag.astype(np.float64))
             E = np.hypot(Ere, Eim)
-            up_c = m * np.log((r + E) / slow)
+            up0 = m * np.log((r + err0 * u) / slow)
+            up_c = np.where(up0 < skip_below, up0, m * np.log((r + E) / slow))
             psi, qq = _kernels.quarter_angle(X)
             odd = (qq & 1).astype(bool)
             Ex = np.where(odd, Eim, Ere)  # the turned components' bounds: odd turns swap them
@@ -1506,7 +1508,7 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None):
             psif = psi.astype(np.float64)
             # (+ atan2's rounding, <= 4 ulp = 8 u relative)
             dpsi = np.where(ok, 1.01 * np.arcsin(np.where(ok, sang, 0.0)), np.pi) + 8 * u * np.abs(psif)
-        skip = up_c < skip_below
+        skip = up0 < skip_below
         if skip.any():
             Lc = np.where(skip, -np.inf, Lc).astype(W)
             Lf = Lc.astype(np.float64)
