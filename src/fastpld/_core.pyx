@@ -682,7 +682,7 @@ cdef int _small_dft(const real_out[::1] q, const cnp.int64_t[::1] steps, const r
 cdef int _lattice_terms(const real_out[::1] q, const real_out[::1] wt, const cnp.int64_t[::1] steps,
                         const real_out[::1] c, const real_out[::1] s, const real_out[::1] a, const cnp.int64_t[::1] lags,
                         const real_out[::1] s2, double m, double eta, double u, double slow,
-                        double e0, double skip_below, bint first, real_out[::1] L, real_out[::1] Phi, unsigned char[::1] Q, double[::1] dL,
+                        double e0, double skip_below, const double[::1] pre, bint first, real_out[::1] L, real_out[::1] Phi, unsigned char[::1] Q, double[::1] dL,
                         double[::1] dP, double[::1] up, double[::1] absL, double[::1] absP,
                         cnp.int64_t *r) noexcept nogil:
     cdef Py_ssize_t n = q.shape[0], nl = a.shape[0], N = c.shape[0], N2 = s2.shape[0], F = L.shape[0], j, k
@@ -690,11 +690,12 @@ cdef int _lattice_terms(const real_out[::1] q, const real_out[::1] wt, const cnp
     cdef real_out mm = <real_out>m
     cdef double ere, eim, xf, den, dlc, rr, ee, sang, dpsi, ex, ey, ar, ai, lf, pf
     cdef int qq, mq = (<long long>m) % 4
-    cdef bint live
+    cdef bint live, use_pre = pre.shape[0] > 0
+    cdef Py_ssize_t last = -2
     if N <= 0 or N2 <= 0 or s.shape[0] != N or steps.shape[0] != n or wt.shape[0] != n or lags.shape[0] != nl:
         return FPLD_EINVAL
     if Phi.shape[0] != F or Q.shape[0] != F or dL.shape[0] != F or dP.shape[0] != F or up.shape[0] != F \
-            or absL.shape[0] != F or absP.shape[0] != F or F != N // 2 + 1:
+            or absL.shape[0] != F or absP.shape[0] != F or F != N // 2 + 1 or (use_pre and pre.shape[0] != F):
         return FPLD_EINVAL
     for j in range(n):
         if steps[j] < 0 or steps[j] >= N:
@@ -706,6 +707,24 @@ cdef int _lattice_terms(const real_out[::1] q, const real_out[::1] wt, const cnp
             return FPLD_EINVAL
         r[n + j] = 0
     for k in range(F):
+        if use_pre:
+            # the caller's crude bound (from a float64 FFT): dead frequencies need nothing else
+            if first and pre[k] < skip_below:
+                L[k] = -INFINITY
+                Phi[k] = 0
+                Q[k] = 0
+                dL[k] = INFINITY
+                dP[k] = 0.0
+                up[k] = pre[k]
+                absL[k] = 0.0
+                absP[k] = 0.0
+                continue
+            if k != last + 1:  # r[j] = k steps[j] mod N afresh after a gap (else incremented below)
+                for j in range(n):
+                    r[j] = (k * steps[j]) % N
+                for j in range(nl):
+                    r[n + j] = (k * lags[j]) % N2
+            last = k
         # the direct DFT (r[j] = k steps[j] mod N)
         re = 0
         im = 0
@@ -715,7 +734,7 @@ cdef int _lattice_terms(const real_out[::1] q, const real_out[::1] wt, const cnp
         rr = hypot(<double>re, <double>im)
         # the crude bound with the a-priori error e0 first: frequencies below skip_below need no more
         dlc = m * log((rr + e0) / slow)
-        live = not (first and dlc < skip_below)
+        live = use_pre or not (first and dlc < skip_below)
         if live:
             # per component sum_j wt_j |table entry| (the a-priori-weighted error bound), the same r[j]
             are = 0
@@ -816,7 +835,8 @@ cdef int _lattice_terms(const real_out[::1] q, const real_out[::1] wt, const cnp
 def lattice_terms(const real_out[::1] q, const real_out[::1] wt, const cnp.int64_t[::1] steps, const real_out[::1] c,
                   const real_out[::1] s,
                   const real_out[::1] a, const cnp.int64_t[::1] lags, const real_out[::1] s2, double m,
-                  double eta, double u, double slow, double e0, double skip_below, bint first, real_out[::1] L,
+                  double eta, double u, double slow, double e0, double skip_below, const double[::1] pre, bint first,
+                  real_out[::1] L,
                   real_out[::1] Phi,
                   unsigned char[::1] Q, double[::1] dL, double[::1] dP, double[::1] up, double[::1] absL,
                   double[::1] absP):
@@ -824,13 +844,14 @@ def lattice_terms(const real_out[::1] q, const real_out[::1] wt, const cnp.int64
     the direct DFT with its error bound (``1.01 u sum_j wt_j |table entry|``), ``1 - |X / S|^2`` from the lag sums, ``m/2 log1p``, the quarter-turn
     angle and every bound; ``first`` assigns, otherwise accumulates.  With ``first``, frequencies whose crude
     bound ``m log((|X~| + e0) / slow)`` (``e0``: the DFT's a-priori error) is below ``skip_below`` get
-    ``L = -inf``, ``dL = inf`` and only that bound, without the error sums, lag sums, logarithms and angles."""
+    ``L = -inf``, ``dL = inf`` and only that bound, without the error sums, lag sums, logarithms and angles;
+    ``pre`` (length ``N//2 + 1``, or empty): the caller's crude bound instead, and no DFT at dead frequencies."""
     cdef int status
     cdef cnp.int64_t *r = <cnp.int64_t *>PyMem_Malloc(max(q.shape[0] + a.shape[0], 1) * sizeof(cnp.int64_t))
     if r == NULL:
         raise MemoryError("lattice_terms: out of memory")
     with nogil:
-        status = _lattice_terms(q, wt, steps, c, s, a, lags, s2, m, eta, u, slow, e0, skip_below, first, L, Phi, Q,
+        status = _lattice_terms(q, wt, steps, c, s, a, lags, s2, m, eta, u, slow, e0, skip_below, pre, first, L, Phi, Q,
                                 dL, dP, up, absL, absP, r)
     PyMem_Free(r)
     _check(status, "lattice_terms")

@@ -1467,9 +1467,18 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None):
         # additions (u sum_i |s_i|, the partial sums of the ascending terms: |s_i| <= sum_(l <= i) |t_l|, so
         # term l counts in n - l of them): 1.01 u sum_j wt_j |table entry_j| with wt_j = q_j (tab + n - j)
         wt = q * (W(tab) + W(n) - np.arange(n).astype(W))
+        # which frequencies are dead: a crude bound from a float64 FFT (the error model's 12 u64 log2 N, plus
+        # the cast of the input), far cheaper than the long double DFT at every frequency
+        pre = _EMPTY_F64
+        if i == 0 and skip_below > -math.inf:
+            buf = np.zeros(N)
+            np.add.at(buf, (np.arange(p.size) - cen) % N, np.asarray(p, dtype=np.float64))
+            g64 = 1.01 * (12.0 * _U64_CAST * math.ceil(math.log2(max(N, 2))) + _U64_CAST)
+            with np.errstate(divide="ignore"):
+                pre = m * np.log((np.abs(np.fft.rfft(buf)) + g64) / slow)
         if core is not None:
             core.lattice_terms(q, wt, steps, c_tab, s_tab, a, lags, s2, float(m), eta, u, slow, err0 * u, skip_below,
-                               i == 0, L, Phi, Q, dL, dP, up, absL, absP)
+                               pre, i == 0, L, Phi, Q, dL, dP, up, absL, absP)
             continue
         X = _kernels.small_dft(q, steps, N, np.empty(F, dtype=cdt))
         c_tab, s_tab = _kernels.dft_table(N, W)
@@ -1495,7 +1504,7 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None):
             # a-priori error err0 u of the DFT) keep that bound
             r = np.hypot(X.real.astype(np.float64), X.imag.astype(np.float64))
             E = np.hypot(Ere, Eim)
-            up0 = m * np.log((r + err0 * u) / slow)
+            up0 = pre if pre.size else m * np.log((r + err0 * u) / slow)
             up_c = np.where(up0 < skip_below, up0, m * np.log((r + E) / slow))
             psi, qq = _kernels.quarter_angle(X)
             odd = (qq & 1).astype(bool)
@@ -1529,6 +1538,9 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None):
     dL = dL + _gamma(2 * C, u) * absL
     dP = dP + _gamma(2 * C, u) * absP
     return F, L, Phi, dL, dP, Q.astype(np.uint8), up
+
+
+_EMPTY_F64 = np.zeros(0)
 
 
 def _lattice_amp(lat, u_node):
