@@ -83,3 +83,13 @@ def exact_power(p, m, bits=320, dtype=np.float64):
     else:
         out[off:off + len(c)] = [x / one for x in c]
     return out
+
+
+def node_tv(out, ref):
+    """Total variation between a node's output ``GridPMF`` (mesh 1, ``out.probs[i]`` at index
+    ``offset + i``) and the exact coefficient vector ``ref`` (from index 0), in ``ref``'s precision."""
+    shift = int(round(out.offset))
+    o = np.asarray(out.probs, dtype=ref.dtype)
+    full = np.zeros(ref.size, dtype=ref.dtype)
+    full[shift: shift + o.size] = o
+    return 0.5 * float(np.abs(full - ref).sum())

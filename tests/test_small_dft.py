@@ -25,7 +25,7 @@ import pytest
 import fastpld
 from fastpld import _fft, _kernels
 from fastpld.discretize import GridPMF
-from oracles import exact_power, pure_dp_delta
+from oracles import exact_power, node_tv, pure_dp_delta
 
 C = importlib.import_module("fastpld.compose")
 DTYPES = [np.float64, np.longdouble]
@@ -187,11 +187,7 @@ def test_lattice_node_within_its_charge(exact_ld, monkeypatch, case, precision, 
     assert info["dft"] and info["lattice"]
     assert np.dtype(info["dtype"]).name == ("float64" if precision == "float64" else np.dtype(np.longdouble).name)
     ref = exact_ld[case]
-    shift = int(round(out.offset))
-    o = np.asarray(out.probs, dtype=np.longdouble)
-    full = np.zeros(ref.size, dtype=np.longdouble)
-    full[shift: shift + o.size] = o
-    tv = 0.5 * float(np.abs(full - ref).sum())
+    tv = node_tv(out, ref)
     assert tv <= info["fp"] + info["wrap"], (tv, info)
     # the same node with FFTs (and the low-frequency series) charges more: in long double many times
     # more; in float64 both are near the inverse FFT's floor (or the FFT node no longer fits float64)

@@ -407,6 +407,27 @@ def split(const real_in[::1] p, double offset, double mesh_in, double mesh_out, 
     _check(status, "split")
 
 
+cdef inline int _quarter_turn(real_out *xr, real_out *xi) noexcept nogil:
+    """Turn ``xr + i xi`` back by its quadrant's quarter turns ``q`` (exact swaps and negations) so that
+    its angle lies in ``[-pi/4, pi/4]``; returns ``q`` (``arg = psi + q pi/2``, _kernels.quarter_angle)."""
+    cdef real_out a = xr[0], b = xi[0]
+    cdef int q
+    if (a if a >= 0 else -a) >= (b if b >= 0 else -b):
+        q = 0 if a >= 0 else 2
+    else:
+        q = 1 if b > 0 else 3
+    if q == 1:
+        xr[0] = b
+        xi[0] = -a
+    elif q == 2:
+        xr[0] = -a
+        xi[0] = -b
+    elif q == 3:
+        xr[0] = -b
+        xi[0] = a
+    return q
+
+
 cdef int _spectrum_terms(const cplx[::1] X, double m, real_out[::1] logmag, real_out[::1] phase,
                          double[::1] lr64, double[::1] lrg64, double[::1] ph64, double g, bint first,
                          unsigned char[::1] dead, double rdead, unsigned char[::1] quarter,
@@ -435,16 +456,7 @@ cdef int _spectrum_terms(const cplx[::1] X, double m, real_out[::1] logmag, real
         # arg X = psi + q pi/2 with |psi| <= pi/4 (_kernels.quarter_angle): X turned back exactly
         xr = <real_out>X[k].real
         xi = <real_out>X[k].imag
-        if (xr if xr >= 0 else -xr) >= (xi if xi >= 0 else -xi):
-            q = 0 if xr >= 0 else 2
-        else:
-            q = 1 if xi > 0 else 3
-        if q == 1:
-            xr, xi = xi, -xr
-        elif q == 2:
-            xr, xi = -xr, -xi
-        elif q == 3:
-            xr, xi = -xi, xr
+        q = _quarter_turn(&xr, &xi)
         if cplx is cython.doublecomplex:
             a = hypot(X[k].real, X[k].imag)
             ph = atan2(xi, xr)
@@ -788,16 +800,7 @@ cdef int _lattice_terms(const real_out[::1] q, const real_out[::1] wt, const cnp
         # arg X = psi + qq pi/2, X turned back exactly
         xr = re
         xi = im
-        if (xr if xr >= 0 else -xr) >= (xi if xi >= 0 else -xi):
-            qq = 0 if xr >= 0 else 2
-        else:
-            qq = 1 if xi > 0 else 3
-        if qq == 1:
-            xr, xi = xi, -xr
-        elif qq == 2:
-            xr, xi = -xr, -xi
-        elif qq == 3:
-            xr, xi = -xi, xr
+        qq = _quarter_turn(&xr, &xi)
         if real_out is double:
             psi = atan2(xi, xr)
         else:
