@@ -1551,15 +1551,19 @@ def _lattice_amp(lat, u_node):
     log of both powers' magnitudes."""
     _, L, P, dL, dP, _, up = lat
     Lf = L.astype(np.float64)
-    Pf = P.astype(np.float64)
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        pol = 8 * u_node * (1 + np.abs(Pf) + np.where(np.isfinite(Lf), np.abs(Lf), 0.0))
-        mag = np.exp(Lf)
-        fine = 1.01 * mag * (np.expm1(dL) + np.exp(dL) * dP + pol)
-        crude = 1.01 * mag * (1 + pol) + np.exp(up)
-        amp = np.where(np.isfinite(fine), np.minimum(fine, crude), crude)
-        hi = Lf + dL
-        lp = np.maximum(Lf, np.where(np.isfinite(hi), np.minimum(hi, up), up)) + 1e-12
+        # skipped frequencies (L = -inf: power 0, the exact one at most e^up) need only the crude terms
+        amp = np.exp(up)
+        lp = up + 1e-12
+        live = np.flatnonzero(np.isfinite(Lf))
+        Lv, dLv, upv = Lf[live], dL[live], up[live]
+        pol = 8 * u_node * (1 + np.abs(P[live].astype(np.float64)) + np.abs(Lv))
+        mag = np.exp(Lv)
+        fine = 1.01 * mag * (np.expm1(dLv) + np.exp(dLv) * dP[live] + pol)
+        crude = 1.01 * mag * (1 + pol) + amp[live]
+        amp[live] = np.where(np.isfinite(fine), np.minimum(fine, crude), crude)
+        hi = Lv + dLv
+        lp[live] = np.maximum(Lv, np.where(np.isfinite(hi), np.minimum(hi, upv), upv)) + 1e-12
     return lp, amp
 
 
