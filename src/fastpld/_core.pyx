@@ -663,6 +663,25 @@ def power_direct_bound(const double[::1] B, const double[::1] D, double g, doubl
     return se2, sp2 * infl * infl
 
 
+cdef inline int _start_steps(const cnp.int64_t[::1] steps, Py_ssize_t N, cnp.int64_t *r) noexcept nogil:
+    """Check ``0 <= steps[j] < N`` and set the running indices ``r[j] = 0`` (``r[j] = k steps[j] mod N``
+    at frequency ``k``, advanced by :func:`_advance_steps`)."""
+    cdef Py_ssize_t j
+    for j in range(steps.shape[0]):
+        if steps[j] < 0 or steps[j] >= N:
+            return FPLD_EINVAL
+        r[j] = 0
+    return FPLD_OK
+
+
+cdef inline void _advance_steps(const cnp.int64_t[::1] steps, Py_ssize_t N, cnp.int64_t *r) noexcept nogil:
+    cdef Py_ssize_t j
+    for j in range(steps.shape[0]):
+        r[j] += steps[j]
+        if r[j] >= N:
+            r[j] -= N
+
+
 cdef int _small_dft(const real_out[::1] q, const cnp.int64_t[::1] steps, const real_out[::1] c,
                     const real_out[::1] s, real_out[::1] out, cnp.int64_t *r) noexcept nogil:
     cdef Py_ssize_t n = q.shape[0], N = c.shape[0], F, j, k
@@ -672,10 +691,8 @@ cdef int _small_dft(const real_out[::1] q, const cnp.int64_t[::1] steps, const r
     F = N // 2 + 1
     if out.shape[0] != 2 * F:
         return FPLD_EINVAL
-    for j in range(n):
-        if steps[j] < 0 or steps[j] >= N:
-            return FPLD_EINVAL
-        r[j] = 0
+    if _start_steps(steps, N, r) != FPLD_OK:
+        return FPLD_EINVAL
     # frequency by frequency, the sum over j in the given order in registers (r[j] = k steps[j] mod N)
     for k in range(F):
         re = 0
@@ -683,20 +700,18 @@ cdef int _small_dft(const real_out[::1] q, const cnp.int64_t[::1] steps, const r
         for j in range(n):
             re = re + q[j] * c[r[j]]
             im = im - q[j] * s[r[j]]
-            r[j] += steps[j]
-            if r[j] >= N:
-                r[j] -= N
+        _advance_steps(steps, N, r)
         out[2 * k] = re
         out[2 * k + 1] = im
     return FPLD_OK
 
 
 cdef int _lattice_terms(const real_out[::1] q, const real_out[::1] wt, const cnp.int64_t[::1] steps,
-                        const real_out[::1] c, const real_out[::1] s, const real_out[::1] a, const cnp.int64_t[::1] lags,
-                        const real_out[::1] s2, double m, double eta, double u, double slow,
-                        double e0, double skip_below, const double[::1] pre, bint first, real_out[::1] L, real_out[::1] Phi, unsigned char[::1] Q, double[::1] dL,
-                        double[::1] dP, double[::1] up, double[::1] absL, double[::1] absP,
-                        cnp.int64_t *r) noexcept nogil:
+                        const real_out[::1] c, const real_out[::1] s, const real_out[::1] a,
+                        const cnp.int64_t[::1] lags, const real_out[::1] s2, double m, double eta, double u,
+                        double slow, double e0, double skip_below, const double[::1] pre, bint first,
+                        real_out[::1] L, real_out[::1] Phi, unsigned char[::1] Q, double[::1] dL, double[::1] dP,
+                        double[::1] up, double[::1] absL, double[::1] absP, cnp.int64_t *r) noexcept nogil:
     cdef Py_ssize_t n = q.shape[0], nl = a.shape[0], N = c.shape[0], N2 = s2.shape[0], F = L.shape[0], j, k
     cdef real_out re, im, cj, sj, are, aim, acc, x, lc, psi, xr, xi, S = 0, half_m = <real_out>(0.5 * m)
     cdef real_out mm = <real_out>m
@@ -709,15 +724,10 @@ cdef int _lattice_terms(const real_out[::1] q, const real_out[::1] wt, const cnp
     if Phi.shape[0] != F or Q.shape[0] != F or dL.shape[0] != F or dP.shape[0] != F or up.shape[0] != F \
             or absL.shape[0] != F or absP.shape[0] != F or F != N // 2 + 1 or (use_pre and pre.shape[0] != F):
         return FPLD_EINVAL
+    if _start_steps(steps, N, r) != FPLD_OK or _start_steps(lags, N2, r + n) != FPLD_OK:
+        return FPLD_EINVAL
     for j in range(n):
-        if steps[j] < 0 or steps[j] >= N:
-            return FPLD_EINVAL
-        r[j] = 0
         S = S + q[j]  # (sequential, as compose._lattice_spectrum: a Python long double argument would be a double)
-    for j in range(nl):
-        if lags[j] < 0 or lags[j] >= N2:
-            return FPLD_EINVAL
-        r[n + j] = 0
     for k in range(F):
         if use_pre:
             # the caller's crude bound (from a float64 FFT): dead frequencies need nothing else
@@ -763,14 +773,8 @@ cdef int _lattice_terms(const real_out[::1] q, const real_out[::1] wt, const cnp
             for j in range(nl):
                 acc = acc + a[j] * s2[r[n + j]]
             acc = acc * 4
-        for j in range(n):
-            r[j] += steps[j]
-            if r[j] >= N:
-                r[j] -= N
-        for j in range(nl):
-            r[n + j] += lags[j]
-            if r[n + j] >= N2:
-                r[n + j] -= N2
+        _advance_steps(steps, N, r)
+        _advance_steps(lags, N2, r + n)
         if live:
             ere = 1.01 * u * <double>are
             eim = 1.01 * u * <double>aim
@@ -844,8 +848,8 @@ def lattice_terms(const real_out[::1] q, const real_out[::1] wt, const cnp.int64
                   unsigned char[::1] Q, double[::1] dL, double[::1] dP, double[::1] up, double[::1] absL,
                   double[::1] absP):
     """One input's terms of compose._lattice_spectrum at every frequency, in one pass (its numpy reference):
-    the direct DFT with its error bound (``1.01 u sum_j wt_j |table entry|``), ``1 - |X / S|^2`` from the lag sums, ``m/2 log1p``, the quarter-turn
-    angle and every bound; ``first`` assigns, otherwise accumulates.  With ``first``, frequencies whose crude
+    the direct DFT with its error bound (``1.01 u sum_j wt_j |table entry|``), ``1 - |X / S|^2`` from the
+    lag sums, ``m/2 log1p``, the quarter-turn angle and every bound; ``first`` assigns, otherwise accumulates.  With ``first``, frequencies whose crude
     bound ``m log((|X~| + e0) / slow)`` (``e0``: the DFT's a-priori error) is below ``skip_below`` get
     ``L = -inf``, ``dL = inf`` and only that bound, without the error sums, lag sums, logarithms and angles;
     ``pre`` (length ``N//2 + 1``, or empty): the caller's crude bound instead, and no DFT at dead frequencies."""
@@ -864,19 +868,13 @@ cdef int _table_sum(const real_out[::1] w, const cnp.int64_t[::1] steps, const r
                     real_out[::1] out, cnp.int64_t *r) noexcept nogil:
     cdef Py_ssize_t n = w.shape[0], N = tab.shape[0], F = out.shape[0], j, k
     cdef real_out acc
-    if N <= 0:
+    if N <= 0 or _start_steps(steps, N, r) != FPLD_OK:
         return FPLD_EINVAL
-    for j in range(n):
-        if steps[j] < 0 or steps[j] >= N:
-            return FPLD_EINVAL
-        r[j] = 0
     for k in range(F):
         acc = 0
         for j in range(n):
             acc = acc + w[j] * tab[r[j]]
-            r[j] += steps[j]
-            if r[j] >= N:
-                r[j] -= N
+        _advance_steps(steps, N, r)
         out[k] = acc
     return FPLD_OK
 
