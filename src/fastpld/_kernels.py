@@ -493,26 +493,38 @@ def _dft_cache_put(key, value):
 _HALF_PI_LD = np.longdouble("1.57079632679489661923132169163975144")
 
 
+def _dft_cache_get(key):
+    with _DFT_LOCK:
+        t = _DFT_TABLES.get(key)
+        if t is not None:
+            _DFT_TABLES.move_to_end(key)
+        return t
+
+
+def _reduced_angles(n: int, M: int):
+    """``(q, phi)`` for ``2 pi r / M``, ``r = 0 .. n-1``: the nearest quarter turn ``q`` (mod 4; integers,
+    exact) and the long double angle ``phi = (pi/2) (4 r - q M) / M`` in ``[-pi/4, pi/4]`` (three roundings)."""
+    ld = np.dtype(np.longdouble)
+    r = np.arange(n, dtype=np.int64)
+    q = (4 * r + M // 2) // M
+    phi = ((4 * r - q * M).astype(ld) * _HALF_PI_LD) / ld.type(M)
+    return q & 3, phi
+
+
 def dft_table(N: int, dtype):
     """``(c, s)``: ``cos`` and ``sin`` of ``2 pi r / N`` for ``r = 0 .. N-1`` in ``dtype`` (cached, at most
     ``_DFT_MAX_BYTES`` in all).  Each entry comes from an angle reduced to ``[-pi/4, pi/4]`` exactly
     (integer quarter turns), so it is within ``DFT_TABLE_ERR`` u of the exact value."""
     dt = np.dtype(dtype)
     key = (int(N), dt.char)
-    with _DFT_LOCK:
-        t = _DFT_TABLES.get(key)
-        if t is not None:
-            _DFT_TABLES.move_to_end(key)
-            return t
+    t = _dft_cache_get(key)
+    if t is not None:
+        return t
     if dt != np.longdouble:
         c, s = (x.astype(dt) for x in dft_table(N, np.longdouble))
     else:
-        r = np.arange(N, dtype=np.int64)
-        q = (4 * r + N // 2) // N  # nearest quarter turn: a = 4 r - q N in [-N/2, N/2]
-        a = 4 * r - q * N
-        phi = (a.astype(dt) * _HALF_PI_LD) / dt.type(N)
+        q, phi = _reduced_angles(N, N)
         cp, sp = np.cos(phi), np.sin(phi)
-        q &= 3
         c = np.select([q == 0, q == 1, q == 2], [cp, -sp, -cp], sp).astype(dt)
         s = np.select([q == 0, q == 1, q == 2], [sp, cp, -sp], -cp).astype(dt)
     c.setflags(write=False)
@@ -578,20 +590,14 @@ def sin2_table(N: int, dtype):
     the squares of the sines :func:`dft_table` ``(2 N)`` would hold, computed alone (cached with it)."""
     dt = np.dtype(dtype)
     key = (int(N), dt.char, "s2")
-    with _DFT_LOCK:
-        t = _DFT_TABLES.get(key)
-        if t is not None:
-            _DFT_TABLES.move_to_end(key)
-            return t
-    # sin(2 pi r / (2N)) as in dft_table(2 N): the nearest quarter turn q, a = 4 r - 2 q N, the reduced
-    # angle (pi/2) a / (2N) in [-pi/4, pi/4]; +-sin or +-cos of it by q (the sign goes in the square)
-    ld = np.dtype(np.longdouble)
-    r = np.arange(N, dtype=np.int64)
-    q = (2 * r + N // 2) // N
-    a = 4 * r - 2 * q * N
-    phi = (a.astype(ld) * _HALF_PI_LD) / ld.type(2 * N)
+    t = _dft_cache_get(key)
+    if t is not None:
+        return t
+    # sin(2 pi r / (2N)) as in dft_table(2 N): +-sin or +-cos of the reduced angle by the quarter turn
+    # (the sign goes in the square)
+    q, phi = _reduced_angles(N, 2 * N)
     odd = (q & 1).astype(bool)
-    v = np.empty(N, dtype=ld)
+    v = np.empty(N, dtype=np.longdouble)
     v[odd] = np.cos(phi[odd])
     v[~odd] = np.sin(phi[~odd])
     t = (v * v).astype(dt)  # (float64: the long double square rounded once more, inside the bound)
