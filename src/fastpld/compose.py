@@ -1434,7 +1434,7 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None):
     cdt = np.clongdouble if W is np.longdouble else np.complex128
     L = np.zeros(F, dtype=W)
     Phi = np.zeros(F, dtype=W)
-    Q = np.zeros(F, dtype=np.int64)
+    Q = np.zeros(F, dtype=np.uint8)
     dL = np.zeros(F)
     dP = np.zeros(F)
     up = np.zeros(F)
@@ -1442,10 +1442,8 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None):
     absP = np.zeros(F)
     s2 = _kernels.sin2_table(N, W)
     tab = 1.0 + _kernels.DFT_TABLE_REL
+    c_tab, s_tab = _kernels.dft_table(N, W)
     core = _kernels._core if native else None
-    if core is not None:
-        c_tab, s_tab = _kernels.dft_table(N, W)
-        Q = np.zeros(F, dtype=np.uint8)
     skip_below = -skip_log if (skip_log is not None and len(ins) == 1) else -math.inf
     for i, ((p, cen, m), (q, steps, err0)) in enumerate(zip(ins, dft)):
         n = q.size
@@ -1471,8 +1469,8 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None):
         # the cast of the input), far cheaper than the long double DFT at every frequency
         pre = _EMPTY_F64
         if i == 0 and skip_below > -math.inf:
-            buf = np.zeros(N)
-            np.add.at(buf, (np.arange(p.size) - cen) % N, np.asarray(p, dtype=np.float64))
+            buf = np.empty(N)
+            _kernels.fold(np.ascontiguousarray(p, dtype=np.float64), cen, buf)
             g64 = 1.01 * (12.0 * _U64_CAST * math.ceil(math.log2(max(N, 2))) + _U64_CAST)
             with np.errstate(divide="ignore"):
                 pre = m * np.log((np.abs(np.fft.rfft(buf)) + g64) / slow)
@@ -1481,7 +1479,6 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None):
                                pre, i == 0, L, Phi, Q, dL, dP, up, absL, absP)
             continue
         X = _kernels.small_dft(q, steps, N, np.empty(F, dtype=cdt))
-        c_tab, s_tab = _kernels.dft_table(N, W)
         kk = np.arange(F, dtype=np.int64)
         are = np.zeros(F, dtype=W)
         aim = np.zeros(F, dtype=W)
@@ -1528,7 +1525,7 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None):
             dpsi = np.where(skip, 0.0, dpsi)
         L = L + Lc
         Phi = Phi + W(m) * psi
-        Q = (Q + (int(m) % 4) * qq.astype(np.int64)) & 3
+        Q = ((Q + (int(m) % 4) * qq.astype(np.int64)) & 3).astype(np.uint8)
         dL = dL + dLc
         dP = dP + m * dpsi + 2 * u * m * np.abs(psif)
         up = up + up_c
@@ -1537,7 +1534,7 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None):
     C = len(ins)
     dL = dL + _gamma(2 * C, u) * absL
     dP = dP + _gamma(2 * C, u) * absP
-    return F, L, Phi, dL, dP, Q.astype(np.uint8), up
+    return F, L, Phi, dL, dP, Q, up
 
 
 _EMPTY_F64 = np.zeros(0)
