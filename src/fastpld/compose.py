@@ -603,7 +603,7 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
                 inst, msum, mmax, nk = st
                 est64, est_ser, ld, mixed = _predicted_precision(inst, msum, mmax, lg, o, allowance, node_allowance)
                 if ld and len(pk) == 4:  # lattice leaves through direct DFTs (sections 3e-3f of docs/roundoff.md)
-                    fp_add = _fp_dft(inst, msum, _ULD, 2.0 ** lg, budgets.delta)
+                    fp_add = _fp_dft(inst, msum, _ULD, 2.0 ** lg, budgets.delta, mmax)
                 elif ld:
                     fp_add = (_fp64_series(inst, msum, lg, mmax, False, _ULD)
                               if est_ser < est64 else _fp_plain(inst, msum, lg, _ULD))
@@ -1340,13 +1340,13 @@ _LATTICE_FP = 5.4
 _G_DFT = 14.0
 
 
-def _fp_dft(inst, msum, u, N=None, delta=None):
+def _fp_dft(inst, msum, u, N=None, delta=None, mmax=None):
     """Predicted round-off charge of a node whose lattice-like inputs take direct DFTs.  Where
     :func:`_use_lattice` takes the lattice spectra of section 3f (``N`` and ``delta`` given), the inverse
     FFT's ``12 u log2 N ||P||_2``, with ``||P||_2 ~ 3 sqrt(N / sqrt(pi m))`` (a two-atom power of width
     ~sqrt(m) on a sub-lattice; measured 2-3x that on Laplace at k = 2^30), which is what is left of it."""
     plain = inst * (2.0 * msum * _LATTICE_FP * _G_DFT * u + 4 * u)
-    if N is not None and delta is not None and _use_lattice(plain, msum, delta):
+    if N is not None and delta is not None and _use_lattice(plain, msum if mmax is None else mmax, delta):
         return inst * (12.0 * math.ceil(math.log2(max(N, 2))) * u * 3.0 * math.sqrt(N / math.sqrt(math.pi * msum))
                        + 4 * u)
     return plain
