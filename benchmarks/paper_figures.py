@@ -133,25 +133,24 @@ def paper_section(cfg, noise, backends):
 # ------------------------------------------------------------------------------------------
 # 2. past the paper
 # ------------------------------------------------------------------------------------------
+def _refusal(mech, nz, k, method, de):
+    """fastpld's refusal message at this delta_error, or None when it certifies."""
+    try:
+        C.run_fastpld(mech, nz, k, method=method, delta_error=de)
+        return None
+    except ValueError as e:
+        return str(e)
+
+
 def _fastpld_feasible(mech, nz, k, method):
     """Smallest delta_error in DELTA_LADDER that fastpld accepts; the first refusal's message."""
     refusal = None
     for de in DELTA_LADDER:
-        try:
-            C.run_fastpld(mech, nz, k, method=method, delta_error=de)
+        msg = _refusal(mech, nz, k, method, de)
+        if msg is None:
             return de, refusal
-        except ValueError as e:
-            if refusal is None:
-                refusal = str(e)
+        refusal = refusal or msg
     return None, refusal
-
-
-def _certifies(mech, nz, k, method, de):
-    try:
-        C.run_fastpld(mech, nz, k, method=method, delta_error=de)
-        return True
-    except ValueError:
-        return False
 
 
 def memprobe(lib, mech, nz, k, method="auto", de=C.DELTA_ERROR, timeout=None, trace_max=float("inf")):
@@ -195,8 +194,8 @@ def beyond_section(cfg, noise):
             if de_top is not None and de_top != out["fastpld"][mech][m]["10"]["delta_error"]:
                 jobs.append((m, 10, de_top))
             for de in RATIO_DELTAS:  # both ends at each further delta_error certified at the top k
-                if de_top is None or de <= de_top or not _certifies(mech, noise_for(noise, mech, int(top)),
-                                                                      2 ** int(top), m, de):
+                if de_top is None or de <= de_top or _refusal(mech, noise_for(noise, mech, int(top)),
+                                                               2 ** int(top), m, de) is not None:
                     continue
                 for e in (int(top), 10):
                     if (m, e, de) not in jobs:
