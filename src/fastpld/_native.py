@@ -96,6 +96,16 @@ def clear_plans() -> None:
     _cache.direct = None
 
 
+def _forward(fwd, p, cen, N, dft_in=None):
+    """One input's spectrum into ``fwd.output_array``: the forward plan on its circular placement, or
+    its direct DFT (``dft_in``: :func:`fastpld._kernels.dft_order`'s ``(q, steps, err)``)."""
+    if dft_in is not None:
+        _kernels.small_dft(dft_in[0], dft_in[1], N, fwd.output_array)
+    else:
+        _kernels.fold(np.ascontiguousarray(p), cen, fwd.input_array)
+        fwd.execute()
+
+
 class NativeBackend(_fft.Backend):
     """pyFFTW plans reused per (length, dtype) and the compiled kernels."""
 
@@ -172,11 +182,7 @@ class NativeBackend(_fft.Backend):
         skip = msum * (g + 1e-10) < 10 and dead_log >= 40.0
         dead_charge = max(2e-300, 2.0 * math.exp(10.0 - dead_log))
         for c, (p, cen, m) in enumerate(ins):
-            if dft is not None:
-                _kernels.small_dft(dft[c][0], dft[c][1], N, fwd.output_array)
-            else:
-                _kernels.fold(np.ascontiguousarray(p), cen, fwd.input_array)
-                fwd.execute()
+            _forward(fwd, p, cen, N, None if dft is None else dft[c])
             rdead = math.exp(-dead_log / m) - g if skip else 0.0
             _kernels.spectrum_terms(fwd.output_array, m, logmag, phase, quarter, LR[c], LRG[c], PH[c], g, c == 0,
                                     dead, max(rdead, 0.0))
@@ -232,11 +238,7 @@ class NativeBackend(_fft.Backend):
         skip = msum * (g + 1e-10) < 10 and dead_log >= 40.0
         K = F
         for c, (p, cen, m) in enumerate(ins):
-            if dft is not None:
-                _kernels.small_dft(dft[c][0], dft[c][1], N, fwd.output_array)
-            else:
-                _kernels.fold(np.ascontiguousarray(p), cen, fwd.input_array)
-                fwd.execute()
+            _forward(fwd, p, cen, N, None if dft is None else dft[c])
             rdead = max(math.exp(-dead_log / m) - g, 0.0) if skip else 0.0
             K = core.power_direct(fwd.output_array, int(m), P, B, D, g, c == 0, work, rdead, K)
         P[K:] = 0
