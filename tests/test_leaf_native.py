@@ -103,10 +103,12 @@ def test_fused_leaf_within_round_off_of_the_numpy_reference(q, direction, coarse
     # relative where they matter, far inside the round-off the certificate charges)
     np.testing.assert_allclose(a.probs, b.probs, rtol=1e-9, atol=1e-18)
     assert abs(a.offset - b.offset) <= a.bias + b.bias
-    assert a.coupling_range == pytest.approx(b.coupling_range, rel=1e-9)
+    assert a.coupling_range == pytest.approx(b.coupling_range, rel=1e-9, abs=0)
     assert a.tv == pytest.approx(b.tv, rel=1e-6, abs=1e-30)
     assert a.truncated == pytest.approx(b.truncated, rel=1e-9, abs=1e-300)
-    assert a.bias == pytest.approx(b.bias, rel=1e-6)
+    # (the bias bound measures the mean correction's actual rounding: the two orders of summation give
+    # ~4e-4 relative apart)
+    assert a.bias == pytest.approx(b.bias, rel=1e-2, abs=0)
     assert len(a.mix) == len(b.mix)
     for ra, rb in zip(a.mix, b.mix):
         np.testing.assert_allclose(ra, rb, rtol=1e-9)

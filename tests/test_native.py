@@ -129,7 +129,7 @@ def test_spectrum_power_and_roundoff_match(pure, dtype, N):
     _close(sa, sb, rtol=1e-12)
     # and the same bound as the reference of compose
     l1, _ = _fp_fft_bound(specs, N, u)
-    assert math.sqrt(sa[0]) + g * math.sqrt(sa[1]) == pytest.approx(l1, rel=1e-12)
+    assert math.sqrt(sa[0]) + g * math.sqrt(sa[1]) == pytest.approx(l1, rel=1e-12, abs=0)
 
 
 @needs_native
@@ -154,11 +154,11 @@ def test_double_kernels_match(pure):
     split = int(np.searchsorted(F, 0.5))
     qa, ta = _kernels.bucket_masses(F, S, split)
     qb, tb = pure(_kernels.bucket_masses, F, S, split)
-    assert np.array_equal(qa, qb) and ta == pytest.approx(tb, rel=1e-14)
+    assert np.array_equal(qa, qb) and ta == pytest.approx(tb, rel=1e-14, abs=0)
     na, ma = _kernels.normalise_mean(qa, ta)
     nb, mb = pure(_kernels.normalise_mean, qb, tb)
     _close(na, nb, rtol=1e-14)
-    assert ma == pytest.approx(mb, rel=1e-13)
+    assert ma == pytest.approx(mb, rel=1e-13, abs=0)
     dens = np.exp(-edges**2 / 2) / math.sqrt(2 * math.pi)
     dens[:3] = 0.0
     wa = _kernels.leaf_roundoff(F, S, dens, 1e-14, 1e-17, 1e-5)
@@ -230,9 +230,9 @@ def test_native_planning_matches_numpy(make):
             _close(x[np.isfinite(x)], y[np.isfinite(y)], rtol=1e-13, atol=1e-13)
         assert [r[1:3] for r in ra] == [r[1:3] for r in rb]
         for a, b in zip(ra, rb):
-            assert a[0] == pytest.approx(b[0], rel=1e-12)
+            assert a[0] == pytest.approx(b[0], rel=1e-12, abs=0)
             assert a[3].keys() == b[3].keys()
-            assert all(a[3][g] == pytest.approx(b[3][g], rel=1e-12) for g in a[3])
+            assert all(a[3][g] == pytest.approx(b[3][g], rel=1e-12, abs=0) for g in a[3])
 
 
 @needs_native
@@ -279,7 +279,7 @@ def test_native_moments_match(sigma, q):
         m, s = loss._native_moments()
         assert getattr(loss, "_mean", None) is None  # the numpy moments are not filled by the native ones
         assert m == pytest.approx(loss.mean(), rel=1e-12, abs=1e-12 * loss.std())
-        assert s == pytest.approx(loss.std(), rel=1e-12)
+        assert s == pytest.approx(loss.std(), rel=1e-12, abs=0)
     assert fastpld.PoissonSubsampledLaplace(2.0, 0.05).privacy_losses()["remove"]._native_moments() is None
 
 
@@ -372,7 +372,7 @@ def test_pure_python_env_falls_back():
     if NATIVE:
         b, nwarn, r3 = _probe({"FASTPLD_PURE_PYTHON": "", "FASTPLD_BACKEND": "native"})
         assert (b, nwarn) == ("native", 0)
-        assert r3 == pytest.approx(r1, rel=1e-6)
+        assert r3 == pytest.approx(r1, rel=1e-6, abs=0)
 
 
 def test_explicit_native_without_core_warns(monkeypatch):
@@ -413,7 +413,7 @@ def test_backends_agree(name, make, k, method):
     for d in a.directions:
         pa, pb = a.directions[d].pmf, b.directions[d].pmf
         # the planners' MGF grids agree to round-off (compiled vs numpy sums), so the meshes may differ in the last bits
-        assert pa.mesh == pytest.approx(pb.mesh, rel=1e-12)
+        assert pa.mesh == pytest.approx(pb.mesh, rel=1e-12, abs=0)
         shift = (pb.offset - pa.offset) / pa.mesh
         assert abs(shift - round(shift)) < 1e-6
         shift = round(shift)
@@ -424,7 +424,7 @@ def test_backends_agree(name, make, k, method):
         xa[-lo:-lo + pa.probs.size] = pa.probs
         xb[shift - lo:shift - lo + pb.probs.size] = pb.probs
         assert np.abs(xa - xb).sum() <= 1e-9
-        assert a.directions[d].eps_spent == pytest.approx(b.directions[d].eps_spent, rel=1e-9)
+        assert a.directions[d].eps_spent == pytest.approx(b.directions[d].eps_spent, rel=1e-9, abs=0)
     eps = np.array([0.25, 0.5, 1.0, 2.0])
     da, db = a.delta(eps), b.delta(eps)
     _close(da.estimate, db.estimate, rtol=1e-9, atol=1e-15)
