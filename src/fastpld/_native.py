@@ -150,12 +150,12 @@ class NativeBackend(_fft.Backend):
         products (reference: :func:`fastpld.compose._direct_power`) instead of in polar form.
         ``dft``: per input ``(q, steps, err)`` of :func:`fastpld._kernels.dft_order`; the spectra come
         from direct DFTs (:func:`fastpld._kernels.small_dft`, in ``dtype``) instead of forward FFTs.
-        ``lat``: :func:`fastpld.compose._lattice_spectrum` of the node (with ``low`` its bound at every
-        frequency): the power comes from it, no forward transform (reference: ``compose._lattice_power_numpy``).
+        ``lat``: :func:`fastpld.compose._lattice_spectrum` of the node: the power and its bound at every
+        frequency come from it, no forward transform (reference: ``compose._lattice_power_numpy``).
         """
         dt = np.dtype(dtype)
         if lat is not None:
-            return self._convolve_lattice(lat, low, N, dt, u)
+            return self._convolve_lattice(lat, N, dt, u)
         fdt = dt if (fwd_dtype is None or dft is not None) else np.dtype(fwd_dtype)
         if direct:
             return self._convolve_direct(ins, N, u, dead_log, dft)
@@ -204,16 +204,11 @@ class NativeBackend(_fft.Backend):
         l1 = e2 + g_inv * p2
         return out, l1, l1 / math.sqrt(N)
 
-    def _convolve_lattice(self, lat, low, N, dt, u):
+    def _convolve_lattice(self, lat, N, dt, u):
         inv = _plan(N, dt, False)
-        F = N // 2 + 1
-        _, L, Phi, _, _, Q, _ = lat
-        logmag = np.ascontiguousarray(L, dtype=dt)
-        phase = np.ascontiguousarray(Phi, dtype=dt)
-        empty = np.empty((0, F))
-        e2sq, p2sq, _ = _kernels.power_fp(logmag, phase, np.ascontiguousarray(Q, dtype=np.uint8), empty, empty, empty,
-                                          np.empty(0), 0.0, u, N, inv.input_array, F, low[1], low[2],
-                                          np.zeros(F, dtype=np.uint8))
+        _, L, Phi, dL, dP, Q, up = lat
+        # the power and its bound (compose._lattice_amp) in one pass
+        e2sq, p2sq = _kernels._core.lattice_power(L, Phi, Q, dL, dP, up, u, N, inv.input_array)
         inv.execute()
         out = inv.output_array * dt.type(1.0 / N)
         l1 = math.sqrt(e2sq) + 12.0 * u * math.ceil(math.log2(max(N, 2))) * math.sqrt(p2sq)

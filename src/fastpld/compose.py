@@ -1406,7 +1406,29 @@ def _spectrum(backend, p, cen, N, fdt, dft_in=None):
     return backend.rfft(buf, N)
 
 
-def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None):
+_TRIU: dict = {}
+
+
+def _lag_sums(q, t, W):
+    """``(a, lags, cnt)`` of :func:`_lattice_spectrum`: the distinct lags ``d = |t_j - t_l| > 0`` of the pairs
+    ``j < l`` (ascending), how many pairs have each, and ``a_d = sum q_j q_l`` over them in ``W``, accumulated
+    in the pairs' row-major order (as ``np.unique`` and ``np.add.at``; a bincount over the lags instead of a
+    sort: the offsets are distinct integers)."""
+    n = q.size
+    tri = _TRIU.get(n)
+    if tri is None:
+        tri = _TRIU.setdefault(n, np.triu_indices(n, 1))
+    jj, ll = tri
+    d = np.abs(t[jj] - t[ll])
+    full = np.bincount(d)
+    lags = np.flatnonzero(full)
+    inv = (np.cumsum(full > 0) - 1)[d]
+    a = np.zeros(lags.size, dtype=W)
+    np.add.at(a, inv, q[jj] * q[ll])
+    return a, lags.astype(np.int64), full[lags]
+
+
+def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None, rfft=None):
     """Accurate ``m log|X|``, ``m arg X`` at every frequency of a node whose inputs take direct DFTs
     (docs/roundoff.md, section 3f): ``(F, L, Phi, dL, dPhi, Q, up)``.
 
@@ -1426,7 +1448,8 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None):
     ``native``: the compiled kernel (``_core.lattice_terms``, one pass per input); this function's numpy
     code is its reference.  ``skip_log`` (single-input nodes): frequencies whose crude bound ``up`` is
     below ``-skip_log`` keep only that bound (``L = -inf``, ``dL = inf``: the power there is 0 and its error
-    at most ``e^up``), without the logarithms and angles.
+    at most ``e^up``), without the logarithms and angles; that bound comes from a float64 ``rfft(x, n)``
+    (default numpy's; any FFT within the error model ``12 u log2 N``, the backend's).
     """
     W = np.dtype(dtype).type
     u = _U64 if W is np.float64 else _ULD
@@ -1449,11 +1472,7 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None):
         n = q.size
         # 1 - |X / S|^2 from the lag sums
         t = np.where(steps <= N // 2, steps, steps - N)
-        jj, ll = np.triu_indices(n, 1)
-        lags, inv, cnt = np.unique(np.abs(t[jj] - t[ll]), return_inverse=True, return_counts=True)
-        a = np.zeros(lags.size, dtype=W)
-        np.add.at(a, inv, q[jj] * q[ll])
-        lags = lags.astype(np.int64)
+        a, lags, cnt = _lag_sums(q, t, W)
         S = W(0)
         for qj in q:  # sequential: relative error gamma_(n-1)
             S = S + qj
@@ -1473,7 +1492,7 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None):
             _kernels.fold(np.ascontiguousarray(p, dtype=np.float64), cen, buf)
             g64 = 1.01 * (12.0 * _U64_CAST * math.ceil(math.log2(max(N, 2))) + _U64_CAST)
             with np.errstate(divide="ignore"):
-                pre = m * np.log((np.abs(np.fft.rfft(buf)) + g64) / slow)
+                pre = m * np.log((np.abs((rfft or _np_rfft)(buf, N)) + g64) / slow)
         if core is not None:
             core.lattice_terms(q, wt, steps, c_tab, s_tab, a, lags, s2, float(m), eta, u, slow, err0 * u, skip_below,
                                pre, i == 0, L, Phi, Q, dL, dP, up, absL, absP)
@@ -1540,6 +1559,10 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None):
 _EMPTY_F64 = np.zeros(0)
 
 
+def _np_rfft(x, n):
+    return np.fft.rfft(x, n)
+
+
 def _lattice_amp(lat, u_node):
     """``(lp, amp)`` of the round-off bound at every frequency for :func:`_lattice_spectrum`'s node.
 
@@ -1564,11 +1587,12 @@ def _lattice_amp(lat, u_node):
     return lp, amp
 
 
-def _lattice_power_numpy(backend, lat, low, N, dtype, u):
-    """Reference of ``NativeBackend.convolve(lat=...)``: the power from :func:`_lattice_spectrum` at every
-    frequency, its bound from :func:`_lattice_amp` and the inverse FFT's: ``(l1, linf, out)``."""
+def _lattice_power_numpy(backend, lat, N, dtype, u):
+    """Reference of ``NativeBackend.convolve(lat=...)`` (``_core.lattice_power`` and the inverse FFT): the
+    power from :func:`_lattice_spectrum` at every frequency, its bound from :func:`_lattice_amp` and the
+    inverse FFT's: ``(l1, linf, out)``."""
     _, L, Phi, _, _, Q, _ = lat
-    _, lp, amp = low
+    lp, amp = _lattice_amp(lat, u)
     phase = np.remainder(Phi, _TWO_PI_LD if np.dtype(dtype) == np.longdouble else 2 * np.pi)
     with np.errstate(under="ignore"):
         Pc = np.exp(L) * (np.cos(phase) + 1j * np.sin(phase))
@@ -1814,9 +1838,8 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
         # in place of the low-frequency series
         lat = None
         if dft is not None and want_lat:
-            lat = _lattice_spectrum(ins, dft, N, dtype, backend.native, dead_log)
-            lp_l, amp_l = _lattice_amp(lat, u)
-            ser, low, g_extra = None, (lat[0], lp_l, amp_l), 0.0
+            lat = _lattice_spectrum(ins, dft, N, dtype, backend.native, dead_log, backend.rfft)
+            ser, low, g_extra = None, None, 0.0
         # float64 without the series: powers as products (cheaper than the polar form, same size of bound)
         direct = dtype is np.float64 and ser is None and lat is None and msum <= _DIRECT_MAX_POWER
         if direct:
@@ -1828,7 +1851,7 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
             out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u, ser=ser, low=low, dead_log=dead_log,
                                                    fwd_dtype=fdt, dft=dft, lat=lat)
         elif lat is not None:
-            fp_l1, fp_linf, out = _lattice_power_numpy(backend, lat, low, N, dtype, u)
+            fp_l1, fp_linf, out = _lattice_power_numpy(backend, lat, N, dtype, u)
         if not backend.native and not direct and lat is None:
             fp_l1, fp_linf, out = _numpy_power(backend, ins, N, dtype, fdt, u, ser, low, g_extra, dft)
         if ser is not None:  # the series' common scale, removed by the normalisation below
