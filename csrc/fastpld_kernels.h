@@ -13,6 +13,31 @@
 extern "C" {
 #endif
 
+/* sin and cos of one angle from one argument reduction: glibc's sincos / sincosl compute exactly what
+ * sin and cos (sinl and cosl) return, each of which reduces the argument on its own (for long doubles
+ * past pi/4 a multi-precision reduction); other C libraries take the two calls. */
+#include <math.h>
+#if defined(__GLIBC__)
+extern void sincos(double x, double *s, double *c);
+extern void sincosl(long double x, long double *s, long double *c);
+#endif
+static inline void fpld_sincos(double x, double *s, double *c) {
+#if defined(__GLIBC__)
+    sincos(x, s, c);
+#else
+    *s = sin(x);
+    *c = cos(x);
+#endif
+}
+static inline void fpld_sincosl(long double x, long double *s, long double *c) {
+#if defined(__GLIBC__)
+    sincosl(x, s, c);
+#else
+    *s = sinl(x);
+    *c = cosl(x);
+#endif
+}
+
 #define FPLD_OK 0
 #define FPLD_EINVAL 1   /* an argument is out of its domain */
 #define FPLD_ENOMASS 2  /* no positive mass where some is required */

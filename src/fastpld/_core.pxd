@@ -20,6 +20,8 @@ cdef extern from "fastpld_kernels.h" nogil:
     int FPLD_EINVAL
     int FPLD_ENOMASS
     int FPLD_ENOMEM
+    void fpld_sincos(double x, double *s, double *c)
+    void fpld_sincosl(long double x, long double *s, long double *c)
     int fpld_discounted_rcumsum(const double *p, Py_ssize_t n, double factor, double *out)
     int fpld_query_tables(const double *p, Py_ssize_t n, double factor, double *S1, double *T, double *dgrid)
     int fpld_bucket_masses(const double *F, const double *S, Py_ssize_t n, Py_ssize_t split, double *q,

@@ -10,8 +10,8 @@ that run in double and long double are fused Cython functions.
 import numpy as np
 cimport cython
 cimport numpy as cnp
-from libc.math cimport (INFINITY, acosl, atan2, atan2l, cos, cosl, exp, expl, fmod, fmodl, hypot, hypotl, isfinite,
-                        log, logl, sin, sinl, fabs, fabsl, floor, pow, sqrt, log1p, log1pl, rint, rintl, asin, expm1)
+from libc.math cimport (INFINITY, acosl, atan2, atan2l, exp, expl, fmod, fmodl, hypot, hypotl, isfinite,
+                        log, logl, fabs, fabsl, floor, pow, sqrt, log1p, log1pl, rint, rintl, asin, expm1)
 from libc.string cimport memset
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 
@@ -507,7 +507,8 @@ cdef int _power_fp(const real_out[::1] logmag, const real_out[::1] phase, const 
                    const unsigned char[::1] dead, const unsigned char[::1] quarter, double *e2, double *p2,
                    double *ndead) noexcept nogil:
     cdef Py_ssize_t F = logmag.shape[0], C = ms.shape[0], k, c
-    cdef real_out ph, lm, e, two_pi, pr, pi_
+    cdef real_out ph, lm, e, two_pi, pr, pi_, sn, cs
+    cdef double sd, cd
     cdef int q
     cdef double log_prod, amp, sum_lr, cond, lrc, w, se2 = 0.0, sp2 = 0.0, eight_u = 8.0 * u, msum = 0.0
     if real_out is double:
@@ -541,12 +542,14 @@ cdef int _power_fp(const real_out[::1] logmag, const real_out[::1] phase, const 
         if isfinite(lm):
             if real_out is double:
                 e = exp(lm)
-                Pc[k].real = e * cos(ph)
-                Pc[k].imag = e * sin(ph)
+                fpld_sincos(ph, &sd, &cd)
+                Pc[k].real = e * cd
+                Pc[k].imag = e * sd
             else:
                 e = expl(lm)
-                Pc[k].real = e * cosl(ph)
-                Pc[k].imag = e * sinl(ph)
+                fpld_sincosl(ph, &sn, &cs)
+                Pc[k].real = e * cs
+                Pc[k].imag = e * sn
             # the quarter turns (spectrum_terms, or the caller's for k < K), exactly
             q = quarter[k] & 3
             if q:
@@ -619,8 +622,8 @@ cdef int _lattice_power(const real_out[::1] L, const real_out[::1] Phi, const un
                         const double[::1] dL, const double[::1] dP, const double[::1] up, double u, Py_ssize_t N,
                         cplx[::1] Pc, double *e2, double *p2) noexcept nogil:
     cdef Py_ssize_t F = L.shape[0], k
-    cdef real_out ph, e, two_pi, pr, pi_
-    cdef double lf, w, ea, amp, lp, pol, mag, fine, crude, hi, se2 = 0.0, sp2 = 0.0
+    cdef real_out ph, e, two_pi, pr, pi_, sn, cs
+    cdef double sd, cd, lf, w, ea, amp, lp, pol, mag, fine, crude, hi, se2 = 0.0, sp2 = 0.0
     cdef int q
     if real_out is double:
         two_pi = _TWO_PI
@@ -632,7 +635,8 @@ cdef int _lattice_power(const real_out[::1] L, const real_out[::1] Phi, const un
     for k in range(F):
         w = 1.0 if (k == 0 or (N % 2 == 0 and k == F - 1)) else 2.0
         lf = <double>L[k]
-        ea = exp(up[k])  # |exact power| <= e^up (the crude bound)
+        # |exact power| <= e^up (the crude bound); exp is 0 below -746 anyway (spared its underflow path)
+        ea = exp(up[k]) if up[k] > -746.0 else 0.0
         if not isfinite(lf):  # a skipped frequency: power 0, error at most e^up
             Pc[k].real = 0
             Pc[k].imag = 0
@@ -648,12 +652,14 @@ cdef int _lattice_power(const real_out[::1] L, const real_out[::1] Phi, const un
                 ph = ph + two_pi
             if real_out is double:
                 e = exp(L[k])
-                Pc[k].real = e * cos(ph)
-                Pc[k].imag = e * sin(ph)
+                fpld_sincos(ph, &sd, &cd)
+                Pc[k].real = e * cd
+                Pc[k].imag = e * sd
             else:
                 e = expl(L[k])
-                Pc[k].real = e * cosl(ph)
-                Pc[k].imag = e * sinl(ph)
+                fpld_sincosl(ph, &sn, &cs)
+                Pc[k].real = e * cs
+                Pc[k].imag = e * sn
             q = Q[k] & 3
             if q:
                 pr = Pc[k].real
@@ -677,7 +683,8 @@ cdef int _lattice_power(const real_out[::1] L, const real_out[::1] Phi, const un
             hi = (hi if hi < up[k] else up[k]) if isfinite(hi) else up[k]
             lp = (lf if lf > hi else hi) + 1e-12
         se2 = se2 + w * amp * amp
-        sp2 = sp2 + w * exp(2.0 * lp)
+        if 2.0 * lp > -746.0:
+            sp2 = sp2 + w * exp(2.0 * lp)
     e2[0] = se2
     p2[0] = sp2
     return FPLD_OK
