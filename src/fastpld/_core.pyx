@@ -372,9 +372,14 @@ def finish_node(const real_out[::1] out, Py_ssize_t shift, double floor_, bint t
 
 cdef int _split(const real_in[::1] p, double offset, double mesh_in, double mesh_out, Py_ssize_t j0,
                 real_out[::1] lower, real_out[::1] upper) noexcept nogil:
-    cdef Py_ssize_t n = p.shape[0], m = lower.shape[0], i, jj
+    # With positive meshes t_i is non-decreasing in i (every rounding is monotone), so the atoms of one
+    # target bucket are consecutive: their shares are summed in registers, in index order as before, and
+    # stored once per bucket (a long double += in memory per atom took ~30% of the time).
+    cdef Py_ssize_t n = p.shape[0], m = lower.shape[0], i, jj, cur = -1
     cdef double t, j
-    cdef real_out theta, pd
+    cdef real_out theta, pd, acc_lo = 0, acc_up = 0
+    if not (mesh_in > 0 and mesh_out > 0):
+        return FPLD_EINVAL
     for i in range(m):
         lower[i] = 0
         upper[i] = 0
@@ -383,11 +388,21 @@ cdef int _split(const real_in[::1] p, double offset, double mesh_in, double mesh
         j = floor(t)
         theta = <real_out>(t - j)
         jj = <Py_ssize_t>j - j0
-        if jj < 0 or jj + 1 >= m:
+        if jj < 0 or jj + 1 >= m or jj < cur:
             return FPLD_EINVAL
+        if jj != cur:
+            if cur >= 0:
+                lower[cur] = acc_lo
+                upper[cur + 1] = acc_up
+            cur = jj
+            acc_lo = 0
+            acc_up = 0
         pd = <real_out>p[i]
-        lower[jj] += pd * (1 - theta)
-        upper[jj + 1] += pd * theta
+        acc_lo += pd * (1 - theta)
+        acc_up += pd * theta
+    if cur >= 0:
+        lower[cur] = acc_lo
+        upper[cur + 1] = acc_up
     for i in range(m):
         lower[i] = lower[i] + upper[i]
     return FPLD_OK
