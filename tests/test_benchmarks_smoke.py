@@ -54,3 +54,20 @@ def test_paper_figures_quick(tmp_path):
     assert mem and all(_finite(x) and x > 0 for x in mem)
     g = res["accuracy"]["gaussian"]
     assert g and all(_finite(r["rel_error"]) for row in g.values() for r in row.values() if "rel_error" in r)
+
+
+def test_scaling_ratio_small(tmp_path):
+    # the ratio script alone (no peers): end to end at k up to 2^16, one run per point, finite positive ratios
+    out = tmp_path / "ratio.json"
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "scaling_ratio.py"), "--runs", "1", "--top", "16",
+                        "--mechanisms", "laplace", "--out", str(out)], capture_output=True, text=True, timeout=600,
+                       cwd=ROOT, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    assert "| laplace | auto |" in p.stdout
+    res = json.loads(out.read_text())
+    assert res["top"] == 16 and set(res["ratios"]) == {"laplace"}
+    rows = [v for m in res["ratios"]["laplace"].values() for v in m]
+    assert rows and all(_finite(v["ratio"]) and v["ratio"] > 0 for v in rows)
+    bad = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "scaling_ratio.py"), "--mechanisms", "gauss"],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert bad.returncode != 0 and "--mechanisms" in bad.stderr

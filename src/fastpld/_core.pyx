@@ -516,15 +516,50 @@ def spectrum_terms(const cplx[::1] X, double m, real_out[::1] logmag, real_out[:
     _check(status, "spectrum_terms")
 
 
+cdef inline void _polar(real_out lm, real_out phase, unsigned char quarter, real_out two_pi, real_out *re,
+                        real_out *im) noexcept nogil:
+    """``exp(lm) e^(i phase) i^quarter``: the phase reduced mod 2 pi as numpy.remainder does, sin and cos from
+    one argument reduction, the quarter turns exact swaps and negations."""
+    cdef real_out ph, e, sn, cs, r, i
+    cdef double sd, cd
+    cdef int q = quarter & 3
+    if real_out is double:
+        ph = fmod(phase, two_pi)
+    else:
+        ph = fmodl(phase, two_pi)
+    if ph != 0 and ph < 0:
+        ph = ph + two_pi
+    if real_out is double:
+        e = exp(lm)
+        fpld_sincos(ph, &sd, &cd)
+        r = e * cd
+        i = e * sd
+    else:
+        e = expl(lm)
+        fpld_sincosl(ph, &sn, &cs)
+        r = e * cs
+        i = e * sn
+    if q == 0:
+        re[0] = r
+        im[0] = i
+    elif q == 1:
+        re[0] = -i
+        im[0] = r
+    elif q == 2:
+        re[0] = -r
+        im[0] = -i
+    else:
+        re[0] = i
+        im[0] = -r
+
+
 cdef int _power_fp(const real_out[::1] logmag, const real_out[::1] phase, const double[:, ::1] LR,
                    const double[:, ::1] LRG, const double[:, ::1] PH, const double[::1] ms, double g, double u,
                    Py_ssize_t N, cplx[::1] Pc, Py_ssize_t K, const double[::1] lp_low, const double[::1] amp_low,
                    const unsigned char[::1] dead, const unsigned char[::1] quarter, double *e2, double *p2,
                    double *ndead) noexcept nogil:
     cdef Py_ssize_t F = logmag.shape[0], C = ms.shape[0], k, c
-    cdef real_out ph, lm, e, two_pi, pr, pi_, sn, cs
-    cdef double sd, cd
-    cdef int q
+    cdef real_out lm, two_pi, pr, pi_
     cdef double log_prod, amp, sum_lr, cond, lrc, w, se2 = 0.0, sp2 = 0.0, eight_u = 8.0 * u, msum = 0.0
     if real_out is double:
         two_pi = _TWO_PI
@@ -546,39 +581,12 @@ cdef int _power_fp(const real_out[::1] logmag, const real_out[::1] phase, const 
             Pc[k].imag = 0
             ndead[0] = ndead[0] + 1
             continue
-        # powers in polar form: phase reduced mod 2 pi as numpy.remainder does
+        # powers in polar form, with the quarter turns of spectrum_terms (or the caller's for k < K)
         lm = logmag[k]
-        if real_out is double:
-            ph = fmod(phase[k], two_pi)
-        else:
-            ph = fmodl(phase[k], two_pi)
-        if ph != 0 and ph < 0:
-            ph = ph + two_pi
         if isfinite(lm):
-            if real_out is double:
-                e = exp(lm)
-                fpld_sincos(ph, &sd, &cd)
-                Pc[k].real = e * cd
-                Pc[k].imag = e * sd
-            else:
-                e = expl(lm)
-                fpld_sincosl(ph, &sn, &cs)
-                Pc[k].real = e * cs
-                Pc[k].imag = e * sn
-            # the quarter turns (spectrum_terms, or the caller's for k < K), exactly
-            q = quarter[k] & 3
-            if q:
-                pr = Pc[k].real
-                pi_ = Pc[k].imag
-                if q == 1:
-                    Pc[k].real = -pi_
-                    Pc[k].imag = pr
-                elif q == 2:
-                    Pc[k].real = -pr
-                    Pc[k].imag = -pi_
-                else:
-                    Pc[k].real = pi_
-                    Pc[k].imag = -pr
+            _polar(lm, phase[k], quarter[k], two_pi, &pr, &pi_)
+            Pc[k].real = pr
+            Pc[k].imag = pi_
         else:
             Pc[k].real = 0
             Pc[k].imag = 0
@@ -637,9 +645,8 @@ cdef int _lattice_power(const real_out[::1] L, const real_out[::1] Phi, const un
                         const double[::1] dL, const double[::1] dP, const double[::1] up, double u, Py_ssize_t N,
                         cplx[::1] Pc, double *e2, double *p2) noexcept nogil:
     cdef Py_ssize_t F = L.shape[0], k
-    cdef real_out ph, e, two_pi, pr, pi_, sn, cs
-    cdef double sd, cd, lf, w, ea, amp, lp, pol, mag, fine, crude, hi, se2 = 0.0, sp2 = 0.0
-    cdef int q
+    cdef real_out two_pi, pr, pi_
+    cdef double lf, w, ea, amp, lp, pol, mag, fine, crude, hi, se2 = 0.0, sp2 = 0.0
     if real_out is double:
         two_pi = _TWO_PI
     else:
@@ -658,36 +665,9 @@ cdef int _lattice_power(const real_out[::1] L, const real_out[::1] Phi, const un
             amp = ea
             lp = up[k] + 1e-12
         else:
-            # the power in polar form, the phase reduced mod 2 pi as numpy.remainder does, then the quarter turns
-            if real_out is double:
-                ph = fmod(Phi[k], two_pi)
-            else:
-                ph = fmodl(Phi[k], two_pi)
-            if ph != 0 and ph < 0:
-                ph = ph + two_pi
-            if real_out is double:
-                e = exp(L[k])
-                fpld_sincos(ph, &sd, &cd)
-                Pc[k].real = e * cd
-                Pc[k].imag = e * sd
-            else:
-                e = expl(L[k])
-                fpld_sincosl(ph, &sn, &cs)
-                Pc[k].real = e * cs
-                Pc[k].imag = e * sn
-            q = Q[k] & 3
-            if q:
-                pr = Pc[k].real
-                pi_ = Pc[k].imag
-                if q == 1:
-                    Pc[k].real = -pi_
-                    Pc[k].imag = pr
-                elif q == 2:
-                    Pc[k].real = -pr
-                    Pc[k].imag = -pi_
-                else:
-                    Pc[k].real = pi_
-                    Pc[k].imag = -pr
+            _polar(L[k], Phi[k], Q[k], two_pi, &pr, &pi_)
+            Pc[k].real = pr
+            Pc[k].imag = pi_
             # the bound (compose._lattice_amp): the smaller of the fine and the crude one
             pol = 8.0 * u * (1.0 + fabs(<double>Phi[k]) + fabs(lf))
             mag = exp(lf)
