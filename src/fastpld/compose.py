@@ -1406,7 +1406,8 @@ def _spectrum(backend, p, cen, N, fdt, dft_in=None):
     return backend.rfft(buf, N)
 
 
-_TRIU: dict = {}
+_TRIU: dict = {}  # n -> read-only np.triu_indices(n, 1), for n <= _TRIU_MAX (direct-DFT inputs have <= 32 masses)
+_TRIU_MAX = 64
 
 
 def _lag_sums(q, t, W):
@@ -1417,7 +1418,11 @@ def _lag_sums(q, t, W):
     n = q.size
     tri = _TRIU.get(n)
     if tri is None:
-        tri = _TRIU.setdefault(n, np.triu_indices(n, 1))
+        tri = np.triu_indices(n, 1)
+        for x in tri:
+            x.setflags(write=False)
+        if n <= _TRIU_MAX:
+            tri = _TRIU.setdefault(n, tri)
     jj, ll = tri
     d = np.abs(t[jj] - t[ll])
     full = np.bincount(d)
