@@ -483,14 +483,23 @@ _DFT_LOCK = threading.Lock()
 _DFT_MAX_BYTES = 16 << 20
 
 
+_dft_bytes = [0]  # bytes held in _DFT_TABLES (under _DFT_LOCK)
+
+
+def _nbytes(v):
+    return sum(a.nbytes for a in (v if isinstance(v, tuple) else (v,)))
+
+
 def _dft_cache_put(key, value):
     with _DFT_LOCK:
+        old = _DFT_TABLES.pop(key, None)
+        if old is not None:  # (two threads built the same table)
+            _dft_bytes[0] -= _nbytes(old)
         _DFT_TABLES[key] = value
-        total = sum(sum(a.nbytes for a in (v if isinstance(v, tuple) else (v,))) for v in _DFT_TABLES.values())
-        while total > _DFT_MAX_BYTES and len(_DFT_TABLES) > 1:
+        _dft_bytes[0] += _nbytes(value)
+        while _dft_bytes[0] > _DFT_MAX_BYTES and len(_DFT_TABLES) > 1:
             _, old = _DFT_TABLES.popitem(last=False)
-            total -= sum(a.nbytes for a in (old if isinstance(old, tuple) else (old,)))
-_HALF_PI_LD = np.longdouble("1.57079632679489661923132169163975144")
+            _dft_bytes[0] -= _nbytes(old)
 
 
 def _dft_cache_get(key):
@@ -499,6 +508,9 @@ def _dft_cache_get(key):
         if t is not None:
             _DFT_TABLES.move_to_end(key)
         return t
+
+
+_HALF_PI_LD = np.longdouble("1.57079632679489661923132169163975144")
 
 
 def _reduced_angles(n: int, M: int):
@@ -644,6 +656,18 @@ def turn_quarters(P, Q):
     return P
 
 
+def polar_power(logmag, phase, quarter):
+    """``exp(logmag) e^(i phase) i^quarter``, 0 where ``logmag`` is not finite (the numpy reference of the
+    compiled polar evaluation, ``_core._polar``): the phase reduced mod 2 pi in its own precision (a long
+    double 2 pi for long double phases: a float64 one would add float64-size phase errors), the quarter
+    turns exact."""
+    ph = np.remainder(phase, _TWO_PI_LD if phase.dtype == np.longdouble else _TWO_PI)
+    with np.errstate(under="ignore", over="ignore", invalid="ignore"):
+        P = np.exp(logmag) * (np.cos(ph) + 1j * np.sin(ph))
+    P[~np.isfinite(logmag)] = 0
+    return turn_quarters(P, quarter)
+
+
 def spectrum_terms(X, m, logmag, phase, quarter, lr64, lrg64, ph64, g, first, dead=None, rdead=0.0) -> None:
     """Accumulate ``m log|X|``, ``m psi`` (in ``X``'s precision; ``arg X = psi + q pi/2``,
     :func:`quarter_angle`), ``quarter += m q (mod 4)`` and the float64 terms of the round-off bound
@@ -699,12 +723,7 @@ def power_fp(logmag, phase, quarter, LR, LRG, PH, ms, g, u, N, Pc, K=0, lp_low=N
     if _core is not None:
         return _core.power_fp(logmag, phase, LR, LRG, PH, ms, float(g), float(u), int(N), Pc, int(K), lp_low,
                               amp_low, dead, quarter)
-    # a long double node reduces by a long double 2 pi (see compose._TWO_PI_LD)
-    ph = np.remainder(phase, _TWO_PI_LD if phase.dtype == np.longdouble else _TWO_PI)
-    with np.errstate(under="ignore", over="ignore", invalid="ignore"):
-        P = np.exp(logmag) * (np.cos(ph) + 1j * np.sin(ph))
-    P[~np.isfinite(logmag)] = 0
-    Pc[:] = turn_quarters(P, quarter)
+    Pc[:] = polar_power(logmag, phase, quarter)
     with np.errstate(over="ignore", invalid="ignore"):
         log_prod = 0.0
         for c in range(ms.size):

@@ -65,7 +65,7 @@ DEFAULT_MAX_BUCKETS = 1 << 23
 _U64 = np.finfo(np.float64).eps / 2
 _ULD = float(np.finfo(np.longdouble).eps) / 2
 _U64_CAST = _U64  # (tests patch _U64 to force long double nodes; a cast to float64 stays a cast)
-_TWO_PI_LD = 2 * np.longdouble("3.14159265358979323846264338327950288")
+_TWO_PI_LD = _kernels._TWO_PI_LD
 
 # Shares of the delta budget (caps; the spent amounts are usually far smaller).
 _SHARE_ETA = 0.4
@@ -1503,15 +1503,8 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None, rfft=None)
                                pre, i == 0, L, Phi, Q, dL, dP, up, absL, absP)
             continue
         X = _kernels.small_dft(q, steps, N, np.empty(F, dtype=cdt))
-        kk = np.arange(F, dtype=np.int64)
-        are = np.zeros(F, dtype=W)
-        aim = np.zeros(F, dtype=W)
-        for wj, st in zip(wt, steps):
-            rr = (kk * int(st)) % N
-            are = are + wj * np.abs(c_tab[rr])
-            aim = aim + wj * np.abs(s_tab[rr])
-        Ere = 1.01 * u * are.astype(np.float64)
-        Eim = 1.01 * u * aim.astype(np.float64)
+        Ere = 1.01 * u * _kernels.table_sum(wt, steps, np.abs(c_tab), F).astype(np.float64)
+        Eim = 1.01 * u * _kernels.table_sum(wt, steps, np.abs(s_tab), F).astype(np.float64)
         D = _kernels.table_sum(a, lags, s2, F) * W(4)
         x = D / (S * S)
         xf = x.astype(np.float64)
@@ -1598,11 +1591,7 @@ def _lattice_power_numpy(backend, lat, N, dtype, u):
     inverse FFT's: ``(l1, linf, out)``."""
     _, L, Phi, _, _, Q, _ = lat
     lp, amp = _lattice_amp(lat, u)
-    phase = np.remainder(Phi, _TWO_PI_LD if np.dtype(dtype) == np.longdouble else 2 * np.pi)
-    with np.errstate(under="ignore"):
-        Pc = np.exp(L) * (np.cos(phase) + 1j * np.sin(phase))
-    Pc[~np.isfinite(L)] = 0
-    _kernels.turn_quarters(Pc, Q)
+    Pc = _kernels.polar_power(L, Phi, Q)
     w = np.full(amp.shape, 2.0)
     w[0] = 1.0
     if N % 2 == 0:
@@ -1645,14 +1634,9 @@ def _numpy_power(backend, ins, N, dtype, fdt, u, ser, low, g_extra, dft=None):
         logmag[:ser[0]] = ser[1]
         phase[:ser[0]] = ser[2]
         quarter[:ser[0]] = 0
-    # reduce by 2 pi in the node's precision: a float64 2 pi would put float64-size phase errors
-    # (|phase| * 2.4e-16) into long double nodes, whose charge assumes long double accuracy
-    phase = np.remainder(phase, _TWO_PI_LD if dtype is np.longdouble else 2 * np.pi)
-    with np.errstate(under="ignore"):
-        Pc = np.exp(logmag) * (np.cos(phase) + 1j * np.sin(phase))
-    Pc[~np.isfinite(logmag)] = 0
-    _kernels.turn_quarters(Pc, quarter)
-    out = backend.irfft(Pc, N)
+    # (reduced by 2 pi in the node's precision: a float64 2 pi would put float64-size phase errors
+    # (|phase| * 2.4e-16) into long double nodes, whose charge assumes long double accuracy)
+    out = backend.irfft(_kernels.polar_power(logmag, phase, quarter), N)
     return fp_l1, fp_linf, out
 
 
