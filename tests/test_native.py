@@ -549,6 +549,53 @@ def test_finish_node_matches_numpy(dtype, trim):
 
 
 @needs_native
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_finish_node_scale_is_numpys_product(dtype):
+    """``scale`` (the inverse FFT's 1/N, applied in the pass) gives the bits of finishing ``out * scale``,
+    with a length whose 1/N is inexact, and leaves ``out`` as it was."""
+    from fastpld import _core
+    rng = np.random.default_rng(8)
+    N = 3 * 1024
+    raw = (rng.random(N) * N).astype(dtype)
+    raw[:30] = -1e-14
+    raw[200:260] = 1e-20  # below the floor once scaled
+    keep = raw.copy()
+    sc = 1.0 / N
+    for trim in (False, True):
+        for shift in (0, 5, N - 1):
+            a = _core.finish_node(raw, shift, 1e-22, trim, sc)
+            b = _core.finish_node(raw * np.dtype(dtype).type(sc), shift, 1e-22, trim)
+            assert np.array_equal(a[0], b[0]) and a[1:] == b[1:]
+    assert np.array_equal(raw, keep)
+
+
+@needs_native
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_convolve_raw_is_the_unscaled_plan_output(dtype):
+    """``convolve(raw=True)`` returns the inverse plan's buffer before the 1/N: times 1/N it is the scaled
+    output bitwise, with the same bounds (polar, direct-power and lattice paths)."""
+    C = importlib.import_module("fastpld.compose")
+    be = _fft.resolve("native")
+    u = float(np.finfo(dtype).eps) / 2
+    rng = np.random.default_rng(9)
+    p = rng.random(300) + 0.1
+    p /= p.sum()
+    N = 3000
+    q = np.array([0.3, 0.1, 0.2, 0.4])
+    cases = [dict(ins=[(p, 150, 7)]), dict(ins=[(q, 1, 64)], direct=dtype is np.float64)]
+    lat_ins = [(q, 1, 512)]
+    dft = [_kernels.dft_order(q, 1, N, dtype)]
+    cases.append(dict(ins=lat_ins, dft=dft, lat=C._lattice_spectrum(lat_ins, dft, N, dtype, True, 40.0)))
+    for kw in cases:
+        ins = kw.pop("ins")
+        out, l1, linf = be.convolve(ins, N, dtype, u, **kw)
+        out = out.copy()
+        raw, l1r, linfr = be.convolve(ins, N, dtype, u, raw=True, **kw)
+        assert (l1r, linfr) == (l1, linf)
+        assert np.array_equal(raw * (np.dtype(dtype).type(1.0 / N) if dtype is not np.float64 else 1.0 / N), out)
+
+
+@needs_native
 @pytest.mark.parametrize("kind", ["dense", "sparse"])
 def test_log_mgf_blocks_against_long_double(kind):
     """The compiled log-MGF sums (negligible blocks bounded instead of summed, the overflow shift

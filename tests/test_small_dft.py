@@ -153,6 +153,48 @@ def test_lattice_spectrum_kernel_equals_reference(dt, skip):
         b = C._lattice_spectrum(ins[:k], dft[:k], N, dt, native=False, skip_log=skip)
         for x, y in zip(a[1:], b[1:]):
             assert np.array_equal(np.asarray(x), np.asarray(y))
+        # the thread's scratch arrays (garbage before the call: every entry is assigned) give the same
+        for name in ("L", "Phi", "Q", "dL", "dP", "up", "absL", "absP", "pre"):
+            w = C._scratch("lat." + name, N // 2 + 1, np.uint8 if name == "Q" else dt if name in ("L", "Phi") else np.float64)
+            w[:] = 7
+        c = C._lattice_spectrum(ins[:k], dft[:k], N, dt, native=True, skip_log=skip, scratch=True)
+        for x, y in zip(c[1:], b[1:]):
+            assert np.array_equal(np.asarray(x), np.asarray(y))
+        assert np.shares_memory(c[1], C._scratch("lat.L", N // 2 + 1, dt))
+
+
+def test_scratch_reuse_and_bounds():
+    a = C._scratch("test.x", 5000, np.float64)
+    b = C._scratch("test.x", 3000, np.float64)
+    assert a.size == 5000 and b.size == 3000 and np.shares_memory(a, b)
+    c = C._scratch("test.x", 3000, np.longdouble)  # another dtype: a new array
+    assert c.dtype == np.longdouble and not np.shares_memory(c, a)
+    big = C._scratch("test.big", C._SCRATCH_MAX + 1, np.float64)  # too large to keep
+    assert big.size == C._SCRATCH_MAX + 1 and "test.big" not in C._SCRATCH.arrays
+    import threading
+    other = []
+    t = threading.Thread(target=lambda: other.append(C._scratch("test.x", 5000, np.float64)))
+    t.start()
+    t.join()
+    assert not np.shares_memory(other[0], C._scratch("test.x", 5000, np.longdouble))
+    assert not np.shares_memory(other[0], a)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "native"])
+def test_abs_rfft_is_the_modulus_of_the_folded_rfft(backend):
+    if backend not in _fft.available_backends():
+        pytest.skip("native backend not built")
+    be = _fft.resolve(backend)
+    rng = np.random.default_rng(12)
+    p = rng.random(37)
+    for N, cen in ((64, 5), (3000, 36)):
+        buf = np.zeros(N)
+        np.add.at(buf, (np.arange(p.size) - cen) % N, p)
+        ref = np.abs(np.fft.rfft(buf))
+        out = np.full(N // 2 + 1, np.nan)
+        assert be.abs_rfft(p, cen, N, out) is out
+        # (any FFT within the error model: 12 u log2 N of ||x||_2 per entry at most)
+        assert np.max(np.abs(out - ref)) <= 12 * 2.0**-53 * np.log2(N) * np.sqrt(N) * np.linalg.norm(p)
 
 
 @pytest.mark.parametrize("dt", DTYPES)

@@ -301,10 +301,12 @@ def fold(const real_in[::1] p, Py_ssize_t cen, real_out[::1] out):
     _check(status, "fold")
 
 
-cdef int _finish_node(const real_out[::1] out, Py_ssize_t shift, double floor_, bint trim, real_out[::1] lin,
-                      Py_ssize_t *first, Py_ssize_t *last, double *tiny_mass, Py_ssize_t *n_tiny) noexcept nogil:
+cdef int _finish_node(const real_out[::1] out, Py_ssize_t shift, double floor_, bint trim, double scale,
+                      real_out[::1] lin, Py_ssize_t *first, Py_ssize_t *last, double *tiny_mass,
+                      Py_ssize_t *n_tiny) noexcept nogil:
     cdef Py_ssize_t N = out.shape[0], j, src
-    cdef real_out x, s = 0, c = 0, t, fl = <real_out>floor_
+    cdef real_out x, s = 0, c = 0, t, fl = <real_out>floor_, sc = <real_out>scale
+    cdef bint scaled = scale != 1.0
     if lin.shape[0] != N or N == 0:
         return FPLD_EINVAL
     first[0] = -1
@@ -316,6 +318,8 @@ cdef int _finish_node(const real_out[::1] out, Py_ssize_t shift, double floor_, 
         src = src + N
     for j in range(N):
         x = out[src]
+        if scaled:  # (the inverse FFT's 1/N: the same rounding as numpy's product by it)
+            x = x * sc
         src = src + 1
         if src == N:
             src = 0
@@ -349,9 +353,11 @@ cdef int _finish_node(const real_out[::1] out, Py_ssize_t shift, double floor_, 
     return FPLD_OK
 
 
-def finish_node(const real_out[::1] out, Py_ssize_t shift, double floor_, bint trim):
-    """One pass of a node's output: ``roll(out, -shift)``, clip at 0, drop entries below ``floor_``
-    (if ``trim``) and positive ones below 1e-300, cut to the nonzero range and normalise.
+def finish_node(const real_out[::1] out, Py_ssize_t shift, double floor_, bint trim, double scale=1.0):
+    """One pass of a node's output: ``roll(out * scale, -shift)``, clip at 0, drop entries below ``floor_``
+    (if ``trim``) and positive ones below 1e-300, cut to the nonzero range and normalise.  ``scale``: the
+    inverse FFT's ``1/N`` when ``out`` is a plan's unscaled output buffer (``out * scale`` rounded in
+    ``out``'s precision, as numpy's product); ``out`` is only read.
 
     Returns ``(lin, first, tiny_mass, n_tiny)``: ``lin`` the normalised entries ``first ..`` of
     the rolled array, ``tiny_mass``/``n_tiny`` the dropped sub-1e-300 entries' sum and count.
@@ -363,7 +369,7 @@ def finish_node(const real_out[::1] out, Py_ssize_t shift, double floor_, bint t
     buf = np.empty(out.shape[0], dtype=np.float64 if real_out is double else np.longdouble)
     cdef real_out[::1] lv = buf
     with nogil:
-        status = _finish_node(out, shift, floor_, trim, lv, &first, &last, &tiny, &n_tiny)
+        status = _finish_node(out, shift, floor_, trim, scale, lv, &first, &last, &tiny, &n_tiny)
     if status == FPLD_ENOMASS:
         raise ValueError("composition lost all probability mass to round-off; increase eps_error or delta_error")
     _check(status, "finish_node")

@@ -16,6 +16,8 @@ from bisect import bisect_left
 
 import numpy as np
 
+from . import _kernels
+
 __all__ = ["set_backend", "get_backend", "available_backends", "fast_length", "Backend"]
 
 
@@ -36,6 +38,12 @@ class Backend:
 
     def irfft(self, X: np.ndarray, n: int) -> np.ndarray:
         raise NotImplementedError
+
+    def abs_rfft(self, p: np.ndarray, cen: int, n: int, out: np.ndarray) -> np.ndarray:
+        """``out[:] = |rfft(fold(p, cen), n)|`` (float64 ``p``, ``out`` of ``n // 2 + 1``), returned."""
+        buf = np.empty(n)
+        _kernels.fold(p, cen, buf)
+        return np.abs(self.rfft(buf, n), out=out)
 
 
 class NumpyBackend(Backend):

@@ -123,6 +123,13 @@ class NativeBackend(_fft.Backend):
         fft.execute()
         return fft.output_array.copy()
 
+    def abs_rfft(self, p, cen, n, out):
+        # placed straight into the plan's buffer, the modulus read from its output: no copies
+        fft = _plan(n, np.float64, True)
+        _kernels.fold(p, cen, fft.input_array)
+        fft.execute()
+        return np.abs(fft.output_array, out=out)
+
     def irfft(self, X, n):
         X = np.asarray(X)
         dt = np.longdouble if X.dtype == np.clongdouble else np.float64
@@ -135,7 +142,7 @@ class NativeBackend(_fft.Backend):
         return fft.output_array * dt(1.0 / n)
 
     def convolve(self, ins, N, dtype, u, ser=None, low=None, dead_log=800.0, fwd_dtype=None, direct=False, dft=None,
-                 lat=None):
+                 lat=None, raw=False):
         """``irfft(prod_c rfft(fold(p_c))^m_c)`` and its round-off bound ``(out, l1, linf)``.
 
         ``ins``: list of ``(probs, centre_index, m)``.  Same arithmetic as the reference
@@ -152,13 +159,16 @@ class NativeBackend(_fft.Backend):
         from direct DFTs (:func:`fastpld._kernels.small_dft`, in ``dtype``) instead of forward FFTs.
         ``lat``: :func:`fastpld.compose._lattice_spectrum` of the node: the power and its bound at every
         frequency come from it, no forward transform (reference: ``compose._lattice_power_numpy``).
+        ``raw``: ``out`` is the inverse plan's own output buffer, not yet multiplied by ``1/N`` (for
+        ``_core.finish_node(..., scale=1/N)``, which reads it before this thread's next transform of
+        that length and precision): no copy of the node's output.
         """
         dt = np.dtype(dtype)
         if lat is not None:
-            return self._convolve_lattice(lat, N, dt, u)
+            return self._convolve_lattice(lat, N, dt, u, raw)
         fdt = dt if (fwd_dtype is None or dft is not None) else np.dtype(fwd_dtype)
         if direct:
-            return self._convolve_direct(ins, N, u, dead_log, dft)
+            return self._convolve_direct(ins, N, u, dead_log, dft, raw)
         fwd = _plan(N, fdt, True)
         inv = _plan(N, dt, False)
         F = N // 2 + 1
@@ -198,23 +208,23 @@ class NativeBackend(_fft.Backend):
         e2, p2 = math.sqrt(e2sq) + dead_charge * ndead, math.sqrt(p2sq) + dead_charge * ndead
         if fdt != dt and e2 > _MIXED_RATIO * (_low_e2(low) + g_inv * p2):
             # the float64 forward error is not negligible here: the whole node in dtype instead
-            return self.convolve(ins, N, dtype, u, ser, low, dead_log)  # (dft is None: fdt == dt with it)
+            return self.convolve(ins, N, dtype, u, ser, low, dead_log, raw=raw)  # (dft is None: fdt == dt with it)
         inv.execute()
-        out = inv.output_array * dt.type(1.0 / N)
+        out = inv.output_array if raw else inv.output_array * dt.type(1.0 / N)
         l1 = e2 + g_inv * p2
         return out, l1, l1 / math.sqrt(N)
 
-    def _convolve_lattice(self, lat, N, dt, u):
+    def _convolve_lattice(self, lat, N, dt, u, raw=False):
         inv = _plan(N, dt, False)
         _, L, Phi, dL, dP, Q, up = lat
         # the power and its bound (compose._lattice_amp) in one pass
         e2sq, p2sq = _kernels._core.lattice_power(L, Phi, Q, dL, dP, up, u, N, inv.input_array)
         inv.execute()
-        out = inv.output_array * dt.type(1.0 / N)
+        out = inv.output_array if raw else inv.output_array * dt.type(1.0 / N)
         l1 = math.sqrt(e2sq) + 12.0 * u * math.ceil(math.log2(max(N, 2))) * math.sqrt(p2sq)
         return out, l1, l1 / math.sqrt(N)
 
-    def _convolve_direct(self, ins, N, u, dead_log=800.0, dft=None):
+    def _convolve_direct(self, ins, N, u, dead_log=800.0, dft=None, raw=False):
         """``convolve`` of a float64 node by direct powers (reference: compose._direct_power).
 
         Dead frequencies as in the polar path: past an input's last frequency where its power
@@ -240,7 +250,7 @@ class NativeBackend(_fft.Backend):
         e2sq, p2sq = core.power_direct_bound(B, D, g, msum, u, N, K)
         dead = (F - K) * max(2e-300, 2.0 * math.exp(10.0 - dead_log)) if K < F else 0.0
         inv.execute()
-        out = inv.output_array * (1.0 / N)
+        out = inv.output_array if raw else inv.output_array * (1.0 / N)
         g_inv = 12.0 * u * math.ceil(math.log2(max(N, 2)))
         l1 = math.sqrt(e2sq) + dead + g_inv * (math.sqrt(p2sq) + dead)
         return out, l1, l1 / math.sqrt(N)

@@ -1433,7 +1433,32 @@ def _lag_sums(q, t, W):
     return a, lags.astype(np.int64), full[lags]
 
 
-def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None, rfft=None):
+class _Scratch(threading.local):
+    def __init__(self):
+        self.arrays = {}
+
+
+_SCRATCH = _Scratch()
+_SCRATCH_MAX = 1 << 18  # entries per array kept (larger ones are allocated per call)
+
+
+def _scratch(name, n, dtype):
+    """This thread's reusable array ``name`` of ``n`` entries of ``dtype``, contents undefined: for a node's
+    temporaries that are consumed before the node ends (the next request of ``name`` in this thread
+    returns the same memory).  Why: large temporaries allocated afresh per node come back as new pages
+    whenever the C allocator has returned its free memory to the system in between (a mixed workload
+    does): ~1.5 ms of page faults in a 6 ms composition.  At most one array per name and thread, each
+    of at most ``_SCRATCH_MAX`` entries."""
+    dt = np.dtype(dtype)
+    if n > _SCRATCH_MAX:
+        return np.empty(n, dtype=dt)
+    a = _SCRATCH.arrays.get(name)
+    if a is None or a.dtype != dt or a.size < n:
+        a = _SCRATCH.arrays[name] = np.empty(max(n, 1024), dtype=dt)
+    return a[:n]
+
+
+def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None, abs_rfft=None, scratch=False):
     """Accurate ``m log|X|``, ``m arg X`` at every frequency of a node whose inputs take direct DFTs
     (docs/roundoff.md, section 3f): ``(F, L, Phi, dL, dPhi, Q, up)``.
 
@@ -1453,25 +1478,32 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None, rfft=None)
     ``native``: the compiled kernel (``_core.lattice_terms``, one pass per input); this function's numpy
     code is its reference.  ``skip_log`` (single-input nodes): frequencies whose crude bound ``up`` is
     below ``-skip_log`` keep only that bound (``L = -inf``, ``dL = inf``: the power there is 0 and its error
-    at most ``e^up``), without the logarithms and angles; that bound comes from a float64 ``rfft(x, n)``
-    (default numpy's; any FFT within the error model ``12 u log2 N``, the backend's).
+    at most ``e^up``), without the logarithms and angles; that bound comes from a float64 FFT,
+    ``abs_rfft(p, cen, N, out)`` (default numpy's; any FFT within the error model ``12 u log2 N``, the
+    backend's :meth:`fastpld._fft.Backend.abs_rfft`).  ``scratch`` (native only): the outputs are this
+    thread's :func:`_scratch` arrays, valid until its next lattice node.
     """
     W = np.dtype(dtype).type
     u = _U64 if W is np.float64 else _ULD
     F = N // 2 + 1
     cdt = np.clongdouble if W is np.longdouble else np.complex128
-    L = np.zeros(F, dtype=W)
-    Phi = np.zeros(F, dtype=W)
-    Q = np.zeros(F, dtype=np.uint8)
-    dL = np.zeros(F)
-    dP = np.zeros(F)
-    up = np.zeros(F)
-    absL = np.zeros(F)
-    absP = np.zeros(F)
+    core = _kernels._core if native else None
+    if core is not None and scratch:  # (the kernel's first input assigns every entry)
+        L, Phi = _scratch("lat.L", F, W), _scratch("lat.Phi", F, W)
+        Q = _scratch("lat.Q", F, np.uint8)
+        dL, dP, up, absL, absP = (_scratch("lat." + x, F, np.float64) for x in ("dL", "dP", "up", "absL", "absP"))
+    else:
+        L = np.zeros(F, dtype=W)
+        Phi = np.zeros(F, dtype=W)
+        Q = np.zeros(F, dtype=np.uint8)
+        dL = np.zeros(F)
+        dP = np.zeros(F)
+        up = np.zeros(F)
+        absL = np.zeros(F)
+        absP = np.zeros(F)
     s2 = _kernels.sin2_table(N, W)
     tab = 1.0 + _kernels.DFT_TABLE_REL
     c_tab, s_tab = _kernels.dft_table(N, W)
-    core = _kernels._core if native else None
     skip_below = -skip_log if (skip_log is not None and len(ins) == 1) else -math.inf
     for i, ((p, cen, m), (q, steps, err0)) in enumerate(zip(ins, dft)):
         n = q.size
@@ -1493,11 +1525,15 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None, rfft=None)
         # the cast of the input), far cheaper than the long double DFT at every frequency
         pre = _EMPTY_F64
         if i == 0 and skip_below > -math.inf:
-            buf = np.empty(N)
-            _kernels.fold(np.ascontiguousarray(p, dtype=np.float64), cen, buf)
             g64 = 1.01 * (12.0 * _U64_CAST * math.ceil(math.log2(max(N, 2))) + _U64_CAST)
+            # m log((|X~| + g64) / slow), in place
+            pre = _scratch("lat.pre", F, np.float64) if scratch else np.empty(F)
+            (abs_rfft or _np_abs_rfft)(np.ascontiguousarray(p, dtype=np.float64), cen, N, pre)
+            pre += g64
+            pre /= slow
             with np.errstate(divide="ignore"):
-                pre = m * np.log((np.abs((rfft or _np_rfft)(buf, N)) + g64) / slow)
+                np.log(pre, out=pre)
+            pre *= m
         if core is not None:
             core.lattice_terms(q, wt, steps, c_tab, s_tab, a, lags, s2, float(m), eta, u, slow, err0 * u, skip_below,
                                pre, i == 0, L, Phi, Q, dL, dP, up, absL, absP)
@@ -1557,8 +1593,8 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None, rfft=None)
 _EMPTY_F64 = np.zeros(0)
 
 
-def _np_rfft(x, n):
-    return np.fft.rfft(x, n)
+def _np_abs_rfft(p, cen, n, out):
+    return _fft.NumpyBackend().abs_rfft(p, cen, n, out)
 
 
 def _lattice_amp(lat, u_node):
@@ -1827,18 +1863,19 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
         # in place of the low-frequency series
         lat = None
         if dft is not None and want_lat:
-            lat = _lattice_spectrum(ins, dft, N, dtype, backend.native, dead_log, backend.rfft)
+            lat = _lattice_spectrum(ins, dft, N, dtype, backend.native, dead_log, backend.abs_rfft, scratch=True)
             ser, low, g_extra = None, None, 0.0
         # float64 without the series: powers as products (cheaper than the polar form, same size of bound)
         direct = dtype is np.float64 and ser is None and lat is None and msum <= _DIRECT_MAX_POWER
         if direct:
             if backend.native:
-                out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u, dead_log=dead_log, direct=True, dft=dft)
+                out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u, dead_log=dead_log, direct=True, dft=dft,
+                                                       raw=True)
             else:
                 fp_l1, fp_linf, out = _direct_power(backend, ins, N, u, dft)
         elif backend.native:  # cached plans, compiled placement/power/round-off kernels (same arithmetic)
             out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u, ser=ser, low=low, dead_log=dead_log,
-                                                   fwd_dtype=fdt, dft=dft, lat=lat)
+                                                   fwd_dtype=fdt, dft=dft, lat=lat, raw=True)
         elif lat is not None:
             fp_l1, fp_linf, out = _lattice_power_numpy(backend, lat, N, dtype, u)
         if not backend.native and not direct and lat is None:
@@ -1860,8 +1897,8 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     if trim:
         removed += trim_charge
     core = _kernels._core if backend.native else None
-    if core is not None:  # the steps below in one compiled pass
-        lin, a, tiny_mass, n_tiny = core.finish_node(out, c % N, float(floor), trim)
+    if core is not None:  # the steps below in one compiled pass (out: the plan's unscaled buffer, raw=True)
+        lin, a, tiny_mass, n_tiny = core.finish_node(out, c % N, float(floor), trim, 1.0 / N)
         if n_tiny:
             removed += tiny_mass if lin.dtype == np.float64 else n_tiny * 1e-300
     else:
