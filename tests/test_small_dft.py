@@ -233,6 +233,35 @@ def test_lattice_power_kernel_equals_reference(dt):
         _kernels._core.lattice_power(lat[1], lat[2], lat[5], lat[3], lat[4], lat[6], u, N + 2, Pc)
 
 
+@pytest.mark.parametrize("dt", DTYPES)
+def test_skipped_frequencies_within_their_bound(dt):
+    # every frequency the crude float64 pass skips has |X / S|^m <= e^up (up = -skip_log, shared) against
+    # the exact DFT (mpmath, 30 digits), and so has every live frequency's crude bound; the frequencies
+    # just past the threshold are live (the threshold is not loose by orders of magnitude)
+    N, m, skip_log = 2048, 1021, 40.0
+    p = np.array(_lattice(1e-4) + [1e-6] * 3)
+    p /= p.sum()
+    dft = [_kernels.dft_order(p, 2, N, dt)]
+    for native in ([True, False] if _kernels._core is not None else [False]):
+        F, L, Phi, dL, dP, Q, up = C._lattice_spectrum([(p, 2, m)], dft, N, dt, native=native, skip_log=skip_log)
+        dead = ~np.isfinite(np.asarray(L, dtype=np.float64))
+        assert dead.any() and (~dead).any()
+        assert np.all(up[dead] == -skip_log)
+        mpmath.mp.dps = 30
+        S = mpmath.fsum(_mp(x) for x in p)
+        worst_dead, best_live = -math.inf, math.inf
+        for k in range(0, F, 7):
+            th = 2 * mpmath.pi * k / N
+            X = mpmath.fsum(_mp(x) * mpmath.expj(-th * ((j - 2) % N)) for j, x in enumerate(p))
+            lx = float(m * mpmath.log(abs(X) / S)) if abs(X) > 0 else -math.inf
+            assert lx <= up[k] + 1e-9 * abs(up[k])
+            if dead[k]:
+                worst_dead = max(worst_dead, lx)
+            else:
+                best_live = min(best_live, lx)
+        assert worst_dead < -skip_log and best_live > -skip_log - 1.0
+
+
 def _lattice(eps_mid=1e-5):
     # Laplace-like: atoms 2 buckets either side of the centre, a little continuous mass between
     return [0.5 - eps_mid, eps_mid / 3, eps_mid / 3, eps_mid / 3, 0.5 - eps_mid]

@@ -10,7 +10,7 @@ that run in double and long double are fused Cython functions.
 import numpy as np
 cimport cython
 cimport numpy as cnp
-from libc.math cimport (INFINITY, acosl, atan2, atan2l, exp, expl, fmod, fmodl, hypot, hypotl, isfinite,
+from libc.math cimport (INFINITY, NAN, acosl, atan2, atan2l, exp, expl, fmod, fmodl, hypot, hypotl, isfinite,
                         log, logl, fabs, fabsl, floor, pow, sqrt, log1p, log1pl, rint, rintl, asin, expm1)
 from libc.string cimport memset
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
@@ -655,6 +655,7 @@ cdef int _lattice_power(const real_out[::1] L, const real_out[::1] Phi, const un
     cdef Py_ssize_t F = L.shape[0], k
     cdef real_out two_pi, pr, pi_
     cdef double lf, w, ea, amp, lp, pol, mag, fine, crude, hi, se2 = 0.0, sp2 = 0.0
+    cdef double up_c = NAN, ea_c = 0.0, lp_c = 0.0, x2_c = 0.0
     if real_out is double:
         two_pi = _TWO_PI
     else:
@@ -665,13 +666,20 @@ cdef int _lattice_power(const real_out[::1] L, const real_out[::1] Phi, const un
     for k in range(F):
         w = 1.0 if (k == 0 or (N % 2 == 0 and k == F - 1)) else 2.0
         lf = <double>L[k]
-        # |exact power| <= e^up (the crude bound); exp is 0 below -746 anyway (spared its underflow path)
-        ea = exp(up[k]) if up[k] > -746.0 else 0.0
+        # |exact power| <= e^up (the crude bound); exp is 0 below -746 anyway (spared its underflow path);
+        # the skipped frequencies share one up (compose._lattice_spectrum): computed once per run of equal ones
+        if up[k] != up_c:
+            up_c = up[k]
+            ea_c = exp(up_c) if up_c > -746.0 else 0.0
+            lp_c = up_c + 1e-12
+            x2_c = exp(2.0 * lp_c) if 2.0 * lp_c > -746.0 else 0.0
+        ea = ea_c
         if not isfinite(lf):  # a skipped frequency: power 0, error at most e^up
             Pc[k].real = 0
             Pc[k].imag = 0
-            amp = ea
-            lp = up[k] + 1e-12
+            se2 = se2 + w * ea * ea
+            sp2 = sp2 + w * x2_c  # (+ 0 where exp(2 lp) would underflow: the same sum)
+            continue
         else:
             _polar(L[k], Phi[k], Q[k], two_pi, &pr, &pi_)
             Pc[k].real = pr
@@ -839,7 +847,7 @@ cdef int _small_dft(const real_out[::1] q, const cnp.int64_t[::1] steps, const r
 cdef int _lattice_terms(const real_out[::1] q, const real_out[::1] wt, const cnp.int64_t[::1] steps,
                         const real_out[::1] c, const real_out[::1] s, const real_out[::1] a,
                         const cnp.int64_t[::1] lags, const real_out[::1] s2, double m, double eta, double u,
-                        double slow, double e0, double skip_below, const double[::1] pre, bint first,
+                        double slow, double e0, double skip_below, const double[::1] pre, double thr, bint first,
                         real_out[::1] L, real_out[::1] Phi, unsigned char[::1] Q, double[::1] dL, double[::1] dP,
                         double[::1] up, double[::1] absL, double[::1] absP, cnp.int64_t *r) noexcept nogil:
     cdef Py_ssize_t n = q.shape[0], nl = a.shape[0], N = c.shape[0], N2 = s2.shape[0], F = L.shape[0], j, k
@@ -861,13 +869,13 @@ cdef int _lattice_terms(const real_out[::1] q, const real_out[::1] wt, const cnp
     for k in range(F):
         if use_pre:
             # the caller's crude bound (from a float64 FFT): dead frequencies need nothing else
-            if first and pre[k] < skip_below:
+            if first and pre[k] < thr:
                 L[k] = -INFINITY
                 Phi[k] = 0
                 Q[k] = 0
                 dL[k] = INFINITY
                 dP[k] = 0.0
-                up[k] = pre[k]
+                up[k] = skip_below
                 absL[k] = 0.0
                 absP[k] = 0.0
                 continue
@@ -975,7 +983,8 @@ cdef int _lattice_terms(const real_out[::1] q, const real_out[::1] wt, const cnp
 def lattice_terms(const real_out[::1] q, const real_out[::1] wt, const cnp.int64_t[::1] steps, const real_out[::1] c,
                   const real_out[::1] s,
                   const real_out[::1] a, const cnp.int64_t[::1] lags, const real_out[::1] s2, double m,
-                  double eta, double u, double slow, double e0, double skip_below, const double[::1] pre, bint first,
+                  double eta, double u, double slow, double e0, double skip_below, const double[::1] pre, double thr,
+                  bint first,
                   real_out[::1] L,
                   real_out[::1] Phi,
                   unsigned char[::1] Q, double[::1] dL, double[::1] dP, double[::1] up, double[::1] absL,
@@ -985,13 +994,14 @@ def lattice_terms(const real_out[::1] q, const real_out[::1] wt, const cnp.int64
     lag sums, ``m/2 log1p``, the quarter-turn angle and every bound; ``first`` assigns, otherwise accumulates.  With ``first``, frequencies whose crude
     bound ``m log((|X~| + e0) / slow)`` (``e0``: the DFT's a-priori error) is below ``skip_below`` get
     ``L = -inf``, ``dL = inf`` and only that bound, without the error sums, lag sums, logarithms and angles;
-    ``pre`` (length ``N//2 + 1``, or empty): the caller's crude bound instead, and no DFT at dead frequencies."""
+    ``pre`` (length ``N//2 + 1``, or empty): the caller's float64 ``|X~|`` instead; frequencies where it is
+    below ``thr`` are dead, with ``up = skip_below`` (the caller sizes ``thr`` so), and take no DFT."""
     cdef int status
     cdef cnp.int64_t *r = <cnp.int64_t *>PyMem_Malloc(max(q.shape[0] + a.shape[0], 1) * sizeof(cnp.int64_t))
     if r == NULL:
         raise MemoryError("lattice_terms: out of memory")
     with nogil:
-        status = _lattice_terms(q, wt, steps, c, s, a, lags, s2, m, eta, u, slow, e0, skip_below, pre, first, L, Phi, Q,
+        status = _lattice_terms(q, wt, steps, c, s, a, lags, s2, m, eta, u, slow, e0, skip_below, pre, thr, first, L, Phi, Q,
                                 dL, dP, up, absL, absP, r)
     PyMem_Free(r)
     _check(status, "lattice_terms")

@@ -1476,10 +1476,10 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None, abs_rfft=N
     upper bound ``sum m log((|X~| + E) / S_low)`` on ``log|P|`` where ``x`` is near 1.
     ``L`` and ``Phi`` are in ``dtype`` (the node's precision); ``Q`` sums the quarter turns mod 4.
     ``native``: the compiled kernel (``_core.lattice_terms``, one pass per input); this function's numpy
-    code is its reference.  ``skip_log`` (single-input nodes): frequencies whose crude bound ``up`` is
-    below ``-skip_log`` keep only that bound (``L = -inf``, ``dL = inf``: the power there is 0 and its error
-    at most ``e^up``), without the logarithms and angles; that bound comes from a float64 FFT,
-    ``abs_rfft(p, cen, N, out)`` (default numpy's; any FFT within the error model ``12 u log2 N``, the
+    code is its reference.  ``skip_log`` (single-input nodes): frequencies where a crude bound on ``|X|^m``
+    is below ``e^-skip_log`` keep only ``up = -skip_log`` (``L = -inf``, ``dL = inf``: the power there is 0
+    and its error at most ``e^up``), without the DFT, logarithms and angles; that bound comes from a float64
+    FFT, ``abs_rfft(p, cen, N, out)`` (default numpy's; any FFT within the error model ``12 u log2 N``, the
     backend's :meth:`fastpld._fft.Backend.abs_rfft`).  ``scratch`` (native only): the outputs are this
     thread's :func:`_scratch` arrays, valid until its next lattice node.
     """
@@ -1524,19 +1524,18 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None, abs_rfft=N
         # which frequencies are dead: a crude bound from a float64 FFT (the error model's 12 u64 log2 N, plus
         # the cast of the input), far cheaper than the long double DFT at every frequency
         pre = _EMPTY_F64
+        thr = 0.0
         if i == 0 and skip_below > -math.inf:
             g64 = 1.01 * (12.0 * _U64_CAST * math.ceil(math.log2(max(N, 2))) + _U64_CAST)
-            # m log((|X~| + g64) / slow), in place
+            # dead where |X~| < thr: there |X| <= |X~| + g64 < slow e^(skip_below / m), so |X / S|^m < e^skip_below,
+            # which is their bound (up = skip_below; no logarithm per frequency); the factor covers the
+            # roundings of thr and of |X~|
+            thr = (slow * math.exp(skip_below / m) - g64) * (1.0 - 1e-12)
             pre = _scratch("lat.pre", F, np.float64) if scratch else np.empty(F)
             (abs_rfft or _np_abs_rfft)(np.ascontiguousarray(p, dtype=np.float64), cen, N, pre)
-            pre += g64
-            pre /= slow
-            with np.errstate(divide="ignore"):
-                np.log(pre, out=pre)
-            pre *= m
         if core is not None:
             core.lattice_terms(q, wt, steps, c_tab, s_tab, a, lags, s2, float(m), eta, u, slow, err0 * u, skip_below,
-                               pre, i == 0, L, Phi, Q, dL, dP, up, absL, absP)
+                               pre, thr, i == 0, L, Phi, Q, dL, dP, up, absL, absP)
             continue
         X = _kernels.small_dft(q, steps, N, np.empty(F, dtype=cdt))
         Ere = 1.01 * u * _kernels.table_sum(wt, steps, np.abs(c_tab), F).astype(np.float64)
@@ -1554,8 +1553,13 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None, abs_rfft=N
             # a-priori error err0 u of the DFT) keep that bound
             r = np.hypot(X.real.astype(np.float64), X.imag.astype(np.float64))
             E = np.hypot(Ere, Eim)
-            up0 = pre if pre.size else m * np.log((r + err0 * u) / slow)
-            up_c = np.where(up0 < skip_below, up0, m * np.log((r + E) / slow))
+            if pre.size:
+                skip = pre < thr
+                up_c = np.where(skip, skip_below, m * np.log((r + E) / slow))
+            else:
+                up0 = m * np.log((r + err0 * u) / slow)
+                skip = up0 < skip_below
+                up_c = np.where(skip, up0, m * np.log((r + E) / slow))
             psi, qq = _kernels.quarter_angle(X)
             odd = (qq & 1).astype(bool)
             Ex = np.where(odd, Eim, Ere)  # the turned components' bounds: odd turns swap them
@@ -1567,7 +1571,6 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None, abs_rfft=N
             psif = psi.astype(np.float64)
             # (+ atan2's rounding, <= 4 ulp = 8 u relative)
             dpsi = np.where(ok, 1.01 * np.arcsin(np.where(ok, sang, 0.0)), np.pi) + 8 * u * np.abs(psif)
-        skip = up0 < skip_below
         if skip.any():
             Lc = np.where(skip, -np.inf, Lc).astype(W)
             Lf = Lc.astype(np.float64)
