@@ -580,7 +580,7 @@ def test_convolve_raw_is_the_unscaled_plan_output(dtype):
     rng = np.random.default_rng(9)
     p = rng.random(300) + 0.1
     p /= p.sum()
-    N = 3000 if dtype is np.float64 else 8192  # (long double: the half-length inverse plans)
+    N = 3000
     q = np.array([0.3, 0.1, 0.2, 0.4])
     cases = [dict(ins=[(p, 150, 7)]), dict(ins=[(q, 1, 64)], direct=dtype is np.float64)]
     lat_ins = [(q, 1, 512)]
@@ -592,47 +592,7 @@ def test_convolve_raw_is_the_unscaled_plan_output(dtype):
         out = out.copy()
         raw, l1r, linfr = be.convolve(ins, N, dtype, u, raw=True, **kw)
         assert (l1r, linfr) == (l1, linf)
-        assert raw.ndim == (1 if dtype is np.float64 else 2)
-        if raw.ndim == 2:  # even, then odd samples
-            inter = np.empty(N, dtype=dtype)
-            inter[0::2], inter[1::2] = raw[0], raw[1]
-            raw = inter
         assert np.array_equal(raw * (np.dtype(dtype).type(1.0 / N) if dtype is not np.float64 else 1.0 / N), out)
-
-
-@needs_native
-@pytest.mark.parametrize("N", [4096, 6144, 16384])
-def test_half_length_inverse(N):
-    """Long double inverse transforms as two half-length ones (_core.half_split): the samples of numpy's
-    irfft within the FFT error model, the raw (even, odd) halves interleaved give the scaled output bitwise,
-    and finish_node(halves=True) reads them as the interleaved array."""
-    from fastpld import _core, _native
-    ld = np.longdouble
-    assert _native._use_halves(N, ld) and not _native._use_halves(N, np.float64)
-    assert not _native._use_halves(2048, ld) and not _native._use_halves(4098, ld)
-    rng = np.random.default_rng(N)
-    F = N // 2 + 1
-    P = (rng.standard_normal(F) + 1j * rng.standard_normal(F)).astype(np.clongdouble) * np.exp(-np.arange(F) / 50.0)
-    P[0] = P[0].real + 3.0
-    P[-1] = P[-1].real
-    inv = _native._plan(N, ld, False, True)
-    out = _native._inverse(inv, P, N, ld, True, False)
-    ref = np.fft.irfft(P, N)
-    u = float(np.finfo(ld).eps) / 2
-    # both within 12 u log2 N of ||x||_2 (per entry at most that)
-    assert np.max(np.abs(out - ref)) <= 2 * 12 * u * math.log2(N) * float(np.linalg.norm(ref.astype(np.float64)))
-    assert np.max(np.abs(out - ref)) > 0  # (another algorithm than pocketfft's: not a copy of it)
-    raw = _native._inverse(inv, P, N, ld, True, True)
-    assert raw.shape == (2, N // 2)
-    inter = np.empty(N, dtype=ld)
-    inter[0::2], inter[1::2] = raw[0], raw[1]
-    assert np.array_equal(inter * ld(1.0 / N), out)
-    for shift in (0, 1, N - 3):
-        a = _core.finish_node(raw.reshape(-1), shift, 1e-30, True, 1.0 / N, True)
-        b = _core.finish_node(inter, shift, 1e-30, True, 1.0 / N)
-        assert np.array_equal(a[0], b[0]) and a[1:] == b[1:]
-    with pytest.raises(ValueError):
-        _core.half_split(P[:-1], *_kernels.dft_table(N, ld), inv.input_array)
 
 
 @needs_native

@@ -302,12 +302,12 @@ def fold(const real_in[::1] p, Py_ssize_t cen, real_out[::1] out):
 
 
 cdef int _finish_node(const real_out[::1] out, Py_ssize_t shift, double floor_, bint trim, double scale,
-                      bint halves, real_out[::1] lin, Py_ssize_t *first, Py_ssize_t *last, double *tiny_mass,
+                      real_out[::1] lin, Py_ssize_t *first, Py_ssize_t *last, double *tiny_mass,
                       Py_ssize_t *n_tiny) noexcept nogil:
-    cdef Py_ssize_t N = out.shape[0], H = out.shape[0] // 2, j, src
+    cdef Py_ssize_t N = out.shape[0], j, src
     cdef real_out x, s = 0, c = 0, t, fl = <real_out>floor_, sc = <real_out>scale
     cdef bint scaled = scale != 1.0
-    if lin.shape[0] != N or N == 0 or (halves and N % 2 != 0):
+    if lin.shape[0] != N or N == 0:
         return FPLD_EINVAL
     first[0] = -1
     last[0] = -1
@@ -317,7 +317,7 @@ cdef int _finish_node(const real_out[::1] out, Py_ssize_t shift, double floor_, 
     if src < 0:
         src = src + N
     for j in range(N):
-        x = out[(src >> 1) + (src & 1) * H] if halves else out[src]
+        x = out[src]
         if scaled:  # (the inverse FFT's 1/N: the same rounding as numpy's product by it)
             x = x * sc
         src = src + 1
@@ -353,13 +353,11 @@ cdef int _finish_node(const real_out[::1] out, Py_ssize_t shift, double floor_, 
     return FPLD_OK
 
 
-def finish_node(const real_out[::1] out, Py_ssize_t shift, double floor_, bint trim, double scale=1.0,
-                bint halves=False):
+def finish_node(const real_out[::1] out, Py_ssize_t shift, double floor_, bint trim, double scale=1.0):
     """One pass of a node's output: ``roll(out * scale, -shift)``, clip at 0, drop entries below ``floor_``
     (if ``trim``) and positive ones below 1e-300, cut to the nonzero range and normalise.  ``scale``: the
     inverse FFT's ``1/N`` when ``out`` is a plan's unscaled output buffer (``out * scale`` rounded in
-    ``out``'s precision, as numpy's product); ``out`` is only read.  ``halves``: ``out`` holds the even
-    samples, then the odd ones (a ``(2, N/2)`` half-length inverse plan's output, flattened).
+    ``out``'s precision, as numpy's product); ``out`` is only read.
 
     Returns ``(lin, first, tiny_mass, n_tiny)``: ``lin`` the normalised entries ``first ..`` of
     the rolled array, ``tiny_mass``/``n_tiny`` the dropped sub-1e-300 entries' sum and count.
@@ -371,7 +369,7 @@ def finish_node(const real_out[::1] out, Py_ssize_t shift, double floor_, bint t
     buf = np.empty(out.shape[0], dtype=np.float64 if real_out is double else np.longdouble)
     cdef real_out[::1] lv = buf
     with nogil:
-        status = _finish_node(out, shift, floor_, trim, scale, halves, lv, &first, &last, &tiny, &n_tiny)
+        status = _finish_node(out, shift, floor_, trim, scale, lv, &first, &last, &tiny, &n_tiny)
     if status == FPLD_ENOMASS:
         raise ValueError("composition lost all probability mass to round-off; increase eps_error or delta_error")
     _check(status, "finish_node")
@@ -713,44 +711,6 @@ def lattice_power(const real_out[::1] L, const real_out[::1] Phi, const unsigned
         status = _lattice_power(L, Phi, Q, dL, dP, up, u, N, Pc, &e2, &p2)
     _check(status, "lattice_power")
     return e2, p2
-
-
-cdef int _half_split(const cplx[::1] P, const real_out[::1] c, const real_out[::1] s, cplx[:, ::1] out) noexcept nogil:
-    cdef Py_ssize_t N = c.shape[0], H = N // 4, k
-    cdef real_out ar, ai, br, bi, dr, di
-    if N % 4 != 0 or N < 4 or s.shape[0] != N or P.shape[0] != N // 2 + 1 or out.shape[0] != 2 \
-            or out.shape[1] != H + 1:
-        return FPLD_EINVAL
-    for k in range(H + 1):
-        ar = P[k].real
-        ai = P[k].imag
-        br = P[2 * H - k].real  # conj(P_(N/2 - k)) = P_(k + N/2)
-        bi = -P[2 * H - k].imag
-        out[0, k].real = ar + br
-        out[0, k].imag = ai + bi
-        dr = ar - br
-        di = ai - bi
-        out[1, k].real = dr * c[k] - di * s[k]
-        out[1, k].imag = dr * s[k] + di * c[k]
-    return FPLD_OK
-
-
-def half_split(const cplx[::1] P, const real_out[::1] c, const real_out[::1] s, cplx[:, ::1] out):
-    """The first radix-2 step of an inverse real FFT of length ``N = len(c)`` (a multiple of 4) from its
-    ``N/2 + 1`` frequencies ``P``: ``out[0, k] = P_k + P_(k + N/2)`` and
-    ``out[1, k] = (P_k - P_(k + N/2)) e^(2 pi i k / N)`` for ``k = 0 .. N/4`` (``P_(k + N/2) =
-    conj(P_(N/2 - k))``; ``c, s``: :func:`fastpld._kernels.dft_table` ``(N)``), so that the unnormalised
-    inverse real transforms of length ``N/2`` of the two rows are the even and the odd samples.
-
-    Why: FFTW's estimated long double plans of a length take radix-32 codelets that spill the eight x87
-    registers; two half-length transforms in one plan measured 20-40% faster at 8k-32k points.
-    Round-off: a complex addition (``u``), a subtraction and a product by a table entry
-    (``u + sqrt(5) u + DFT_TABLE_ERR u <= 9.3 u``): within one level of the ``12 u log2 N`` model.
-    """
-    cdef int status
-    with nogil:
-        status = _half_split(P, c, s, out)
-    _check(status, "half_split")
 
 
 # ---------------------------------------------------------------------------------------

@@ -47,30 +47,20 @@ class _PlanCache(threading.local):
 _cache = _PlanCache()
 
 
-def _plan(n: int, dtype, forward: bool, halves: bool = False) -> pyfftw.FFTW:
-    """This thread's plan for a real FFT of length ``n`` (built under the global lock on first use).
-
-    ``halves`` (inverse, ``n`` a multiple of 4): two inverse real FFTs of length ``n/2`` in one plan,
-    input ``(2, n/4 + 1)`` and output ``(2, n/2)`` (after :func:`fastpld._core.half_split`: the even and
-    the odd samples)."""
+def _plan(n: int, dtype, forward: bool) -> pyfftw.FFTW:
+    """This thread's plan for a real FFT of length ``n`` (built under the global lock on first use)."""
     dt = np.dtype(dtype)
-    key = (n, dt.char, forward, halves)
+    key = (n, dt.char, forward)
     plans = _cache.plans
     fft = plans.get(key)
     if fft is not None:
         plans.move_to_end(key)
         return fft
     cdt = _COMPLEX[dt]
-    if halves:
-        real = pyfftw.empty_aligned((2, n // 2), dtype=dt)
-        cplx = pyfftw.empty_aligned((2, n // 4 + 1), dtype=cdt)
-    else:
-        real = pyfftw.empty_aligned(n, dtype=dt)
-        cplx = pyfftw.empty_aligned(n // 2 + 1, dtype=cdt)
+    real = pyfftw.empty_aligned(n, dtype=dt)
+    cplx = pyfftw.empty_aligned(n // 2 + 1, dtype=cdt)
     with _PLAN_LOCK:
-        if halves:
-            fft = pyfftw.FFTW(cplx, real, axes=(1,), direction="FFTW_BACKWARD", flags=_FLAGS, threads=1)
-        elif forward:
+        if forward:
             fft = pyfftw.FFTW(real, cplx, direction="FFTW_FORWARD", flags=_FLAGS, threads=1)
         else:
             fft = pyfftw.FFTW(cplx, real, direction="FFTW_BACKWARD", flags=_FLAGS, threads=1)
@@ -104,7 +94,6 @@ def clear_plans() -> None:
     _cache.plans.clear()
     _cache.nbytes = 0
     _cache.direct = None
-    _cache.spectrum = None
 
 
 def _forward(fwd, p, cen, N, dft_in=None):
@@ -115,43 +104,6 @@ def _forward(fwd, p, cen, N, dft_in=None):
     else:
         _kernels.fold(np.ascontiguousarray(p), cen, fwd.input_array)
         fwd.execute()
-
-
-# long double inverse transforms from this length on run as two half-length ones (_core.half_split): FFTW's
-# estimated long double plans are 20-40% slower than that there (x87 register spills of radix-32 codelets)
-_HALVES_MIN = 4096
-
-
-def _use_halves(N: int, dt) -> bool:
-    return np.dtype(dt) == np.longdouble and N >= _HALVES_MIN and N % 4 == 0
-
-
-def _spectrum_buffer(F: int, dt) -> np.ndarray:
-    """This thread's buffer of ``F`` complex values for a node's spectrum before :func:`_inverse` (reused)."""
-    cdt = _COMPLEX[np.dtype(dt)]
-    buf = getattr(_cache, "spectrum", None)
-    if buf is None or buf.dtype != cdt or buf.size < F:
-        buf = _cache.spectrum = np.empty(F, dtype=cdt)
-    return buf[:F]
-
-
-def _inverse(inv, P, N, dt, halves, raw):
-    """Run the inverse plan ``inv`` on the spectrum ``P`` (its own input buffer unless ``halves``): the
-    output (``(2, N/2)``: even and odd samples, with ``halves``) unscaled if ``raw``, else times ``1/N``
-    in sample order."""
-    if halves:
-        c, s = _kernels.dft_table(N, dt)
-        _kernels._core.half_split(P, c, s, inv.input_array)
-    inv.execute()
-    if raw:
-        return inv.output_array
-    if halves:
-        out = np.empty(N, dtype=dt)
-        out[0::2] = inv.output_array[0]
-        out[1::2] = inv.output_array[1]
-        out *= np.dtype(dt).type(1.0 / N)
-        return out
-    return inv.output_array * np.dtype(dt).type(1.0 / N)
 
 
 class NativeBackend(_fft.Backend):
@@ -218,8 +170,7 @@ class NativeBackend(_fft.Backend):
         if direct:
             return self._convolve_direct(ins, N, u, dead_log, dft, raw)
         fwd = _plan(N, fdt, True)
-        halves = _use_halves(N, dt)
-        inv = _plan(N, dt, False, halves)
+        inv = _plan(N, dt, False)
         F = N // 2 + 1
         C = len(ins)
         g_inv = 12.0 * u * math.ceil(math.log2(max(N, 2)))
@@ -252,25 +203,24 @@ class NativeBackend(_fft.Backend):
             logmag[:K] = ser[1]
             phase[:K] = ser[2]
             quarter[:K] = 0
-        P = _spectrum_buffer(F, dt) if halves else inv.input_array
-        e2sq, p2sq, ndead = _kernels.power_fp(logmag, phase, quarter, LR, LRG, PH, ms, g, u_pol, N, P,
+        e2sq, p2sq, ndead = _kernels.power_fp(logmag, phase, quarter, LR, LRG, PH, ms, g, u_pol, N, inv.input_array,
                                               K, low[1] if low else None, low[2] if low else None, dead)
         e2, p2 = math.sqrt(e2sq) + dead_charge * ndead, math.sqrt(p2sq) + dead_charge * ndead
         if fdt != dt and e2 > _MIXED_RATIO * (_low_e2(low) + g_inv * p2):
             # the float64 forward error is not negligible here: the whole node in dtype instead
             return self.convolve(ins, N, dtype, u, ser, low, dead_log, raw=raw)  # (dft is None: fdt == dt with it)
-        out = _inverse(inv, P, N, dt, halves, raw)
+        inv.execute()
+        out = inv.output_array if raw else inv.output_array * dt.type(1.0 / N)
         l1 = e2 + g_inv * p2
         return out, l1, l1 / math.sqrt(N)
 
     def _convolve_lattice(self, lat, N, dt, u, raw=False):
+        inv = _plan(N, dt, False)
         _, L, Phi, dL, dP, Q, up = lat
-        halves = _use_halves(N, dt)
-        inv = _plan(N, dt, False, halves)
-        P = _spectrum_buffer(N // 2 + 1, dt) if halves else inv.input_array
         # the power and its bound (compose._lattice_amp) in one pass
-        e2sq, p2sq = _kernels._core.lattice_power(L, Phi, Q, dL, dP, up, u, N, P)
-        out = _inverse(inv, P, N, dt, halves, raw)
+        e2sq, p2sq = _kernels._core.lattice_power(L, Phi, Q, dL, dP, up, u, N, inv.input_array)
+        inv.execute()
+        out = inv.output_array if raw else inv.output_array * dt.type(1.0 / N)
         l1 = math.sqrt(e2sq) + 12.0 * u * math.ceil(math.log2(max(N, 2))) * math.sqrt(p2sq)
         return out, l1, l1 / math.sqrt(N)
 

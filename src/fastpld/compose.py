@@ -1900,10 +1900,8 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     if trim:
         removed += trim_charge
     core = _kernels._core if backend.native else None
-    if core is not None:  # the steps below in one compiled pass (out: the plan's unscaled buffer, raw=True;
-        # two dimensions: the even and the odd samples of a half-length plan)
-        lin, a, tiny_mass, n_tiny = core.finish_node(out.reshape(-1), c % N, float(floor), trim, 1.0 / N,
-                                                     out.ndim == 2)
+    if core is not None:  # the steps below in one compiled pass (out: the plan's unscaled buffer, raw=True)
+        lin, a, tiny_mass, n_tiny = core.finish_node(out, c % N, float(floor), trim, 1.0 / N)
         if n_tiny:
             removed += tiny_mass if lin.dtype == np.float64 else n_tiny * 1e-300
     else:
