@@ -60,14 +60,19 @@ def test_scaling_ratio_small(tmp_path):
     # the ratio script alone (no peers): end to end at k up to 2^16, one run per point, finite positive ratios
     out = tmp_path / "ratio.json"
     p = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "scaling_ratio.py"), "--runs", "1", "--top", "16",
-                        "--mechanisms", "laplace", "--out", str(out)], capture_output=True, text=True, timeout=600,
-                       cwd=ROOT, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+                        "--mechanisms", "laplace", "--repeat", "2", "--out", str(out)], capture_output=True, text=True,
+                       timeout=600, cwd=ROOT, env=dict(os.environ, PYTHONWARNINGS="ignore"))
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
-    assert "| laplace | auto |" in p.stdout
+    assert "| laplace | auto |" in p.stdout and "over the 2 repeats" in p.stdout
     res = json.loads(out.read_text())
-    assert res["top"] == 16 and set(res["ratios"]) == {"laplace"}
+    assert res["top"] == 16 and set(res["ratios"]) == {"laplace"} and len(res["repeats"]) == 2
     rows = [v for m in res["ratios"]["laplace"].values() for v in m]
     assert rows and all(_finite(v["ratio"]) and v["ratio"] > 0 for v in rows)
+    # the spread brackets each repeat's ratio
+    for m, vs in res["spread"]["laplace"].items():
+        for i, sp in enumerate(vs):
+            rs = [rp["laplace"][m][i]["ratio"] for rp in res["repeats"]]
+            assert sp["lowest"] == min(rs) and sp["highest"] == max(rs) and min(rs) <= sp["median"] <= max(rs)
     bad = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "scaling_ratio.py"), "--mechanisms", "gauss"],
                          capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert bad.returncode != 0 and "--mechanisms" in bad.stderr
