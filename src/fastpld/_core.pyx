@@ -678,19 +678,18 @@ cdef int _lattice_power(const real_out[::1] L, const real_out[::1] Phi, const un
             se2 = se2 + w * ea * ea
             sp2 = sp2 + w * x2_c  # (+ 0 where exp(2 lp) would underflow: the same sum)
             continue
-        else:
-            _polar(L[k], Phi[k], Q[k], two_pi, &pr, &pi_)
-            Pc[k].real = pr
-            Pc[k].imag = pi_
-            # the bound (compose._lattice_amp): the smaller of the fine and the crude one
-            pol = 8.0 * u * (1.0 + fabs(<double>Phi[k]) + fabs(lf))
-            mag = exp(lf)
-            fine = 1.01 * mag * (expm1(dL[k]) + exp(dL[k]) * dP[k] + pol)
-            crude = 1.01 * mag * (1.0 + pol) + ea
-            amp = (fine if fine < crude else crude) if isfinite(fine) else crude
-            hi = lf + dL[k]
-            hi = (hi if hi < up[k] else up[k]) if isfinite(hi) else up[k]
-            lp = (lf if lf > hi else hi) + 1e-12
+        _polar(L[k], Phi[k], Q[k], two_pi, &pr, &pi_)
+        Pc[k].real = pr
+        Pc[k].imag = pi_
+        # the bound (compose._lattice_amp): the smaller of the fine and the crude one
+        pol = 8.0 * u * (1.0 + fabs(<double>Phi[k]) + fabs(lf))
+        mag = exp(lf)
+        fine = 1.01 * mag * (expm1(dL[k]) + exp(dL[k]) * dP[k] + pol)
+        crude = 1.01 * mag * (1.0 + pol) + ea
+        amp = (fine if fine < crude else crude) if isfinite(fine) else crude
+        hi = lf + dL[k]
+        hi = (hi if hi < up[k] else up[k]) if isfinite(hi) else up[k]
+        lp = (lf if lf > hi else hi) + 1e-12
         se2 = se2 + w * amp * amp
         if 2.0 * lp > -746.0:
             sp2 = sp2 + w * exp(2.0 * lp)

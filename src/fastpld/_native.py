@@ -126,8 +126,7 @@ class NativeBackend(_fft.Backend):
     def abs_rfft(self, p, cen, n, out):
         # placed straight into the plan's buffer, the modulus read from its output: no copies
         fft = _plan(n, np.float64, True)
-        _kernels.fold(p, cen, fft.input_array)
-        fft.execute()
+        _forward(fft, p, cen, n)
         return np.abs(fft.output_array, out=out)
 
     def irfft(self, X, n):

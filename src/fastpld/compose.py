@@ -1490,19 +1490,12 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None, abs_rfft=N
     F = N // 2 + 1
     cdt = np.clongdouble if W is np.longdouble else np.complex128
     core = _kernels._core if native else None
-    if core is not None and scratch:  # (the kernel's first input assigns every entry)
-        L, Phi = _scratch("lat.L", F, W), _scratch("lat.Phi", F, W)
-        Q = _scratch("lat.Q", F, np.uint8)
-        dL, dP, up, absL, absP = (_scratch("lat." + x, F, np.float64) for x in ("dL", "dP", "up", "absL", "absP"))
-    else:
-        L = np.zeros(F, dtype=W)
-        Phi = np.zeros(F, dtype=W)
-        Q = np.zeros(F, dtype=np.uint8)
-        dL = np.zeros(F)
-        dP = np.zeros(F)
-        up = np.zeros(F)
-        absL = np.zeros(F)
-        absP = np.zeros(F)
+    # (scratch: the kernel's first input assigns every entry, so they need no zeros)
+    def array(name, dt):
+        return _scratch("lat." + name, F, dt) if core is not None and scratch else np.zeros(F, dtype=dt)
+
+    L, Phi, Q = array("L", W), array("Phi", W), array("Q", np.uint8)
+    dL, dP, up, absL, absP = (array(x, np.float64) for x in ("dL", "dP", "up", "absL", "absP"))
     s2 = _kernels.sin2_table(N, W)
     tab = 1.0 + _kernels.DFT_TABLE_REL
     c_tab, s_tab = _kernels.dft_table(N, W)
@@ -1534,7 +1527,7 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None, abs_rfft=N
             # roundings of thr and of |X~|
             thr = (slow * math.exp(skip_below / m) - g64) * (1.0 - 1e-12)
             pre = _scratch("lat.pre", F, np.float64) if scratch else np.empty(F)
-            (abs_rfft or _np_abs_rfft)(np.ascontiguousarray(p, dtype=np.float64), cen, N, pre)
+            (abs_rfft or _fft.NumpyBackend().abs_rfft)(np.ascontiguousarray(p, dtype=np.float64), cen, N, pre)
         if core is not None:
             core.lattice_terms(q, wt, steps, c_tab, s_tab, a, lags, s2, float(m), eta, u, slow, err0 * u, skip_below,
                                pre, thr, i == 0, L, Phi, Q, dL, dP, up, absL, absP)
@@ -1596,10 +1589,6 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None, abs_rfft=N
 
 
 _EMPTY_F64 = np.zeros(0)
-
-
-def _np_abs_rfft(p, cen, n, out):
-    return _fft.NumpyBackend().abs_rfft(p, cen, n, out)
 
 
 def _lattice_amp(lat, u_node):
