@@ -1,7 +1,10 @@
 """The fused compiled leaf of the Poisson-subsampled Gaussian (``_kernels.psg_window`` and
 ``_kernels.psg_leaf``, used by ``discretize_loss(..., native=True)``) against the path it
-replaces (numpy window, compiled kernels step by step): every field of the GridPMF bitwise equal;
-and against the numpy reference (``native=False`` without the compiled core) within round-off."""
+replaces (window, compiled kernels step by step): every field of the GridPMF bitwise equal (the same
+compiled window and the same C library in both: one implementation against itself); the compiled window
+against the numpy window, which evaluates ``exp``/``log1p``/``expm1`` through numpy (SIMD kernels on
+AVX-512 machines, rounding differently from libm), within the bound stated there; and the fused leaf
+against the numpy reference (``native=False`` without the compiled core) within round-off."""
 import math
 
 import numpy as np
@@ -20,12 +23,26 @@ COARSE = [None, (_LAM, 0.01 * 0.1 * _LAM / 10_000), (_LAM / 10, 1e-6)]
 
 
 def _stepwise(*args, **kw):
-    """discretize_loss through the numpy window and the per-step compiled kernels (the old native path)."""
+    """discretize_loss through the per-step compiled kernels (the old native path), with the compiled
+    window and libm's ``ginv``: numpy's may differ from them in the last bits (its SIMD exp/log/log1p/expm1
+    vs libm; test_fused_window_matches_the_numpy_window), and this test is about the fused leaf."""
+    loss = args[0]
     have, _kernels.have_leaf = _kernels.have_leaf, lambda: False
+    window = D._psg_window
+    D._psg_window = lambda loss, tail: _kernels.psg_window(*loss._psg, float(tail), D._PSG_STEPS)
+    # (and the partial mean's limits L = ginv(Y) through libm, as the fused leaf's psg_ginv, not numpy)
+    psg = getattr(loss, "_psg", None) is not None
+    if psg:
+        q = loss.q
+        loss._ginv = lambda t: np.array([math.log(a) - math.log(q) if a > 0 else -math.inf
+                                         for a in (math.expm1(float(x)) + q for x in np.ravel(t))])
     try:
         return D.discretize_loss(*args, **kw)
     finally:
         _kernels.have_leaf = have
+        D._psg_window = window
+        if psg:
+            del loss._ginv
 
 
 def _numpy(*args, **kw):
@@ -74,18 +91,74 @@ def test_fused_leaf_is_bitwise_the_stepwise_native_leaf(sigma, q, direction):
     assert coarse_seen > 0 or q > 0.1 or sigma > 1  # the sweep reaches the coarse cells
 
 
+def _libm_candidates(loss, tail):
+    """The candidate ends of discretize._psg_window, ``g`` evaluated by Python's ``math`` (the C library
+    that the compiled window calls, in the same order of operations), or ``None``."""
+    from scipy import special
+    q, v, sd, remove = loss._psg
+    logq = math.log(q)
+
+    def g(l):
+        if l > 30:
+            return (l + logq) + math.log1p(((1 - q) * math.exp(-min(l, 700.0))) / q)
+        return math.log1p(q * math.expm1(l))
+
+    steps = [float(s) for s in D._PSG_STEPS]
+    if remove:
+        if not tail < q:
+            return None
+        c_lo = -v / 2 + sd * float(special.ndtri(tail / (1 - q)))
+        c_hi = v / 2 - sd * float(special.ndtri(tail / q))
+        return [g(c_lo - sd * s) for s in steps], [g(c_hi + sd * s) for s in steps]
+    z = -float(special.ndtri(tail))
+    return [-g(-v / 2 + sd * z + sd * s) for s in steps], [-g(-v / 2 - sd * z - sd * s) for s in steps]
+
+
+def _first(values, ok):
+    return next((i for i, x in enumerate(values) if ok(x)), None)
+
+
 @pytest.mark.parametrize("sigma", [0.3, 1.0, 4.0, 50.0])
 @pytest.mark.parametrize("q", [1e-4, 0.01, 0.3, 0.999])
-def test_fused_window_is_bitwise_the_numpy_window(sigma, q):
+def test_fused_window_matches_the_numpy_window(sigma, q):
+    """The compiled window is bitwise the same algorithm on the same C library (a scalar replica through
+    ``math``), and agrees with the numpy window (``_psg_window``) up to the rounding of numpy's maths.
+
+    Why not bitwise with numpy: its exp/expm1/log1p may be SIMD kernels (within 4 ulp, docs/roundoff.md
+    section 7), so a candidate end ``y = +-g(l)`` differs by a few ulps, amplified by ``log1p``'s condition
+    number (at most ``1 / (1 - q)``): within ``64 u (|y| + 1 / (1 - q) + |log q|)``.  And the first
+    candidate lies at the tail quantile, where the computed CDF is the tail up to its rounding, and near
+    the support's end ``log(1 - q)`` the CDF is so steep in ``y`` that an ulp of ``y`` moves it by percents:
+    there the two may accept neighbouring candidates.  Either window is valid (the computed CDF and survival
+    function at most ``tail`` at its ends), which is all the certificate uses (it charges the computed
+    masses outside the window, not ``tail``)."""
+    u = 2.0**-53
     losses = fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses()
     for direction in ("remove", "add"):
         loss = losses[direction]
         for tail in 10.0 ** np.arange(-300, -3, 1.75):
-            a = _kernels.psg_window(*loss._psg, float(tail), D._PSG_STEPS)
-            assert a == D._psg_window(loss, float(tail))
-            if a is not None:  # where it matters: computed CDF and SF at most tail at the ends
-                F, S, _ = _kernels.psg_eval(np.array(a), *loss._psg, want_pdf=False)
+            tail = float(tail)
+            a = _kernels.psg_window(*loss._psg, tail, D._PSG_STEPS)
+            b = D._psg_window(loss, tail)
+            assert (a is None) == (b is None)
+            cand = _libm_candidates(loss, tail)
+            if a is None:
+                continue
+            # the compiled window: the libm replica's first candidates whose computed CDF / SF are <= tail
+            lo, hi = (np.array(c) for c in cand)
+            F, _, _ = _kernels.psg_eval(lo, *loss._psg, want_pdf=False)
+            _, S, _ = _kernels.psg_eval(hi, *loss._psg, want_pdf=False)
+            i, j = _first(F, lambda x: x <= tail), _first(S, lambda x: x <= tail)
+            assert a == (lo[i], hi[j])
+            # valid ends (by psg_eval, the evaluation both windows use to accept a candidate)
+            for ends in (a, b):
+                F, S, _ = _kernels.psg_eval(np.array(ends), *loss._psg, want_pdf=False)
                 assert F[0] <= tail and S[1] <= tail
+            # the numpy ends are the same candidates to a few ulps, or the neighbouring ones
+            for y, ys, k in ((b[0], lo, i), (b[1], hi, j)):
+                tol = 64 * u * (abs(y) + 1 / (1 - q) + abs(math.log(q)))
+                near = np.flatnonzero(np.abs(ys - y) <= tol)  # (several where they round to one value)
+                assert np.any(np.abs(near - k) <= 1), (direction, tail, y, ys[k])
 
 
 @pytest.mark.parametrize("q", [0.005, 0.02])
