@@ -108,8 +108,9 @@ static int psg_panels(double l_lo, double l_hi, double v, double sd, double *lo,
 /* ---------------------------------------------------------------------------------------------
  * The whole leaf in one call (fastpld.discretize._discretize_continuous for the subsampled
  * Gaussian).  Every step below names the numpy statement it mirrors; the operations and their
- * order are the same, so the results are bitwise those of the numpy/compiled mix it replaces
- * (numpy's exp/log/expm1/log1p are the C library's on the builds we use; see tests/test_leaf_native.py).
+ * order are the same, so the results are bitwise those of the numpy/compiled mix it replaces when numpy's
+ * exp/log/expm1/log1p are the C library's (its baseline kernels); its SIMD kernels (AVX2, AVX-512) round
+ * differently, and the window and partial-mean limits then agree to a few ulps (tests/test_leaf_native.py).
  * --------------------------------------------------------------------------------------------- */
 
 #define FPLD_U 1.1102230246251565e-16 /* unit round-off of double (discretize._U) */

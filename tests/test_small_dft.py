@@ -341,7 +341,8 @@ def test_lattice_node_within_its_charge(exact_ld, monkeypatch, case, precision, 
     _, info_fft = _run(p, m, fp_budget, backend)
     assert not info_fft["dft"] and not info_fft["lattice"]
     if info_fft["dtype"] == info["dtype"]:
-        assert info["fp"] * (1.2 if precision == "float64" else 20) < info_fft["fp"], (info["fp"], info_fft["fp"])
+        # (float64: 1.19x less since the polar evaluation is charged for 4-ulp maths libraries, 1.2x before)
+        assert info["fp"] * (1.1 if precision == "float64" else 20) < info_fft["fp"], (info["fp"], info_fft["fp"])
     else:
         assert precision == "float64" and np.dtype(info_fft["dtype"]) == np.dtype(np.longdouble)
 
@@ -364,10 +365,11 @@ def test_lattice_node_backends_agree(case):
     assert 0.5 * float(np.abs(fa - fb).sum()) <= ia["fp"] + ib["fp"]
 
 
-@pytest.mark.parametrize("delta_error,arity,lattice,limit", [(1e-7, 256, False, 1.2e-8), (1e-9, 1024, True, 1e-9)])
+@pytest.mark.parametrize("delta_error,arity,lattice,limit", [(1e-7, 256, False, 1.5e-8), (1e-9, 1024, True, 1e-9)])
 def test_laplace_2_30_first_node_charges(delta_error, arity, lattice, limit):
     # the first node's lattice powers (2^30 copies in all) used to charge ~9e-8 of round-off, which
-    # refused every plan but two_stage at delta_error 1e-7; with direct DFTs they charge ~9e-9, and
+    # refused every plan but two_stage at delta_error 1e-7; with direct DFTs they charge ~1.3e-8 (~9e-9 before
+    # the polar evaluation was charged for maths libraries within 4 ulp, docs/roundoff.md section 7), and
     # with the lattice spectra (taken where that would be more than a tenth of delta_error) ~3e-10,
     # so that the cheap recursive plans are certified at delta_error 1e-9
     seen = []

@@ -522,6 +522,12 @@ def spectrum_terms(const cplx[::1] X, double m, real_out[::1] logmag, real_out[:
     _check(status, "spectrum_terms")
 
 
+cdef inline double _crude_up(double m, double r, double e, double slow) noexcept nogil:
+    """compose._crude_up: ``m log((r + e) / slow)`` rounded upwards (hypot, log within 4 ulp)."""
+    cdef double x = m * log((r + e) * (1 + 16 * 1.1102230246251565e-16) / slow)
+    return x + 10 * 1.1102230246251565e-16 * fabs(x)
+
+
 cdef inline void _polar(real_out lm, real_out phase, unsigned char quarter, real_out two_pi, real_out *re,
                         real_out *im) noexcept nogil:
     """``exp(lm) e^(i phase) i^quarter``: the phase reduced mod 2 pi as numpy.remainder does, sin and cos from
@@ -566,7 +572,7 @@ cdef int _power_fp(const real_out[::1] logmag, const real_out[::1] phase, const 
                    double *ndead) noexcept nogil:
     cdef Py_ssize_t F = logmag.shape[0], C = ms.shape[0], k, c
     cdef real_out lm, two_pi, pr, pi_
-    cdef double log_prod, amp, sum_lr, cond, lrc, w, se2 = 0.0, sp2 = 0.0, eight_u = 8.0 * u, msum = 0.0
+    cdef double log_prod, amp, sum_lr, cond, lrc, w, se2 = 0.0, sp2 = 0.0, msum = 0.0
     if real_out is double:
         two_pi = _TWO_PI
     else:
@@ -616,9 +622,9 @@ cdef int _power_fp(const real_out[::1] logmag, const real_out[::1] phase, const 
         for c in range(C):
             sum_lr = sum_lr + ms[c] * LR[c, k]
             lrc = LR[c, k] if isfinite(LR[c, k]) else 0.0
-            cond = cond + (1.0 + ms[c] * (fabs(lrc) + fabs(PH[c, k])))
-        # polar-power rounding, plus the rounding of |X| before its m-th power (~ m u)
-        amp = amp + (eight_u * cond + 2.0 * u * msum) * exp(sum_lr)
+            cond = cond + ms[c] * (fabs(lrc) + fabs(PH[c, k]))
+        # polar-power rounding, every maths-library call within 4 ulp (compose._polar_rel)
+        amp = amp + 1.01 * u * ((11 + C) * cond + 8 * msum + 40) * exp(sum_lr)
         if not isfinite(amp):
             amp = 0.0
         w = 1.0 if (k == 0 or (N % 2 == 0 and k == F - 1)) else 2.0
@@ -682,7 +688,7 @@ cdef int _lattice_power(const real_out[::1] L, const real_out[::1] Phi, const un
         Pc[k].real = pr
         Pc[k].imag = pi_
         # the bound (compose._lattice_amp): the smaller of the fine and the crude one
-        pol = 8.0 * u * (1.0 + fabs(<double>Phi[k]) + fabs(lf))
+        pol = 8.0 * u * (5.0 + fabs(<double>Phi[k]) + fabs(lf))
         mag = exp(lf)
         fine = 1.01 * mag * (expm1(dL[k]) + exp(dL[k]) * dP[k] + pol)
         crude = 1.01 * mag * (1.0 + pol) + ea
@@ -855,7 +861,7 @@ cdef int _lattice_terms(const real_out[::1] q, const real_out[::1] wt, const cnp
         # (with the caller's bound, every frequency reaching here is live)
         live = True
         if not use_pre:
-            dlc = m * log((rr + e0) / slow)
+            dlc = _crude_up(m, rr, e0, slow)
             live = not (first and dlc < skip_below)
         if live:
             # per component sum_j wt_j |table entry| (the a-priori-weighted error bound), the same r[j]
@@ -879,7 +885,7 @@ cdef int _lattice_terms(const real_out[::1] q, const real_out[::1] wt, const cnp
             ere = 1.01 * u * <double>are
             eim = 1.01 * u * <double>aim
             ee = hypot(ere, eim)
-            dlc = m * log((rr + ee) / slow)
+            dlc = _crude_up(m, rr, ee, slow)
         if not live:
             L[k] = -INFINITY
             Phi[k] = 0
@@ -1250,7 +1256,7 @@ def series_input(const long double[::1] M, const long double[::1] cl, double rho
                 wabs = hypot(wre, im_k)
             else:
                 wabs = <double>hypotl(wre, im_k)
-            gap = wabs * (1 - 4 * u) - dz[k]
+            gap = wabs * (1 - 10 * u) - dz[k]
             if not gap >= 0.25:
                 Kc = k
                 break
@@ -1265,9 +1271,9 @@ def series_input(const long double[::1] M, const long double[::1] cl, double rho
             imf = fabs(<double>im_k)
             lwf = fabs(<double>lw)
             den = 0.99 * gap * gap
-            dlw = dz[k] / gap + 0.5 * _gam(4.0, u) * (ref * (2 + ref) + imf * imf) / den + 2 * u * lwf
+            dlw = dz[k] / gap + 0.5 * _gam(4.0, u) * (ref * (2 + ref) + imf * imf) / den + 8 * u * lwf
             absph = fabs(<double>ph)
-            dph = (3.141592653589793 / 2) * dz[k] / gap + u * (1 + ref) * imf / (gap * gap) + 2 * u * absph
+            dph = (3.141592653589793 / 2) * dz[k] / gap + u * (1 + ref) * imf / (gap * gap) + 8 * u * absph
             kk = (<long long>k * Ti) % N
             if kk < 0:
                 kk = kk + N

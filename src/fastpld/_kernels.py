@@ -735,9 +735,9 @@ def power_fp(logmag, phase, quarter, LR, LRG, PH, ms, g, u, N, Pc, K=0, lp_low=N
         sum_lr = 0.0
         for c in range(ms.size):
             sum_lr = sum_lr + ms[c] * LR[c]
-            cond = cond + (1.0 + ms[c] * (np.abs(np.where(np.isfinite(LR[c]), LR[c], 0.0)) + np.abs(PH[c])))
-        # polar-power rounding, plus the rounding of |X| before its m-th power (~ m u)
-        amp = amp + (8 * u * cond + 2 * u * float(ms.sum())) * np.exp(sum_lr)
+            cond = cond + ms[c] * (np.abs(np.where(np.isfinite(LR[c]), LR[c], 0.0)) + np.abs(PH[c]))
+        # polar-power rounding, every maths-library call within 4 ulp (compose._polar_rel)
+        amp = amp + 1.01 * u * ((11 + ms.size) * cond + 8 * float(ms.sum()) + 40) * np.exp(sum_lr)
         amp = np.where(np.isfinite(amp), amp, 0.0)
         if K:
             amp = np.array(amp, dtype=np.float64)

@@ -1046,6 +1046,18 @@ _SERIES_MIN_ABS = 0.25  # and only while |1 - Z| >= 0.25 holds (Lipschitz consta
 _FACT = [float(math.factorial(r)) for r in range(_SERIES_R + 2)]
 
 
+def _polar_rel(cond, msum, C, u):
+    """Relative error of a polar power ``prod_c X_c^m_c = exp(L) cis(Phi) i^Q`` from the rounding of its
+    evaluation (docs/roundoff.md sections 3 and 7): ``cond = sum_c m_c (|log|X_c|| + |psi_c|)``,
+    ``msum = sum_c m_c``, ``C`` inputs, every maths-library call (``|X|``, ``log``, ``atan2``, ``exp``,
+    ``cos``, ``sin``) within 4 ulp (8 u relative): ``m log|X|`` errs by ``m (8 u + 9 u |log|X||)``, ``m psi``
+    by ``9 u m |psi|``, the sums over inputs by ``(C - 1) u`` of their terms' magnitudes, ``exp`` and
+    ``cis`` by ``8 u`` each, the products by ``1.5 u``, the reduction mod ``2 pi`` by ``20 u + 2.6 u |Phi|``
+    (at most 2 ulp in ``2 pi`` per multiple, one rounding): ``u ((11 + C) cond + 8 msum + 37.5)`` to first
+    order, and 1.01 for the higher orders (the relative error is far below 0.02)."""
+    return 1.01 * u * ((11 + C) * cond + 8 * msum + 40)
+
+
 def _gamma(k, u):
     return k * u / (1.0 - k * u)
 
@@ -1200,7 +1212,7 @@ def _series_input(Mld, c, rho, d, m, n, N, K0, W, u, lev, two_pi, native=True):
     re, im, dz = _kernels.series_eval(a, da + hor_g * af, W(two_pi * W(d) / W(N)), rho, _FACT[R + 1], K0, native)
     wre = 1 - re
     wabs = np.hypot(wre, im).astype(np.float64)
-    gap = wabs * (1 - 4 * u) - dz
+    gap = wabs * (1 - 10 * u) - dz  # (hypot within 4 ulp, and 1 - Re's rounding)
     bad = np.flatnonzero(~(gap >= _SERIES_MIN_ABS))
     Kc = int(bad[0]) if bad.size else K0
     # log |1 - Z'| = log1p(v) / 2, v = Im^2 - Re (2 - Re); |log|w'| - log|w|| <= |w' - w| / min |w|
@@ -1209,10 +1221,11 @@ def _series_input(Mld, c, rho, d, m, n, N, K0, W, u, lev, two_pi, native=True):
         lw = np.log1p(v) / 2
         ref, imf, lwf = np.abs(re.astype(np.float64)), np.abs(im.astype(np.float64)), np.abs(lw.astype(np.float64))
         den = 0.99 * gap * gap
-        dlw = dz / gap + 0.5 * _gamma(4, u) * (ref * (2 + ref) + imf * imf) / den + 2 * u * lwf
+        # (+ log1p's rounding: 4 ulp = 8 u relative, docs/roundoff.md section 7)
+        dlw = dz / gap + 0.5 * _gamma(4, u) * (ref * (2 + ref) + imf * imf) / den + 8 * u * lwf
         ph = np.arctan2(-im, wre)
         # (rounding 1 - Re moves w along the real axis: the angle moves by |Im| |dw| / |w|^2)
-        dph = (math.pi / 2) * dz / gap + u * (1 + ref) * imf / (gap * gap) + 2 * u * np.abs(ph.astype(np.float64))
+        dph = (math.pi / 2) * dz / gap + u * (1 + ref) * imf / (gap * gap) + 8 * u * np.abs(ph.astype(np.float64))
     # linear phase -m theta c d of the shift to c: T = m c d (long double; d a power of two),
     # T = Ti + Tf with Ti an integer whose phase 2 pi (k Ti mod N) / N is reduced exactly
     T = LD(m) * c * LD(d)
@@ -1253,7 +1266,7 @@ def _series_amp(ser, u_node):
     L = L.astype(np.float64)
     P = P.astype(np.float64)
     with np.errstate(over="ignore", under="ignore"):
-        amp = 1.01 * np.exp(L) * (np.expm1(dL) + np.exp(dL) * dP + 8 * u_node * (1 + np.abs(P) + np.abs(L)))
+        amp = 1.01 * np.exp(L) * (np.expm1(dL) + np.exp(dL) * dP + 8 * u_node * (5 + np.abs(P) + np.abs(L)))
     return L + dL, amp
 
 
@@ -1286,11 +1299,11 @@ def _fp_fft_bound(specs, N, u, g_extra=0.0, low=None, fwd=None, detail=False):
     with np.errstate(over="ignore", invalid="ignore"):
         for lr, lrg, m, ph in logs:
             amp = amp + m * g * np.exp(log_prod - lrg)
-        # rounding of the power itself (polar form): relative error ~ u (1 + m|log r| + m|phase|)
+        # rounding of the power itself (polar form, every maths-library call within 4 ulp = 8 u, docs/roundoff.md
+        # section 7): relative error <= 1.01 u ((11 + C) sum m (|log r| + |psi|) + 8 sum m + 40)
         prod_r = np.exp(sum(m * lr for lr, _, m, _ in logs))
-        cond = sum(1.0 + m * (np.abs(np.where(np.isfinite(lr), lr, 0.0)) + np.abs(ph)) for lr, _, m, ph in logs)
-        # + m u: |X| itself is rounded (relative u) before the m-th power
-        amp = amp + (8 * cond + 2 * sum(m for *_, m, _ in logs)) * u * prod_r
+        cond = sum(m * (np.abs(np.where(np.isfinite(lr), lr, 0.0)) + np.abs(ph)) for lr, _, m, ph in logs)
+        amp = amp + _polar_rel(cond, sum(m for *_, m, _ in logs), len(logs), u) * prod_r
     amp = np.where(np.isfinite(amp), amp, 0.0)
     if low is not None:
         K, lp_low, amp_low = low
@@ -1460,6 +1473,14 @@ def _scratch(name, n, dtype):
     return a[:n]
 
 
+def _crude_up(m, r, e, slow):
+    """``m log((r + e) / slow)`` rounded upwards: ``r = hypot`` of the computed DFT and ``e`` (a hypot or a
+    constant) within 4 ulp each, the sum, division and product (float64, docs/roundoff.md section 7): the
+    argument inflated by ``16 u64``, ``log`` (4 ulp) and the product by ``10 u64`` of the result."""
+    x = m * np.log((r + e) * (1 + 16 * _U64) / slow)
+    return x + 10 * _U64 * np.abs(x)
+
+
 def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None, abs_rfft=None, scratch=False):
     """Accurate ``m log|X|``, ``m arg X`` at every frequency of a node whose inputs take direct DFTs
     (docs/roundoff.md, section 3f): ``(F, L, Phi, dL, dPhi, Q, up)``.
@@ -1550,11 +1571,11 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None, abs_rfft=N
             E = np.hypot(Ere, Eim)
             if pre.size:
                 skip = pre < thr
-                up_c = np.where(skip, skip_below, m * np.log((r + E) / slow))
+                up_c = np.where(skip, skip_below, _crude_up(m, r, E, slow))
             else:
-                up0 = m * np.log((r + err0 * u) / slow)
+                up0 = _crude_up(m, r, err0 * u, slow)
                 skip = up0 < skip_below
-                up_c = np.where(skip, up0, m * np.log((r + E) / slow))
+                up_c = np.where(skip, up0, _crude_up(m, r, E, slow))
             psi, qq = _kernels.quarter_angle(X)
             odd = (qq & 1).astype(bool)
             Ex = np.where(odd, Eim, Ere)  # the turned components' bounds: odd turns swap them
@@ -1605,7 +1626,8 @@ def _lattice_amp(lat, u_node):
         lp = up + 1e-12
         live = np.flatnonzero(np.isfinite(Lf))
         Lv, dLv, upv = Lf[live], dL[live], up[live]
-        pol = 8 * u_node * (1 + np.abs(P[live].astype(np.float64)) + np.abs(Lv))
+        # (exp, cis and the products 8 u + 8 u + 1.5 u, the reduction mod 2 pi 20 u + 2.6 u |Phi|: section 7)
+        pol = 8 * u_node * (5 + np.abs(P[live].astype(np.float64)) + np.abs(Lv))
         mag = np.exp(Lv)
         fine = 1.01 * mag * (np.expm1(dLv) + np.exp(dLv) * dP[live] + pol)
         crude = 1.01 * mag * (1 + pol) + amp[live]
