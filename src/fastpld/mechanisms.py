@@ -311,7 +311,7 @@ class GaussianLoss(ContinuousLoss):
     """Loss of the Gaussian mechanism: ``Y ~ N(mu^2/2, mu^2)``."""
 
     # scipy's ndtr (and the exp(-z^2 / 2) of the density and partial mean) round z^2 before the exponential:
-    # relative error ~ (2 z^2 + 64) u in the tails, measured up to 2104 u at z = -37 (ndtr underflows below
+    # relative error ~ (2 z^2 + 64) u in the tails, measured up to ~2100 u near z = -37 (ndtr underflows below
     # 1e-300 from z = -37.5), 35 u for |z| <= 5 (docs/roundoff.md section 7); was 64 u
     cdf_rel_error = _NDTR_REL
 
