@@ -266,8 +266,35 @@ def _combine(pld, alpha):
     return lo, est, up
 
 
+def _lower_hull(x, y):
+    """Values at ``x`` (sorted) of the largest convex function below the points ``(x_i, y_i)``."""
+    hull = []  # indices of the lower convex hull (monotone chain)
+    for i in range(x.size):
+        while len(hull) >= 2:
+            i0, i1 = hull[-2], hull[-1]
+            # drop i1 if it lies on or above the chord from i0 to i
+            if (y[i1] - y[i0]) * (x[i] - x[i0]) >= (y[i] - y[i0]) * (x[i1] - x[i0]):
+                hull.pop()
+            else:
+                break
+        hull.append(i)
+    h = np.asarray(hull)
+    xh, yh = x[h], y[h]
+    k = np.clip(np.searchsorted(xh, x, side="right"), 1, xh.size - 1)
+    # interpolation round-off is relative to the segment's end values: pad it outward
+    pad = 8 * _U * (np.abs(yh[k - 1]) + np.abs(yh[k]))
+    return np.interp(x, xh, yh) + pad
+
+
 def _monotone(alpha, lo, est, up):
-    """Use that beta is non-increasing: lower(alpha_i) >= lower(alpha_j) for alpha_j >= alpha_i, etc."""
+    """Sharpen the bounds at a set of alphas with what every trade-off function is.
+
+    beta is non-increasing: ``lower(alpha_i) >= lower(alpha_j)`` for ``alpha_j >=
+    alpha_i`` and ``upper(alpha_i) <= upper(alpha_j)`` for ``alpha_j <=
+    alpha_i``.  beta is convex: below ``upper`` at the points, it is below the
+    chords between them, so the lower convex hull of the upper bounds is still an
+    upper bound (and makes the upper curve convex).
+    """
     if alpha.size <= 1:
         return lo, est, up
     order = np.argsort(alpha, kind="stable")
@@ -275,6 +302,13 @@ def _monotone(alpha, lo, est, up):
     inv[order] = np.arange(order.size)
     lo_s = np.maximum.accumulate(lo[order][::-1])[::-1]
     up_s = np.minimum.accumulate(up[order])
+    a_s = alpha[order]
+    # at equal alphas the running minimum already holds the smallest upper bound
+    uniq, first = np.unique(a_s, return_index=True)
+    if uniq.size > 2:
+        hv = _lower_hull(uniq, up_s[first])
+        hv = np.minimum(hv, up_s[first])
+        up_s = np.minimum(up_s, hv[np.searchsorted(uniq, a_s)])
     lo, up = lo_s[inv], up_s[inv]
     return lo, np.clip(est, lo, up), up
 
