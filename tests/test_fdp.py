@@ -242,3 +242,27 @@ def test_calibrate_attack_targets_never_on_the_wrong_side(kind):
         fastpld.calibrate(make, 100, target_tpr=0.01, at_fpr=0.05)
     with pytest.raises(ValueError, match="not both"):
         fastpld.calibrate(make, 100, target_epsilon=1.0, target_delta=1e-5, target_mu=1.0)
+
+
+def test_cli_tradeoff_and_plot(tmp_path, capsys):
+    import json
+
+    from fastpld.cli import main
+
+    argv = ["tradeoff", "--sigma", "2.0", "--steps", "10", "--fpr", "1e-4,0.01", "--eps-error", "0.02",
+            "--delta-error", "1e-12", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    mu = math.sqrt(10) / 2
+    for row in out["tradeoff"]:
+        ex = 1 - exact_gaussian_beta(mu, [row["fpr"]])[0]
+        assert row["tpr"]["lower"] <= ex <= row["tpr"]["upper"]
+    assert out["gdp_mu"]["lower"] <= mu <= out["gdp_mu"]["upper"] and out["gdp_mu"]["all_alpha"] is False
+    assert main(argv[:-1]) == 0 and "Gaussian-DP mu" in capsys.readouterr().out
+    assert main(["tradeoff", "--sigma", "2.0", "--steps", "10", "--fpr", "0.5,2"]) == 2
+    assert "--fpr" in capsys.readouterr().err
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "t.png"
+    assert main(["plot", "--tradeoff", "--sigma", "2.0", "--steps", "10", "-o", str(png)]) == 0
+    assert png.stat().st_size > 10_000
+    assert main(["plot", "--tradeoff", "--sigma", "2.0", "-o", str(png)]) == 2
