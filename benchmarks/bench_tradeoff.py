@@ -4,7 +4,8 @@ Run: python benchmarks/bench_tradeoff.py [--repeat R] [--steps K] [--sigma S] [-
 (needs riskcal and gdpnum, which need dp-accounting; a missing peer is reported, not fatal)
 
 DP-SGD: Poisson-subsampled Gaussian, sigma 1, q 0.01, 1,000 steps (add-or-remove).  Three tasks, each
-timed from scratch (fastpld's per-mechanism cache cleared, a new dp_accounting PLD built), median of R:
+timed from scratch (fastpld's per-mechanism cache cleared, a new dp_accounting PLD built), median of R
+(calibrations: --calibration-repeat, default 1; rows are printed as they are measured):
 
 1. the trade-off curve beta(alpha) at 1,000 alphas (log-spaced 1e-6 .. 0.5 and 1 - that),
 2. the Gaussian-DP mu of the curve,
@@ -46,6 +47,16 @@ def _timed(fn, repeat):
     return statistics.median(times), min(times), max(times), out
 
 
+class _Rows(list):
+    """Rows printed as soon as they are measured (a long peer run should not hide the others)."""
+
+    def append(self, r):
+        super().append(r)
+        tt = "n/a" if r["time"] is None else f"{r['time']:.3f}" + (
+            f" (query alone {r['query_only']:.3f})" if "query_only" in r else "")
+        print(f"| {r['task']} | {r['tool']} | {tt} | {r['result']} |", flush=True)
+
+
 def _dpa_pld(sigma, q, k):
     from dp_accounting.pld import privacy_loss_distribution as pm
     return pm.from_gaussian_mechanism(standard_deviation=sigma, sampling_prob=q, use_connect_dots=True,
@@ -59,10 +70,15 @@ def main(argv=None):
     ap.add_argument("--sigma", type=float, default=1.0)
     ap.add_argument("--q", type=float, default=0.01)
     ap.add_argument("--skip-calibration", action="store_true")
+    ap.add_argument("--calibration-repeat", type=int, default=1, help="runs of each calibration (default 1)")
     args = ap.parse_args(argv)
     s, q, k, R = args.sigma, args.q, args.steps, args.repeat
     mech = fastpld.PoissonSubsampledGaussian(s, q)
-    rows = []
+    rows = _Rows()
+    print(f"DP-SGD: sigma={s}, q={q}, {k} steps; fastpld eps_error={EPS_ERROR}, delta_error={DELTA_ERROR}; "
+          f"peers: dp_accounting connect-the-dots PLD, grid {GRID}; median of {R} (calibration: "
+          f"{max(1, min(R, args.calibration_repeat))}) runs from scratch")
+    print("| task | tool | time (s) | result |\n|---|---|---|---|", flush=True)
 
     def compose():
         return fastpld.compose(mech, k, eps_error=EPS_ERROR, delta_error=DELTA_ERROR)
@@ -74,14 +90,14 @@ def main(argv=None):
     i1 = int(np.searchsorted(ALPHAS, 0.01))
     rows.append({"task": "trade-off curve, 1,000 alphas", "tool": "fastpld (compose + tradeoff)", "time": t,
                  "min": lo, "max": hi, "query_only": tq,
-                 "result": f"beta(0.01)={float(b.estimate[i1]):.6f} in [{float(b.lower[i1]):.6f}, "
+                 "result": f"beta({ALPHAS[i1]:.4g})={float(b.estimate[i1]):.6f} in [{float(b.lower[i1]):.6f}, "
                            f"{float(b.upper[i1]):.6f}]"})
     try:
         from riskcal.analysis import get_beta_from_pld
         t, lo, hi, rb = _timed(lambda: np.asarray(get_beta_from_pld(_dpa_pld(s, q, k), alpha=ALPHAS)), R)
         inside = int(np.sum((b.lower <= rb) & (rb <= b.upper)))
         rows.append({"task": "trade-off curve, 1,000 alphas", "tool": "riskcal get_beta_from_pld", "time": t,
-                     "min": lo, "max": hi, "result": f"beta(0.01)={rb[i1]:.6f}; {inside}/1000 inside fastpld's band"})
+                     "min": lo, "max": hi, "result": f"beta({ALPHAS[i1]:.4g})={rb[i1]:.6f}; {inside}/1000 inside fastpld's band"})
     except ImportError as exc:
         rows.append({"task": "trade-off curve, 1,000 alphas", "tool": "riskcal", "time": None, "result": str(exc)})
     try:
@@ -89,7 +105,7 @@ def main(argv=None):
         t, lo, hi, gb = _timed(lambda: np.asarray(PLDConverter(_dpa_pld(s, q, k)).get_beta(ALPHAS)), R)
         inside = int(np.sum((b.lower <= gb) & (gb <= b.upper)))
         rows.append({"task": "trade-off curve, 1,000 alphas", "tool": "gdpnum PLDConverter.get_beta", "time": t,
-                     "min": lo, "max": hi, "result": f"beta(0.01)={gb[i1]:.6f}; {inside}/1000 inside fastpld's band"})
+                     "min": lo, "max": hi, "result": f"beta({ALPHAS[i1]:.4g})={gb[i1]:.6f}; {inside}/1000 inside fastpld's band"})
     except ImportError as exc:
         rows.append({"task": "trade-off curve, 1,000 alphas", "tool": "gdpnum", "time": None, "result": str(exc)})
 
@@ -115,7 +131,7 @@ def main(argv=None):
             return fastpld.compose(fastpld.PoissonSubsampledGaussian(sig, q), k, eps_error=EPS_ERROR,
                                    delta_error=1e-10).tpr(0.01)
 
-        cal_r = max(1, min(R, 3))
+        cal_r = max(1, min(R, args.calibration_repeat))
         t, lo, hi, sig = _timed(lambda: fastpld.calibrate(lambda x: fastpld.PoissonSubsampledGaussian(x, q), k,
                                                           target_tpr=0.05, at_fpr=0.01), cal_r)
         c = certified_tpr(sig)
@@ -133,18 +149,10 @@ def main(argv=None):
         except ImportError as exc:
             rows.append({"task": "calibrate sigma", "tool": "riskcal", "time": None, "result": str(exc)})
 
-    print(f"DP-SGD: sigma={s}, q={q}, {k} steps; fastpld eps_error={EPS_ERROR}, delta_error={DELTA_ERROR}; "
-          f"peers: dp_accounting connect-the-dots PLD, grid {GRID}; median of {R} (calibration: "
-          f"{max(1, min(R, 3))}) runs from scratch")
-    print("| task | tool | time (s) | result |\n|---|---|---|---|")
-    for r in rows:
-        tt = "n/a" if r["time"] is None else f"{r['time']:.3f}" + (
-            f" (query alone {r['query_only']:.3f})" if "query_only" in r else "")
-        print(f"| {r['task']} | {r['tool']} | {tt} | {r['result']} |")
     out = os.path.join(os.path.dirname(__file__), "results")
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "bench_tradeoff.json"), "w") as f:
-        json.dump({"sigma": s, "q": q, "steps": k, "repeat": R, "rows": rows}, f, indent=1)
+        json.dump({"sigma": s, "q": q, "steps": k, "repeat": R, "rows": list(rows)}, f, indent=1)
 
 
 if __name__ == "__main__":
