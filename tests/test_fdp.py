@@ -113,8 +113,9 @@ def test_curves_monotone_and_convex():
         b = pld.tradeoff(a)
         for curve in b:
             assert np.all(np.diff(curve) <= 0)
-        # the upper curve is a convex hull; the lower and estimated curves of a symmetric mechanism are convex
-        curves = [b.upper] + ([b.lower, b.estimate] if len(pld.directions) == 1 else [])
+        # a symmetric mechanism's curves are convex (the upper one is a convex hull); with two directions
+        # the minimum of two convex curves need not be
+        curves = [b.upper, b.lower, b.estimate] if len(pld.directions) == 1 else []
         for curve in curves:
             assert np.min(np.diff(curve, 2)) >= -1e-12
         assert np.all(b.upper <= 1 - a + 1e-15)

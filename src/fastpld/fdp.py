@@ -240,14 +240,15 @@ def _reverse(pld):
     or ``"add"``).
     """
     names = list(pld.directions)
+    if any(_one_order_only(m) for m, _ in pld.events):  # its factor of either direction has no reverse
+        return {n: None for n in names}
     if set(names) == {"remove", "add"}:
         return {"remove": "add", "add": "remove"}
-    if any(_one_order_only(m) for m, _ in pld.events):
-        return {n: None for n in names}
     return {n: n for n in names}
 
 
-def _combine(pld, alpha):
+def _combine(pld, alpha, sharpen=False):
+    """Bounds on ``min over directions of T_d(alpha)``; ``sharpen``: use that each ``T_d`` is monotone and convex."""
     lo = est = up = None
     dirs = _directions(pld)
     rev = _reverse(pld)
@@ -260,6 +261,8 @@ def _combine(pld, alpha):
             l = np.maximum(l, il)
             u = np.minimum(u, iu)
             e = np.clip(e, l, u)
+        if sharpen:  # per direction: the minimum over two directions need not be convex
+            l, e, u = _monotone(alpha, l, e, u)
         lo = l if lo is None else np.minimum(lo, l)
         est = e if est is None else np.minimum(est, e)
         up = u if up is None else np.minimum(up, u)
@@ -320,7 +323,7 @@ def tradeoff(pld, alpha) -> Bounds:
     """Certified bounds on the trade-off curve ``beta(alpha)``; see :meth:`PrivacyLossDistribution.tradeoff`."""
     a = V.query_array("alpha", alpha, lo=0.0, hi=1.0)
     flat = a.ravel()
-    lo, est, up = _monotone(flat, *_combine(pld, flat))
+    lo, est, up = _combine(pld, flat, sharpen=True)
     lo, est, up = (x.reshape(a.shape) for x in (lo, est, up))
     if np.ndim(alpha) == 0:
         return Bounds(float(lo), float(est), float(up))
