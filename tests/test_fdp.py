@@ -267,3 +267,24 @@ def test_cli_tradeoff_and_plot(tmp_path, capsys):
     assert main(["plot", "--tradeoff", "--sigma", "2.0", "--steps", "10", "-o", str(png)]) == 0
     assert png.stat().st_size > 10_000
     assert main(["plot", "--tradeoff", "--sigma", "2.0", "-o", str(png)]) == 2
+
+
+def test_subsampled_gaussian_against_dp_accounting_neyman_pearson():
+    """Independent reference: the Neyman-Pearson curve of dp_accounting's (pessimistic, connect-the-dots) remove
+    PMF at a fine grid, T_rem, and beta = min(T_rem, T_rem^{-1}) (the add direction is the reversed pair)."""
+    pytest.importorskip("dp_accounting")
+    from dp_accounting.pld import privacy_loss_distribution as pm
+
+    s, q, k, grid = 1.0, 0.01, 1000, 1e-4
+    dp = pm.from_gaussian_mechanism(standard_deviation=s, sampling_prob=q, use_connect_dots=True,
+                                    value_discretization_interval=grid).self_compose(k)
+    d = dp._pmf_remove.to_dense_pmf()
+    p = np.asarray(d._probs)[::-1]  # largest losses first: the tests reject on them first
+    v = (d._lower_loss + np.arange(p.size))[::-1] * grid
+    al = np.concatenate([[0.0], np.cumsum(p * np.exp(-v))])
+    be = np.concatenate([[1.0], 1.0 - np.cumsum(p)]) - d._infinity_mass
+    a = np.unique(np.concatenate([np.geomspace(1e-8, 0.5, 40), 1 - np.geomspace(1e-8, 0.5, 40)]))
+    ref = np.minimum(np.interp(a, al, be), np.interp(-a, -be, al))
+    b = compose(PoissonSubsampledGaussian(s, q), k, eps_error=0.02, delta_error=1e-12).tradeoff(a)
+    # 1e-9: the reference's own rounding (1 - cumsum) and the tail mass dp_accounting drops (4e-11)
+    assert np.all(b.lower <= ref + 1e-9) and np.all(ref <= b.upper + 1e-9)
