@@ -116,7 +116,7 @@ def main(argv=None):
         rows.append({"task": "Gaussian-DP mu", "tool": f"fastpld gdp_mu ({name})", "time": t, "min": lo, "max": hi,
                      "query_only": tq,
                      "result": f"mu in [{g.mu.lower:.4f}, {g.mu.upper:.4f}] over [{g.alpha_range[0]:.2g}, "
-                               f"1 - {1 - g.alpha_range[1]:.2g}], binding at alpha={g.binding_alpha:.3g}"})
+                               f"1 - {1 - g.alpha_range[1]:.2g}], binding at alpha={g.binding_alpha:.10g}"})
     try:
         from gdpnum import PLDConverter
         t, lo, hi, m = _timed(lambda: PLDConverter(_dpa_pld(s, q, k)).get_mu(), R)
