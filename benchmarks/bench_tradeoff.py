@@ -97,7 +97,8 @@ def main(argv=None):
         t, lo, hi, rb = _timed(lambda: np.asarray(get_beta_from_pld(_dpa_pld(s, q, k), alpha=ALPHAS)), R)
         inside = int(np.sum((b.lower <= rb) & (rb <= b.upper)))
         rows.append({"task": "trade-off curve, 1,000 alphas", "tool": "riskcal get_beta_from_pld", "time": t,
-                     "min": lo, "max": hi, "result": f"beta({ALPHAS[i1]:.4g})={rb[i1]:.6f}; {inside}/1000 inside fastpld's band"})
+                     "min": lo, "max": hi,
+                     "result": f"beta({ALPHAS[i1]:.4g})={rb[i1]:.6f}; {inside}/1000 inside fastpld's band"})
     except ImportError as exc:
         rows.append({"task": "trade-off curve, 1,000 alphas", "tool": "riskcal", "time": None, "result": str(exc)})
     try:
@@ -105,7 +106,8 @@ def main(argv=None):
         t, lo, hi, gb = _timed(lambda: np.asarray(PLDConverter(_dpa_pld(s, q, k)).get_beta(ALPHAS)), R)
         inside = int(np.sum((b.lower <= gb) & (gb <= b.upper)))
         rows.append({"task": "trade-off curve, 1,000 alphas", "tool": "gdpnum PLDConverter.get_beta", "time": t,
-                     "min": lo, "max": hi, "result": f"beta({ALPHAS[i1]:.4g})={gb[i1]:.6f}; {inside}/1000 inside fastpld's band"})
+                     "min": lo, "max": hi,
+                     "result": f"beta({ALPHAS[i1]:.4g})={gb[i1]:.6f}; {inside}/1000 inside fastpld's band"})
     except ImportError as exc:
         rows.append({"task": "trade-off curve, 1,000 alphas", "tool": "gdpnum", "time": None, "result": str(exc)})
 

@@ -7,7 +7,7 @@ from scipy import special, stats
 
 import fastpld
 from fastpld import ApproxDP, Gaussian, PoissonSubsampledGaussian, PrivacyAccountant, PureDP, compose
-from fastpld.fdp import GDPResult, gaussian_tradeoff
+from fastpld.fdp import GDPResult
 
 ALPHAS = np.unique(np.concatenate([
     [0.0, 1e-300, 1e-200, 1e-50, 1e-15], np.geomspace(1e-12, 0.5, 60),

@@ -17,7 +17,8 @@ The mechanism is chosen by exactly one of ``--sigma`` (Gaussian),
 ``--sampling-probability`` makes the Gaussian or Laplace mechanism
 Poisson-subsampled.  Output is human-readable; ``--json`` prints
 ``{"epsilon": {"lower": ..., "estimate": ..., "upper": ...}, "parameters": {...}}``
-(``"delta"`` for ``fastpld delta``, ``"sigma"`` for ``fastpld calibrate``).
+(``"delta"`` for ``fastpld delta``, ``"sigma"`` for ``fastpld calibrate``; ``fastpld tradeoff --json``
+prints ``{"tradeoff": [{"fpr", "tpr", "beta"}, ...], "advantage", "gdp_mu", "parameters"}``).
 
 Bad input prints one line naming the parameter (``fastpld: error: ...``) and
 exits with status 2, also for argument-parsing errors.
