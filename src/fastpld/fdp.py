@@ -426,8 +426,8 @@ def _pmf_log_mgf_lower(q, d, s):
     """
     p = q.p
     v = q.values(np.arange(q.n, dtype=np.float64))
-    ds = float(d.delta_spent)
-    # remove mass ds from the top of Z
+    # remove mass ds from the top of Z (a little more: the tail sums below are rounded)
+    ds = float(d.delta_spent) * (1 + 8 * (q.n + 8) * _U) + 1e-300
     tail = np.concatenate([np.cumsum(p[::-1])[::-1], [0.0]])  # tail[j] = mass at indices >= j
     keep = p.copy()
     cut = np.searchsorted(-tail, -ds, side="left")  # first j with tail[j] <= ds
