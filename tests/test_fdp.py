@@ -288,3 +288,12 @@ def test_subsampled_gaussian_against_dp_accounting_neyman_pearson():
     b = compose(PoissonSubsampledGaussian(s, q), k, eps_error=0.02, delta_error=1e-12).tradeoff(a)
     # 1e-9: the reference's own rounding (1 - cumsum) and the tail mass dp_accounting drops (4e-11)
     assert np.all(b.lower <= ref + 1e-9) and np.all(ref <= b.upper + 1e-9)
+
+
+def test_backends_agree_on_the_bounds():
+    mu = math.sqrt(10) / 2.0
+    for be in fastpld.available_backends():
+        pld = compose(Gaussian(2.0), 10, eps_error=0.01, delta_error=1e-12, backend=be)
+        b = pld.tradeoff(ALPHAS)
+        ex = exact_gaussian_beta(mu, ALPHAS)
+        assert np.all(b.lower <= ex) and np.all(ex <= b.upper), be
