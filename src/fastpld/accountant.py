@@ -138,6 +138,49 @@ class PrivacyAccountant:
             return Bounds(0.0, 0.0, 0.0)
         return pld.delta(eps)
 
+    # the same answers in the terms of attacks (see fastpld.fdp) ------------------------------
+    def tradeoff(self, alpha) -> Bounds:
+        """Certified bounds on the trade-off curve ``beta(alpha)`` (see :meth:`PrivacyLossDistribution.tradeoff`)."""
+        pld = self.pld()
+        if pld is None:  # nothing released: no test beats guessing, beta = 1 - alpha
+            import numpy as np
+            a = V.query_array("alpha", alpha, lo=0.0, hi=1.0)
+            b = 1.0 - a if np.ndim(alpha) else float(1.0 - a)
+            return Bounds(b, b, b)
+        return pld.tradeoff(alpha)
+
+    def tpr(self, fpr) -> Bounds:
+        """Certified bounds on the best attack's true-positive rate at false-positive rate ``fpr``."""
+        pld = self.pld()
+        if pld is None:
+            import numpy as np
+            a = V.query_array("fpr", fpr, lo=0.0, hi=1.0)
+            b = a if np.ndim(fpr) else float(a)
+            return Bounds(b, b, b)
+        return pld.tpr(fpr)
+
+    def advantage(self) -> Bounds:
+        """Certified bounds on the attack advantage ``max (TPR - FPR)``."""
+        pld = self.pld()
+        return Bounds(0.0, 0.0, 0.0) if pld is None else pld.advantage()
+
+    def gdp_mu(self, alpha_range: tuple | None = None):
+        """Certified Gaussian-DP mu (see :meth:`PrivacyLossDistribution.gdp_mu`); ``None`` if nothing was recorded."""
+        pld = self.pld()
+        return None if pld is None else pld.gdp_mu(alpha_range)
+
+    def renyi(self, order) -> Bounds:
+        """Certified bounds on the Renyi divergence of order ``order > 1`` of the composition."""
+        pld = self.pld()
+        if pld is None:
+            import numpy as np
+            o = V.query_array("order", order, lo=1.0)
+            if (o <= 1.0).any() or np.isinf(o).any():
+                raise ValueError(f"order must be finite and > 1, got {order!r}")
+            z = np.zeros(o.shape) if np.ndim(order) else 0.0
+            return Bounds(z, z, z)
+        return pld.renyi(order)
+
     def __repr__(self):
         h = self.history
         return (f"PrivacyAccountant(eps_error={self.eps_error}, delta_error={self.delta_error}, "

@@ -161,10 +161,12 @@ def _search(ev, target, *, decreasing, guess, lower, upper, rtol, integer, name,
     return good
 
 
-def calibrate(make_mechanism: Callable[[float], Mechanism], count: int, target_epsilon: float,
-              target_delta: float, bracket: tuple | None = None, *, decreasing: bool = True,
+def calibrate(make_mechanism: Callable[[float], Mechanism], count: int, target_epsilon: float | None = None,
+              target_delta: float | None = None, bracket: tuple | None = None, *, decreasing: bool = True,
               eps_error: float | None = None, delta_error: float | None = None, rtol: float = 0.01,
-              guess: float | None = None, method: str = "auto", max_buckets: int = DEFAULT_MAX_BUCKETS) -> float:
+              guess: float | None = None, method: str = "auto", max_buckets: int = DEFAULT_MAX_BUCKETS,
+              target_tpr: float | None = None, at_fpr: float | None = None, target_mu: float | None = None,
+              alpha_range: tuple | None = None) -> float:
     """Find the parameter of ``make_mechanism`` at which ``count`` compositions meet the target.
 
     Parameters
@@ -193,6 +195,16 @@ def calibrate(make_mechanism: Callable[[float], Mechanism], count: int, target_e
         Starting point (default: geometric middle of the bracket, or 1).
     method, max_buckets
         Passed to :func:`fastpld.compose`.
+    target_tpr, at_fpr : float, optional
+        Instead of (epsilon, delta): the certified upper bound on the best
+        attack's true-positive rate at false-positive rate ``at_fpr`` (see
+        :meth:`PrivacyLossDistribution.tpr`) must be ``<= target_tpr``.
+    target_mu : float, optional
+        Instead of (epsilon, delta): the certified Gaussian-DP mu over
+        ``alpha_range`` (see :meth:`PrivacyLossDistribution.gdp_mu`) must be
+        ``<= target_mu``.
+    alpha_range : (float, float), optional
+        Range of type-I errors for ``target_mu`` (default as in ``gdp_mu``).
 
     Returns
     -------
@@ -207,8 +219,14 @@ def calibrate(make_mechanism: Callable[[float], Mechanism], count: int, target_e
     if not callable(make_mechanism):
         raise ValueError(f"make_mechanism must be callable, got {make_mechanism!r}")
     count = V.positive_int("count", count)
-    te, td = _targets(target_epsilon, target_delta)
-    ee, de = _default_errors(te, td, eps_error, delta_error)
+    attack = target_tpr is not None or at_fpr is not None or target_mu is not None
+    if attack:  # an operational target (fastpld.fdp); the same search on its certified upper bound
+        from .fdp import attack_target
+        te, run, tname = attack_target(count, target_epsilon, target_delta, target_tpr, at_fpr, target_mu,
+                                       alpha_range, eps_error, delta_error, max_buckets, method)
+    else:
+        te, td = _targets(target_epsilon, target_delta)
+        ee, de = _default_errors(te, td, eps_error, delta_error)
     rtol = V.positive_float("rtol", rtol)
     if bracket is None:
         lower, upper = 1e-6, 1e6
@@ -229,10 +247,16 @@ def calibrate(make_mechanism: Callable[[float], Mechanism], count: int, target_e
             raise ValueError(f"make_mechanism({p!r}) returned {mech!r}, not a Mechanism")
         return mech
 
-    run = _upper_epsilon(count, ee, de, td, max_buckets, method)
-
-    return _search(_Evaluator(make, run), te, decreasing=decreasing, guess=guess, lower=lower, upper=upper,
-                   rtol=rtol, integer=False, name="parameter")
+    if not attack:
+        run = _upper_epsilon(count, ee, de, td, max_buckets, method)
+        return _search(_Evaluator(make, run), te, decreasing=decreasing, guess=guess, lower=lower, upper=upper,
+                       rtol=rtol, integer=False, name="parameter")
+    try:
+        return _search(_Evaluator(make, run), te, decreasing=decreasing, guess=guess, lower=lower, upper=upper,
+                       rtol=rtol, integer=False, name="parameter")
+    except ValueError as exc:  # the search words its messages for epsilon
+        raise ValueError(str(exc).replace("target_epsilon", tname).replace("certified epsilon",
+                                                                           f"certified {tname[7:]}")) from None
 
 
 # --------------------------------------------------------------------------------------

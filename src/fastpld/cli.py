@@ -1,4 +1,4 @@
-"""Command line: ``fastpld epsilon | delta | calibrate | plot``.
+"""Command line: ``fastpld epsilon | delta | calibrate | plot | tradeoff``.
 
 Examples::
 
@@ -8,6 +8,8 @@ Examples::
     fastpld calibrate --target-epsilon 3 --delta 1e-5 --sampling-probability 0.01 --steps 10000
     fastpld plot --sigma 1.0 --sampling-probability 0.01 --steps 1000 -o curve.png
     fastpld plot --sigma 1.0 --sampling-probability 0.01 --steps-grid 100,1000,10000 --delta 1e-5 -o eps.png
+    fastpld tradeoff --sigma 1.0 --sampling-probability 0.01 --steps 1000 --fpr 1e-4,1e-3,0.01 --json
+    fastpld plot --tradeoff --sigma 1.0 --sampling-probability 0.01 --steps 1000 -o tradeoff.png
 
 The mechanism is chosen by exactly one of ``--sigma`` (Gaussian),
 ``--laplace-scale``, ``--pure-dp EPS``, ``--randomized-response EPS``
@@ -15,7 +17,8 @@ The mechanism is chosen by exactly one of ``--sigma`` (Gaussian),
 ``--sampling-probability`` makes the Gaussian or Laplace mechanism
 Poisson-subsampled.  Output is human-readable; ``--json`` prints
 ``{"epsilon": {"lower": ..., "estimate": ..., "upper": ...}, "parameters": {...}}``
-(``"delta"`` for ``fastpld delta``, ``"sigma"`` for ``fastpld calibrate``).
+(``"delta"`` for ``fastpld delta``, ``"sigma"`` for ``fastpld calibrate``; ``fastpld tradeoff --json``
+prints ``{"tradeoff": [{"fpr", "tpr", "beta"}, ...], "advantage", "gdp_mu", "parameters"}``).
 
 Bad input prints one line naming the parameter (``fastpld: error: ...``) and
 exits with status 2, also for argument-parsing errors.
@@ -138,7 +141,20 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--steps-grid", type=str, help="comma-separated step counts for epsilon against steps")
     pp.add_argument("--delta", type=float, help="delta of the epsilon-against-steps curve")
     pp.add_argument("-o", "--output", required=True, help="image file to write (.png, .pdf, .svg)")
+    pp.add_argument("--tradeoff", action="store_true",
+                    help="with --steps: draw the trade-off curve beta(alpha) and the attack's TPR against FPR "
+                         "(certified bands, Gaussian-DP curve of the same mu) instead of delta(eps)")
     _add_budget(pp)
+    pt = sub.add_parser("tradeoff", help="attack view of a composed mechanism: TPR at FPR, beta(alpha), "
+                                         "advantage, Gaussian-DP mu")
+    _add_mechanism(pt)
+    pt.add_argument("--steps", type=int, required=True, help="number of compositions")
+    pt.add_argument("--fpr", type=str, default="1e-6,1e-4,1e-3,0.01,0.1",
+                    help="comma-separated false-positive rates (default 1e-6,1e-4,1e-3,0.01,0.1)")
+    pt.add_argument("--alpha-range", type=float, nargs=2, metavar=("LOW", "HIGH"), default=None,
+                    help="type-I errors over which the Gaussian-DP mu is taken (default: where the "
+                         "certificate resolves the curve)")
+    _add_budget(pt)
     return parser
 
 
@@ -230,6 +246,48 @@ def _run_calibrate(args):
               f"(target {te:g}), q={q:g}, {steps} steps")
 
 
+def _parse_fprs(text):
+    try:
+        vals = [float(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise ValueError(f"--fpr must be comma-separated numbers in [0, 1], got {text!r}") from None
+    if not vals or any(not (0.0 <= v <= 1.0) for v in vals):
+        raise ValueError(f"--fpr must be comma-separated numbers in [0, 1], got {text!r}")
+    return vals
+
+
+def _run_tradeoff(args):
+    mech = _mechanism(args)
+    V.positive_int("steps", args.steps)
+    fprs = _parse_fprs(args.fpr)
+    ar = tuple(args.alpha_range) if args.alpha_range is not None else None
+    pld = compose(mech, args.steps, eps_error=args.eps_error, delta_error=args.delta_error, method=args.method)
+    tpr = pld.tpr(fprs)
+    beta = pld.tradeoff(fprs)
+    adv = pld.advantage()
+    g = pld.gdp_mu(ar)
+    params = {"mechanism": repr(mech), "steps": args.steps, "eps_error": args.eps_error,
+              "delta_error": args.delta_error, "method": pld.method}
+    if args.json:
+        rows = [{"fpr": f, "tpr": _bounds_dict(type(tpr)(tpr.lower[i], tpr.estimate[i], tpr.upper[i])),
+                 "beta": _bounds_dict(type(beta)(beta.lower[i], beta.estimate[i], beta.upper[i]))}
+                for i, f in enumerate(fprs)]
+        out = {"tradeoff": rows, "advantage": _bounds_dict(adv),
+               "gdp_mu": {**_bounds_dict(g.mu), "alpha_range": list(g.alpha_range), "all_alpha": g.all_alpha,
+                          "binding_alpha": g.binding_alpha, "max_gap": g.max_gap, "gap_alpha": g.gap_alpha},
+               "parameters": params}
+        print(json.dumps(out))
+        return
+    print(f"{mech!r}, {args.steps} steps, method {pld.method}")
+    print("  FPR          TPR of the best attack (certified lower .. upper)")
+    for i, f in enumerate(fprs):
+        print(f"  {f:<11.4g}  {tpr.estimate[i]:.6g}  ({tpr.lower[i]:.6g} .. {tpr.upper[i]:.6g})")
+    print(f"  advantage max(TPR - FPR) = {adv.estimate:.6g}  ({adv.lower:.6g} .. {adv.upper:.6g})")
+    which = "all alpha" if g.all_alpha else f"alpha in [{g.alpha_range[0]:.3g}, {g.alpha_range[1]:.10g}]"
+    print(f"  Gaussian-DP mu = {g.mu.estimate:.6g}  (certified {g.mu.lower:.6g} <= mu <= {g.mu.upper:.6g}, "
+          f"over {which}); the curve lies up to {g.max_gap:.3g} above G_mu (at alpha={g.gap_alpha:.3g})")
+
+
 def _parse_grid(text):
     try:
         ks = [int(float(t)) if float(t).is_integer() else None for t in text.split(",") if t.strip()]
@@ -242,6 +300,8 @@ def _parse_grid(text):
 
 def _run_plot(args):
     mech = _mechanism(args)
+    if args.tradeoff and args.steps is None:
+        raise ValueError("--tradeoff needs --steps")
     if args.steps is None and args.steps_grid is None:
         raise ValueError("plot needs --steps (delta curve) and/or --steps-grid with --delta (epsilon against steps)")
     grid = None
@@ -260,14 +320,22 @@ def _run_plot(args):
         raise _MissingDependency("fastpld plot needs matplotlib: pip install 'fastpld[plot]'") from None
     from .plot import _describe, epsilon_vs_steps, plot_delta_curve, plot_epsilon_vs_steps
 
-    panels = (args.steps is not None) + (grid is not None)
+    panels = (args.steps is not None) * (2 if args.tradeoff else 1) + (grid is not None)
     fig, axes = plt.subplots(1, panels, figsize=(6.4 * panels, 4.6), layout="constrained", squeeze=False)
     axes = list(axes[0])
     out = {"output": args.output, "mechanism": repr(mech)}
     if args.steps is not None:
         pld = compose(mech, args.steps, eps_error=args.eps_error, delta_error=args.delta_error, method=args.method)
-        ax = plot_delta_curve(pld, axes.pop(0))
-        ax.set_title(f"delta(eps) after {args.steps} steps\n{_describe(mech)}", fontsize="small")
+        if args.tradeoff:
+            from .plot import plot_tradeoff
+            for scale in ("linear", "log"):
+                ax = plot_tradeoff(pld, axes.pop(0), scale=scale)
+                what = "beta(alpha)" if scale == "linear" else "TPR against FPR"
+                ax.set_title(f"{what} after {args.steps} steps\n{_describe(mech)}", fontsize="small")
+            out["tradeoff"] = True
+        else:
+            ax = plot_delta_curve(pld, axes.pop(0))
+            ax.set_title(f"delta(eps) after {args.steps} steps\n{_describe(mech)}", fontsize="small")
         out["steps"] = args.steps
     if grid is not None:
         b = epsilon_vs_steps(mech, grid, args.delta, eps_error=args.eps_error, delta_error=args.delta_error,
@@ -313,6 +381,8 @@ def main(argv=None) -> int:
             _run_query(args)
         elif args.command == "calibrate":
             _run_calibrate(args)
+        elif args.command == "tradeoff":
+            _run_tradeoff(args)
         else:
             _run_plot(args)
     except (_UsageError, ValueError) as exc:

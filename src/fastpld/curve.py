@@ -275,6 +275,51 @@ class PrivacyLossDistribution:
         return _pack(lo, est, up, np.ndim(delta) == 0)
 
 
+    # the same answers in the terms of attacks (fastpld.fdp; derivations in docs/fdp.md) -------------
+    def tradeoff(self, alpha) -> Bounds:
+        """Certified bounds on the trade-off curve ``beta(alpha)`` (f-DP), vectorised.
+
+        ``beta(alpha)`` is the smallest type-II error (1 - true-positive rate) of
+        any test telling the outputs on two neighbouring datasets apart at
+        type-I error (false-positive rate) ``alpha``, minimised over the
+        neighbouring directions.  ``alpha`` is a float or array in ``[0, 1]``.
+        See :mod:`fastpld.fdp`.
+        """
+        from . import fdp
+        return fdp.tradeoff(self, alpha)
+
+    def tpr(self, fpr) -> Bounds:
+        """Certified bounds on the best attack's true-positive rate ``1 - beta(fpr)`` at false-positive rate ``fpr``."""
+        from . import fdp
+        return fdp.tpr(self, fpr)
+
+    def advantage(self) -> Bounds:
+        """Certified bounds on the attack advantage ``max (TPR - FPR)`` over all tests (= ``delta(0)``)."""
+        from . import fdp
+        return fdp.advantage(self)
+
+    def gdp_mu(self, alpha_range: tuple | None = None):
+        """The smallest Gaussian-DP ``mu`` the curve certifies, as a :class:`fastpld.fdp.GDPResult`.
+
+        ``alpha_range=(lo, hi)`` takes mu over type-I errors in ``[lo, hi]``
+        (``(0, 1)``: all alpha, finite only if the composition spent no delta
+        error); the default range starts where the certificate resolves the
+        curve (``1000 x`` the delta spent, at least ``1e-12``, at most ``1e-2``).
+        The result says which range it used.
+        """
+        from . import fdp
+        return fdp.gdp_mu(self, alpha_range)
+
+    def renyi(self, order) -> Bounds:
+        """Certified bounds on the Renyi divergence of order ``order > 1`` (max over directions), vectorised.
+
+        The upper bound adds the mechanisms' log-MGFs (exact for Gaussian and
+        discrete mechanisms and for the subsampled Gaussian at integer orders);
+        the lower bound comes from the composed PMF with its coupling charges.
+        """
+        from . import fdp
+        return fdp.renyi(self, order)
+
 def _pack(lo, est, up, scalar):
     if scalar:
         return Bounds(float(lo), float(est), float(up))

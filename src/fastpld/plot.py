@@ -20,7 +20,7 @@ from .compose import compose
 from .curve import Bounds, PrivacyLossDistribution
 from .mechanisms import Mechanism
 
-__all__ = ["plot_delta_curve", "plot_epsilon_vs_steps", "epsilon_vs_steps"]
+__all__ = ["plot_delta_curve", "plot_epsilon_vs_steps", "epsilon_vs_steps", "plot_tradeoff"]
 
 _BAND_ALPHA = 0.3
 _FLOOR = 1e-300  # log-scale axes cannot show a certified lower bound of exactly 0
@@ -186,4 +186,81 @@ def plot_epsilon_vs_steps(mechanism: Mechanism, steps: Sequence[int], delta: flo
     ax.set_title("Epsilon against steps")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize="small")
+    return ax
+
+
+def plot_tradeoff(pld: PrivacyLossDistribution, ax=None, *, alphas: Sequence[float] | None = None, num: int = 400,
+                  scale: str = "linear", gaussian: bool = True, label: str | None = None, color: str | None = None):
+    """Draw the trade-off curve ``beta(alpha)`` with its certified band, and the Gaussian-DP curve of the same mu.
+
+    Parameters
+    ----------
+    pld : fastpld.PrivacyLossDistribution
+        A composed distribution.
+    ax : matplotlib.axes.Axes, optional
+        Axes to draw on (default: a new figure).
+    alphas : array_like, optional
+        Type-I errors (false-positive rates) to evaluate (default: ``num``
+        points, uniform for ``scale="linear"``, log-spaced from ``1e-8`` for
+        ``"log"``).
+    num : int, default 400
+    scale : {"linear", "log"}
+        ``"linear"``: beta against alpha on ``[0, 1]^2`` (the f-DP picture).
+        ``"log"``: the attack's true-positive rate ``1 - beta`` against its
+        false-positive rate, both on log axes (the low-FPR regime of
+        membership inference).
+    gaussian : bool, default True
+        Also draw ``G_mu`` for the estimated Gaussian-DP mu of :meth:`gdp_mu`.
+    label, color : str, optional
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+    """
+    from .fdp import gaussian_tradeoff
+
+    if not isinstance(pld, PrivacyLossDistribution):
+        raise ValueError(f"pld must be a fastpld.PrivacyLossDistribution, got {pld!r}")
+    if scale not in ("linear", "log"):
+        raise ValueError(f"scale must be 'linear' or 'log', got {scale!r}")
+    num = V.positive_int("num", num)
+    if alphas is None:
+        a = np.linspace(0.0, 1.0, max(num, 2)) if scale == "linear" else np.geomspace(1e-8, 1.0, max(num, 2))
+    else:
+        a = np.sort(np.atleast_1d(V.query_array("alphas", alphas, lo=0.0, hi=1.0)))
+    b = pld.tradeoff(a)
+    ax = _axes(ax)
+    if scale == "linear":
+        x, est, lo, up = a, b.estimate, b.lower, b.upper
+    else:  # TPR = 1 - beta: the band flips
+        x, est, lo, up = a, 1 - b.estimate, 1 - b.upper, 1 - b.lower
+    line, = ax.plot(x, est, color=color, label=label or "estimate")
+    ax.fill_between(x, lo, up, color=line.get_color(), alpha=_BAND_ALPHA, linewidth=0,
+                    label="certified bounds" if label is None else f"{label} bounds")
+    if gaussian:
+        g = pld.gdp_mu()
+        mu = g.mu.estimate
+        if np.isfinite(mu):
+            gb = gaussian_tradeoff(mu, a)
+            ax.plot(x, gb if scale == "linear" else 1 - gb, color="black", linestyle="--", linewidth=1,
+                    label=f"Gaussian DP, mu={mu:.4g} (certified mu <= {g.mu.upper:.4g})")
+    if scale == "linear":
+        ax.plot([0, 1], [1, 0], color="grey", linewidth=0.6, linestyle=":", label="random guessing")
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.set_xlabel(r"type-I error $\alpha$ (false-positive rate)")
+        ax.set_ylabel(r"type-II error $\beta(\alpha)$")
+        ax.set_aspect("equal")
+    else:
+        ax.plot(a[a > 0], a[a > 0], color="grey", linewidth=0.6, linestyle=":", label="random guessing")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("false-positive rate")
+        ax.set_ylabel("true-positive rate of the best attack")
+        pos = np.asarray(lo)[np.asarray(lo) > 0]
+        if pos.size:
+            ax.set_ylim(bottom=max(float(pos.min()) / 3, 1e-12), top=1.05)
+    ax.set_title("Trade-off curve (f-DP)")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize="x-small")
     return ax

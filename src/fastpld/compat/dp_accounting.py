@@ -332,3 +332,45 @@ class FastPLDAccountant(PrivacyAccountant):
         """
         return float(self.get_delta_bounds(target_epsilon).upper)
 
+
+    # ---- attack-based answers (fastpld.fdp) ---------------------------------------------
+    # dp_accounting 0.6's PLD accountant has no true-positive-rate query; these follow the name later
+    # dp_accounting releases use (get_true_positive_rates) and add the certified bounds.
+    def get_tpr_bounds(self, fpr) -> Bounds:
+        """Certified bounds on the best membership-inference attack's TPR at false-positive rate(s) ``fpr``.
+
+        Parameters
+        ----------
+        fpr : float or array_like
+            In ``[0, 1]``.
+
+        Returns
+        -------
+        Bounds
+            Floats or arrays shaped like ``fpr``; TPR 1 after a
+            ``NonPrivateDpEvent``, TPR = FPR when nothing private was composed.
+        """
+        import numpy as np
+
+        a = V.query_array("fpr", fpr, lo=0.0, hi=1.0)
+        if self._non_private or self.get_pld() is None:
+            t = np.ones(a.shape) if self._non_private else a.copy()
+            t = float(t) if np.ndim(fpr) == 0 else t
+            return Bounds(t, t, t)
+        return self.get_pld().tpr(fpr)
+
+    def get_true_positive_rates(self, fprs) -> "np.ndarray":
+        """Certified upper bounds on the attack TPR at each false-positive rate in ``fprs`` (an array)."""
+        import numpy as np
+
+        return np.atleast_1d(np.asarray(self.get_tpr_bounds(np.atleast_1d(np.asarray(fprs, dtype=float))).upper))
+
+    def get_gdp_mu(self, alpha_range: Optional[tuple] = None):
+        """Certified Gaussian-DP mu as a :class:`fastpld.fdp.GDPResult` (``None`` if nothing private was composed).
+
+        Raises ``ValueError`` after a ``NonPrivateDpEvent`` (no finite mu).
+        """
+        if self._non_private:
+            raise ValueError("a NonPrivateDpEvent was composed: no finite Gaussian-DP mu exists")
+        pld = self.get_pld()
+        return None if pld is None else pld.gdp_mu(alpha_range)
