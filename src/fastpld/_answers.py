@@ -18,13 +18,13 @@ disables them).
 """
 from __future__ import annotations
 
-import copy
 import threading
 from concurrent.futures import Future
 
 import numpy as np
 
 from . import resources
+from .curve import Bounds, PrivacyLossDistribution
 
 _REGION = resources.region("results")
 _inflight: dict = {}
@@ -49,11 +49,42 @@ def _freeze(pld) -> int:
             if isinstance(a, np.ndarray):
                 a.setflags(write=False)
     n = resources.nbytes_of((pld.directions, pld._q), depth=5)
+    pld.__class__ = KeptAnswer
+    pld._memo = {}
     return n
 
 
+_MEMO_MAX = 64  # scalar queries remembered per kept answer
+
+
+class KeptAnswer(PrivacyLossDistribution):
+    """A kept answer handed out: a :class:`PrivacyLossDistribution` whose scalar queries are
+    remembered (shared by every copy of the answer; the bounds of a scalar query are a pure
+    function of the distribution and the argument, so a remembered one is bitwise a fresh one)."""
+
+    def delta(self, epsilon) -> Bounds:
+        return self._memoised("d", epsilon, super().delta)
+
+    def epsilon(self, delta) -> Bounds:
+        return self._memoised("e", delta, super().epsilon)
+
+    def _memoised(self, kind, x, fn):
+        if type(x) is not float:  # (arrays, numpy scalars and others: computed; only exact floats are keys)
+            return fn(x)
+        memo = self._memo
+        key = (kind, x)
+        out = memo.get(key)
+        if out is None:
+            out = fn(x)
+            if len(memo) >= _MEMO_MAX:
+                memo.clear()
+            memo[key] = out
+        return out
+
+
 def _hand_out(pld, events):
-    out = copy.copy(pld)
+    out = object.__new__(type(pld))  # (a shallow copy; copy.copy's protocol costs ~10 us here)
+    out.__dict__.update(pld.__dict__)
     out.events = tuple(events)
     return out
 
