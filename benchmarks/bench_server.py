@@ -73,11 +73,14 @@ def pct(xs, p):
 # ------------------------------------------------------------------------------------------
 # one workload, in its own process
 # ------------------------------------------------------------------------------------------
-def workload(clients: int, answers: bool, quick: bool) -> dict:
+def workload(clients: int, answers: bool, quick: bool, cache_mb=None) -> dict:
     import fastpld
 
-    if hasattr(fastpld, "set_cache_limit") and not answers:
-        fastpld.set_cache_limit(results=0)
+    if hasattr(fastpld, "set_cache_limit"):
+        if cache_mb is not None:
+            fastpld.set_cache_limit(int(cache_mb * 2 ** 20))
+        if not answers:
+            fastpld.set_cache_limit(results=0)
     fastpld.compose(fastpld.PoissonSubsampledGaussian(1.0, 0.5), 3).epsilon(DELTA)  # imports, first plans
     ks = keys(quick)
     reps = 5 if quick else 10
@@ -134,8 +137,8 @@ def workload(clients: int, answers: bool, quick: bool) -> dict:
     return out
 
 
-def run_workload(clients, answers, quick):
-    p = subprocess.run([sys.executable, __file__, "--worker", json.dumps([clients, answers, quick])],
+def run_workload(clients, answers, quick, cache_mb=None):
+    p = subprocess.run([sys.executable, __file__, "--worker", json.dumps([clients, answers, quick, cache_mb])],
                        capture_output=True, text=True, env=dict(os.environ, PYTHONWARNINGS="ignore"))
     if p.returncode != 0:
         raise RuntimeError(p.stderr[-3000:])
@@ -214,43 +217,54 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="smoke test: small keys, few queries and repeats")
     ap.add_argument("--out", default=str(HERE / "results" / "bench_server.json"))
+    ap.add_argument("--rows", default="8:on,2:on,8:off,2:off",
+                    help="workload rows CLIENTS:on|off (answer cache), comma-separated")
+    ap.add_argument("--cache-mb", type=float, default=None, help="set_cache_limit for the workload rows (default: the default)")
+    ap.add_argument("--sections", default="workload,warm,import,accountant")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        clients, answers, quick = json.loads(args.worker)
-        print(json.dumps(workload(clients, answers, quick)))
+        clients, answers, quick, cache_mb = json.loads(args.worker)
+        print(json.dumps(workload(clients, answers, quick, cache_mb)))
         return
+    sections = set(args.sections.split(","))
+    rows_spec = [(int(c), a == "on") for c, a in (r.split(":") for r in args.rows.split(","))]
     quick = args.quick
     res = {"quick": quick, "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "cpus": len(os.sched_getaffinity(0))}
-    print(f"== mixed workload: compose(PSG(s, q), k).epsilon({DELTA}), {len(keys(quick))} keys, "
-          f"{'quick' if quick else '2,000 queries'}; each row a fresh process")
-    print("| clients | answer cache | queries/s | cold p50 / p99 ms | warm p50 / p99 ms | RSS growth MB (peak) | kept MB |")
-    print("|---|---|---|---|---|---|---|")
-    rows = []
-    for answers in (True, False):
-        for clients in (8, 2):
-            r = run_workload(clients, answers, quick)
+    if "workload" in sections:
+        print(f"== mixed workload: compose(PSG(s, q), k).epsilon({DELTA}), {len(keys(quick))} keys, "
+              f"{'quick' if quick else '2,000 queries'}; each row a fresh process"
+              + (f"; cache limit {args.cache_mb:g} MB" if args.cache_mb is not None else ""))
+        print("| clients | answer cache | queries/s | cold p50 / p99 ms | warm p50 / p99 ms | RSS growth MB (peak) | kept MB |")
+        print("|---|---|---|---|---|---|---|")
+        rows = []
+        for clients, answers in rows_spec:
+            r = run_workload(clients, answers, quick, args.cache_mb)
             rows.append(r)
             w = r["warm"]
             warm = f"{w['p50_ms']:.3g} / {w['p99_ms']:.3g}" if w["p50_ms"] is not None else "-"
             print(f"| {clients} | {'on' if answers else 'off'} | {r['queries_per_s']:.1f} | {r['cold']['p50_ms']:.3g} / "
                   f"{r['cold']['p99_ms']:.3g} | {warm} | {r['rss_growth_mb']:.0f} ({r['rss_peak_growth_mb']:.0f}) | "
                   f"{r.get('kept_mb', float('nan')):.1f} |", flush=True)
-    res["workload"] = rows
-    res["warm_question"] = wq = warm_question(200 if quick else 2000)
-    print(f"\n== warm repeated question compose(PSG(1.0, 0.01), 1000).epsilon({DELTA}): median {wq['median_us']:.1f} us, "
-          f"p99 {wq['p99_us']:.1f} us ({wq['n']} repeats)")
-    res["import"] = it = import_time(3 if quick else 7)
-    print(f"\n== import fastpld (fresh process): median {it['median_s']:.3f} s "
-          f"(python alone {it['python_alone_median_s']:.3f} s)")
-    steps = (1000,) if quick else (1000, 10_000, 100_000)
-    res["accountant"] = ac = accountant(steps, 5 if quick else 21, 2 if quick else 5)
-    print(f"\n== accountant: one step (compose(PSG(1.0, 0.01), 1)) + get_epsilon({DELTA}), median ms")
-    print("| history steps | fastpld PrivacyAccountant | Opacus PRVAccountant |")
-    print("|---|---|---|")
-    for n, row in ac.items():
-        o = row.get("opacus_prv_median_ms")
-        print(f"| {int(n):,} | {row['fastpld_median_ms']:.2f} | {'-' if o is None else f'{o:.1f}'} |")
+        res["workload"] = rows
+        res["cache_mb"] = args.cache_mb
+    if "warm" in sections:
+        res["warm_question"] = wq = warm_question(200 if quick else 2000)
+        print(f"\n== warm repeated question compose(PSG(1.0, 0.01), 1000).epsilon({DELTA}): median {wq['median_us']:.1f} us, "
+              f"p99 {wq['p99_us']:.1f} us ({wq['n']} repeats)")
+    if "import" in sections:
+        res["import"] = it = import_time(3 if quick else 7)
+        print(f"\n== import fastpld (fresh process): median {it['median_s']:.3f} s "
+              f"(python alone {it['python_alone_median_s']:.3f} s)")
+    if "accountant" in sections:
+        steps = (1000,) if quick else (1000, 10_000, 100_000)
+        res["accountant"] = ac = accountant(steps, 5 if quick else 21, 2 if quick else 5)
+        print(f"\n== accountant: one step (compose(PSG(1.0, 0.01), 1)) + get_epsilon({DELTA}), median ms")
+        print("| history steps | fastpld PrivacyAccountant | Opacus PRVAccountant |")
+        print("|---|---|---|")
+        for n, row in ac.items():
+            o = row.get("opacus_prv_median_ms")
+            print(f"| {int(n):,} | {row['fastpld_median_ms']:.2f} | {'-' if o is None else f'{o:.1f}'} |")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=1))
