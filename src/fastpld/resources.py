@@ -10,7 +10,8 @@ Memory.  Everything fastpld keeps between calls lives in one process-wide store,
 * the composed answers (:func:`fastpld.compose`'s result cache);
 * the binomial and index tables of the kernels.
 
-The bound (default ``DEFAULT_CACHE_BYTES``, 64 MiB) is set by :func:`set_cache_limit` or the
+The bound (default ``DEFAULT_CACHE_BYTES``, 32 MiB; composed answers take at most half of it unless
+set otherwise) is set by :func:`set_cache_limit` or the
 environment variable ``FASTPLD_CACHE_BYTES``; :func:`clear_caches` empties the store, every
 workspace included.  Sizes are the arrays' bytes plus a fixed allowance per entry (an estimate
 of the Python objects around them).  An entry in use when it is evicted stays alive until its
@@ -37,7 +38,7 @@ import numpy as np
 __all__ = ["set_cache_limit", "cache_limit", "clear_caches", "cache_info", "set_thread_limit", "thread_limit",
            "DEFAULT_CACHE_BYTES"]
 
-DEFAULT_CACHE_BYTES = 64 << 20
+DEFAULT_CACHE_BYTES = 32 << 20
 ENTRY_OVERHEAD = 512  # bytes charged per entry on top of its arrays (the Python objects around them)
 
 _lock = threading.Lock()
@@ -91,12 +92,13 @@ def set_cache_limit(nbytes=_UNCHANGED, *, results=_UNCHANGED) -> None:
     nbytes : int or None, optional
         Bytes kept in all (plans and their buffers, scratch arrays, tables, loss objects and
         composed answers, every thread's); ``0`` keeps nothing between calls.  ``None``: back to
-        ``FASTPLD_CACHE_BYTES`` or the default (64 MiB).  Lowering it evicts at once.  Unchanged
+        ``FASTPLD_CACHE_BYTES`` or the default (32 MiB).  Lowering it evicts at once.  Unchanged
         when not given.
     results : int or None, optional
         Bytes the composed answers may take within ``nbytes`` (``0``: :func:`fastpld.compose`
-        keeps no answers and composes every call afresh; ``None``: no limit of their own).
-        Unchanged when not given.
+        keeps no answers and composes every call afresh; ``None``: half of ``nbytes``, the
+        default, so that answers asked once do not push out the plans and tables every
+        composition uses).  Unchanged when not given.
     """
     lim = _state["limit"]
     if nbytes is not _UNCHANGED:
@@ -116,7 +118,7 @@ def results_limit() -> int:
     """Bytes the result cache may hold (0: disabled)."""
     lim = cache_limit()
     r = _state["results"]
-    return lim if r is None else min(lim, r)
+    return lim // 2 if r is None else min(lim, r)
 
 
 def _evict(keep=None) -> None:
