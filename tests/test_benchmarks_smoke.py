@@ -94,7 +94,8 @@ def test_bench_server_quick(tmp_path):
         assert r["kept_mb"] <= r["limit_mb"]
         if r["answers"]:
             st = r["answer_stats"]
-            assert st["misses"] + st["hits"] + st["joined"] == 40 and st["misses"] <= 8
+            # (plus the warm-up question asked before the timed queries)
+            assert st["misses"] + st["hits"] + st["joined"] == 41 and 2 <= st["misses"] <= 9
     assert _finite(res["warm_question"]["median_us"]) and res["warm_question"]["median_us"] > 0
     assert _finite(res["import"]["median_s"])
     row = res["accountant"]["1000"]
