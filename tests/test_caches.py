@@ -12,10 +12,7 @@ import pytest
 
 import fastpld
 from fastpld import _answers, _native, resources
-from fastpld import compose as _compose_fn  # noqa: F401  (the function; the module below)
-from fastpld import mechanisms as M
-
-C = __import__("fastpld.compose", fromlist=["_compose_parts"])
+C = __import__("fastpld.compose", fromlist=["_compose_parts"])  # (the module: fastpld.compose is the function)
 
 
 @pytest.fixture

@@ -121,9 +121,8 @@ def results_limit() -> int:
     return lim // 2 if r is None else min(lim, r)
 
 
-def _evict(keep=None) -> None:
-    """Drop least recently used entries until the store fits its bound (``keep``: an entry just added
-    that stays if it alone fits)."""
+def _evict() -> None:
+    """Drop least recently used entries until the store fits its bound (and the answers theirs)."""
     lim = cache_limit()
     rlim = results_limit()
     dropped = []  # released outside the lock (freeing a plan may take a while)
