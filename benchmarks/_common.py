@@ -19,6 +19,10 @@ from scipy.stats import norm
 import fastpld
 from fastpld import mechanisms as _mechanisms
 
+# the figures time compositions: a repeated question must compose again, not return the kept answer
+if hasattr(fastpld, "set_cache_limit"):
+    fastpld.set_cache_limit(results=0)
+
 Q = 0.2  #: Poisson sampling probability of the subsampled Gaussian
 EPS = 1.0  #: the epsilon at which delta is queried and calibrated
 TARGET_DELTA = 1e-6  #: calibration target delta(EPS)

@@ -76,3 +76,29 @@ def test_scaling_ratio_small(tmp_path):
     bad = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "scaling_ratio.py"), "--mechanisms", "gauss"],
                          capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert bad.returncode != 0 and "--mechanisms" in bad.stderr
+
+
+def test_bench_server_quick(tmp_path):
+    # the server benchmark end to end on small keys: every workload row, the warm question, import time and the
+    # accountant section (Opacus beside it when installed) with finite positive numbers
+    out = tmp_path / "server.json"
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_server.py"), "--quick", "--out", str(out)],
+                       capture_output=True, text=True, timeout=600, cwd=ROOT, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    assert "| 8 | on |" in p.stdout and "| 2 | off |" in p.stdout and "warm repeated question" in p.stdout
+    res = json.loads(out.read_text())
+    assert res["quick"] is True and len(res["workload"]) == 4
+    for r in res["workload"]:
+        assert r["queries"] == 40 and _finite(r["queries_per_s"]) and r["queries_per_s"] > 0
+        assert r["cold"]["n"] >= 8 and _finite(r["cold"]["p50_ms"]) and _finite(r["rss_growth_mb"])
+        assert r["kept_mb"] <= r["limit_mb"]
+        if r["answers"]:
+            st = r["answer_stats"]
+            # (plus the warm-up question asked before the timed queries)
+            assert st["misses"] + st["hits"] + st["joined"] == 41 and 2 <= st["misses"] <= 9
+    assert _finite(res["warm_question"]["median_us"]) and res["warm_question"]["median_us"] > 0
+    assert _finite(res["import"]["median_s"])
+    row = res["accountant"]["1000"]
+    assert _finite(row["fastpld_median_ms"])
+    if row["opacus_prv_median_ms"] is not None:
+        assert _finite(row["opacus_prv_median_ms"])

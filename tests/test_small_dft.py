@@ -201,7 +201,7 @@ def test_scratch_reuse_and_bounds():
     c = C._scratch("test.x", 3000, np.longdouble)  # another dtype: a new array
     assert c.dtype == np.longdouble and not np.shares_memory(c, a)
     big = C._scratch("test.big", C._SCRATCH_MAX + 1, np.float64)  # too large to keep
-    assert big.size == C._SCRATCH_MAX + 1 and "test.big" not in C._SCRATCH.arrays
+    assert big.size == C._SCRATCH_MAX + 1 and ("scratch", "test.big") not in C.resources.workspace()
     import threading
     other = []
     t = threading.Thread(target=lambda: other.append(C._scratch("test.x", 5000, np.float64)))

@@ -14,6 +14,7 @@ from .accountant import PrivacyAccountant
 from .calibrate import calibrate, find_noise_multiplier, find_sampling_probability, find_steps
 from .compose import compose, default_threads
 from .curve import Bounds, PrivacyLossDistribution, StageInfo
+from .resources import cache_info, cache_limit, clear_caches, set_cache_limit, set_thread_limit, thread_limit
 from .mechanisms import (
     ApproxDP,
     CustomCDF,
@@ -53,4 +54,10 @@ __all__ = [
     "set_backend",
     "get_backend",
     "available_backends",
+    "set_cache_limit",
+    "cache_limit",
+    "clear_caches",
+    "cache_info",
+    "set_thread_limit",
+    "thread_limit",
 ]

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import math
 import os
-import threading
-from collections import OrderedDict
 
 import numpy as np
 from scipy import signal, special
@@ -476,38 +474,29 @@ def split(p: np.ndarray, offset: float, mesh_in: float, mesh_out: float, dtype):
 # double ones rounded (within u64 of the exact values), not numpy's float64 sin / cos (whose SIMD
 # versions may err by up to 4 ulp).
 DFT_TABLE_ERR = 6.0
-_DFT_TABLES: OrderedDict = OrderedDict()
-_DFT_LOCK = threading.Lock()
-# tables are kept up to this many bytes (least recently used first out): a long double table of a
-# 6k-point node costs ~1 ms of cosl / sinl and ~190 kB
-_DFT_MAX_BYTES = 16 << 20
-
-
-_dft_bytes = [0]  # bytes held in _DFT_TABLES (under _DFT_LOCK)
+# tables are kept in the process-wide store (fastpld.resources, least recently used first out): a long
+# double table of a 6k-point node costs ~1 ms of cosl / sinl and ~190 kB
+_DFT_TABLES = None  # the store's region, made on first use
 
 
 def _nbytes(v):
     return sum(a.nbytes for a in (v if isinstance(v, tuple) else (v,)))
 
 
+def _dft_region():
+    global _DFT_TABLES
+    if _DFT_TABLES is None:
+        from . import resources
+        _DFT_TABLES = resources.region("dft_tables")
+    return _DFT_TABLES
+
+
 def _dft_cache_put(key, value):
-    with _DFT_LOCK:
-        old = _DFT_TABLES.pop(key, None)
-        if old is not None:  # (two threads built the same table)
-            _dft_bytes[0] -= _nbytes(old)
-        _DFT_TABLES[key] = value
-        _dft_bytes[0] += _nbytes(value)
-        while _dft_bytes[0] > _DFT_MAX_BYTES and len(_DFT_TABLES) > 1:
-            _, old = _DFT_TABLES.popitem(last=False)
-            _dft_bytes[0] -= _nbytes(old)
+    _dft_region().put(key, value, _nbytes(value))
 
 
 def _dft_cache_get(key):
-    with _DFT_LOCK:
-        t = _DFT_TABLES.get(key)
-        if t is not None:
-            _DFT_TABLES.move_to_end(key)
-        return t
+    return _dft_region().get(key)
 
 
 _HALF_PI_LD = np.longdouble("1.57079632679489661923132169163975144")
@@ -524,8 +513,8 @@ def _reduced_angles(n: int, M: int):
 
 
 def dft_table(N: int, dtype):
-    """``(c, s)``: ``cos`` and ``sin`` of ``2 pi r / N`` for ``r = 0 .. N-1`` in ``dtype`` (cached, at most
-    ``_DFT_MAX_BYTES`` in all).  Each entry comes from an angle reduced to ``[-pi/4, pi/4]`` exactly
+    """``(c, s)``: ``cos`` and ``sin`` of ``2 pi r / N`` for ``r = 0 .. N-1`` in ``dtype`` (kept within
+    :func:`fastpld.set_cache_limit`).  Each entry comes from an angle reduced to ``[-pi/4, pi/4]`` exactly
     (integer quarter turns), so it is within ``DFT_TABLE_ERR`` u of the exact value."""
     dt = np.dtype(dtype)
     key = (int(N), dt.char)

@@ -8,22 +8,22 @@ Plans.  One real-to-complex and one complex-to-real plan per (length, dtype),
 each owning aligned input/output buffers, are built once and reused across
 stages and across ``compose`` calls.  FFTW's planner is not thread-safe, so
 plans are *built* under a global lock; execution (``FFTW.execute`` releases
-the GIL) needs no lock because every thread owns its plans and buffers (a
-per-thread cache): threads never share a buffer, and a second thread never
-waits for the first one's FFT.  Each per-thread cache holds at most
-``_MAX_PLANS`` plans and ``_MAX_PLAN_BYTES`` of buffers (least recently used
-plans are dropped).
+the GIL) needs no lock because plans belong to a workspace
+(:func:`fastpld.resources.workspace`) that one thread uses at a time: threads
+never share a buffer, and a second thread never waits for the first one's FFT.
+Plans are kept in the process-wide store bounded by
+:func:`fastpld.set_cache_limit` (least recently used first out); rebuilding an
+evicted plan costs about one FFT of its length at 2^18 and more, ~0.3 ms below
+(FFTW keeps its planner's wisdom).
 """
 from __future__ import annotations
 
 import math
 import threading
-from collections import OrderedDict
-
 import numpy as np
 import pyfftw
 
-from . import _fft, _kernels
+from . import _fft, _kernels, resources
 from ._fft import _MIXED_RATIO, _fwd_error, _low_e2
 
 if _kernels._core is None:  # not built, or FASTPLD_PURE_PYTHON=1
@@ -32,29 +32,18 @@ if _kernels._core is None:  # not built, or FASTPLD_PURE_PYTHON=1
 __all__ = ["NativeBackend"]
 
 _PLAN_LOCK = threading.Lock()
-_MAX_PLANS = 256  # a mixed workload (several k and methods) needs ~100; eviction re-plans (~10 ms at 2^30)
-_MAX_PLAN_BYTES = 512 << 20
 _FLAGS = ("FFTW_ESTIMATE", "FFTW_DESTROY_INPUT")
 _COMPLEX = {np.dtype(np.float64): np.complex128, np.dtype(np.longdouble): np.clongdouble}
-
-
-class _PlanCache(threading.local):
-    def __init__(self):
-        self.plans = OrderedDict()
-        self.nbytes = 0
-
-
-_cache = _PlanCache()
+_TWIDDLE_BYTES = 2  # per point: FFTW's own tables of a plan (measured: ~1.7 bytes per point at 2^20)
 
 
 def _plan(n: int, dtype, forward: bool) -> pyfftw.FFTW:
-    """This thread's plan for a real FFT of length ``n`` (built under the global lock on first use)."""
+    """This workspace's plan for a real FFT of length ``n`` (built under the global lock on first use)."""
     dt = np.dtype(dtype)
     key = (n, dt.char, forward)
-    plans = _cache.plans
-    fft = plans.get(key)
+    ws = resources.workspace()
+    fft = ws.get(key)
     if fft is not None:
-        plans.move_to_end(key)
         return fft
     cdt = _COMPLEX[dt]
     real = pyfftw.empty_aligned(n, dtype=dt)
@@ -64,36 +53,30 @@ def _plan(n: int, dtype, forward: bool) -> pyfftw.FFTW:
             fft = pyfftw.FFTW(real, cplx, direction="FFTW_FORWARD", flags=_FLAGS, threads=1)
         else:
             fft = pyfftw.FFTW(cplx, real, direction="FFTW_BACKWARD", flags=_FLAGS, threads=1)
-    size = real.nbytes + cplx.nbytes
-    plans[key] = fft
-    _cache.nbytes += size
-    while len(plans) > _MAX_PLANS or (_cache.nbytes > _MAX_PLAN_BYTES and len(plans) > 1):
-        _, old = plans.popitem(last=False)
-        _cache.nbytes -= old.input_array.nbytes + old.output_array.nbytes
+    ws.put(key, fft, real.nbytes + cplx.nbytes + _TWIDDLE_BYTES * n)
     return fft
 
 
-_MAX_DIRECT_SCRATCH = 1 << 20  # doubles (8 MB) kept per thread; larger nodes allocate per call
+_MAX_DIRECT_SCRATCH = 1 << 20  # doubles (8 MB) kept per workspace; larger nodes allocate per call
 
 
 def _direct_scratch(F: int):
-    """This thread's ``(B, D, work)`` arrays for a direct-power node with ``F`` frequencies (reused up
+    """This workspace's ``(B, D, work)`` arrays for a direct-power node with ``F`` frequencies (reused up
     to ``_MAX_DIRECT_SCRATCH`` doubles: fresh arrays of these sizes are fresh mmaps, page faults on
-    every node; larger ones are not kept, so the cache stays bounded)."""
+    every node; larger ones are not kept)."""
     need = 8 * F + 1
-    buf = getattr(_cache, "direct", None)
+    ws = resources.workspace()
+    buf = ws.get("direct")
     if buf is None or buf.size < need:
         buf = np.empty(max(need, 1 << 12))
         if buf.size <= _MAX_DIRECT_SCRATCH:
-            _cache.direct = buf
+            ws.put("direct", buf, buf.nbytes)
     return buf[:F], buf[F:2 * F], buf[2 * F:]
 
 
 def clear_plans() -> None:
-    """Drop this thread's cached plans (frees their buffers)."""
-    _cache.plans.clear()
-    _cache.nbytes = 0
-    _cache.direct = None
+    """Drop the calling thread's workspace's plans and scratch arrays (:func:`fastpld.clear_caches` drops every one)."""
+    resources.workspace().clear()
 
 
 def _forward(fwd, p, cen, N, dft_in=None):

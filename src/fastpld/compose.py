@@ -51,7 +51,8 @@ from typing import Sequence
 
 import numpy as np
 
-from . import _fft, _kernels
+from . import _answers, _fft, _kernels, resources
+from . import mechanisms as _mechanisms
 from . import _validation as V
 from .curve import DirectionResult, PrivacyLossDistribution, StageInfo
 from .discretize import GridPMF, discretize_loss, rediscretize, tail_mix_log_mgf, truncation_window
@@ -1446,30 +1447,29 @@ def _lag_sums(q, t, W):
     return a, lags.astype(np.int64), full[lags]
 
 
-class _Scratch(threading.local):
-    def __init__(self):
-        self.arrays = {}
-
-
-_SCRATCH = _Scratch()
 # entries per array kept (larger ones are allocated per call): a lattice node's nine arrays then hold at most
-# 2^16 (16 + 16 + 1 + 6 x 8) bytes = 5.3 MB per thread (Laplace at k = 2^30 needs 8193 entries)
+# 2^16 (16 + 16 + 1 + 6 x 8) bytes = 5.3 MB per workspace (Laplace at k = 2^30 needs 8193 entries)
 _SCRATCH_MAX = 1 << 16
 
 
 def _scratch(name, n, dtype):
-    """This thread's reusable array ``name`` of ``n`` entries of ``dtype``, contents undefined: for a node's
-    temporaries that are consumed before the node ends (the next request of ``name`` in this thread
-    returns the same memory).  Why: large temporaries allocated afresh per node come back as new pages
-    whenever the C allocator has returned its free memory to the system in between (a mixed workload
-    does): Laplace at k = 2^30 after other jobs took 256 page faults in its first node, ~1.5 ms of a 10 ms
-    composition.  At most one array per name and thread, each of at most ``_SCRATCH_MAX`` entries."""
+    """This workspace's reusable array ``name`` of ``n`` entries of ``dtype``, contents undefined: for a
+    node's temporaries that are consumed before the node ends (the next request of ``name`` in this
+    workspace, which one thread uses at a time, returns the same memory unless it was evicted).  Why:
+    large temporaries allocated afresh per node come back as new pages whenever the C allocator has
+    returned its free memory to the system in between (a mixed workload does): Laplace at k = 2^30 after
+    other jobs took 256 page faults in its first node, ~1.5 ms of a 10 ms composition.  At most one array
+    per name and workspace, each of at most ``_SCRATCH_MAX`` entries, kept within
+    :func:`fastpld.set_cache_limit`."""
     dt = np.dtype(dtype)
     if n > _SCRATCH_MAX:
         return np.empty(n, dtype=dt)
-    a = _SCRATCH.arrays.get(name)
+    ws = resources.workspace()
+    key = ("scratch", name)
+    a = ws.get(key)
     if a is None or a.dtype != dt or a.size < n:
-        a = _SCRATCH.arrays[name] = np.empty(max(n, 1024), dtype=dt)
+        a = np.empty(max(n, 1024), dtype=dt)
+        ws.put(key, a, a.nbytes)
     return a[:n]
 
 
@@ -2153,18 +2153,27 @@ def _normalise_events(mechanism, count):
 
 
 def _direction_parts(events):
-    """Per direction, the list of (loss, count) with identical losses merged."""
-    dirs = {}
-    symmetric = True
+    """Per direction, the list of (loss, count) with identical losses merged.
+
+    Each distinct mechanism is asked for its losses once (equal mechanisms share the answer): the
+    parts do not depend on what the loss cache evicts in between."""
+    memo = {}
+    maps = []
     for mech, c in events:
-        losses = mech.privacy_losses()
-        if losses["add"] is not losses["remove"]:
-            symmetric = False
+        try:
+            losses = memo.get(mech)
+            if losses is None:
+                losses = memo[mech] = mech.privacy_losses()
+        except TypeError:  # an unhashable mechanism
+            losses = mech.privacy_losses()
+        maps.append(losses)
+    symmetric = all(m["add"] is m["remove"] for m in maps)
     names = ("remove",) if symmetric else ("remove", "add")
+    dirs = {}
     for d in names:
         acc = {}
-        for mech, c in events:
-            loss = mech.privacy_losses()[d]
+        for (mech, c), losses in zip(events, maps):
+            loss = losses[d]
             key = id(loss)
             if key in acc:
                 acc[key] = (loss, acc[key][1] + c)
@@ -2228,6 +2237,9 @@ def _chain_signature(count, method, arity):
 
     return tuple((shape(o), m) for o, m in top if m > 0)
 
+
+resources.on_clear(_chain_signature.cache_clear)
+resources.on_clear(lambda: _TRIU.clear())
 
 _EARLY_STOP_US = 5000.0  # see _choose_plan
 _MERGE_START = 16  # smallest block size where _choose_plan's search for the grouping starts
@@ -2332,7 +2344,8 @@ def _choose_plan(parts, method, arity, eps_az, log_term, budgets, native=False, 
 _PARALLEL_MIN_US = 2000.0  # predicted cost (µs) below which the second direction stays on the calling thread
 _PREFETCH_MIN_PARTS = 32
 _pool_lock = threading.Lock()
-_pool: list = [None, None, None]  # (executor, semaphore of its idle workers, pid), made on first use
+_pool: list = [None, None]  # (executor, pid), made on first use
+_POOL_MAX = 64  # worker threads at most (each job holds a compute slot: as many run as resources.thread_limit)
 
 
 def _after_fork_in_child():
@@ -2340,7 +2353,7 @@ def _after_fork_in_child():
     # threads do not exist here: start afresh
     global _pool_lock
     _pool_lock = threading.Lock()
-    _pool[:] = [None, None, None]
+    _pool[:] = [None, None]
 
 
 if hasattr(os, "register_at_fork"):
@@ -2355,7 +2368,8 @@ def default_threads() -> int:
     e.g. in a server that runs many compositions at once); otherwise 2 when this process may run
     on more than one CPU, else 1.  A composition has at most two independent parts (the add and
     remove directions of an asymmetric mechanism such as the subsampled Gaussian), so more
-    threads would idle.
+    threads would idle.  The second thread is used only while fewer than
+    :func:`fastpld.thread_limit` threads compose in the whole process.
     """
     env = os.environ.get("FASTPLD_NUM_THREADS")
     if env is not None and env.strip():
@@ -2363,42 +2377,31 @@ def default_threads() -> int:
             return V.positive_int("FASTPLD_NUM_THREADS", int(env))
         except ValueError:
             raise ValueError(f"FASTPLD_NUM_THREADS must be a positive integer, got {env!r}") from None
-    try:
-        n = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        n = os.cpu_count() or 1
-    return 2 if n > 1 else 1
+    return 2 if resources._affinity() > 1 else 1
 
 
 def _try_submit(fn):
-    """``fn`` started on an idle worker thread (a Future), or ``None`` if no worker is idle.
+    """``fn`` started on a worker thread (a Future) if a compute slot is free
+    (:func:`fastpld.resources.try_acquire_slot`), else ``None``: under a server's load a composition
+    runs on its own thread instead of oversubscribing the cores.
 
-    The worker threads live as long as the process (each keeps its own FFTW plans, see
-    :mod:`fastpld._native`) and are at most ``min(8, os.cpu_count())``; under a server's load a
-    composition runs on its own thread instead of queueing behind others.
+    The worker threads live as long as the process; the job holds the slot (and uses its
+    workspace: plans and scratch arrays) until it ends.
     """
+    ws = resources.try_acquire_slot()
+    if ws is None:
+        return None
     with _pool_lock:
         # (a forked child inherits the executor but not its threads: work sent there would never
         # run, so a child makes its own pool)
-        if _pool[0] is None or _pool[2] != os.getpid():
-            n = max(1, min(8, os.cpu_count() or 1))
-            _pool[0] = concurrent.futures.ThreadPoolExecutor(max_workers=n, thread_name_prefix="fastpld")
-            _pool[1] = threading.BoundedSemaphore(n)
-            _pool[2] = os.getpid()
-    executor, idle, _ = _pool
-    if not idle.acquire(blocking=False):
-        return None
-
-    def job():
-        try:
-            return fn()
-        finally:
-            idle.release()
-
+        if _pool[0] is None or _pool[1] != os.getpid():
+            _pool[0] = concurrent.futures.ThreadPoolExecutor(max_workers=_POOL_MAX, thread_name_prefix="fastpld")
+            _pool[1] = os.getpid()
+    executor = _pool[0]
     try:
-        return executor.submit(job)
+        return executor.submit(resources.run_in_slot, ws, fn)
     except RuntimeError:  # interpreter shutting down
-        idle.release()
+        resources._slots.release(ws)
         return None
 
 
@@ -2450,14 +2453,17 @@ def compose(mechanism, count: int | None = None, *, eps_error: float = 0.1, delt
     threads : int, optional
         ``1`` runs everything on the calling thread; ``2`` or more lets the two directions
         (add and remove) of an asymmetric composition run concurrently, the second on a
-        process-wide worker thread when one is idle (the compiled kernels and FFTs release the
-        GIL).  Default: :func:`default_threads`.  The result does not depend on it.
+        process-wide worker thread when a compute slot is free (the compiled kernels and FFTs
+        release the GIL; at most :func:`fastpld.thread_limit` threads compose at once, process-wide).
+        Default: :func:`default_threads`.  The result does not depend on it.
 
     Returns
     -------
     PrivacyLossDistribution
         Query with ``delta(eps)`` and ``epsilon(delta)``; both return
-        ``Bounds(lower, estimate, upper)``.
+        ``Bounds(lower, estimate, upper)``.  Answers are kept (see :func:`fastpld.set_cache_limit`):
+        a repeated question returns a copy of the kept answer, bitwise the same as a fresh
+        composition; its arrays are shared and read-only.
     """
     events = _normalise_events(mechanism, count)
     eps_err = V.eps_error(eps_error)
@@ -2474,6 +2480,26 @@ def compose(mechanism, count: int | None = None, *, eps_error: float = 0.1, delt
     threads = default_threads() if threads is None else V.positive_int("threads", threads)
     be = _fft.resolve(backend)
 
+    dir_parts = list(_direction_parts(events).items())
+
+    def compute():
+        with resources.compute_slot():
+            pld = _compose_parts(dir_parts, events, eps_err, delta_err, method, arity, max_buckets, threads, be)
+        _mechanisms._refresh_sizes(m for m, _ in events)  # (their MGF grids and tables grew)
+        return pld
+
+    key = (tuple((name, tuple(parts)) for name, parts in dir_parts), eps_err, delta_err, method, arity, be.name,
+           max_buckets)
+    try:
+        hash(key)
+        loss_keys = {_mechanisms._loss_key(m) for m, _ in events}
+    except TypeError:  # a custom loss or mechanism that cannot be a key: composed every time
+        return compute()
+    return _answers.answer(key, compute, events, loss_keys)
+
+
+def _compose_parts(dir_parts, events, eps_err, delta_err, method, arity, max_buckets, threads, be):
+    """:func:`compose` of validated arguments (``dir_parts``: :func:`_direction_parts` of ``events``)."""
     budgets = _Budgets.split(eps_err, delta_err)
     log_term = math.log(2.0 / budgets.eta)
     eps_az = eps_err * (1 - _EPS_RESERVE)
@@ -2511,7 +2537,6 @@ def compose(mechanism, count: int | None = None, *, eps_error: float = 0.1, delt
     def shape(plan):
         return plan.method, plan.params[0].get("arity"), plan.params[0].get("merge")
 
-    dir_parts = list(_direction_parts(events).items())
     name0, parts0 = dir_parts[0]
     # many distinct parts: the second direction's MGF grids (~0.1 ms per part) are computed on a
     # worker thread while this one plans the first direction

@@ -69,7 +69,9 @@ class _Query:
     """Stable evaluation of ``d(eps) = sum_{v_i > eps} p_i (1 - e^(eps - v_i))`` and its inverse."""
 
     def __init__(self, pmf, native=False):
-        p = np.maximum(np.asarray(pmf.probs, dtype=np.float64), 0.0)
+        p = np.asarray(pmf.probs, dtype=np.float64)
+        if (p < 0).any():  # (else a view: kept answers hold one copy of the masses)
+            p = np.maximum(p, 0.0)
         nz = np.flatnonzero(p)
         p = p[nz[0]: nz[-1] + 1]
         self.h = float(pmf.mesh)

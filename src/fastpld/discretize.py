@@ -62,7 +62,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _kernels
+from . import _kernels, resources
 from .mechanisms import ContinuousLoss, DiscreteLoss, PrivacyLoss, _generic_window
 
 __all__ = ["GridPMF", "discretize_loss", "rediscretize", "truncation_window"]
@@ -435,6 +435,9 @@ def _coarse_thresholds(h: float, lam: float, budget: float) -> dict:
         if p > 1e-300:
             out[c] = p
     return out
+
+
+resources.on_clear(_coarse_thresholds.cache_clear)
 
 
 def _coarse_cells(loss, lat: float, h: float, i_lo: int, i_hi: int, coarse, tail: float = 0.0):

@@ -31,6 +31,7 @@ from scipy import special
 
 from . import _kernels
 from . import _validation as V
+from . import resources
 
 __all__ = [
     "PrivacyLoss",
@@ -631,7 +632,7 @@ def _integer_chord(fn, x):
         return np.where(w == 0, flo, (1 - w) * flo + w * fhi)
 
 
-_BINOM_TABLES = {}  # (key, size) -> read-only table (see _binomial_tables)
+_BINOM_TABLES = resources.region("tables")  # (key, size) -> read-only table (see _binomial_tables)
 
 
 def _binomial_tables(pair, size):
@@ -644,20 +645,22 @@ def _binomial_tables(pair, size):
     lf_key = ("lf", size)
     lf = _BINOM_TABLES.get(lf_key)
     if lf is None:
-        if len(_BINOM_TABLES) > 256:
-            _BINOM_TABLES.clear()
         lf = special.gammaln(np.arange(size + 1, dtype=np.float64))
         lf.setflags(write=False)
-        _BINOM_TABLES[lf_key] = lf
+        _BINOM_TABLES.put(lf_key, lf, lf.nbytes)
     if isinstance(pair, _GaussPair):
-        store, key = _BINOM_TABLES, ("gauss", pair.v, size)
+        key = ("gauss", pair.v, size)
+        lm = _BINOM_TABLES.get(key)
     else:
         store, key = pair.__dict__.setdefault("_binom_tables", {}), size
-    lm = store.get(key)
+        lm = store.get(key)
     if lm is None:
         lm = np.ascontiguousarray(pair.log_moment_P(np.arange(size, dtype=np.float64)), dtype=np.float64)
         lm.setflags(write=False)
-        store[key] = lm
+        if isinstance(pair, _GaussPair):
+            _BINOM_TABLES.put(key, lm, lm.nbytes)
+        else:  # (kept with the pair, counted with its loss)
+            store[key] = lm
     return lm, lf
 
 
@@ -1398,25 +1401,43 @@ class CustomPMF(Mechanism):
         return hash(self._key)
 
 
-# Loss objects are cached per mechanism value: building a subsampled loss computes moments.
-_LOSS_CACHE: dict = {}
-_CACHE_MAX = 4096
-
-
+# Loss objects are cached per mechanism value: building a subsampled loss computes moments.  They live in
+# the process-wide store (fastpld.resources), bounded with everything else; compose records the size
+# they grow to (MGF grids, moment tables) through _refresh_sizes.
+_LOSS_CACHE = resources.region("losses")
 _CACHE_LOCK = threading.RLock()
+
+
+def _loss_key(mech):
+    return (type(mech), mech)
 
 
 def _cached(mech, factory):
     # under a lock: concurrent compose calls then share one loss object per mechanism value
     # (identical events are merged by the loss object's identity)
-    key = (type(mech), mech)
-    with _CACHE_LOCK:
-        try:
-            return _LOSS_CACHE[key]
-        except KeyError:
-            pass
-        val = factory()
-        if len(_LOSS_CACHE) >= _CACHE_MAX:
-            _LOSS_CACHE.clear()
-        _LOSS_CACHE[key] = val
+    key = _loss_key(mech)
+    val = _LOSS_CACHE.get(key)
+    if val is not None:
         return val
+    with _CACHE_LOCK:
+        val = _LOSS_CACHE.get(key)
+        if val is None:
+            val = factory()
+            _LOSS_CACHE.put(key, val, resources.nbytes_of(val))
+        return val
+
+
+def _refresh_sizes(mechs) -> None:
+    """Record the current size of these mechanisms' cached loss objects (they grow MGF grids and tables)."""
+    seen = set()
+    for m in mechs:
+        try:
+            key = _loss_key(m)
+            if key in seen:
+                continue
+            seen.add(key)
+        except TypeError:  # an unhashable user mechanism: not cached here
+            continue
+        val = _LOSS_CACHE.get(key)
+        if val is not None:
+            _LOSS_CACHE.resize(key, resources.nbytes_of(val))

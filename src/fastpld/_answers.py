@@ -1,0 +1,145 @@
+"""Composed answers kept between calls: a repeated question costs a lookup and a query.
+
+Key: the question as :func:`fastpld.compose` computes it -- per direction, the grouped
+``(loss object, count)`` parts (loss objects by identity: equal mechanisms share one through the
+mechanisms' loss cache, so the key is their value; a custom mechanism's loss is its own), and the
+accuracy and execution settings that reach the computation (``eps_error``, ``delta_error``,
+``method``, ``arity``, backend, ``max_buckets``; not ``threads``, on which results do not
+depend).  The composition is deterministic given these, so a kept answer is bitwise the one a
+fresh composition of the same parts gives.
+
+Concurrent identical questions compose once: the first caller registers the question as in
+flight and composes; the others wait for its answer (or its error) instead of composing it again.
+
+Answers are shared: their arrays are made read-only, and each caller receives its own shallow
+copy of the :class:`fastpld.PrivacyLossDistribution` (its ``events`` are the caller's).  The
+store bounds them in bytes with everything else (:func:`fastpld.set_cache_limit`; ``results=0``
+disables them).
+"""
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+
+import numpy as np
+
+from . import resources
+from .curve import Bounds, PrivacyLossDistribution
+
+_REGION = resources.region("results")
+_inflight: dict = {}
+_inflight_lock = threading.Lock()
+_stats = {"hits": 0, "misses": 0, "joined": 0}
+
+
+class _Retry(Exception):
+    """The leader was interrupted (not an error of the question): the waiter composes itself."""
+
+
+def _freeze(pld) -> int:
+    """Make the answer's arrays read-only; its size in bytes."""
+    n = 0
+    for d in pld.directions.values():
+        for a in (d.pmf.probs,):
+            if isinstance(a, np.ndarray):
+                a.setflags(write=False)
+    for q in pld._q.values():
+        for name in ("p", "S1", "T", "dgrid"):
+            a = getattr(q, name, None)
+            if isinstance(a, np.ndarray):
+                a.setflags(write=False)
+    n = resources.nbytes_of((pld.directions, pld._q), depth=5)
+    pld.__class__ = KeptAnswer
+    pld._memo = {}
+    return n
+
+
+_MEMO_MAX = 64  # scalar queries remembered per kept answer
+
+
+class KeptAnswer(PrivacyLossDistribution):
+    """A kept answer handed out: a :class:`PrivacyLossDistribution` whose scalar queries are
+    remembered (shared by every copy of the answer; the bounds of a scalar query are a pure
+    function of the distribution and the argument, so a remembered one is bitwise a fresh one)."""
+
+    def delta(self, epsilon) -> Bounds:
+        return self._memoised("d", epsilon, super().delta)
+
+    def epsilon(self, delta) -> Bounds:
+        return self._memoised("e", delta, super().epsilon)
+
+    def _memoised(self, kind, x, fn):
+        if type(x) is not float:  # (arrays, numpy scalars and others: computed; only exact floats are keys)
+            return fn(x)
+        memo = self._memo
+        key = (kind, x)
+        out = memo.get(key)
+        if out is None:
+            out = fn(x)
+            if len(memo) >= _MEMO_MAX:
+                memo.clear()
+            memo[key] = out
+        return out
+
+
+def _hand_out(pld, events):
+    out = object.__new__(type(pld))  # (a shallow copy; copy.copy's protocol costs ~10 us here)
+    out.__dict__.update(pld.__dict__)
+    out.events = tuple(events)
+    return out
+
+
+def answer(key, compute, events, loss_keys=()):
+    """The answer to ``key``: kept, being composed by another thread, or ``compute()`` (then kept).
+
+    ``loss_keys``: the loss cache's keys of the question's losses, marked used after the answer so
+    that the answer is evicted before the losses it is keyed by.
+    """
+    if resources.results_limit() <= 0:
+        return compute()
+    from .mechanisms import _LOSS_CACHE
+    hit = _REGION.get(key)
+    if hit is None:
+        with _inflight_lock:
+            fut = _inflight.get(key)
+            leader = fut is None
+            hit = _REGION.get(key) if leader else None  # (kept while this thread waited for the lock)
+            if hit is None and leader:
+                fut = _inflight[key] = Future()
+                _stats["misses"] += 1
+            elif hit is None:
+                _stats["joined"] += 1
+    if hit is not None:
+        with _inflight_lock:
+            _stats["hits"] += 1
+        _LOSS_CACHE.touch(loss_keys)
+        return _hand_out(hit, events)
+    if not leader:
+        try:
+            return _hand_out(fut.result(), events)
+        except _Retry:
+            return compute()
+    try:
+        pld = compute()
+        # kept before the question leaves the in-flight table: a later caller finds one or the other
+        _REGION.put(key, pld, _freeze(pld))
+        _LOSS_CACHE.touch(loss_keys)
+    except Exception as exc:
+        fut.set_exception(exc)
+        raise
+    except BaseException:
+        fut.set_exception(_Retry())
+        raise
+    else:
+        fut.set_result(pld)
+    finally:
+        with _inflight_lock:
+            _inflight.pop(key, None)
+    return _hand_out(pld, events)
+
+
+def stats() -> dict:
+    """Counts since start: ``hits``, ``misses`` (compositions) and ``joined`` (waited for another thread's)."""
+    with _inflight_lock:
+        out = dict(_stats)
+    return dict(out, kept=len(_REGION), bytes=_REGION.nbytes)
