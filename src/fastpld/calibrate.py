@@ -26,11 +26,12 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from scipy import special
-
 from . import _validation as V
+from ._lazy import lazy_module
 from .compose import DEFAULT_MAX_BUCKETS, compose
 from .mechanisms import Mechanism, PoissonSubsampledGaussian
+
+special = lazy_module("scipy.special")
 
 __all__ = ["calibrate", "find_noise_multiplier", "find_sampling_probability", "find_steps"]
 

@@ -21,10 +21,12 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
-from scipy import signal
 
 from . import _kernels
 from . import _validation as V
+from ._lazy import lazy_module
+
+signal = lazy_module("scipy.signal")
 
 __all__ = ["Bounds", "PrivacyLossDistribution", "StageInfo", "DirectionResult"]
 

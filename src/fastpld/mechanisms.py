@@ -27,10 +27,12 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 import numpy as np
-from scipy import special
 
 from . import _kernels
 from . import _validation as V
+from ._lazy import lazy_module
+
+special = lazy_module("scipy.special")
 
 __all__ = [
     "PrivacyLoss",
