@@ -227,7 +227,7 @@ def calibrate(make_mechanism: Callable[[float], Mechanism], count: int, target_e
     def make(p):
         mech = make_mechanism(p)
         if not isinstance(mech, Mechanism):
-            raise ValueError(f"make_mechanism({p!r}) returned {mech!r}, not a Mechanism")
+            raise ValueError(f"make_mechanism({V.show(p)}) returned {mech!r}, not a Mechanism")
         return mech
 
     run = _upper_epsilon(count, ee, de, td, max_buckets, method)
