@@ -136,7 +136,9 @@ def test_queries_and_bad_requests(inprocess):
 
 
 def _start(db):
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # the server imports the very fastpld this test compares with (answers are compared bit for bit)
+    pkg_root = os.path.dirname(os.path.dirname(os.path.abspath(fastpld.__file__)))
+    env = dict(os.environ, PYTHONPATH=pkg_root + os.pathsep + os.environ.get("PYTHONPATH", ""))
     p = subprocess.Popen([sys.executable, SCRIPT, "--db", db, "--port", "0"], stdout=subprocess.PIPE,
                          stderr=subprocess.DEVNULL, text=True, env=env)
     line = p.stdout.readline()

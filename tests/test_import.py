@@ -11,7 +11,9 @@ HEAVY = ("scipy.signal", "scipy.special", "scipy.stats", "scipy.optimize", "matp
 
 def _modules_after(code):
     env = dict(os.environ)
-    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    import fastpld
+
+    src = os.path.dirname(os.path.dirname(os.path.abspath(fastpld.__file__)))
     env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
     out = subprocess.run([sys.executable, "-c", code + "\nimport sys\nprint('\\n'.join(sorted(sys.modules)))"],
                          capture_output=True, text=True, env=env, check=True)
