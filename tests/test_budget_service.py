@@ -4,6 +4,7 @@ Concurrent tenants and clients, a crash (SIGKILL) and restart of the server in t
 step is lost, none is spent twice, and no tenant goes over its certified budget.  Bounded: a fixed
 number of requests, each client with a deadline.
 """
+import http.client
 import importlib.util
 import json
 import os
@@ -182,7 +183,9 @@ def test_load_with_a_crash_and_restart_in_the_middle(tmp_path):
                         try:
                             st, ans = _call(state["url"] + f"/tenants/{tenant}/steps", "POST", body, timeout=10)
                             break
-                        except (urllib.error.URLError, ConnectionError, OSError):
+                        except (urllib.error.URLError, OSError, http.client.HTTPException, json.JSONDecodeError):
+                            # the server died before or while answering: the outcome is unknown, so
+                            # ask again with the same request_id (answered from the store if it was decided)
                             time.sleep(0.05)
                     assert st in (200, 409), ans
                     with lock:
