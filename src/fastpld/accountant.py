@@ -71,7 +71,7 @@ __all__ = ["PrivacyAccountant"]
 
 STATE_FORMAT = "fastpld.PrivacyAccountant"
 STATE_VERSION = 1
-_MAX_ANSWERS = 256  # memoised query answers kept per accountant
+_MAX_ANSWERS = 32  # memoised query answers kept per accountant (a loop needs a few)
 
 
 class PrivacyAccountant:
