@@ -29,7 +29,8 @@ def test_import_does_not_load_heavy_modules(code):
 
 
 def test_heavy_modules_load_on_first_use():
-    loaded = _modules_after("import fastpld\nfastpld.compose(fastpld.PoissonSubsampledGaussian(1.0, 0.01), 3).epsilon(1e-5)")
+    loaded = _modules_after("import fastpld\n"
+                            "fastpld.compose(fastpld.PoissonSubsampledGaussian(1.0, 0.01), 3).epsilon(1e-5)")
     assert "scipy.special" in loaded
 
 
