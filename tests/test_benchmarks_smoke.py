@@ -102,3 +102,16 @@ def test_bench_server_quick(tmp_path):
     assert _finite(row["fastpld_median_ms"])
     if row["opacus_prv_median_ms"] is not None:
         assert _finite(row["opacus_prv_median_ms"])
+
+
+def test_bench_accountant_small(tmp_path):
+    out = tmp_path / "acc.json"
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_accountant.py"), "--ks", "300",
+                        "--steps", "3", "--exact-steps", "2", "--import-runs", "1", "--out", str(out)],
+                       capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    res = json.loads(out.read_text())
+    assert _finite(res["import"]["this"]["median_s"]) and res["import"]["this"]["median_s"] > 0
+    rows = res["accountant"]
+    assert [(r["k"], r["lookahead"]) for r in rows] == [(300, 1e-3), (300, 0.0)]
+    assert all(_finite(r["median_ms"]) and r["median_ms"] > 0 for r in rows)

@@ -118,3 +118,60 @@ def test_cli_plot_writes_png(tmp_path, capsys):
     assert info["steps_grid"] == [1, 10, 50] and len(info["epsilon"]["upper"]) == 3
     assert main(["plot", "--sigma", "1.0", "--steps", "5", "-o", str(tmp_path / "no_such_dir" / "x.png")]) == 2
     assert "--output" in capsys.readouterr().err
+
+
+# --- issue 20: version, counts in float notation, --max-buckets, plain numbers in errors ---------------------
+def test_cli_version(capsys):
+    import fastpld
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"fastpld {fastpld.__version__}"
+
+
+def test_cli_steps_in_float_notation(capsys):
+    a = _json(capsys, ["epsilon", "--laplace-scale", "10", "--steps", "1e3", "--delta", "1e-6"])
+    b = _json(capsys, ["epsilon", "--laplace-scale", "10", "--steps", "1000", "--delta", "1e-6"])
+    assert a == b and a["parameters"]["steps"] == 1000
+    assert _json(capsys, ["delta", "--laplace-scale", "10", "--steps", "2.5e1", "--epsilon", "1"])["parameters"][
+        "steps"] == 25
+
+
+@pytest.mark.parametrize("text", ["1.5e0", "1.5", "1e-3", "inf", "nan", "ten"])
+def test_cli_steps_not_an_integer(capsys, text):
+    assert main(["epsilon", "--sigma", "1", "--steps", text, "--delta", "1e-5"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fastpld: error: argument --steps:") and repr(text) in err
+
+
+def test_cli_count_is_exact_for_huge_float_notation():
+    from fastpld.cli import _count
+
+    assert _count("1e23") == 10 ** 23 and _count("1E12") == 10 ** 12 and _count("1_000") == 1000
+
+
+def test_cli_max_buckets_flag_and_hint(capsys):
+    argv = ["epsilon", "--sigma", "1", "--sampling-probability", "0.01", "--steps", "1000", "--delta", "1e-5"]
+    assert main(argv + ["--max-buckets", "100"]) == 2
+    err = capsys.readouterr().err
+    assert "max_buckets=100" in err and "--max-buckets" in err and len(err.strip().splitlines()) == 1
+    assert main(argv + ["--max-buckets", "1e7"]) == 0
+    assert main(argv + ["--max-buckets", "0"]) == 2
+    assert "max_buckets" in capsys.readouterr().err
+
+
+def test_errors_print_numbers_plainly():
+    import numpy as np
+
+    import fastpld
+
+    pld = fastpld.compose(fastpld.Gaussian(1.0), 2)
+    calls = [lambda: pld.epsilon(np.float64(0.0)), lambda: pld.epsilon(np.array([0.5, 0.0])),
+             lambda: pld.delta(np.float32(-1.0)), lambda: fastpld.Gaussian(np.float64(0.0)),
+             lambda: fastpld.Laplace(np.array(-2.0)), lambda: fastpld.compose(fastpld.Gaussian(1.0), np.int64(0)),
+             lambda: fastpld.compose(fastpld.Gaussian(1.0), 3, eps_error=np.float64(0.0))]
+    for call in calls:
+        with pytest.raises(ValueError) as exc:
+            call()
+        assert "np." not in str(exc.value) and "float64" not in str(exc.value), str(exc.value)

@@ -47,3 +47,34 @@ def test_plot_bad_input():
         epsilon_vs_steps(fastpld.Laplace(1.0), [0, 1], 1e-5)
     with pytest.raises(ValueError, match="delta"):
         epsilon_vs_steps(fastpld.Laplace(1.0), [1], 0.0)
+
+
+def test_delta_axis_stops_at_one_with_one_band_entry_and_the_mechanism_named():
+    mech = fastpld.PoissonSubsampledGaussian(1.0, 0.01)
+    pld = fastpld.compose(mech, 1000)
+    ax = plot_delta_curve(pld)
+    try:
+        assert ax.get_ylim()[1] == 1.0
+        labels = ax.get_legend_handles_labels()[1]
+        assert labels.count("certified band") == 1 and "estimate" in labels
+        assert "PoissonSubsampledGaussian" in ax.get_title() and "x 1000" in ax.get_title()
+        # the lower band reaches 0 near the delta error at the right end: the figure says why, once
+        b = pld.delta(ax.get_lines()[0].get_xdata())
+        assert (b.lower <= 0).any()
+        notes = [t for t in ax.texts if t.get_gid() == "fastpld-delta-error"]
+        assert len(notes) == 1 and "delta error" in notes[0].get_text()
+        plot_delta_curve(fastpld.compose(mech, 500), ax)  # a second curve adds no band entry or note
+        assert ax.get_legend_handles_labels()[1].count("certified band") == 1
+        assert len([t for t in ax.texts if t.get_gid() == "fastpld-delta-error"]) == 1
+    finally:
+        plt.close(ax.figure)
+
+
+def test_epsilon_vs_steps_names_the_mechanism():
+    mech = fastpld.Laplace(10.0)
+    ax = plot_epsilon_vs_steps(mech, [1, 10], 1e-6)
+    try:
+        assert "Laplace" in ax.get_title()
+        assert ax.get_legend_handles_labels()[1].count("certified band") == 1
+    finally:
+        plt.close(ax.figure)

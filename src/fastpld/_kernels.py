@@ -17,7 +17,11 @@ import math
 import os
 
 import numpy as np
-from scipy import signal, special
+
+from ._lazy import lazy_module
+
+signal = lazy_module("scipy.signal")
+special = lazy_module("scipy.special")
 
 _core = None
 if os.environ.get("FASTPLD_PURE_PYTHON", "") not in ("1", "true", "yes"):

@@ -12,18 +12,30 @@ import numbers
 import numpy as np
 
 
+def show(value) -> str:
+    """``repr`` for error messages, with numpy scalars as the plain numbers they stand for.
+
+    (``repr(np.float64(0.0))`` is ``np.float64(0.0)`` under numpy 2; a message should say ``0.0``.)
+    """
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
+    if isinstance(value, np.generic):
+        value = value.item()
+    return repr(value)
+
+
 def positive_float(name: str, value, *, allow_inf: bool = False) -> float:
     """Return ``value`` as a float, requiring it to be finite and > 0."""
     v = real_float(name, value, allow_inf=allow_inf)
     if not v > 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
+        raise ValueError(f"{name} must be > 0, got {show(value)}")
     return v
 
 
 def nonnegative_float(name: str, value) -> float:
     v = real_float(name, value)
     if v < 0:
-        raise ValueError(f"{name} must be >= 0, got {value!r}")
+        raise ValueError(f"{name} must be >= 0, got {show(value)}")
     return v
 
 
@@ -37,12 +49,12 @@ def _unwrap_0d(value):
 def real_float(name: str, value, *, allow_inf: bool = False) -> float:
     value = _unwrap_0d(value)
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
-        raise ValueError(f"{name} must be a real number, got {value!r}")
+        raise ValueError(f"{name} must be a real number, got {show(value)}")
     v = float(value)
     if math.isnan(v):
         raise ValueError(f"{name} must not be NaN")
     if math.isinf(v) and not allow_inf:
-        raise ValueError(f"{name} must be finite, got {value!r}")
+        raise ValueError(f"{name} must be finite, got {show(value)}")
     return v
 
 
@@ -53,38 +65,38 @@ def probability(name: str, value, *, open_low: bool = False, open_high: bool = F
     if not (lo_ok and hi_ok):
         lo = "(0" if open_low else "[0"
         hi = "1)" if open_high else "1]"
-        raise ValueError(f"{name} must be in {lo}, {hi}, got {value!r}")
+        raise ValueError(f"{name} must be in {lo}, {hi}, got {show(value)}")
     return v
 
 
 def positive_int(name: str, value) -> int:
     value = _unwrap_0d(value)
     if isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        raise ValueError(f"{name} must be a positive integer, got {show(value)}")
     if isinstance(value, (numbers.Integral, np.integer)):
         v = int(value)
     elif isinstance(value, (float, np.floating)) and math.isfinite(value) and float(value).is_integer():
         v = int(value)
     else:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        raise ValueError(f"{name} must be a positive integer, got {show(value)}")
     if v <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        raise ValueError(f"{name} must be a positive integer, got {show(value)}")
     return v
 
 
 def eps_error(value) -> float:
     v = positive_float("eps_error", value)
     if v > 10:
-        raise ValueError(f"eps_error must be in (0, 10], got {value!r}")
+        raise ValueError(f"eps_error must be in (0, 10], got {show(value)}")
     return v
 
 
 def delta_error(value) -> float:
     v = real_float("delta_error", value)
     if not (0 < v < 0.1):
-        raise ValueError(f"delta_error must be in (0, 0.1), got {value!r}")
+        raise ValueError(f"delta_error must be in (0, 0.1), got {show(value)}")
     if v < 1e-250:
-        raise ValueError(f"delta_error must be >= 1e-250, got {value!r}")
+        raise ValueError(f"delta_error must be >= 1e-250, got {show(value)}")
     return v
 
 
@@ -101,14 +113,14 @@ def query_array(name: str, value, *, lo: float | None = None, hi: float | None =
             raise TypeError
         arr = np.asarray(raw, dtype=np.float64)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a real number or an array of real numbers, got {value!r}") from None
+        raise ValueError(f"{name} must be a real number or an array of real numbers, got {show(value)}") from None
     if np.isnan(arr).any():
         raise ValueError(f"{name} must not contain NaN")
     if lo is not None:
         bad = (arr <= lo) if lo_open else (arr < lo)
         if bad.any():
             op = ">" if lo_open else ">="
-            raise ValueError(f"{name} must be {op} {lo}, got {arr[bad].ravel()[0]!r}")
+            raise ValueError(f"{name} must be {op} {lo}, got {show(arr[bad].ravel()[0])}")
     if hi is not None and (arr > hi).any():
-        raise ValueError(f"{name} must be <= {hi}, got {arr[arr > hi].ravel()[0]!r}")
+        raise ValueError(f"{name} must be <= {hi}, got {show(arr[arr > hi].ravel()[0])}")
     return arr

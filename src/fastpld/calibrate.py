@@ -26,11 +26,12 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from scipy import special
-
 from . import _validation as V
+from ._lazy import lazy_module
 from .compose import DEFAULT_MAX_BUCKETS, compose
 from .mechanisms import Mechanism, PoissonSubsampledGaussian
+
+special = lazy_module("scipy.special")
 
 __all__ = ["calibrate", "find_noise_multiplier", "find_sampling_probability", "find_steps"]
 
@@ -244,7 +245,7 @@ def calibrate(make_mechanism: Callable[[float], Mechanism], count: int, target_e
     def make(p):
         mech = make_mechanism(p)
         if not isinstance(mech, Mechanism):
-            raise ValueError(f"make_mechanism({p!r}) returned {mech!r}, not a Mechanism")
+            raise ValueError(f"make_mechanism({V.show(p)}) returned {mech!r}, not a Mechanism")
         return mech
 
     if not attack:

@@ -26,12 +26,14 @@ exits with status 2, also for argument-parsing errors.
 from __future__ import annotations
 
 import argparse
+import decimal
 import json
 import math
 import sys
 
 from . import _validation as V
 from . import compose
+from .compose import DEFAULT_MAX_BUCKETS
 from .mechanisms import (
     ApproxDP,
     Gaussian,
@@ -86,6 +88,18 @@ def _mechanism(args):
     return ApproxDP(*args.approx_dp)
 
 
+def _count(text):
+    """An argparse type: a whole number, also in float notation (``1e12``, ``2.5e3``); not ``1.5``."""
+    try:
+        d = decimal.Decimal(text.strip().replace("_", ""))
+    except (decimal.InvalidOperation, AttributeError):
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    # (Decimal, not float: 1e23 must not become 99999999999999991611392)
+    if not d.is_finite() or d != d.to_integral_value():
+        raise argparse.ArgumentTypeError(f"must be an integer (1e6 is accepted, 1.5e0 is not), got {text!r}")
+    return int(d)
+
+
 def _add_mechanism(p):
     g = p.add_argument_group("mechanism (exactly one)")
     g.add_argument("--sigma", type=float, help="Gaussian noise multiplier (noise std / sensitivity)")
@@ -105,7 +119,14 @@ def _add_budget(p):
     p.add_argument("--eps-error", type=float, default=0.1, help="certified epsilon error (default 0.1)")
     p.add_argument("--delta-error", type=float, default=1e-10, help="certified delta error (default 1e-10)")
     p.add_argument("--method", default="auto", help="auto, glw, two_stage or recursive")
+    _add_max_buckets(p)
     p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _add_max_buckets(p):
+    p.add_argument("--max-buckets", type=_count, default=DEFAULT_MAX_BUCKETS,
+                   help=f"refuse a discretisation or FFT larger than this (default {DEFAULT_MAX_BUCKETS}); "
+                        "raise it for very fine or very long compositions")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -115,29 +136,33 @@ def build_parser() -> argparse.ArgumentParser:
     -------
     argparse.ArgumentParser
     """
+    from . import __version__
+
     parser = _Parser(prog="fastpld", description="Certified privacy accounting by evolving discretisation.")
+    parser.add_argument("--version", action="version", version=f"fastpld {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     pe = sub.add_parser("epsilon", help="epsilon(delta) of a composed mechanism")
     _add_mechanism(pe)
-    pe.add_argument("--steps", type=int, required=True, help="number of compositions")
+    pe.add_argument("--steps", type=_count, required=True, help="number of compositions")
     pe.add_argument("--delta", type=float, required=True)
     _add_budget(pe)
     pd = sub.add_parser("delta", help="delta(epsilon) of a composed mechanism")
     _add_mechanism(pd)
-    pd.add_argument("--steps", type=int, required=True, help="number of compositions")
+    pd.add_argument("--steps", type=_count, required=True, help="number of compositions")
     pd.add_argument("--epsilon", type=float, required=True)
     _add_budget(pd)
     pc = sub.add_parser("calibrate", help="smallest DP-SGD noise multiplier meeting (target epsilon, delta)")
     pc.add_argument("--target-epsilon", type=float, required=True)
     pc.add_argument("--delta", type=float, required=True, help="target delta")
     pc.add_argument("--sampling-probability", type=float, required=True)
-    pc.add_argument("--steps", type=int, required=True)
+    pc.add_argument("--steps", type=_count, required=True)
     pc.add_argument("--eps-error", type=float, default=0.1)
     pc.add_argument("--delta-error", type=float, default=1e-10)
+    _add_max_buckets(pc)
     pc.add_argument("--json", action="store_true", help="print JSON")
     pp = sub.add_parser("plot", help="plot delta(eps) with its bounds and/or epsilon against steps")
     _add_mechanism(pp)
-    pp.add_argument("--steps", type=int, help="compositions for the delta(eps) curve")
+    pp.add_argument("--steps", type=_count, help="compositions for the delta(eps) curve")
     pp.add_argument("--steps-grid", type=str, help="comma-separated step counts for epsilon against steps")
     pp.add_argument("--delta", type=float, help="delta of the epsilon-against-steps curve")
     pp.add_argument("-o", "--output", required=True, help="image file to write (.png, .pdf, .svg)")
@@ -169,7 +194,8 @@ def _run_query(args):
         V.probability("delta", args.delta, open_low=True)
     else:
         V.nonnegative_float("epsilon", args.epsilon)
-    pld = compose(mech, args.steps, eps_error=args.eps_error, delta_error=args.delta_error, method=args.method)
+    pld = compose(mech, args.steps, eps_error=args.eps_error, delta_error=args.delta_error, method=args.method,
+                  max_buckets=args.max_buckets)
     if args.command == "epsilon":
         b = pld.epsilon(args.delta)
         key, query = "epsilon", {"delta": args.delta}
@@ -186,7 +212,7 @@ def _run_query(args):
 
 
 def _fallback_find_noise_multiplier(target_epsilon, target_delta, sampling_probability, steps, eps_error=0.1,
-                                    delta_error=1e-10):
+                                    delta_error=1e-10, max_buckets=DEFAULT_MAX_BUCKETS):
     """Bisection on sigma, used only while ``fastpld.calibrate`` is absent.
 
     Returns a sigma whose certified upper epsilon is <= ``target_epsilon``
@@ -196,7 +222,8 @@ def _fallback_find_noise_multiplier(target_epsilon, target_delta, sampling_proba
     def eps_up(sigma):
         mech = (Gaussian(sigma) if sampling_probability == 1.0
                 else PoissonSubsampledGaussian(sigma, sampling_probability))
-        return compose(mech, steps, eps_error=eps_error, delta_error=delta_error).epsilon(target_delta).upper
+        return compose(mech, steps, eps_error=eps_error, delta_error=delta_error,
+                       max_buckets=max_buckets).epsilon(target_delta).upper
 
     hi = 1.0
     while eps_up(hi) > target_epsilon:
@@ -231,11 +258,13 @@ def _run_calibrate(args):
     V.eps_error(args.eps_error)
     V.delta_error(args.delta_error)
     res = _find_noise_multiplier()(target_epsilon=te, target_delta=td, sampling_probability=q, steps=steps,
-                                   eps_error=args.eps_error, delta_error=args.delta_error)
+                                   eps_error=args.eps_error, delta_error=args.delta_error,
+                                   max_buckets=args.max_buckets)
     sigma = float(getattr(res, "sigma", res))
     mech = Gaussian(sigma) if q == 1.0 else PoissonSubsampledGaussian(sigma, q)
     # report the certified epsilon actually reached, computed here, whatever the calibrator did
-    b = compose(mech, steps, eps_error=args.eps_error, delta_error=args.delta_error).epsilon(td)
+    b = compose(mech, steps, eps_error=args.eps_error, delta_error=args.delta_error,
+                max_buckets=args.max_buckets).epsilon(td)
     params = {"target_epsilon": te, "delta": td, "sampling_probability": q, "steps": steps,
               "eps_error": args.eps_error, "delta_error": args.delta_error}
     if args.json:
@@ -290,8 +319,8 @@ def _run_tradeoff(args):
 
 def _parse_grid(text):
     try:
-        ks = [int(float(t)) if float(t).is_integer() else None for t in text.split(",") if t.strip()]
-    except ValueError:
+        ks = [_count(t) for t in text.split(",") if t.strip()]
+    except argparse.ArgumentTypeError:
         raise ValueError(f"--steps-grid must be comma-separated positive integers, got {text!r}") from None
     if not ks or any(k is None or k <= 0 for k in ks):
         raise ValueError(f"--steps-grid must be comma-separated positive integers, got {text!r}")
@@ -310,6 +339,7 @@ def _run_plot(args):
         if args.delta is None:
             raise ValueError("--steps-grid needs --delta")
         V.probability("delta", args.delta, open_low=True)
+    V.positive_int("max_buckets", args.max_buckets)
     if args.steps is not None:
         V.positive_int("steps", args.steps)
     try:
@@ -325,7 +355,8 @@ def _run_plot(args):
     axes = list(axes[0])
     out = {"output": args.output, "mechanism": repr(mech)}
     if args.steps is not None:
-        pld = compose(mech, args.steps, eps_error=args.eps_error, delta_error=args.delta_error, method=args.method)
+        pld = compose(mech, args.steps, eps_error=args.eps_error, delta_error=args.delta_error, method=args.method,
+                      max_buckets=args.max_buckets)
         if args.tradeoff:
             from .plot import plot_tradeoff
             for scale in ("linear", "log"):
@@ -339,7 +370,7 @@ def _run_plot(args):
         out["steps"] = args.steps
     if grid is not None:
         b = epsilon_vs_steps(mech, grid, args.delta, eps_error=args.eps_error, delta_error=args.delta_error,
-                             method=args.method)
+                             method=args.method, max_buckets=args.max_buckets)
         ax = plot_epsilon_vs_steps(mech, grid, args.delta, axes.pop(0), bounds=b, label="estimate")
         ax.set_title(f"epsilon at delta={args.delta:g}\n{_describe(mech)}", fontsize="small")
         out["steps_grid"] = grid
@@ -386,7 +417,10 @@ def main(argv=None) -> int:
         else:
             _run_plot(args)
     except (_UsageError, ValueError) as exc:
-        print(f"fastpld: error: {exc}", file=sys.stderr)
+        msg = str(exc)
+        if "more than max_buckets" in msg:
+            msg += " (on the command line: --eps-error, --max-buckets)"
+        print(f"fastpld: error: {msg}", file=sys.stderr)
         return 2
     except _MissingDependency as exc:
         print(f"fastpld: error: {exc}", file=sys.stderr)

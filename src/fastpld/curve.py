@@ -21,10 +21,12 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
-from scipy import signal
 
 from . import _kernels
 from . import _validation as V
+from ._lazy import lazy_module
+
+signal = lazy_module("scipy.signal")
 
 __all__ = ["Bounds", "PrivacyLossDistribution", "StageInfo", "DirectionResult"]
 
@@ -88,6 +90,9 @@ class _Query:
             self.S1 = np.concatenate([np.cumsum(p[::-1])[::-1], [0.0]])
             self.T = np.concatenate([signal.lfilter([1.0], [1.0, -f], p[::-1])[::-1], [0.0]])
             self.dgrid = np.maximum(self.S1[1:] - f * self.T[1:], 0.0)
+        # -dgrid is non-decreasing, the order searchsorted needs; made once, not per query
+        # (negating ~1e5 buckets was most of an epsilon query's cost)
+        self.neg_dgrid = -self.dgrid
         self.pad = 4 * (self.n + 4) * _U
 
     def values(self, j):
@@ -126,7 +131,7 @@ class _Query:
         solution; for any smaller ``x`` the bracket only moves up, where
         ``S1`` is smaller, so the pad stays valid.
         """
-        j = np.searchsorted(-self.dgrid, -np.asarray(x, dtype=np.float64), side="left")
+        j = np.searchsorted(self.neg_dgrid, -np.asarray(x, dtype=np.float64), side="left")
         jj = np.clip(j - 1, 0, self.n - 1)
         return self.pad * self.S1[jj]
 
@@ -135,8 +140,7 @@ class _Query:
         x = np.asarray(x, dtype=np.float64)
         out = np.empty(x.shape, dtype=np.float64)
         # d is non-increasing along the grid; dgrid[j] = d(v_j)
-        neg = -self.dgrid
-        j = np.searchsorted(neg, -x, side="left")  # first j with d(v_j) <= x
+        j = np.searchsorted(self.neg_dgrid, -x, side="left")  # first j with d(v_j) <= x
         # eps lies in (v_{j-1}, v_j] (or below v_0 when j == 0); solve S1_j - e^{eps - v_j} T_j = x
         jj = np.clip(j, 0, self.n - 1)
         S1 = self.S1[jj]

@@ -63,6 +63,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _kernels, resources
+from . import _validation as V
 from .mechanisms import ContinuousLoss, DiscreteLoss, PrivacyLoss, _generic_window
 
 __all__ = ["GridPMF", "discretize_loss", "rediscretize", "truncation_window"]
@@ -180,11 +181,11 @@ def discretize_loss(loss: PrivacyLoss, mesh: float, tail: float, *, lattice: flo
     """
     # (checked here, not by the numerical code, where they would turn into a NaN or an obscure error)
     if not (isinstance(mesh, (int, float, np.integer, np.floating)) and 0 < mesh < math.inf):
-        raise ValueError(f"mesh must be a finite number > 0, got {mesh!r}")
+        raise ValueError(f"mesh must be a finite number > 0, got {V.show(mesh)}")
     if not (isinstance(tail, (int, float, np.integer, np.floating)) and 0 <= tail < math.inf):
-        raise ValueError(f"tail must be a finite number >= 0, got {tail!r}")
+        raise ValueError(f"tail must be a finite number >= 0, got {V.show(tail)}")
     if not (isinstance(lattice, (int, float, np.integer, np.floating)) and math.isfinite(lattice)):
-        raise ValueError(f"lattice must be a finite number, got {lattice!r}")
+        raise ValueError(f"lattice must be a finite number, got {V.show(lattice)}")
     if coarse is not None and not (len(coarse) == 2 and all(math.isfinite(x) for x in coarse) and coarse[1] >= 0):
         raise ValueError(f"coarse must be a pair (lam, budget) of finite numbers with budget >= 0, got {coarse!r}")
     if isinstance(loss, DiscreteLoss):

@@ -27,11 +27,13 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 import numpy as np
-from scipy import special
 
 from . import _kernels
 from . import _validation as V
 from . import resources
+from ._lazy import lazy_module
+
+special = lazy_module("scipy.special")
 
 __all__ = [
     "PrivacyLoss",
@@ -160,7 +162,7 @@ class DiscreteLoss(PrivacyLoss):
             raise ValueError("probabilities must be >= 0")
         total = p.sum()
         if not (abs(total - 1.0) <= 1e-9 or (p_inf > 0 and abs(total + p_inf - 1.0) <= 1e-9)):
-            raise ValueError(f"probabilities must sum to 1 (or to 1 - p_inf), got {total!r}")
+            raise ValueError(f"probabilities must sum to 1 (or to 1 - p_inf), got {V.show(total)}")
         keep = p > 0
         v, p = v[keep], p[keep]
         order = np.argsort(v, kind="stable")
@@ -1362,7 +1364,7 @@ class CustomCDF(Mechanism):
         atoms = tuple(V.real_float(f"atoms[{i}]", a) for i, a in enumerate(atoms))
         rel = V.positive_float("cdf_rel_error", cdf_rel_error)
         if rel > 1e-3:
-            raise ValueError(f"cdf_rel_error must be in (0, 1e-3], got {cdf_rel_error!r}")
+            raise ValueError(f"cdf_rel_error must be in (0, 1e-3], got {V.show(cdf_rel_error)}")
         self._loss = _CustomContinuous(cdf, sf, pdf, log_mgf, mean, std, (lo, hi), p_inf, atoms, rel)
 
     def privacy_losses(self):

@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from . import _validation as V
-from .compose import compose
+from .compose import DEFAULT_MAX_BUCKETS, compose
 from .curve import Bounds, PrivacyLossDistribution
 from .mechanisms import Mechanism
 
@@ -39,6 +39,23 @@ def _describe(mech) -> str:
             continue
         parts.append(f"{f.name}={v:g}" if isinstance(v, float) else f"{f.name}={v}")
     return f"{type(mech).__name__}({', '.join(parts)})"
+
+
+def _describe_events(events) -> str:
+    """``Mechanism(...) x count`` for each composed event, joined by ``+``."""
+    parts = [f"{_describe(m)} x {c}" for m, c in events]
+    if len(parts) > 3:
+        parts = parts[:2] + [f"... ({len(parts) - 2} more)"]
+    return " + ".join(parts)
+
+
+def _band_label(ax, label):
+    """Legend label of a certified band: one "certified band" entry per axes for unlabelled curves."""
+    if label is not None:
+        return f"{label} (certified band)"
+    if any(t == "certified band" for t in ax.get_legend_handles_labels()[1]):
+        return "_nolegend_"
+    return "certified band"
 
 
 def _axes(ax):
@@ -97,21 +114,35 @@ def plot_delta_curve(pld: PrivacyLossDistribution, ax=None, *, epsilons: Sequenc
     ax = _axes(ax)
     line, = ax.plot(eps, np.maximum(b.estimate, _FLOOR), color=color, label=label or "estimate")
     ax.fill_between(eps, np.maximum(b.lower, _FLOOR), np.maximum(b.upper, _FLOOR), color=line.get_color(),
-                    alpha=_BAND_ALPHA, linewidth=0, label="certified bounds" if label is None else f"{label} bounds")
+                    alpha=_BAND_ALPHA, linewidth=0, label=_band_label(ax, label))
     ax.set_yscale("log")
     positive = np.asarray(b.upper)[np.asarray(b.upper) > 0]
-    if positive.size:
-        ax.set_ylim(bottom=max(float(positive.min()) / 10, 1e-16))
+    bottom = max(float(positive.min()) / 10, 1e-16) if positive.size else 1e-16
+    # delta <= 1 always: the axis stops there (autoscaling a log axis around the 1e-300 floor of a
+    # zero lower bound would otherwise stretch it to ~1e13)
+    ax.set_ylim(bottom=bottom, top=1.0)
+    ds = pld.delta_spent
+    lower0 = (np.asarray(b.lower) <= 0) & (np.asarray(b.upper) > 0)
+    if lower0.any() and ds > bottom and not any(t.get_gid() == "fastpld-delta-error" for t in ax.texts):
+        # where delta(eps) is not above the delta error the certificate spent, the lower bound
+        # (the grid's delta minus that error) is 0: say so where the band drops
+        ax.axhline(ds, color="0.4", linestyle=":", linewidth=1)
+        ax.annotate(f"dotted: delta error spent ({ds:.2g}). The lower bound is\n"
+                    "delta(eps + eps error) minus it, so the band drops to 0\nwhere the curve nears it",
+                    xy=(float(eps[np.argmax(lower0)]), ds), xytext=(0.03, 0.13), textcoords="axes fraction",
+                    fontsize="x-small", color="0.3", va="bottom", gid="fastpld-delta-error")
     ax.set_xlabel(r"$\varepsilon$")
     ax.set_ylabel(r"$\delta(\varepsilon)$")
-    ax.set_title(f"Privacy curve (eps_error={pld.eps_error:g}, delta_error={pld.delta_error:g})")
+    ax.set_title(f"{_describe_events(pld.events)}\n(eps_error={pld.eps_error:g}, delta_error={pld.delta_error:g})",
+                 fontsize="small")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend()
     return ax
 
 
 def epsilon_vs_steps(mechanism: Mechanism, steps: Sequence[int], delta: float, *, eps_error: float = 0.1,
-                     delta_error: float = 1e-10, method: str = "auto") -> Bounds:
+                     delta_error: float = 1e-10, method: str = "auto",
+                     max_buckets: int = DEFAULT_MAX_BUCKETS) -> Bounds:
     """Certified epsilon at ``delta`` after each number of steps in ``steps``.
 
     Parameters
@@ -125,6 +156,8 @@ def epsilon_vs_steps(mechanism: Mechanism, steps: Sequence[int], delta: float, *
     eps_error, delta_error : float
         Error budgets passed to :func:`fastpld.compose`.
     method : str, default "auto"
+    max_buckets : int
+        Size guard passed to :func:`fastpld.compose`.
 
     Returns
     -------
@@ -137,8 +170,8 @@ def epsilon_vs_steps(mechanism: Mechanism, steps: Sequence[int], delta: float, *
     if not ks:
         raise ValueError("steps must not be empty")
     delta = V.probability("delta", delta, open_low=True)
-    rows = [compose(mechanism, k, eps_error=eps_error, delta_error=delta_error, method=method).epsilon(delta)
-            for k in ks]
+    rows = [compose(mechanism, k, eps_error=eps_error, delta_error=delta_error, method=method,
+                    max_buckets=max_buckets).epsilon(delta) for k in ks]
     return Bounds(*(np.array([r[i] for r in rows], dtype=np.float64) for i in range(3)))
 
 
@@ -178,12 +211,13 @@ def plot_epsilon_vs_steps(mechanism: Mechanism, steps: Sequence[int], delta: flo
     ks = ks[order]
     ax = _axes(ax)
     line, = ax.plot(ks, est, marker="o", markersize=3, color=color, label=label or _describe(mechanism))
-    ax.fill_between(ks, lo, up, color=line.get_color(), alpha=_BAND_ALPHA, linewidth=0, label="certified bounds")
+    ax.fill_between(ks, lo, up, color=line.get_color(), alpha=_BAND_ALPHA, linewidth=0,
+                    label=_band_label(ax, None if label is None or label == "estimate" else label))
     if ks.size > 1 and ks[-1] / ks[0] >= 10:
         ax.set_xscale("log")
     ax.set_xlabel("steps")
     ax.set_ylabel(rf"$\varepsilon$ at $\delta$ = {delta:g}")
-    ax.set_title("Epsilon against steps")
+    ax.set_title(f"Epsilon against steps: {_describe(mechanism)}", fontsize="small")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize="small")
     return ax

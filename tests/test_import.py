@@ -1,0 +1,50 @@
+"""``import fastpld`` stays light: heavy dependencies are imported where they are used."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("scipy.signal", "scipy.special", "scipy.stats", "scipy.optimize", "matplotlib", "dp_accounting",
+         "opacus", "prv_accountant", "torch", "pyfftw", "dask", "mpmath")
+
+
+def _modules_after(code):
+    env = dict(os.environ)
+    import fastpld
+
+    src = os.path.dirname(os.path.dirname(os.path.abspath(fastpld.__file__)))
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    out = subprocess.run([sys.executable, "-c", code + "\nimport sys\nprint('\\n'.join(sorted(sys.modules)))"],
+                         capture_output=True, text=True, env=env, check=True)
+    return set(out.stdout.split())
+
+
+@pytest.mark.parametrize("code", ["import fastpld", "import fastpld.cli", "import fastpld.plot"])
+def test_import_does_not_load_heavy_modules(code):
+    loaded = _modules_after(code)
+    assert "fastpld" in loaded
+    bad = sorted(m for m in loaded if any(m == h or m.startswith(h + ".") for h in HEAVY))
+    assert not bad, f"{code!r} imported {bad}"
+
+
+def test_heavy_modules_load_on_first_use():
+    loaded = _modules_after("import fastpld\n"
+                            "fastpld.compose(fastpld.PoissonSubsampledGaussian(1.0, 0.01), 3).epsilon(1e-5)")
+    assert "scipy.special" in loaded
+
+
+def test_lazy_proxy_returns_the_real_functions():
+    import scipy.signal
+    import scipy.special
+
+    from fastpld import _kernels, curve, mechanisms
+    from fastpld._lazy import lazy_module
+
+    assert mechanisms.special.ndtr is scipy.special.ndtr
+    assert _kernels.special.ndtri is scipy.special.ndtri
+    assert curve.signal.lfilter is scipy.signal.lfilter
+    proxy = lazy_module("math")
+    assert proxy.pi == 3.141592653589793 and "math" in repr(proxy)
+    with pytest.raises(AttributeError):
+        proxy.no_such_name
