@@ -31,6 +31,25 @@ static inline void ndtr_pair(double a, double *lower, double *upper)
     }
 }
 
+/* g^-1(t) = log(e^t - 1 + q) - log q and dl/dt = e^t / (e^t - 1 + q) (_kernels.psg_eval): expm1 up to
+ * t = PSG_BIG_T; above it (e^t overflows at 709.78) l = t - log q and dl = 1, exact but for the dropped
+ * log1p(-(1 - q) e^-t) and 1 / (1 - (1 - q) e^-t) - 1, both below 1e-304 (under half an ulp) */
+#define PSG_BIG_T 700.0
+static inline double psg_em1(double tt)
+{
+    return expm1(tt > PSG_BIG_T ? PSG_BIG_T : tt);
+}
+
+static inline double psg_l(double tt, double arg, double logq)
+{
+    return tt > PSG_BIG_T ? tt - logq : arg > 0 ? log(arg) - logq : -INFINITY;
+}
+
+static inline double psg_dl(double tt, double em1, double arg)
+{
+    return tt > PSG_BIG_T ? 1.0 : (em1 + 1.0) / arg;
+}
+
 int fpld_psg_eval(const double *t, ptrdiff_t n, double q, double v, double sd, int remove,
                   double *F, double *S, double *pdf)
 {
@@ -39,8 +58,8 @@ int fpld_psg_eval(const double *t, ptrdiff_t n, double q, double v, double sd, i
     double logq = log(q), ylo = log1p(-q), h = v / 2, cden = 1.0 / (sd * 2.5066282746310002);
     for (ptrdiff_t i = 0; i < n; i++) {
         double ti = t[i], tt = remove ? ti : -ti;
-        double em1 = expm1(tt), arg = em1 + q;
-        double l = arg > 0 ? log(arg) - logq : -INFINITY;  /* SubsampledLoss._ginv */
+        double em1 = psg_em1(tt), arg = em1 + q;
+        double l = psg_l(tt, arg, logq); /* SubsampledLoss._ginv */
         double zp = (l + h) / sd, f, s, dens;
         double pl, pu;
         ndtr_pair(zp, &pl, &pu);
@@ -61,7 +80,7 @@ int fpld_psg_eval(const double *t, ptrdiff_t n, double q, double v, double sd, i
         if (S)
             S[i] = s;
         if (pdf) {
-            double dl = (em1 + 1.0) / arg;  /* dl/dt = e^t / (e^t - 1 + q) */
+            double dl = psg_dl(tt, em1, arg); /* dl/dt = e^t / (e^t - 1 + q) */
             double dp = exp(-0.5 * zp * zp) * cden;
             if (remove) {
                 double zq = (l - h) / sd;
@@ -244,17 +263,18 @@ static int psg_eval_passes(const double *t, ptrdiff_t n, double q, double v, dou
     if (n < 0 || !(q > 0 && q < 1) || !(v > 0) || !(sd > 0))
         return FPLD_EINVAL;
     double logq = log(q), ylo = log1p(-q), h = v / 2, cden = 1.0 / (sd * 2.5066282746310002);
-    double em1[PSG_BLOCK], arg[PSG_BLOCK], l[PSG_BLOCK], zp[PSG_BLOCK], zq[PSG_BLOCK];
+    double tt[PSG_BLOCK], em1[PSG_BLOCK], arg[PSG_BLOCK], l[PSG_BLOCK], zp[PSG_BLOCK], zq[PSG_BLOCK];
     double pl[PSG_BLOCK], pu[PSG_BLOCK], ql[PSG_BLOCK], qu[PSG_BLOCK];
     for (ptrdiff_t i0 = 0; i0 < n; i0 += PSG_BLOCK) {
         int nb = n - i0 < PSG_BLOCK ? (int)(n - i0) : PSG_BLOCK;
         const double *tb = t + i0;
         for (int i = 0; i < nb; i++) {
-            em1[i] = expm1(remove ? tb[i] : -tb[i]);
+            tt[i] = remove ? tb[i] : -tb[i];
+            em1[i] = psg_em1(tt[i]);
             arg[i] = em1[i] + q;
         }
         for (int i = 0; i < nb; i++)
-            l[i] = arg[i] > 0 ? log(arg[i]) - logq : -INFINITY; /* SubsampledLoss._ginv */
+            l[i] = psg_l(tt[i], arg[i], logq); /* SubsampledLoss._ginv */
         for (int i = 0; i < nb; i++)
             zp[i] = (l[i] + h) / sd;
         if (remove)
@@ -277,7 +297,7 @@ static int psg_eval_passes(const double *t, ptrdiff_t n, double q, double v, dou
             }
         }
         for (int i = 0; i < nb; i++) {
-            double dl = (em1[i] + 1.0) / arg[i]; /* dl/dt = e^t / (e^t - 1 + q) */
+            double dl = psg_dl(tt[i], em1[i], arg[i]); /* dl/dt = e^t / (e^t - 1 + q) */
             double dp = exp(-0.5 * zp[i] * zp[i]) * cden, dens;
             if (remove)
                 dens = ((1 - q) * dp + q * (exp(-0.5 * zq[i] * zq[i]) * cden)) * dl;
@@ -509,8 +529,7 @@ static int psg_eval_edges(const int64_t *eidx, ptrdiff_t m, const struct leaf_me
 /* SubsampledLoss._ginv */
 static inline double psg_ginv(double t, double q)
 {
-    double arg = expm1(t) + q;
-    return arg > 0 ? log(arg) - log(q) : -INFINITY;
+    return psg_l(t, psg_em1(t) + q, log(q));
 }
 
 int fpld_psg_leaf(double q, double v, double sd, int remove, double cre, double lat, double h,

@@ -155,6 +155,11 @@ def leaf_roundoff(F, S, dens, tau: float, c0: float, limit: float):
     return widen, float(dev[~small].sum())
 
 
+#: above this loss value the subsampled losses' ``g^-1(t) = log(e^t - 1 + q) - log q`` is evaluated as
+#: ``t - log q`` (``e^t`` overflows at 709.78; the dropped ``log1p(-(1 - q) e^-t)`` is below 1e-304)
+PSG_BIG_T = 700.0
+
+
 def psg_eval(t: np.ndarray, q: float, v: float, sd: float, remove: bool, want_pdf: bool = True):
     """``(F, S, pdf)`` of the Poisson-subsampled Gaussian privacy loss at ``t``.
 
@@ -171,9 +176,12 @@ def psg_eval(t: np.ndarray, q: float, v: float, sd: float, remove: bool, want_pd
         raise ValueError("psg_eval: invalid argument")
     tt = t if remove else -t
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        em1 = np.expm1(tt)
+        # l = log(e^t - 1 + q) - log q: expm1 up to t = PSG_BIG_T; above it (e^t overflows at 709.78)
+        # l = t - log q + log1p(-(1 - q) e^-t), whose last term (|.| < 1e-304) is below half an ulp of l
+        big = tt > PSG_BIG_T
+        em1 = np.expm1(np.minimum(tt, PSG_BIG_T))
         arg = em1 + q
-        l = np.where(arg > 0, np.log(arg) - math.log(q), -np.inf)
+        l = np.where(big, tt - math.log(q), np.where(arg > 0, np.log(arg) - math.log(q), -np.inf))
         zp = (l + v / 2) / sd
         if remove:
             zq = (l - v / 2) / sd
@@ -186,7 +194,7 @@ def psg_eval(t: np.ndarray, q: float, v: float, sd: float, remove: bool, want_pd
         P = None
         if want_pdf:
             cden = 1.0 / (sd * math.sqrt(2 * math.pi))
-            dl = (em1 + 1.0) / arg  # dl/dt = e^t / (e^t - 1 + q)
+            dl = np.where(big, 1.0, (em1 + 1.0) / arg)  # dl/dt = e^t / (e^t - 1 + q) (1 to < 1e-304 above)
             dens = np.exp(-0.5 * zp * zp) * cden
             if remove:
                 dens = (1 - q) * dens + q * (np.exp(-0.5 * zq * zq) * cden)

@@ -246,7 +246,9 @@ class ContinuousLoss(PrivacyLoss):
             else:
                 i16, i8 = _gl_panels_16_8(self.cdf, lo, hi)
             d = np.abs(i16 - i8)
-            bad = d > tol * np.maximum(hi - lo, 1e-300) / max(b - a, 1e-300) * 1e3
+            # (absolute tolerance per unit length once b - a > 1: a fixed total would ask for accuracy
+            # below the round-off of the sum, 16 u (|a| + |b| + (b - a)), and split every panel)
+            bad = d > tol * np.maximum(hi - lo, 1e-300) / min(max(b - a, 1e-300), 1.0) * 1e3
             if level == 7 or not bad.any():
                 total += float(i16.sum())
                 err += float(d.sum())
@@ -511,6 +513,9 @@ class _GaussPair(_BasePair):
         return _gl_integrate(g, edges[:-1], edges[1:], 16)
 
 
+_LAPLACE_FINE = 1600.0  # (see _LaplacePair.expect)
+
+
 class _LaplacePair(_BasePair):
     """``P = Lap(0, b)``, ``Q = Lap(D, b)``: ``L`` in ``[-eps0, eps0]`` with atoms at the ends."""
 
@@ -565,8 +570,15 @@ class _LaplacePair(_BasePair):
         atoms = (big * at[0] + small * at[1]) if under == "P" else (small * at[0] + big * at[1])
         if e <= 0:
             return float(atoms)
-        n = int(math.ceil(2 * e))
-        edges = np.linspace(-e, e, n + 1)
+        if 2 * e <= _LAPLACE_FINE:
+            n = int(math.ceil(2 * e))
+            edges = np.linspace(-e, e, n + 1)
+        else:
+            # unit panels over the first _LAPLACE_FINE from the density's peak (at -e under P, +e
+            # under Q), then geometric ones: beyond it the density is below e^-800 (0 in float64),
+            # where ceil(2 e) unit panels would not fit in memory for large eps0
+            d = np.concatenate([np.arange(0.0, _LAPLACE_FINE), np.geomspace(_LAPLACE_FINE, 2 * e, 65)])
+            edges = -e + d if under == "P" else np.sort(e - d)
         dens = lambda l: f(l) * 0.25 * np.exp(sgn * (l - sgn * e) / 2)
         return float(atoms) + _gl_integrate(dens, edges[:-1], edges[1:], 16)
 
@@ -690,10 +702,13 @@ class SubsampledLoss(ContinuousLoss):
 
     # l(t) = g^{-1}(t) = log((e^t - 1 + q)/q), defined for t > log(1-q)
     def _ginv(self, t):
+        # above _kernels.PSG_BIG_T (e^t overflows at 709.78): t - log q, exact to < 1e-304 (as psg_eval)
+        t = np.asarray(t, dtype=np.float64)
+        big = t > _kernels.PSG_BIG_T
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            arg = np.expm1(t) + self.q
+            arg = np.expm1(np.minimum(t, _kernels.PSG_BIG_T)) + self.q
             out = np.log(arg) - math.log(self.q)  # NaN / -inf where arg <= 0: replaced below
-        return np.where(arg > 0, out, -np.inf)
+        return np.where(big, t - math.log(self.q), np.where(arg > 0, out, -np.inf))
 
     def _cdf_sf_pdf(self, t):
         """``(cdf(t), sf(t), pdf(t))`` with one evaluation of ``g^-1`` (same values as the three calls)."""
@@ -743,7 +758,9 @@ class SubsampledLoss(ContinuousLoss):
         tt = sgn * t
         l = self._ginv(tt) if _l is None else _l
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            dl = np.exp(tt) / (np.expm1(tt) + q)
+            # dl/dt = e^t / (e^t - 1 + q), 1 to within 1e-304 above PSG_BIG_T (e^t overflows)
+            small = np.minimum(tt, _kernels.PSG_BIG_T)
+            dl = np.where(tt > _kernels.PSG_BIG_T, 1.0, np.exp(small) / (np.expm1(small) + q))
             if self.direction == "remove":
                 dens = ((1 - q) * self.pair.pdf_P(l) + q * self.pair.pdf_Q(l)) * dl
             else:
