@@ -31,23 +31,37 @@ static inline void ndtr_pair(double a, double *lower, double *upper)
     }
 }
 
-/* g^-1(t) = log(e^t - 1 + q) - log q and dl/dt = e^t / (e^t - 1 + q) (_kernels.psg_eval): expm1 up to
- * t = PSG_BIG_T; above it (e^t overflows at 709.78) l = t - log q and dl = 1, exact but for the dropped
- * log1p(-(1 - q) e^-t) and 1 / (1 - (1 - q) e^-t) - 1, both below 1e-304 (under half an ulp) */
+/* g^-1(t) = log(e^t - 1 + q) - log q and dl/dt = e^t / (e^t - 1 + q) for every double t, the operations of
+ * _kernels.subsampled_ginv: t > PSG_BIG_T (e^t overflows at 709.78): t - log q and 1 (exact but for terms
+ * below 1e-304); 0 < t <= PSG_BIG_T: log(expm1(t) + q) - log q; t <= 0: e^t - 1 + q = (1 - q) expm1(d)
+ * with d = t - log(1 - q) (expm1(t) + q cancels near the support's end), l = log(1 - q) + log(expm1(d))
+ * - log q and dl/dt = (expm1(d) + 1) / expm1(d).  em1 is expm1(t) (0 < t <= PSG_BIG_T) or expm1(d). */
 #define PSG_BIG_T 700.0
-static inline double psg_em1(double tt)
+static inline double psg_em1(double tt, double ylo)
 {
-    return expm1(tt > PSG_BIG_T ? PSG_BIG_T : tt);
+    if (tt > 0)
+        return expm1(tt > PSG_BIG_T ? PSG_BIG_T : tt);
+    return expm1(tt - ylo); /* (NaN stays NaN) */
 }
 
-static inline double psg_l(double tt, double arg, double logq)
+static inline double psg_l(double tt, double em1, double q, double logq, double ylo)
 {
-    return tt > PSG_BIG_T ? tt - logq : arg > 0 ? log(arg) - logq : -INFINITY;
+    if (tt > PSG_BIG_T)
+        return tt - logq;
+    if (tt > 0)
+        return log(em1 + q) - logq;
+    if (tt <= 0)
+        return em1 > 0 ? (ylo + log(em1)) - logq : -INFINITY;
+    return tt; /* NaN */
 }
 
-static inline double psg_dl(double tt, double em1, double arg)
+static inline double psg_dl(double tt, double em1, double q)
 {
-    return tt > PSG_BIG_T ? 1.0 : (em1 + 1.0) / arg;
+    if (tt > PSG_BIG_T)
+        return 1.0;
+    if (tt > 0)
+        return (em1 + 1.0) / (em1 + q);
+    return (em1 + 1.0) / em1;
 }
 
 int fpld_psg_eval(const double *t, ptrdiff_t n, double q, double v, double sd, int remove,
@@ -58,8 +72,8 @@ int fpld_psg_eval(const double *t, ptrdiff_t n, double q, double v, double sd, i
     double logq = log(q), ylo = log1p(-q), h = v / 2, cden = 1.0 / (sd * 2.5066282746310002);
     for (ptrdiff_t i = 0; i < n; i++) {
         double ti = t[i], tt = remove ? ti : -ti;
-        double em1 = psg_em1(tt), arg = em1 + q;
-        double l = psg_l(tt, arg, logq); /* SubsampledLoss._ginv */
+        double em1 = psg_em1(tt, ylo);
+        double l = psg_l(tt, em1, q, logq, ylo); /* SubsampledLoss._ginv */
         double zp = (l + h) / sd, f, s, dens;
         double pl, pu;
         ndtr_pair(zp, &pl, &pu);
@@ -80,7 +94,7 @@ int fpld_psg_eval(const double *t, ptrdiff_t n, double q, double v, double sd, i
         if (S)
             S[i] = s;
         if (pdf) {
-            double dl = psg_dl(tt, em1, arg); /* dl/dt = e^t / (e^t - 1 + q) */
+            double dl = psg_dl(tt, em1, q); /* dl/dt = e^t / (e^t - 1 + q) */
             double dp = exp(-0.5 * zp * zp) * cden;
             if (remove) {
                 double zq = (l - h) / sd;
@@ -263,18 +277,17 @@ static int psg_eval_passes(const double *t, ptrdiff_t n, double q, double v, dou
     if (n < 0 || !(q > 0 && q < 1) || !(v > 0) || !(sd > 0))
         return FPLD_EINVAL;
     double logq = log(q), ylo = log1p(-q), h = v / 2, cden = 1.0 / (sd * 2.5066282746310002);
-    double tt[PSG_BLOCK], em1[PSG_BLOCK], arg[PSG_BLOCK], l[PSG_BLOCK], zp[PSG_BLOCK], zq[PSG_BLOCK];
+    double tt[PSG_BLOCK], em1[PSG_BLOCK], l[PSG_BLOCK], zp[PSG_BLOCK], zq[PSG_BLOCK];
     double pl[PSG_BLOCK], pu[PSG_BLOCK], ql[PSG_BLOCK], qu[PSG_BLOCK];
     for (ptrdiff_t i0 = 0; i0 < n; i0 += PSG_BLOCK) {
         int nb = n - i0 < PSG_BLOCK ? (int)(n - i0) : PSG_BLOCK;
         const double *tb = t + i0;
         for (int i = 0; i < nb; i++) {
             tt[i] = remove ? tb[i] : -tb[i];
-            em1[i] = psg_em1(tt[i]);
-            arg[i] = em1[i] + q;
+            em1[i] = psg_em1(tt[i], ylo);
         }
         for (int i = 0; i < nb; i++)
-            l[i] = psg_l(tt[i], arg[i], logq); /* SubsampledLoss._ginv */
+            l[i] = psg_l(tt[i], em1[i], q, logq, ylo); /* SubsampledLoss._ginv */
         for (int i = 0; i < nb; i++)
             zp[i] = (l[i] + h) / sd;
         if (remove)
@@ -297,7 +310,7 @@ static int psg_eval_passes(const double *t, ptrdiff_t n, double q, double v, dou
             }
         }
         for (int i = 0; i < nb; i++) {
-            double dl = psg_dl(tt[i], em1[i], arg[i]); /* dl/dt = e^t / (e^t - 1 + q) */
+            double dl = psg_dl(tt[i], em1[i], q); /* dl/dt = e^t / (e^t - 1 + q) */
             double dp = exp(-0.5 * zp[i] * zp[i]) * cden, dens;
             if (remove)
                 dens = ((1 - q) * dp + q * (exp(-0.5 * zq[i] * zq[i]) * cden)) * dl;
@@ -529,7 +542,8 @@ static int psg_eval_edges(const int64_t *eidx, ptrdiff_t m, const struct leaf_me
 /* SubsampledLoss._ginv */
 static inline double psg_ginv(double t, double q)
 {
-    return psg_l(t, psg_em1(t) + q, log(q));
+    double ylo = log1p(-q);
+    return psg_l(t, psg_em1(t, ylo), q, log(q), ylo);
 }
 
 int fpld_psg_leaf(double q, double v, double sd, int remove, double cre, double lat, double h,

@@ -326,6 +326,8 @@ def _discretize_continuous(loss: ContinuousLoss, h: float, tail: float, lattice:
         small = move <= 1e-3 * h
         widen = 2 * float(move[small].max()) if small.any() else 0.0
         tv = float(dev[~small].sum())
+    # the edges' position error (a subsampled loss rounds g^-1(t)): each edge may move that far
+    widen = widen + 2 * loss.cdf_shift(max(abs(float(edges[0])), abs(float(edges[-1]))))
     mix = ()
     if cells is not None:
         # regions: the cells of each size c > 1; p_R from the normalised cell masses (inflated for
@@ -369,6 +371,8 @@ def _psg_leaf(loss, h: float, tail: float, lat: float, i_lo: int, i_hi: int, n: 
     if r is None:
         return None
     qn, (ref, mu, widen, tv, mean_err, truncated, total, pc3, pc9, pc27, pc81, _) = r
+    # (the edges' position error, as _discretize_continuous adds it)
+    widen = widen + 2 * loss.cdf_shift(max(abs(lat + (i_lo - 0.5) * h), abs(lat + (i_hi + 0.5) * h)))
     mix = tuple((min(1.0, pc / total * (1 + 1e-9) + 1e-300), c * h + widen, abs(mu) + (c * h + widen) / 2 + mean_err)
                 for c, pc in ((3, pc3), (9, pc9), (27, pc27), (81, pc81)) if pc > 0)
     _check_mu(mu, h, widen + sum(p * r for p, r, _ in mix))

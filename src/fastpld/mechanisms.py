@@ -206,6 +206,16 @@ class ContinuousLoss(PrivacyLoss):
     def pdf(self, t):
         raise NotImplementedError
 
+    def cdf_shift(self, tmax: float) -> float:
+        """Bound on the *position* error of :meth:`cdf`/:meth:`sf` for ``|t| <= tmax`` (certificate).
+
+        The computed values at ``t`` are within ``cdf_rel_error`` (relative) of the exact ones at
+        some point within this distance of ``t``.  0 for losses whose argument is used as given;
+        losses that transform ``t`` first (the subsampled ones) round it, and near a steep CDF (a
+        near-atom) that rounding is not a small relative error of the value.
+        """
+        return 0.0
+
     def partial_mean(self, edges: np.ndarray) -> tuple[float, float]:
         """``E[Y; edges[0] < Y <= edges[-1]]`` and an error bound.
 
@@ -478,6 +488,7 @@ class _GaussPair(_BasePair):
         self.sg = float(sigma)
         self.v = 1.0 / self.sg**2  # L ~ N(-v/2, v) under P, N(v/2, v) under Q
         self.sd = math.sqrt(self.v)
+        self.lscale = self.v / 2  # (the size of the offsets added to L; SubsampledLoss.cdf_shift)
 
     def cdf_P(self, l, *, strict=False):
         return special.ndtr((l + self.v / 2) / self.sd)
@@ -524,6 +535,7 @@ class _LaplacePair(_BasePair):
         self.atoms = (-self.e, self.e)
         self.support = (-self.e, self.e)
         self._q = LaplaceLoss(self.e)
+        self.lscale = self.e  # (the size of the offsets added to L; SubsampledLoss.cdf_shift)
 
     # Under Q, L is the Laplace PRV.
     def cdf_Q(self, l):
@@ -700,15 +712,24 @@ class SubsampledLoss(ContinuousLoss):
         # the Gaussian pair has compiled kernels (CDF/SF/density, partial moments in L-space)
         self._psg = (self.q, pair.v, pair.sd, direction == "remove") if isinstance(pair, _GaussPair) else None
 
+    def cdf_shift(self, tmax: float) -> float:
+        """Position error of the CDF for ``|t| <= tmax``: ``8 u (tmax + |log q| + |log(1-q)| + c + 2)``.
+
+        ``l = g^-1(t)`` (:func:`fastpld._kernels.subsampled_ginv`) is exact at ``t`` moved by at most
+        twice the error of the rounded ``log1p(-q)``, and its own rounding, like that of the pair's
+        offsets (``c``: ``v / 2`` or ``eps0``) and of the normal arguments, is an absolute error of a
+        few ``u (|l| + |log q| + |log(1-q)| + c)`` in ``L``, hence at most that in ``t`` (``dt/dl =
+        1 - (1-q) e^-t`` lies in ``[0, 1]``, and ``|l| dt/dl <= |t| + |log q| + |log(1-q)| + 1``).
+        Each mixture term is monotone in its argument, so a sum of such terms is again the exact
+        CDF at one point in that range.  (_leaf.psg_leaf_full repeats this formula.)
+        """
+        q = self.q
+        return 8 * _U * (tmax + abs(math.log(q)) + abs(math.log1p(-q)) + self.pair.lscale + 2)
+
     # l(t) = g^{-1}(t) = log((e^t - 1 + q)/q), defined for t > log(1-q)
     def _ginv(self, t):
-        # above _kernels.PSG_BIG_T (e^t overflows at 709.78): t - log q, exact to < 1e-304 (as psg_eval)
-        t = np.asarray(t, dtype=np.float64)
-        big = t > _kernels.PSG_BIG_T
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            arg = np.expm1(np.minimum(t, _kernels.PSG_BIG_T)) + self.q
-            out = np.log(arg) - math.log(self.q)  # NaN / -inf where arg <= 0: replaced below
-        return np.where(big, t - math.log(self.q), np.where(arg > 0, out, -np.inf))
+        # (without overflow above t = 709.78 or cancellation near log(1 - q): see subsampled_ginv)
+        return _kernels.subsampled_ginv(t, self.q)
 
     def _cdf_sf_pdf(self, t):
         """``(cdf(t), sf(t), pdf(t))`` with one evaluation of ``g^-1`` (same values as the three calls)."""
@@ -724,7 +745,7 @@ class SubsampledLoss(ContinuousLoss):
             l = self._ginv(-t)
             F = np.where(t >= -self._ylo, 1.0, self.pair.sf_P(l, strict=True))
             S = np.where(t >= -self._ylo, 0.0, self.pair.cdf_P(l, strict=True))
-        return F, S, self.pdf(t, _l=l)
+        return F, S, self.pdf(t)
 
     def cdf(self, t):
         t = np.asarray(t, dtype=np.float64)
@@ -749,18 +770,15 @@ class SubsampledLoss(ContinuousLoss):
         l = self._ginv(-t)
         return np.where(t >= -self._ylo, 0.0, self.pair.cdf_P(l, strict=True))
 
-    def pdf(self, t, _l=None):
+    def pdf(self, t):
         t = np.asarray(t, dtype=np.float64)
         if self._psg is not None:
             return _kernels.psg_eval(t, *self._psg)[2]
         q = self.q
         sgn = 1.0 if self.direction == "remove" else -1.0
         tt = sgn * t
-        l = self._ginv(tt) if _l is None else _l
+        l, dl = _kernels.subsampled_ginv(tt, q, want_dl=True)  # dl/dt = e^t / (e^t - 1 + q)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            # dl/dt = e^t / (e^t - 1 + q), 1 to within 1e-304 above PSG_BIG_T (e^t overflows)
-            small = np.minimum(tt, _kernels.PSG_BIG_T)
-            dl = np.where(tt > _kernels.PSG_BIG_T, 1.0, np.exp(small) / (np.expm1(small) + q))
             if self.direction == "remove":
                 dens = ((1 - q) * self.pair.pdf_P(l) + q * self.pair.pdf_Q(l)) * dl
             else:
