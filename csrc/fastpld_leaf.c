@@ -33,13 +33,13 @@ static inline void ndtr_pair(double a, double *lower, double *upper)
 
 /* g^-1(t) = log(e^t - 1 + q) - log q and dl/dt = e^t / (e^t - 1 + q) for every double t, the operations of
  * _kernels.subsampled_ginv: t > PSG_BIG_T (e^t overflows at 709.78): t - log q and 1 (exact but for terms
- * below 1e-304); 0 < t <= PSG_BIG_T: log(expm1(t) + q) - log q; t <= 0: e^t - 1 + q = (1 - q) expm1(d)
+ * below 1e-304); 0 <= t <= PSG_BIG_T: log(expm1(t) + q) - log q; t < 0: e^t - 1 + q = (1 - q) expm1(d)
  * with d = t - log(1 - q) (expm1(t) + q cancels near the support's end), l = log(1 - q) + log(expm1(d))
- * - log q and dl/dt = (expm1(d) + 1) / expm1(d).  em1 is expm1(t) (0 < t <= PSG_BIG_T) or expm1(d). */
+ * - log q and dl/dt = (expm1(d) + 1) / expm1(d).  em1 is expm1(t) (0 <= t <= PSG_BIG_T) or expm1(d). */
 #define PSG_BIG_T 700.0
 static inline double psg_em1(double tt, double ylo)
 {
-    if (tt > 0)
+    if (tt >= 0)
         return expm1(tt > PSG_BIG_T ? PSG_BIG_T : tt);
     return expm1(tt - ylo); /* (NaN stays NaN) */
 }
@@ -48,9 +48,9 @@ static inline double psg_l(double tt, double em1, double q, double logq, double 
 {
     if (tt > PSG_BIG_T)
         return tt - logq;
-    if (tt > 0)
+    if (tt >= 0)
         return log(em1 + q) - logq;
-    if (tt <= 0)
+    if (tt < 0)
         return em1 > 0 ? (ylo + log(em1)) - logq : -INFINITY;
     return tt; /* NaN */
 }
@@ -59,7 +59,7 @@ static inline double psg_dl(double tt, double em1, double q)
 {
     if (tt > PSG_BIG_T)
         return 1.0;
-    if (tt > 0)
+    if (tt >= 0)
         return (em1 + 1.0) / (em1 + q);
     return (em1 + 1.0) / em1;
 }

@@ -165,8 +165,8 @@ def subsampled_ginv(t, q: float, want_dl: bool = False):
     ``dl/dt = e^t / (e^t - 1 + q)``, for every float ``t`` (the C leaf's ``psg_l``/``psg_dl``, same operations).
 
     Three forms, none of which overflows or cancels: ``t > PSG_BIG_T``: ``t - log q`` and 1 (exact but for
-    terms below 1e-304); ``0 < t <= PSG_BIG_T``: ``log(expm1(t) + q) - log q`` (two positive terms);
-    ``t <= 0``: ``e^t - 1 + q = (1 - q) expm1(t - log(1 - q))``, so ``l = log(1 - q) + log(expm1(d)) - log q``
+    terms below 1e-304); ``0 <= t <= PSG_BIG_T``: ``log(expm1(t) + q) - log q`` (two non-negative terms;
+    exactly 0 at 0); ``t < 0``: ``e^t - 1 + q = (1 - q) expm1(t - log(1 - q))``, so ``l = log(1 - q) + log(expm1(d)) - log q``
     and ``dl/dt = (expm1(d) + 1) / expm1(d)`` with ``d = t - log(1 - q)`` (exact where ``t`` is near the
     support's end: ``expm1(t) + q`` lost every digit there).  The one error this leaves is that of the
     rounded ``log1p(-q)``: the values are those at a point within ``SubsampledLoss.cdf_shift`` of ``t``.
@@ -174,7 +174,7 @@ def subsampled_ginv(t, q: float, want_dl: bool = False):
     t = np.asarray(t, dtype=np.float64)
     lq, ylo = math.log(q), math.log1p(-q)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        big, neg = t > PSG_BIG_T, t <= 0
+        big, neg = t > PSG_BIG_T, t < 0
         em1 = np.expm1(np.clip(t, 0.0, PSG_BIG_T))
         arg = em1 + q
         dn = np.expm1(np.minimum(t, 0.0) - ylo)

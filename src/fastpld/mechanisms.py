@@ -327,15 +327,23 @@ class GaussianLoss(ContinuousLoss):
         self.s = self.mu
         self.support = (-math.inf, math.inf)
 
+    def cdf_shift(self, tmax: float) -> float:
+        """``(t - m) / s`` rounds twice, each time by at most ``u |t - m|`` in ``t``'s units."""
+        return 2 * _U * (tmax + abs(self.m))
+
+    # (a standardised argument beyond the float range is +-inf, where ndtr and the density are exact)
     def cdf(self, t):
-        return special.ndtr((np.asarray(t, dtype=np.float64) - self.m) / self.s)
+        with np.errstate(over="ignore"):
+            return special.ndtr((np.asarray(t, dtype=np.float64) - self.m) / self.s)
 
     def sf(self, t):
-        return special.ndtr((self.m - np.asarray(t, dtype=np.float64)) / self.s)
+        with np.errstate(over="ignore"):
+            return special.ndtr((self.m - np.asarray(t, dtype=np.float64)) / self.s)
 
     def pdf(self, t):
-        z = (np.asarray(t, dtype=np.float64) - self.m) / self.s
-        return np.exp(-0.5 * z * z) / (self.s * math.sqrt(2 * math.pi))
+        with np.errstate(over="ignore"):
+            z = (np.asarray(t, dtype=np.float64) - self.m) / self.s
+            return np.exp(-0.5 * z * z) / (self.s * math.sqrt(2 * math.pi))
 
     def partial_mean(self, edges):
         a, b = float(edges[0]), float(edges[-1])
@@ -377,6 +385,11 @@ class LaplaceLoss(ContinuousLoss):
         self.e = float(eps0)
         self.atoms = (-self.e, self.e)
         self.support = (-self.e, self.e)
+
+    def cdf_shift(self, tmax: float) -> float:
+        """``t - eps0`` rounds by at most ``u |t - eps0|``; far from ``eps0`` that is no small relative
+        error of ``exp((t - eps0) / 2)`` (``|t - eps0| / 2`` times it), but it is a small move of ``t``."""
+        return 2 * _U * (tmax + self.e)
 
     def cdf(self, t):
         t = np.asarray(t, dtype=np.float64)
@@ -1084,7 +1097,8 @@ def ladder(fn, tail, centre, scale, direction, limit, *, _steps=None):
     if ok.size == 0:
         raise ValueError(
             f"the privacy loss distribution has tail mass above {tail:.3g} beyond 1e7 standard "
-            "deviations; its parameters are outside the supported range"
+            "deviations; its parameters are outside the supported range (too little noise for the "
+            "sensitivity, or too large an epsilon: the loss cannot be evaluated in float64 there)"
         )
     i = ok[0]
     if i == 0:
