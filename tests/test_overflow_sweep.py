@@ -378,6 +378,25 @@ def test_subsampled_gaussian_mean_at_large_losses(sigma, q, kernels):
 _S = np.concatenate([-np.geomspace(1e-3, 1e6, 25), np.geomspace(1e-3, 1e6, 25)])
 
 
+_DISCRETE = [F.PureDP(800.0), F.PureDP(1e300), F.RandomizedResponse(800.0, 5), F.ApproxDP(1e300, 1e-3),
+             F.CustomPMF([1e300, -1e300], [0.5, 0.5])]
+
+
+@pytest.mark.parametrize("mech", _DISCRETE, ids=repr)
+def test_discrete_log_mgf_never_nan(mech):
+    for loss in mech.privacy_losses().values():
+        K = np.asarray(loss.log_mgf(_S), dtype=np.float64)  # (no overflow warning either: they are errors here)
+        assert not np.any(np.isnan(K))
+        with mpmath.workdps(30):  # exact: log sum_i p_i e^(s v_i)
+            for s, k in zip(_S.tolist(), K.tolist()):
+                exact = mpmath.log(mpmath.fsum(mpmath.mpf(p) * mpmath.exp(mpmath.mpf(s) * v)
+                                               for v, p in zip(loss.values.tolist(), loss.probs.tolist())))
+                if abs(exact) < 1.7e308:
+                    assert k >= float(exact) - 1e-9 * abs(float(exact)) - 1e-12, (s, k, float(exact))
+                else:  # beyond the float range: the infinity of the right sign
+                    assert k == (math.inf if exact > 0 else -math.inf) or k > 1.7e308, (s, k)
+
+
 @pytest.mark.parametrize("name,loss,ref", _CASES, ids=[c[0] for c in _CASES])
 def test_log_mgf_never_nan_and_bounds_integer_orders(name, loss, ref):
     K = np.asarray(loss.log_mgf(_S), dtype=np.float64)
@@ -503,6 +522,23 @@ def test_huge_losses_refused_with_a_named_cause():
         F.compose(F.PoissonSubsampledLaplace(1e-100, 0.5), 1, eps_error=0.1, delta_error=1e-6)
     with pytest.raises(ValueError, match="buckets|epsilon|noise"):
         F.compose(F.PoissonSubsampledGaussian(1e-100, 0.5), 1, eps_error=0.1, delta_error=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gaussian_and_custom_cdf_above_709(backend):
+    from scipy import special
+
+    from oracles import gaussian_delta
+    mu = 38.0  # Y ~ N(722, 38^2): the mass straddles 709.78
+    m = mu * mu / 2
+    custom = F.CustomCDF(lambda t: special.ndtr((t - m) / mu), lambda s: s * m + 0.5 * s * s * mu * mu, m, mu,
+                         sf=lambda t: special.ndtr((m - t) / mu),
+                         pdf=lambda t: np.exp(-0.5 * ((t - m) / mu) ** 2) / (mu * math.sqrt(2 * math.pi)),
+                         cdf_rel_error=1e-12)
+    for mech in (F.Gaussian(1 / mu), F.Gaussian(1.0, sensitivity=mu), custom):
+        pld = F.compose(mech, 1, eps_error=0.1, delta_error=1e-8, backend=backend)
+        for eps in (600.0, 709.0, 722.0, 750.0, 800.0):
+            _contains(pld.delta(eps), float(gaussian_delta(eps, mu)))
 
 
 @pytest.mark.parametrize("mech", [F.PureDP(800.0), F.RandomizedResponse(800.0, 5), F.ApproxDP(800.0, 1e-3),

@@ -170,7 +170,9 @@ class DiscreteLoss(PrivacyLoss):
 
     def log_mgf(self, s):
         s = np.asarray(s, dtype=np.float64)
-        return special.logsumexp(np.multiply.outer(s, self.values), b=self.probs, axis=-1)
+        with np.errstate(over="ignore", invalid="ignore"):  # s v beyond the float range: +-inf, the right limit
+            out = special.logsumexp(np.multiply.outer(s, self.values), b=self.probs, axis=-1)
+        return np.where(np.isnan(out), np.inf, out)  # (inf - inf inside: unknown, so no bound)
 
     def mean(self) -> float:
         return float(np.dot(self.values, self.probs))
