@@ -19,7 +19,9 @@ bucket edges ``e'`` with ``|F(e') - F(e)| <= 4 (tau + u) min(F(e), 1 - F(e))``,
 hence ``|e' - e| <= that / min density near e``.  The coupling of Algorithm 1
 with the moved edges is exact, and its range widens from ``h`` by twice the
 largest edge movement.  Where the density vanishes the movement is charged to
-total variation instead.
+total variation instead.  Position errors (the rounding of the edges, and of the
+argument a loss transforms before its tail function, ``ContinuousLoss.cdf_shift``)
+widen it by twice their bound (:func:`_edge_error`; ``docs/overflow.md``).
 
 Coarse tails (certificate).  A leaf of a long composition needs a fine mesh ``h``
 (Azuma-Hoeffding over every copy), but most of its window holds tiny probability.
