@@ -193,10 +193,9 @@ def discretize_loss(loss: PrivacyLoss, mesh: float, tail: float, *, lattice: flo
     return _discretize_continuous(loss, mesh, tail, lattice, max_buckets, native, coarse)
 
 
-# Largest |loss - lattice| / mesh: continuous losses' edge indices are exact half-integers in float64
-# below 2^52; a discrete atom's index floor((v - lattice) / h + 0.5) carries a rounding of ~u |v - lattice|
-# / h index units, within _check_mu's tolerance (1e-6 of half the mesh) below 2^31.
-_MAX_INDEX = {"continuous": 2.0**52, "discrete": 2.0**31}
+# Largest |loss - lattice| / mesh: bucket indices (int64) and the edges' half-integers stay exact in
+# float64 below 2^52 (the rounding of an atom's index is charged, see _discretize_discrete)
+_MAX_INDEX = {"continuous": 2.0**52, "discrete": 2.0**52}
 
 
 def _check_reach(lo: float, hi: float, h: float, lattice: float, kind: str) -> None:
@@ -219,7 +218,6 @@ def _edge_error(loss, lat: float, h: float, i_lo: int, i_hi: int) -> float:
 
 
 def _discretize_discrete(loss: DiscreteLoss, h: float, lattice: float, max_buckets: int = 1 << 24) -> GridPMF:
-    _check_reach(float(loss.values[0]), float(loss.values[-1]), h, lattice, "discrete")
     # the grid spans the atoms: refuse before bincount allocates it (and before int64 overflows)
     span = (float(loss.values[-1]) - float(loss.values[0])) / h + 2
     if not span <= max_buckets:
@@ -228,6 +226,7 @@ def _discretize_discrete(loss: DiscreteLoss, h: float, lattice: float, max_bucke
             f"[{loss.values[0]:.4g}, {loss.values[-1]:.4g}]), more than max_buckets={max_buckets}; "
             "increase eps_error or max_buckets"
         )
+    _check_reach(float(loss.values[0]), float(loss.values[-1]), h, lattice, "discrete")
     idx = np.floor((loss.values - lattice) / h + 0.5).astype(np.int64)
     i0 = int(idx[0])
     counts = np.bincount(idx - i0)
@@ -240,10 +239,10 @@ def _discretize_discrete(loss: DiscreteLoss, h: float, lattice: float, max_bucke
     true_mean = float(np.dot(loss.values - ref, loss.probs))  # relative to ref: less cancellation
     mu = true_mean - disc_mean
     bias = 8 * _U * (float(np.dot(np.abs(loss.values - ref), loss.probs)) + abs(disc_mean)) * loss.values.size
-    _check_mu(mu, h, 0.0)
     # (each atom's index floor((v - lattice) / h + 0.5) is that of a point within 6 u |v - lattice| of v:
     # the atoms' displacements idx h + lattice + mu - v spread over h plus twice that)
     crange = h + 12 * _U * max(abs(float(loss.values[0]) - lattice), abs(float(loss.values[-1]) - lattice))
+    _check_mu(mu, h, crange - h)
     return GridPMF(q / total, ref + mu, h, coupling_range=crange, tv=tv, bias=bias)
 
 
