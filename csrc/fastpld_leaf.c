@@ -117,7 +117,9 @@ static inline double log_add_exp(double a, double b)
 
 /* The panels of the subsampled Gaussian's moment quadratures (fpld_psg_moments and its variants):
  * [l_lo, l_hi] clipped to both components' +-40 sd, cut into *npan panels of width *step <= min(sd, 1).
- * Returns 0 if the clipped interval is empty. */
+ * Returns 0 if the clipped interval is empty, -1 beyond PSG_MAX_PANELS panels (v ~ 1/sigma^2 huge: the
+ * Python side refuses such a sigma first, _GaussPair; the count would not fit a ptrdiff_t). */
+#define PSG_MAX_PANELS 1e9
 static int psg_panels(double l_lo, double l_hi, double v, double sd, double *lo, double *hi, ptrdiff_t *npan,
                       double *step)
 {
@@ -131,6 +133,8 @@ static int psg_panels(double l_lo, double l_hi, double v, double sd, double *lo,
     if (!(*hi > *lo))
         return 0;
     double width = sd < 1.0 ? sd : 1.0;
+    if (!((*hi - *lo) / width <= PSG_MAX_PANELS))
+        return -1;
     *npan = (ptrdiff_t)ceil((*hi - *lo) / width);
     if (*npan < 1)
         *npan = 1;
@@ -688,7 +692,10 @@ int fpld_psg_moments(double l_lo, double l_hi, double q, double v, double sd, in
         out[k] = 0.0;
     double h = v / 2, lo, hi, step;
     ptrdiff_t npan;
-    if (!psg_panels(l_lo, l_hi, v, sd, &lo, &hi, &npan, &step))
+    int pan = psg_panels(l_lo, l_hi, v, sd, &lo, &hi, &npan, &step);
+    if (pan < 0)
+        return FPLD_EINVAL;
+    if (!pan)
         return FPLD_OK;
     double lq1 = log1p(-q), lq = log(q), cden = 1.0 / (sd * 2.5066282746310002);
     double xs[24], ws[24], l[24], dens[24], d[24], g[24];
@@ -757,7 +764,10 @@ int fpld_psg_moments16(double l_lo, double l_hi, double q, double v, double sd, 
     out[0] = out[1] = 0.0;
     double h = v / 2, lo, hi, step;
     ptrdiff_t npan;
-    if (!psg_panels(l_lo, l_hi, v, sd, &lo, &hi, &npan, &step))
+    int pan = psg_panels(l_lo, l_hi, v, sd, &lo, &hi, &npan, &step);
+    if (pan < 0)
+        return FPLD_EINVAL;
+    if (!pan)
         return FPLD_OK;
     double lq1 = log1p(-q), lq = log(q), cden = 1.0 / (sd * 2.5066282746310002);
     for (ptrdiff_t j = 0; j < npan; j++) {

@@ -496,11 +496,21 @@ class _BasePair:
         return None
 
 
+_PSG_MIN_SIGMA = 1e-3  # (see _GaussPair)
+
+
 class _GaussPair(_BasePair):
     """``P = N(0, sigma^2)``, ``Q = N(1, sigma^2)``: ``L = (2w - 1)/(2 sigma^2)``."""
 
     def __init__(self, sigma):
         self.sg = float(sigma)
+        if not self.sg >= _PSG_MIN_SIGMA:
+            # the loss reaches ~1/(2 sigma^2) > 5e5 (beyond any grid at a useful mesh), and its moment
+            # quadratures (panels <= 1 wide over ~1/sigma^2) would take seconds before a refusal
+            raise ValueError(
+                f"sigma / sensitivity must be >= {_PSG_MIN_SIGMA:g} for a Poisson-subsampled Gaussian (its privacy "
+                f"loss exceeds 1/(2 sigma^2) = {0.5 / self.sg**2:.3g} otherwise), got {self.sg!r}"
+            )
         self.v = 1.0 / self.sg**2  # L ~ N(-v/2, v) under P, N(v/2, v) under Q
         self.sd = math.sqrt(self.v)
         self.lscale = self.v / 2  # (the size of the offsets added to L; SubsampledLoss.cdf_shift)
