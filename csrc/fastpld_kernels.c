@@ -857,7 +857,7 @@ static void fpld_gauss_expect(double centre, double sd, double lq1, double lq, c
 int fpld_gauss_pair_moments(double v, double sd, double q, int remove, const double *x, const double *w,
                             ptrdiff_t ngl, double *mean, double *std)
 {
-    if (!(q > 0.0 && q < 1.0) || !(v > 0.0) || ngl < 1)
+    if (!(q > 0.0 && q < 1.0) || !(v > 0.0) || ngl < 1 || !(80.0 * sd <= 1e9)) /* (panels: 80 sd) */
         return FPLD_EINVAL;
     double lq1 = log1p(-q), lq = log(q), p1, p2, m1, m2;
     fpld_gauss_expect(-v / 2, sd, lq1, lq, x, w, ngl, &p1, &p2);

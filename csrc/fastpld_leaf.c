@@ -31,6 +31,39 @@ static inline void ndtr_pair(double a, double *lower, double *upper)
     }
 }
 
+/* g^-1(t) = log(e^t - 1 + q) - log q and dl/dt = e^t / (e^t - 1 + q) for every double t, the operations of
+ * _kernels.subsampled_ginv: t > PSG_BIG_T (e^t overflows at 709.78): t - log q and 1 (exact but for terms
+ * below 1e-304); 0 <= t <= PSG_BIG_T: log(expm1(t) + q) - log q; t < 0: e^t - 1 + q = (1 - q) expm1(d)
+ * with d = t - log(1 - q) (expm1(t) + q cancels near the support's end), l = log(1 - q) + log(expm1(d))
+ * - log q and dl/dt = (expm1(d) + 1) / expm1(d).  em1 is expm1(t) (0 <= t <= PSG_BIG_T) or expm1(d). */
+#define PSG_BIG_T 700.0
+static inline double psg_em1(double tt, double ylo)
+{
+    if (tt >= 0)
+        return expm1(tt > PSG_BIG_T ? PSG_BIG_T : tt);
+    return expm1(tt - ylo); /* (NaN stays NaN) */
+}
+
+static inline double psg_l(double tt, double em1, double q, double logq, double ylo)
+{
+    if (tt > PSG_BIG_T)
+        return tt - logq;
+    if (tt >= 0)
+        return log(em1 + q) - logq;
+    if (tt < 0)
+        return em1 > 0 ? (ylo + log(em1)) - logq : -INFINITY;
+    return tt; /* NaN */
+}
+
+static inline double psg_dl(double tt, double em1, double q)
+{
+    if (tt > PSG_BIG_T)
+        return 1.0;
+    if (tt >= 0)
+        return (em1 + 1.0) / (em1 + q);
+    return (em1 + 1.0) / em1;
+}
+
 int fpld_psg_eval(const double *t, ptrdiff_t n, double q, double v, double sd, int remove,
                   double *F, double *S, double *pdf)
 {
@@ -39,8 +72,8 @@ int fpld_psg_eval(const double *t, ptrdiff_t n, double q, double v, double sd, i
     double logq = log(q), ylo = log1p(-q), h = v / 2, cden = 1.0 / (sd * 2.5066282746310002);
     for (ptrdiff_t i = 0; i < n; i++) {
         double ti = t[i], tt = remove ? ti : -ti;
-        double em1 = expm1(tt), arg = em1 + q;
-        double l = arg > 0 ? log(arg) - logq : -INFINITY;  /* SubsampledLoss._ginv */
+        double em1 = psg_em1(tt, ylo);
+        double l = psg_l(tt, em1, q, logq, ylo); /* SubsampledLoss._ginv */
         double zp = (l + h) / sd, f, s, dens;
         double pl, pu;
         ndtr_pair(zp, &pl, &pu);
@@ -61,7 +94,7 @@ int fpld_psg_eval(const double *t, ptrdiff_t n, double q, double v, double sd, i
         if (S)
             S[i] = s;
         if (pdf) {
-            double dl = (em1 + 1.0) / arg;  /* dl/dt = e^t / (e^t - 1 + q) */
+            double dl = psg_dl(tt, em1, q); /* dl/dt = e^t / (e^t - 1 + q) */
             double dp = exp(-0.5 * zp * zp) * cden;
             if (remove) {
                 double zq = (l - h) / sd;
@@ -84,7 +117,9 @@ static inline double log_add_exp(double a, double b)
 
 /* The panels of the subsampled Gaussian's moment quadratures (fpld_psg_moments and its variants):
  * [l_lo, l_hi] clipped to both components' +-40 sd, cut into *npan panels of width *step <= min(sd, 1).
- * Returns 0 if the clipped interval is empty. */
+ * Returns 0 if the clipped interval is empty, -1 beyond PSG_MAX_PANELS panels (v ~ 1/sigma^2 huge: the
+ * Python side refuses such a sigma first, _GaussPair; the count would not fit a ptrdiff_t). */
+#define PSG_MAX_PANELS 1e9
 static int psg_panels(double l_lo, double l_hi, double v, double sd, double *lo, double *hi, ptrdiff_t *npan,
                       double *step)
 {
@@ -98,6 +133,8 @@ static int psg_panels(double l_lo, double l_hi, double v, double sd, double *lo,
     if (!(*hi > *lo))
         return 0;
     double width = sd < 1.0 ? sd : 1.0;
+    if (!((*hi - *lo) / width <= PSG_MAX_PANELS))
+        return -1;
     *npan = (ptrdiff_t)ceil((*hi - *lo) / width);
     if (*npan < 1)
         *npan = 1;
@@ -245,17 +282,17 @@ static int psg_eval_passes(const double *t, ptrdiff_t n, double q, double v, dou
     if (n < 0 || !(q > 0 && q < 1) || !(v > 0) || !(sd > 0))
         return FPLD_EINVAL;
     double logq = log(q), ylo = log1p(-q), h = v / 2, cden = 1.0 / (sd * 2.5066282746310002);
-    double em1[PSG_BLOCK], arg[PSG_BLOCK], l[PSG_BLOCK], zp[PSG_BLOCK], zq[PSG_BLOCK];
+    double tt[PSG_BLOCK], em1[PSG_BLOCK], l[PSG_BLOCK], zp[PSG_BLOCK], zq[PSG_BLOCK];
     double pl[PSG_BLOCK], pu[PSG_BLOCK], ql[PSG_BLOCK], qu[PSG_BLOCK];
     for (ptrdiff_t i0 = 0; i0 < n; i0 += PSG_BLOCK) {
         int nb = n - i0 < PSG_BLOCK ? (int)(n - i0) : PSG_BLOCK;
         const double *tb = t + i0;
         for (int i = 0; i < nb; i++) {
-            em1[i] = expm1(remove ? tb[i] : -tb[i]);
-            arg[i] = em1[i] + q;
+            tt[i] = remove ? tb[i] : -tb[i];
+            em1[i] = psg_em1(tt[i], ylo);
         }
         for (int i = 0; i < nb; i++)
-            l[i] = arg[i] > 0 ? log(arg[i]) - logq : -INFINITY; /* SubsampledLoss._ginv */
+            l[i] = psg_l(tt[i], em1[i], q, logq, ylo); /* SubsampledLoss._ginv */
         for (int i = 0; i < nb; i++)
             zp[i] = (l[i] + h) / sd;
         if (remove)
@@ -278,7 +315,7 @@ static int psg_eval_passes(const double *t, ptrdiff_t n, double q, double v, dou
             }
         }
         for (int i = 0; i < nb; i++) {
-            double dl = (em1[i] + 1.0) / arg[i]; /* dl/dt = e^t / (e^t - 1 + q) */
+            double dl = psg_dl(tt[i], em1[i], q); /* dl/dt = e^t / (e^t - 1 + q) */
             double dp = exp(-0.5 * zp[i] * zp[i]) * cden, dens;
             if (remove)
                 dens = ((1 - q) * dp + q * (exp(-0.5 * zq[i] * zq[i]) * cden)) * dl;
@@ -510,8 +547,8 @@ static int psg_eval_edges(const int64_t *eidx, ptrdiff_t m, const struct leaf_me
 /* SubsampledLoss._ginv */
 static inline double psg_ginv(double t, double q)
 {
-    double arg = expm1(t) + q;
-    return arg > 0 ? log(arg) - log(q) : -INFINITY;
+    double ylo = log1p(-q);
+    return psg_l(t, psg_em1(t, ylo), q, log(q), ylo);
 }
 
 int fpld_psg_leaf(double q, double v, double sd, int remove, double cre, double lat, double h,
@@ -656,7 +693,10 @@ int fpld_psg_moments(double l_lo, double l_hi, double q, double v, double sd, in
         out[k] = 0.0;
     double h = v / 2, lo, hi, step;
     ptrdiff_t npan;
-    if (!psg_panels(l_lo, l_hi, v, sd, &lo, &hi, &npan, &step))
+    int pan = psg_panels(l_lo, l_hi, v, sd, &lo, &hi, &npan, &step);
+    if (pan < 0)
+        return FPLD_EINVAL;
+    if (!pan)
         return FPLD_OK;
     double lq1 = log1p(-q), lq = log(q), cden = 1.0 / (sd * 2.5066282746310002);
     double xs[24], ws[24], l[24], dens[24], d[24], g[24];
@@ -725,7 +765,10 @@ int fpld_psg_moments16(double l_lo, double l_hi, double q, double v, double sd, 
     out[0] = out[1] = 0.0;
     double h = v / 2, lo, hi, step;
     ptrdiff_t npan;
-    if (!psg_panels(l_lo, l_hi, v, sd, &lo, &hi, &npan, &step))
+    int pan = psg_panels(l_lo, l_hi, v, sd, &lo, &hi, &npan, &step);
+    if (pan < 0)
+        return FPLD_EINVAL;
+    if (!pan)
         return FPLD_OK;
     double lq1 = log1p(-q), lq = log(q), cden = 1.0 / (sd * 2.5066282746310002);
     for (ptrdiff_t j = 0; j < npan; j++) {

@@ -157,6 +157,37 @@ def leaf_roundoff(F, S, dens, tau: float, c0: float, limit: float):
     return widen, float(dev[~small].sum())
 
 
+#: above this loss value the subsampled losses' ``g^-1(t) = log(e^t - 1 + q) - log q`` is evaluated as
+#: ``t - log q`` (``e^t`` overflows at 709.78; the dropped ``log1p(-(1 - q) e^-t)`` is below 1e-304)
+PSG_BIG_T = 700.0
+
+
+def subsampled_ginv(t, q: float, want_dl: bool = False):
+    """``l = g^-1(t) = log(e^t - 1 + q) - log q`` (``-inf`` for ``t <= log(1 - q)``) and, if ``want_dl``,
+    ``dl/dt = e^t / (e^t - 1 + q)``, for every float ``t`` (the C leaf's ``psg_l``/``psg_dl``, same operations).
+
+    Three forms, none of which overflows or cancels: ``t > PSG_BIG_T``: ``t - log q`` and 1 (exact but for
+    terms below 1e-304); ``0 <= t <= PSG_BIG_T``: ``log(expm1(t) + q) - log q`` (two non-negative terms;
+    exactly 0 at 0); ``t < 0``: ``e^t - 1 + q = (1 - q) expm1(t - log(1 - q))``, so ``l = log(1 - q) + log(expm1(d)) - log q``
+    and ``dl/dt = (expm1(d) + 1) / expm1(d)`` with ``d = t - log(1 - q)`` (exact where ``t`` is near the
+    support's end: ``expm1(t) + q`` lost every digit there).  The one error this leaves is that of the
+    rounded ``log1p(-q)``: the values are those at a point within ``SubsampledLoss.cdf_shift`` of ``t``.
+    """
+    t = np.asarray(t, dtype=np.float64)
+    lq, ylo = math.log(q), math.log1p(-q)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        big, neg = t > PSG_BIG_T, t < 0
+        em1 = np.expm1(np.clip(t, 0.0, PSG_BIG_T))
+        arg = em1 + q
+        dn = np.expm1(np.minimum(t, 0.0) - ylo)
+        l = np.where(big, t - lq, np.where(neg, np.where(dn > 0, ylo + np.log(dn) - lq, -np.inf),
+                                           np.log(arg) - lq))
+        if not want_dl:
+            return l
+        dl = np.where(big, 1.0, np.where(neg, (dn + 1.0) / dn, (em1 + 1.0) / arg))
+    return l, dl
+
+
 def psg_eval(t: np.ndarray, q: float, v: float, sd: float, remove: bool, want_pdf: bool = True):
     """``(F, S, pdf)`` of the Poisson-subsampled Gaussian privacy loss at ``t``.
 
@@ -172,10 +203,8 @@ def psg_eval(t: np.ndarray, q: float, v: float, sd: float, remove: bool, want_pd
     if not (0 < q < 1 and v > 0 and sd > 0):
         raise ValueError("psg_eval: invalid argument")
     tt = t if remove else -t
+    l, dl = subsampled_ginv(tt, q, want_dl=True)  # (every float t: no overflow, no cancellation)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        em1 = np.expm1(tt)
-        arg = em1 + q
-        l = np.where(arg > 0, np.log(arg) - math.log(q), -np.inf)
         zp = (l + v / 2) / sd
         if remove:
             zq = (l - v / 2) / sd
@@ -188,7 +217,6 @@ def psg_eval(t: np.ndarray, q: float, v: float, sd: float, remove: bool, want_pd
         P = None
         if want_pdf:
             cden = 1.0 / (sd * math.sqrt(2 * math.pi))
-            dl = (em1 + 1.0) / arg  # dl/dt = e^t / (e^t - 1 + q)
             dens = np.exp(-0.5 * zp * zp) * cden
             if remove:
                 dens = (1 - q) * dens + q * (np.exp(-0.5 * zq * zq) * cden)

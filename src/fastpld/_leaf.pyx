@@ -120,7 +120,7 @@ def psg_leaf(double q, double v, double sd, bint remove, double cre, double lat,
     return probs, tuple([out[j] for j in range(FPLD_LEAF_NOUT)])
 
 
-from libc.math cimport floor, ceil, fabs, isfinite
+from libc.math cimport floor, ceil, fabs, isfinite, log, log1p
 
 
 def psg_leaf_full(double q, double v, double sd, bint remove, double cre, double tail, double z1, double z2,
@@ -176,6 +176,11 @@ def psg_leaf_full(double q, double v, double sd, bint remove, double cre, double
         return None
     _check_leaf(status, "the discretisation window holds no probability mass; the mechanism parameters are degenerate")
     cdef double ref = out[0], mu = out[1], widen = out[2], mean_err = out[4], total = out[6]
+    # the edges' position error (discretize._edge_error with SubsampledLoss.cdf_shift, the same operations)
+    cdef double u = 1.1102230246251565e-16
+    cdef double tmax = max(fabs(lat + (<double>i_lo - 0.5) * h), fabs(lat + (<double>i_hi + 0.5) * h))
+    widen = widen + 2 * (8 * u * ((((tmax + fabs(log(q))) + fabs(log1p(-q))) + v / 2) + 2)
+                         + 2 * u * (tmax + fabs(lat)))
     cdef double slack = 0.0, p, r, pc
     cdef int sizes[4]
     sizes[:] = [3, 9, 27, 81]

@@ -19,7 +19,9 @@ bucket edges ``e'`` with ``|F(e') - F(e)| <= 4 (tau + u) min(F(e), 1 - F(e))``,
 hence ``|e' - e| <= that / min density near e``.  The coupling of Algorithm 1
 with the moved edges is exact, and its range widens from ``h`` by twice the
 largest edge movement.  Where the density vanishes the movement is charged to
-total variation instead.
+total variation instead.  Position errors (the rounding of the edges, and of the
+argument a loss transforms before its tail function, ``ContinuousLoss.cdf_shift``)
+widen it by twice their bound (:func:`_edge_error`; ``docs/overflow.md``).
 
 Coarse tails (certificate).  A leaf of a long composition needs a fine mesh ``h``
 (Azuma-Hoeffding over every copy), but most of its window holds tiny probability.
@@ -193,6 +195,30 @@ def discretize_loss(loss: PrivacyLoss, mesh: float, tail: float, *, lattice: flo
     return _discretize_continuous(loss, mesh, tail, lattice, max_buckets, native, coarse)
 
 
+# Largest |loss - lattice| / mesh: bucket indices (int64) and the edges' half-integers stay exact in
+# float64 below 2^52 (the rounding of an atom's index is charged, see _discretize_discrete)
+_MAX_INDEX = {"continuous": 2.0**52, "discrete": 2.0**52}
+
+
+def _check_reach(lo: float, hi: float, h: float, lattice: float, kind: str) -> None:
+    """Refuse losses whose values lie beyond the grid's reach (e.g. ``PureDP(1e300)``), by name."""
+    reach = max(abs(lo - lattice), abs(hi - lattice)) / h
+    if not reach < _MAX_INDEX[kind]:
+        raise ValueError(
+            f"the privacy loss reaches {max(abs(lo), abs(hi)):.4g}, beyond the grid of mesh {h:.3g} "
+            f"(|value| / mesh must stay below {_MAX_INDEX[kind]:.4g}): the mechanism's epsilon, or its "
+            "sensitivity over its noise, is too large to account for; reduce it or increase eps_error"
+        )
+
+
+def _edge_error(loss, lat: float, h: float, i_lo: int, i_hi: int) -> float:
+    """Bound on how far each computed edge ``lat + (i - 0.5) h`` (and the loss's CDF at it) may sit from the
+    exact one: the two roundings of the edge, ``2 u (|edge| + |lat|)``, plus ``loss.cdf_shift``.  The
+    coupling range widens by twice this (each bucket's two edges)."""
+    tmax = max(abs(lat + (i_lo - 0.5) * h), abs(lat + (i_hi + 0.5) * h))
+    return loss.cdf_shift(tmax) + 2 * _U * (tmax + abs(lat))
+
+
 def _discretize_discrete(loss: DiscreteLoss, h: float, lattice: float, max_buckets: int = 1 << 24) -> GridPMF:
     # the grid spans the atoms: refuse before bincount allocates it (and before int64 overflows)
     span = (float(loss.values[-1]) - float(loss.values[0])) / h + 2
@@ -202,6 +228,7 @@ def _discretize_discrete(loss: DiscreteLoss, h: float, lattice: float, max_bucke
             f"[{loss.values[0]:.4g}, {loss.values[-1]:.4g}]), more than max_buckets={max_buckets}; "
             "increase eps_error or max_buckets"
         )
+    _check_reach(float(loss.values[0]), float(loss.values[-1]), h, lattice, "discrete")
     idx = np.floor((loss.values - lattice) / h + 0.5).astype(np.int64)
     i0 = int(idx[0])
     counts = np.bincount(idx - i0)
@@ -214,8 +241,11 @@ def _discretize_discrete(loss: DiscreteLoss, h: float, lattice: float, max_bucke
     true_mean = float(np.dot(loss.values - ref, loss.probs))  # relative to ref: less cancellation
     mu = true_mean - disc_mean
     bias = 8 * _U * (float(np.dot(np.abs(loss.values - ref), loss.probs)) + abs(disc_mean)) * loss.values.size
-    _check_mu(mu, h, 0.0)
-    return GridPMF(q / total, ref + mu, h, coupling_range=h, tv=tv, bias=bias)
+    # (each atom's index floor((v - lattice) / h + 0.5) is that of a point within 6 u |v - lattice| of v:
+    # the atoms' displacements idx h + lattice + mu - v spread over h plus twice that)
+    crange = h + 12 * _U * max(abs(float(loss.values[0]) - lattice), abs(float(loss.values[-1]) - lattice))
+    _check_mu(mu, h, crange - h)
+    return GridPMF(q / total, ref + mu, h, coupling_range=crange, tv=tv, bias=bias)
 
 
 def _check_mu(mu, h, slack):
@@ -240,6 +270,7 @@ def _discretize_continuous(loss: ContinuousLoss, h: float, tail: float, lattice:
             _check_mu(mu, h, slack)
             return GridPMF(probs, offset, h, coupling_range=crange, tv=tv, bias=bias, truncated=truncated, mix=mix)
     a0, b0 = truncation_window(loss, tail, native)
+    _check_reach(a0, b0, h, lattice, "continuous")
     # keep atoms away from bucket edges so that every edge lies where F is continuous
     for shift in (0.0, 0.25, 0.125, 0.375):
         lat = lattice + shift * h
@@ -328,6 +359,8 @@ def _discretize_continuous(loss: ContinuousLoss, h: float, tail: float, lattice:
         small = move <= 1e-3 * h
         widen = 2 * float(move[small].max()) if small.any() else 0.0
         tv = float(dev[~small].sum())
+    # the edges' position error (their rounding; a subsampled loss also rounds g^-1(t))
+    widen = widen + 2 * _edge_error(loss, lat, h, i_lo, i_hi)
     mix = ()
     if cells is not None:
         # regions: the cells of each size c > 1; p_R from the normalised cell masses (inflated for
@@ -371,6 +404,8 @@ def _psg_leaf(loss, h: float, tail: float, lat: float, i_lo: int, i_hi: int, n: 
     if r is None:
         return None
     qn, (ref, mu, widen, tv, mean_err, truncated, total, pc3, pc9, pc27, pc81, _) = r
+    # (the edges' position error, as _discretize_continuous adds it)
+    widen = widen + 2 * _edge_error(loss, lat, h, i_lo, i_hi)
     mix = tuple((min(1.0, pc / total * (1 + 1e-9) + 1e-300), c * h + widen, abs(mu) + (c * h + widen) / 2 + mean_err)
                 for c, pc in ((3, pc3), (9, pc9), (27, pc27), (81, pc81)) if pc > 0)
     _check_mu(mu, h, widen + sum(p * r for p, r, _ in mix))

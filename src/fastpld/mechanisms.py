@@ -173,7 +173,9 @@ class DiscreteLoss(PrivacyLoss):
 
     def log_mgf(self, s):
         s = np.asarray(s, dtype=np.float64)
-        return special.logsumexp(np.multiply.outer(s, self.values), b=self.probs, axis=-1)
+        with np.errstate(over="ignore", invalid="ignore"):  # s v beyond the float range: +-inf, the right limit
+            out = special.logsumexp(np.multiply.outer(s, self.values), b=self.probs, axis=-1)
+        return np.where(np.isnan(out), np.inf, out)  # (inf - inf inside: unknown, so no bound)
 
     def mean(self) -> float:
         return float(np.dot(self.values, self.probs))
@@ -208,6 +210,16 @@ class ContinuousLoss(PrivacyLoss):
 
     def pdf(self, t):
         raise NotImplementedError
+
+    def cdf_shift(self, tmax: float) -> float:
+        """Bound on the *position* error of :meth:`cdf`/:meth:`sf` for ``|t| <= tmax`` (certificate).
+
+        The computed values at ``t`` are within ``cdf_rel_error`` (relative) of the exact ones at
+        some point within this distance of ``t``.  0 for losses whose argument is used as given;
+        losses that transform ``t`` first (the subsampled ones) round it, and near a steep CDF (a
+        near-atom) that rounding is not a small relative error of the value.
+        """
+        return 0.0
 
     def partial_mean(self, edges: np.ndarray) -> tuple[float, float]:
         """``E[Y; edges[0] < Y <= edges[-1]]`` and an error bound.
@@ -249,7 +261,9 @@ class ContinuousLoss(PrivacyLoss):
             else:
                 i16, i8 = _gl_panels_16_8(self.cdf, lo, hi)
             d = np.abs(i16 - i8)
-            bad = d > tol * np.maximum(hi - lo, 1e-300) / max(b - a, 1e-300) * 1e3
+            # (absolute tolerance per unit length once b - a > 1: a fixed total would ask for accuracy
+            # below the round-off of the sum, 16 u (|a| + |b| + (b - a)), and split every panel)
+            bad = d > tol * np.maximum(hi - lo, 1e-300) / min(max(b - a, 1e-300), 1.0) * 1e3
             if level == 7 or not bad.any():
                 total += float(i16.sum())
                 err += float(d.sum())
@@ -324,15 +338,23 @@ class GaussianLoss(ContinuousLoss):
         self.s = self.mu
         self.support = (-math.inf, math.inf)
 
+    def cdf_shift(self, tmax: float) -> float:
+        """``(t - m) / s`` rounds twice, each time by at most ``u |t - m|`` in ``t``'s units."""
+        return 2 * _U * (tmax + abs(self.m))
+
+    # (a standardised argument beyond the float range is +-inf, where ndtr and the density are exact)
     def cdf(self, t):
-        return special.ndtr((np.asarray(t, dtype=np.float64) - self.m) / self.s)
+        with np.errstate(over="ignore"):
+            return special.ndtr((np.asarray(t, dtype=np.float64) - self.m) / self.s)
 
     def sf(self, t):
-        return special.ndtr((self.m - np.asarray(t, dtype=np.float64)) / self.s)
+        with np.errstate(over="ignore"):
+            return special.ndtr((self.m - np.asarray(t, dtype=np.float64)) / self.s)
 
     def pdf(self, t):
-        z = (np.asarray(t, dtype=np.float64) - self.m) / self.s
-        return np.exp(-0.5 * z * z) / (self.s * math.sqrt(2 * math.pi))
+        with np.errstate(over="ignore"):
+            z = (np.asarray(t, dtype=np.float64) - self.m) / self.s
+            return np.exp(-0.5 * z * z) / (self.s * math.sqrt(2 * math.pi))
 
     def partial_mean(self, edges):
         a, b = float(edges[0]), float(edges[-1])
@@ -374,6 +396,11 @@ class LaplaceLoss(ContinuousLoss):
         self.e = float(eps0)
         self.atoms = (-self.e, self.e)
         self.support = (-self.e, self.e)
+
+    def cdf_shift(self, tmax: float) -> float:
+        """``t - eps0`` rounds by at most ``u |t - eps0|``; far from ``eps0`` that is no small relative
+        error of ``exp((t - eps0) / 2)`` (``|t - eps0| / 2`` times it), but it is a small move of ``t``."""
+        return 2 * _U * (tmax + self.e)
 
     def cdf(self, t):
         t = np.asarray(t, dtype=np.float64)
@@ -478,13 +505,24 @@ class _BasePair:
         return None
 
 
+_PSG_MIN_SIGMA = 1e-3  # (see _GaussPair)
+
+
 class _GaussPair(_BasePair):
     """``P = N(0, sigma^2)``, ``Q = N(1, sigma^2)``: ``L = (2w - 1)/(2 sigma^2)``."""
 
     def __init__(self, sigma):
         self.sg = float(sigma)
+        if not self.sg >= _PSG_MIN_SIGMA:
+            # the loss reaches ~1/(2 sigma^2) > 5e5 (beyond any grid at a useful mesh), and its moment
+            # quadratures (panels <= 1 wide over ~1/sigma^2) would take seconds before a refusal
+            raise ValueError(
+                f"sigma / sensitivity must be >= {_PSG_MIN_SIGMA:g} for a Poisson-subsampled Gaussian (its privacy "
+                f"loss exceeds 1/(2 sigma^2) = {0.5 / self.sg**2:.3g} otherwise), got {self.sg!r}"
+            )
         self.v = 1.0 / self.sg**2  # L ~ N(-v/2, v) under P, N(v/2, v) under Q
         self.sd = math.sqrt(self.v)
+        self.lscale = self.v / 2  # (the size of the offsets added to L; SubsampledLoss.cdf_shift)
 
     def cdf_P(self, l, *, strict=False):
         return special.ndtr((l + self.v / 2) / self.sd)
@@ -520,6 +558,9 @@ class _GaussPair(_BasePair):
         return _gl_integrate(g, edges[:-1], edges[1:], 16)
 
 
+_LAPLACE_FINE = 1600.0  # (see _LaplacePair.expect)
+
+
 class _LaplacePair(_BasePair):
     """``P = Lap(0, b)``, ``Q = Lap(D, b)``: ``L`` in ``[-eps0, eps0]`` with atoms at the ends."""
 
@@ -528,6 +569,7 @@ class _LaplacePair(_BasePair):
         self.atoms = (-self.e, self.e)
         self.support = (-self.e, self.e)
         self._q = LaplaceLoss(self.e)
+        self.lscale = self.e  # (the size of the offsets added to L; SubsampledLoss.cdf_shift)
 
     # Under Q, L is the Laplace PRV.
     def cdf_Q(self, l):
@@ -574,8 +616,15 @@ class _LaplacePair(_BasePair):
         atoms = (big * at[0] + small * at[1]) if under == "P" else (small * at[0] + big * at[1])
         if e <= 0:
             return float(atoms)
-        n = int(math.ceil(2 * e))
-        edges = np.linspace(-e, e, n + 1)
+        if 2 * e <= _LAPLACE_FINE:
+            n = int(math.ceil(2 * e))
+            edges = np.linspace(-e, e, n + 1)
+        else:
+            # unit panels over the first _LAPLACE_FINE from the density's peak (at -e under P, +e
+            # under Q), then geometric ones: beyond it the density is below e^-800 (0 in float64),
+            # where ceil(2 e) unit panels would not fit in memory for large eps0
+            d = np.concatenate([np.arange(0.0, _LAPLACE_FINE), np.geomspace(_LAPLACE_FINE, 2 * e, 65)])
+            edges = -e + d if under == "P" else np.sort(e - d)
         dens = lambda l: f(l) * 0.25 * np.exp(sgn * (l - sgn * e) / 2)
         return float(atoms) + _gl_integrate(dens, edges[:-1], edges[1:], 16)
 
@@ -699,12 +748,24 @@ class SubsampledLoss(ContinuousLoss):
         # the Gaussian pair has compiled kernels (CDF/SF/density, partial moments in L-space)
         self._psg = (self.q, pair.v, pair.sd, direction == "remove") if isinstance(pair, _GaussPair) else None
 
+    def cdf_shift(self, tmax: float) -> float:
+        """Position error of the CDF for ``|t| <= tmax``: ``8 u (tmax + |log q| + |log(1-q)| + c + 2)``.
+
+        ``l = g^-1(t)`` (:func:`fastpld._kernels.subsampled_ginv`) is exact at ``t`` moved by at most
+        twice the error of the rounded ``log1p(-q)``, and its own rounding, like that of the pair's
+        offsets (``c``: ``v / 2`` or ``eps0``) and of the normal arguments, is an absolute error of a
+        few ``u (|l| + |log q| + |log(1-q)| + c)`` in ``L``, hence at most that in ``t`` (``dt/dl =
+        1 - (1-q) e^-t`` lies in ``[0, 1]``, and ``|l| dt/dl <= |t| + |log q| + |log(1-q)| + 1``).
+        Each mixture term is monotone in its argument, so a sum of such terms is again the exact
+        CDF at one point in that range.  (_leaf.psg_leaf_full repeats this formula.)
+        """
+        q = self.q
+        return 8 * _U * (tmax + abs(math.log(q)) + abs(math.log1p(-q)) + self.pair.lscale + 2)
+
     # l(t) = g^{-1}(t) = log((e^t - 1 + q)/q), defined for t > log(1-q)
     def _ginv(self, t):
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            arg = np.expm1(t) + self.q
-            out = np.log(arg) - math.log(self.q)  # NaN / -inf where arg <= 0: replaced below
-        return np.where(arg > 0, out, -np.inf)
+        # (without overflow above t = 709.78 or cancellation near log(1 - q): see subsampled_ginv)
+        return _kernels.subsampled_ginv(t, self.q)
 
     def _cdf_sf_pdf(self, t):
         """``(cdf(t), sf(t), pdf(t))`` with one evaluation of ``g^-1`` (same values as the three calls)."""
@@ -720,7 +781,7 @@ class SubsampledLoss(ContinuousLoss):
             l = self._ginv(-t)
             F = np.where(t >= -self._ylo, 1.0, self.pair.sf_P(l, strict=True))
             S = np.where(t >= -self._ylo, 0.0, self.pair.cdf_P(l, strict=True))
-        return F, S, self.pdf(t, _l=l)
+        return F, S, self.pdf(t)
 
     def cdf(self, t):
         t = np.asarray(t, dtype=np.float64)
@@ -745,16 +806,15 @@ class SubsampledLoss(ContinuousLoss):
         l = self._ginv(-t)
         return np.where(t >= -self._ylo, 0.0, self.pair.cdf_P(l, strict=True))
 
-    def pdf(self, t, _l=None):
+    def pdf(self, t):
         t = np.asarray(t, dtype=np.float64)
         if self._psg is not None:
             return _kernels.psg_eval(t, *self._psg)[2]
         q = self.q
         sgn = 1.0 if self.direction == "remove" else -1.0
         tt = sgn * t
-        l = self._ginv(tt) if _l is None else _l
+        l, dl = _kernels.subsampled_ginv(tt, q, want_dl=True)  # dl/dt = e^t / (e^t - 1 + q)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            dl = np.exp(tt) / (np.expm1(tt) + q)
             if self.direction == "remove":
                 dens = ((1 - q) * self.pair.pdf_P(l) + q * self.pair.pdf_Q(l)) * dl
             else:
@@ -1060,7 +1120,8 @@ def ladder(fn, tail, centre, scale, direction, limit, *, _steps=None):
     if ok.size == 0:
         raise ValueError(
             f"the privacy loss distribution has tail mass above {tail:.3g} beyond 1e7 standard "
-            "deviations; its parameters are outside the supported range"
+            "deviations; its parameters are outside the supported range (too little noise for the "
+            "sensitivity, or too large an epsilon: the loss cannot be evaluated in float64 there)"
         )
     i = ok[0]
     if i == 0:
