@@ -325,3 +325,23 @@ def test_find_noise_multiplier_takes_the_sampler():
     assert s > poisson  # fixed-size batches under replace-one cost noise
     with pytest.raises(ValueError, match="sampler"):
         fastpld.find_noise_multiplier(3.0, 1e-5, b / n, steps, sampler=5)
+
+
+@pytest.mark.parametrize("base", [Gaussian(1.0), Laplace(1.5)])
+def test_symmetric_loss_is_a_symmetric_privacy_loss(base):
+    # the negative side is the mirror image of the positive side weighted by e^-y:
+    # Pr[Z <= -y] = int_(y, inf) e^-u dF(u), and E[e^-Z] = 1
+    loss = SubsampledWithoutReplacement(base, 10, 100).privacy_losses()["remove"]
+    for y in (0.05, 0.3, 1.0):
+        grid = np.linspace(y, 12.0, 200_001)
+        f = loss.cdf(grid)
+        # e^-u is decreasing: the right and left Riemann-Stieltjes sums bracket the integral
+        lo = float(np.sum(np.exp(-grid[1:]) * np.diff(f)))
+        hi = float(np.sum(np.exp(-grid[:-1]) * np.diff(f))) + math.exp(-12.0) * (1 - f[-1])
+        assert lo * (1 - 1e-9) <= loss.cdf(np.array([-y]))[0] <= hi * (1 + 1e-9)
+        assert loss.cdf(np.array([-y]))[0] + loss.sf(np.array([-y]))[0] == pytest.approx(1.0, abs=1e-14)
+    # E[e^-Z] = 1 (no mass at -inf), via the CDF on a fine grid plus the atom at 0
+    grid = np.linspace(-12.0, 12.0, 400_001)
+    f = loss.cdf(grid)
+    total = float(np.sum(np.exp(-0.5 * (grid[1:] + grid[:-1])) * np.diff(f)))
+    assert total == pytest.approx(1.0, abs=1e-4)
