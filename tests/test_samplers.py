@@ -345,3 +345,18 @@ def test_symmetric_loss_is_a_symmetric_privacy_loss(base):
     f = loss.cdf(grid)
     total = float(np.sum(np.exp(-0.5 * (grid[1:] + grid[:-1])) * np.diff(f)))
     assert total == pytest.approx(1.0, abs=1e-4)
+
+
+@pytest.mark.parametrize("direction", ["remove", "add"])
+def test_poisson_single_direction_by_enumeration(direction):
+    e0, q, k = 1.5, 0.1, 6
+    p, qq = _rr(e0, 0), _rr(e0, 1)
+    m = (1 - q) * p + q * qq
+    pair = (m, p) if direction == "remove" else (p, m)
+    pld = fastpld.compose(PoissonSubsampled(PureDP(e0), q, neighboring=direction), k, eps_error=1e-3,
+                          delta_error=1e-12)
+    assert set(pld.directions) == {"remove"}
+    for eps in (0.0, 0.4, 1.0):
+        exact = _delta_product([pair] * k, eps)
+        b = pld.delta(eps)
+        assert b.lower <= exact <= b.upper, (eps, b, exact)

@@ -219,7 +219,7 @@ class PoissonSubsampled(Mechanism):
 
     The dominating pair, for a base pair ``(P, Q)`` (``Q`` with the record): ``M = (1-q) P + q Q``
     against ``P`` (remove) and ``P`` against ``M`` (add) (Balle, Barthe, Gaboardi 2018; Zhu,
-    Dong, Wang 2022, Thm. 11).  Gaussian and Laplace bases give exactly
+    Dong, Wang 2022).  Gaussian and Laplace bases give exactly
     :class:`~fastpld.PoissonSubsampledGaussian` / :class:`~fastpld.PoissonSubsampledLaplace`
     (the same loss objects); discrete bases (``PureDP``, ``RandomizedResponse``, ``ApproxDP``,
     ``CustomPMF``) give the exact discrete loss; other continuous bases (``CustomCDF``) are first
@@ -359,7 +359,7 @@ class SymmetricSubsampledLoss(ContinuousLoss):
     ``(P, Q)``: ``Z`` has the law of ``Y`` on ``(0, inf)``, the mirror image with weight
     ``e^-y`` (the law of ``Y`` under ``P``) on ``(-inf, 0)``, and the rest of the mass at 0.
     Its pair is symmetric and its tradeoff curve lies below both ``T(P, M)`` and ``T(M, P)``,
-    hence below their symmetrisation ``C_g(f)`` of Dong, Roth, Su (2022, Thm. 9); see
+    hence below their symmetrisation ``C_g(f)`` of Dong, Roth, Su (2022, subsampling theorem); see
     ``docs/samplers.md``.
     """
 
@@ -482,7 +482,7 @@ class SubsampledWithoutReplacement(Mechanism):
     * ``"replace_one"``: a step can put the mixture on either side (the other records' outputs
       can equal either of the two differing records'), so neither ``(M, P)`` nor ``(P, M)``
       dominates the composition; the symmetric pair of :class:`SymmetricSubsampledLoss`
-      dominates both orderings of every step (Dong, Roth, Su 2022, Thm. 9; Lebeda, Regehr,
+      dominates both orderings of every step (Dong, Roth, Su 2022, subsampling theorem; Lebeda, Regehr,
       Kamath, Steinke 2024).
 
     Parameters
