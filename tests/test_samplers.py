@@ -267,10 +267,10 @@ def test_truncated_invalid_inputs():
 def test_many_atom_log_mgf_is_an_upper_bound():
     from fastpld.samplers import _ManyAtomLoss
     rng = np.random.default_rng(0)
-    v = np.sort(rng.normal(size=20_000))
-    p = rng.random(20_000)
+    v = np.sort(rng.normal(size=9000))
+    p = rng.random(9000)
     p /= p.sum()
-    s = np.linspace(-50, 50, 1001)
+    s = np.linspace(-50, 50, 201)
     fine, exact = _ManyAtomLoss(v, p).log_mgf(s), DiscreteLoss(v, p).log_mgf(s)
     assert (fine >= exact).all() and (fine - exact).max() < 0.5
 
@@ -296,7 +296,7 @@ def test_dp_accounting_adapter_maps_the_sampler_events():
     assert not FastPLDAccountant(R.REPLACE_ONE).supports(ev)
     assert not FastPLDAccountant().supports(dpa.SampledWithoutReplacementDpEvent(10, 10, g))
     # dp_accounting's own PLD value for the truncated event lies below our certified upper bound
-    pld = dpa.pld.PLDAccountant()
+    pld = dpa.pld.PLDAccountant(value_discretization_interval=1e-3)
     pld.compose(ev, 100)
     assert pld.get_epsilon(1e-5) <= acc.get_epsilon(1e-5) + 1e-3
 
