@@ -241,13 +241,16 @@ def test_truncated_without_truncation_is_poisson():
     assert a["add"] is b["add"] and a["remove"] is b["remove"]
 
 
-def test_truncated_charges_the_truncation_probability():
-    q, n, cap, k = 0.01, 1000, 18, 100
-    mech = TruncatedPoissonSubsampled(Gaussian(1.0), q, n, cap)
+def test_truncated_without_replace_one_pair_charges_the_truncation_probability():
+    # a CustomPMF base has no known replace-one pair: the truncation event is an infinite loss
+    e0, q, n, cap, k = 1.0, 0.01, 1000, 18, 100
+    base = CustomPMF([e0, -e0], [special.expit(e0), special.expit(-e0)])
+    mech = TruncatedPoissonSubsampled(base, q, n, cap)
+    assert mech.replace_one_mechanism is None
     t = mech.truncation_probability
     assert t == pytest.approx(float(stats.binom.sf(cap - 1, n, q)), rel=1e-8) and t > 0
     tr = fastpld.compose(mech, k)
-    po = fastpld.compose(PoissonSubsampledGaussian(1.0, q), k)
+    po = fastpld.compose(PoissonSubsampled(PureDP(e0), q), k)
     for eps in (0.5, 1.0, 2.0):
         # the mixture (1-t) Poisson + t (+inf), composed: 1 - (1-t)^k (1 - delta_Poisson)
         lo = 1 - (1 - t) ** k * (1 - po.delta(eps).lower)
@@ -255,6 +258,31 @@ def test_truncated_charges_the_truncation_probability():
         b = tr.delta(eps)
         assert b.upper >= lo * (1 - 1e-9) and b.lower <= hi * (1 + 1e-9)
         assert b.upper >= 1 - (1 - t) ** k
+
+
+def test_truncated_gaussian_is_the_mixture_with_the_replace_one_step():
+    q, n, cap = 0.01, 1000, 12  # mean batch 10: truncation is frequent (t ~ 0.3)
+    mech = TruncatedPoissonSubsampled(Gaussian(1.0), q, n, cap)
+    t = mech.truncation_probability
+    assert 0.1 < t < 0.5
+    one = fastpld.compose(mech, 1, eps_error=1e-3, delta_error=1e-12)
+    p1 = fastpld.compose(PoissonSubsampledGaussian(1.0, q), 1, eps_error=1e-3, delta_error=1e-12)
+    p2 = fastpld.compose(PoissonSubsampledGaussian(1.0, q, sensitivity=2.0), 1, eps_error=1e-3, delta_error=1e-12)
+    for eps in (0.0, 0.02, 0.05, 0.1):
+        b = one.delta(eps)
+        assert b.upper >= (1 - t) * p1.delta(eps).lower + t * p2.delta(eps).lower
+        assert b.lower <= (1 - t) * p1.delta(eps).upper + t * p2.delta(eps).upper
+    k = 300
+    tr = fastpld.compose(mech, k).epsilon(1e-5)
+    assert fastpld.compose(PoissonSubsampledGaussian(1.0, q), k).epsilon(1e-5).lower <= tr.upper
+    assert tr.lower <= fastpld.compose(PoissonSubsampledGaussian(1.0, q, sensitivity=2.0), k).epsilon(1e-5).upper
+    dpa = pytest.importorskip("dp_accounting")
+    # dp_accounting's PLD (arXiv 2508.15089) bounds the truncation branch differently (a smaller
+    # sampling probability, but a replace-one Poisson pair with both records differing); neither
+    # bound dominates the other, they agree closely
+    acc = dpa.pld.PLDAccountant(value_discretization_interval=1e-3)
+    acc.compose(dpa.TruncatedSubsampledGaussianDpEvent(n, q, cap, 1.0), k)
+    assert abs(acc.get_epsilon(1e-5) - tr.upper) <= 0.1 * tr.upper
 
 
 def test_truncated_invalid_inputs():

@@ -558,17 +558,97 @@ def _with_p_inf(loss: PrivacyLoss, t: float) -> PrivacyLoss:
     return new
 
 
+class MixtureLoss(ContinuousLoss):
+    """The privacy loss of a revealed mixture of pairs: ``Y_1`` w.p. ``1 - t``, ``Y_2`` w.p. ``t``.
+
+    (The pair that runs pair 1 or pair 2 by a public coin.)  CDF, survival function, density and
+    partial means are the weighted sums of the components' (over their finite parts, weighted by
+    ``(1 - t)(1 - p_inf_1)`` and ``t (1 - p_inf_2)``); the log-MGF bound is the log of the weighted
+    sum of the components' bounds.
+    """
+
+    def __init__(self, first: ContinuousLoss, second: ContinuousLoss, t: float):
+        self.parts = (first, second)
+        w1 = (1.0 - t) * (1.0 - first.p_inf)
+        w2 = t * (1.0 - second.p_inf)
+        self.p_inf = 1.0 - w1 - w2
+        self.w = (w1 / (w1 + w2), w2 / (w1 + w2))
+        self.atoms = tuple(sorted({*first.atoms, *second.atoms}))
+        self.support = (min(first.support[0], second.support[0]), max(first.support[1], second.support[1]))
+        self.cdf_rel_error = max(first.cdf_rel_error, second.cdf_rel_error)
+        self._mean = None
+        self._std = None
+
+    def _mix(self, name, t):
+        (a, b), (w1, w2) = self.parts, self.w
+        return w1 * np.asarray(getattr(a, name)(t), dtype=np.float64) + w2 * np.asarray(getattr(b, name)(t),
+                                                                                        dtype=np.float64)
+
+    def cdf(self, t):
+        return self._mix("cdf", t)
+
+    def sf(self, t):
+        return self._mix("sf", t)
+
+    def pdf(self, t):
+        return self._mix("pdf", t)
+
+    def partial_mean(self, edges):
+        (a, b), (w1, w2) = self.parts, self.w
+        m1, e1 = a.partial_mean(edges)
+        m2, e2 = b.partial_mean(edges)
+        return w1 * m1 + w2 * m2, w1 * e1 + w2 * e2 + 4 * np.finfo(np.float64).eps * (abs(m1) + abs(m2))
+
+    def log_mgf(self, s):
+        (a, b), (w1, w2) = self.parts, self.w
+        with np.errstate(divide="ignore"):
+            return np.logaddexp(math.log(w1) + np.asarray(a.log_mgf(s), dtype=np.float64),
+                                (math.log(w2) if w2 > 0 else -np.inf) + np.asarray(b.log_mgf(s), dtype=np.float64))
+
+    def mean(self):
+        (a, b), (w1, w2) = self.parts, self.w
+        return w1 * a.mean() + w2 * b.mean()
+
+    def std(self):
+        (a, b), (w1, w2) = self.parts, self.w
+        m = self.mean()
+        m2 = w1 * (a.std() ** 2 + a.mean() ** 2) + w2 * (b.std() ** 2 + b.mean() ** 2)
+        return float(math.sqrt(max(m2 - m * m, 0.0)))
+
+    def __repr__(self):
+        return f"MixtureLoss({self.parts[0]!r}, {self.parts[1]!r}, weights={self.w})"
+
+
+def _mixture(first: PrivacyLoss, second: PrivacyLoss, t: float) -> PrivacyLoss:
+    """The loss of ``first`` w.p. ``1 - t`` and ``second`` w.p. ``t`` (discrete when both are)."""
+    if isinstance(first, DiscreteLoss) and isinstance(second, DiscreteLoss):
+        w1 = (1.0 - t) * (1.0 - first.p_inf)
+        w2 = t * (1.0 - second.p_inf)
+        return _discrete_loss(np.concatenate([first.values, second.values]),
+                              np.concatenate([w1 * first.probs, w2 * second.probs]), 1.0 - w1 - w2)
+    if isinstance(first, ContinuousLoss) and isinstance(second, ContinuousLoss):
+        return MixtureLoss(first, second, t)
+    return MixtureLoss(*(x if isinstance(x, ContinuousLoss) else _as_continuous(x) for x in (first, second)), t)
+
+
+def _as_continuous(loss):  # pragma: no cover - every base gives two losses of the same kind
+    raise ValueError(f"cannot mix a discrete and a continuous privacy loss ({loss!r})")
+
+
 @dataclass(frozen=True)
 class TruncatedPoissonSubsampled(Mechanism):
-    """Poisson batches capped at ``max_batch_size`` records (a random subset kept when larger).
+    """Poisson batches capped at ``max_batch_size`` records (any rule chooses which to drop).
 
-    Certified as the mixture: with probability ``1 - t`` the Poisson-subsampled pair of
-    :class:`PoissonSubsampled`, with probability ``t`` an infinite privacy loss, where
-    ``t = Pr[Binomial(dataset_size, q) >= max_batch_size]`` bounds the probability that the
-    *other* records alone fill the cap.  On the complement the batch is never truncated, with
-    or without the record, so the step is exactly Poisson subsampling; the event depends only
-    on the other records, so revealing it (a mixture of pairs) can only help the adversary.
-    See ``docs/samplers.md``.
+    Certified as a mixture revealed to the adversary: let ``E`` be the event that the *other*
+    records alone fill the cap, ``t = Pr[Binomial(dataset_size, q) >= max_batch_size]`` (an upper
+    bound on ``Pr[E]``).  Off ``E`` the batch is never truncated, with or without the record:
+    the step is exactly Poisson subsampling (:class:`PoissonSubsampled`).  On ``E`` the record,
+    when sampled and kept, takes the place of another one: a replace-one step, dominated by
+    :class:`PoissonSubsampled` of the replace-one base (:func:`replace_one_mechanism`) at the
+    same ``q``.  That pair also dominates the Poisson pair, so any upper bound on ``t`` is sound.
+    Bases without a known replace-one pair (and no ``replace_one_mechanism=``) are charged an
+    infinite loss on ``E`` instead.  ``E`` depends only on the other records, so revealing it
+    can only help the adversary.  See ``docs/samplers.md``.
 
     Parameters
     ----------
@@ -581,6 +661,8 @@ class TruncatedPoissonSubsampled(Mechanism):
     max_batch_size : int
         The cap ``B >= 1``.
     neighboring : {"add_or_remove", "remove", "add"}, default "add_or_remove"
+    replace_one_mechanism : Mechanism, optional
+        As for :class:`SubsampledWithoutReplacement`.
     """
 
     mechanism: Mechanism
@@ -588,6 +670,7 @@ class TruncatedPoissonSubsampled(Mechanism):
     dataset_size: int
     max_batch_size: int
     neighboring: str = "add_or_remove"
+    replace_one_mechanism: Mechanism | None = field(default=None)
 
     def __post_init__(self):
         _check_mechanism(self.mechanism)
@@ -596,10 +679,19 @@ class TruncatedPoissonSubsampled(Mechanism):
         object.__setattr__(self, "dataset_size", V.positive_int("dataset_size", self.dataset_size))
         object.__setattr__(self, "max_batch_size", V.positive_int("max_batch_size", self.max_batch_size))
         _check_neighboring(self.neighboring, _NEIGHBOURING)
+        r1 = self.replace_one_mechanism
+        if r1 is None:
+            try:
+                r1 = replace_one_mechanism(self.mechanism)
+            except ValueError:
+                r1 = None  # no replace-one pair known: the truncation event is charged as +inf
+        else:
+            r1 = _check_symmetric(_check_mechanism(r1))
+        object.__setattr__(self, "replace_one_mechanism", r1)
 
     @property
     def truncation_probability(self) -> float:
-        """Upper bound on ``Pr[Binomial(dataset_size, q) >= max_batch_size]`` (charged as delta per step)."""
+        """Upper bound on ``Pr[Binomial(dataset_size, q) >= max_batch_size]``."""
         q, n, b = self.sampling_probability, self.dataset_size, self.max_batch_size
         if b > n or q == 0.0:
             return 0.0
@@ -608,17 +700,23 @@ class TruncatedPoissonSubsampled(Mechanism):
         return min(1.0, t * (1 + 1e-9) + 1e-300) if t > 0 else 0.0
 
     def privacy_losses(self):
-        inner = PoissonSubsampled(self.mechanism, self.sampling_probability, self.neighboring).privacy_losses()
+        q = self.sampling_probability
+        inner = PoissonSubsampled(self.mechanism, q, self.neighboring).privacy_losses()
         t = self.truncation_probability
         if t == 0.0:
             return inner
-        if t >= 1.0:
-            raise ValueError("max_batch_size is reached with probability 1: the truncated mechanism is not "
-                             "certifiable by this bound")
+        if self.replace_one_mechanism is None and t >= 1.0:
+            raise ValueError("max_batch_size is reached with probability 1 and the base has no replace-one pair: "
+                             "pass replace_one_mechanism=")
 
         def build():
-            rem = _with_p_inf(inner["remove"], t)
-            add = rem if inner["add"] is inner["remove"] else _with_p_inf(inner["add"], t)
+            if self.replace_one_mechanism is None:
+                mix = lambda d: _with_p_inf(inner[d], t)  # noqa: E731
+            else:
+                trunc = PoissonSubsampled(self.replace_one_mechanism, q, self.neighboring).privacy_losses()
+                mix = lambda d: trunc[d] if t >= 1.0 else _mixture(inner[d], trunc[d], t)  # noqa: E731
+            rem = mix("remove")
+            add = rem if inner["add"] is inner["remove"] else mix("add")
             return {"remove": rem, "add": add}
 
         return _cached(self, build)
