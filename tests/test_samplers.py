@@ -388,3 +388,10 @@ def test_poisson_single_direction_by_enumeration(direction):
         exact = _delta_product([pair] * k, eps)
         b = pld.delta(eps)
         assert b.lower <= exact <= b.upper, (eps, b, exact)
+
+
+def test_truncated_mixed_kinds_refused():
+    base = CustomPMF([1.0, -1.0], [special.expit(1.0), special.expit(-1.0)])
+    mech = TruncatedPoissonSubsampled(base, 0.01, 1000, 12, replace_one_mechanism=Gaussian(1.0))
+    with pytest.raises(ValueError, match="same kind"):
+        mech.privacy_losses()

@@ -29,7 +29,6 @@ from .mechanisms import (
     CustomPMF,
     DiscreteLoss,
     Gaussian,
-    GaussianLoss,
     Laplace,
     Mechanism,
     PoissonSubsampledGaussian,
@@ -628,11 +627,8 @@ def _mixture(first: PrivacyLoss, second: PrivacyLoss, t: float) -> PrivacyLoss:
                               np.concatenate([w1 * first.probs, w2 * second.probs]), 1.0 - w1 - w2)
     if isinstance(first, ContinuousLoss) and isinstance(second, ContinuousLoss):
         return MixtureLoss(first, second, t)
-    return MixtureLoss(*(x if isinstance(x, ContinuousLoss) else _as_continuous(x) for x in (first, second)), t)
-
-
-def _as_continuous(loss):  # pragma: no cover - every base gives two losses of the same kind
-    raise ValueError(f"cannot mix a discrete and a continuous privacy loss ({loss!r})")
+    raise ValueError(f"replace_one_mechanism must give a privacy loss of the same kind (discrete or continuous) "
+                     f"as the base mechanism, got {first!r} and {second!r}")
 
 
 @dataclass(frozen=True)
@@ -662,7 +658,9 @@ class TruncatedPoissonSubsampled(Mechanism):
         The cap ``B >= 1``.
     neighboring : {"add_or_remove", "remove", "add"}, default "add_or_remove"
     replace_one_mechanism : Mechanism, optional
-        As for :class:`SubsampledWithoutReplacement`.
+        As for :class:`SubsampledWithoutReplacement`; it must also dominate ``mechanism``
+        itself (true of the default, :func:`replace_one_mechanism`), so that the bound is
+        monotone in ``t``.
     """
 
     mechanism: Mechanism
