@@ -491,8 +491,9 @@ class SubsampledWithoutReplacement(Mechanism):
     batch_size : int
         ``b >= 1``.
     dataset_size : int
-        ``n >= b`` (``n > b`` under add/remove); under add/remove the larger of the two
-        neighbouring datasets has at most ``n`` records.
+        ``n >= b`` (``n > b`` under add/remove).  Under add/remove, ``n`` must not exceed the
+        size of the larger of the two neighbouring datasets (the size of the dataset trained on
+        qualifies: its neighbours have ``n - 1`` and ``n + 1`` records).
     neighboring : {"replace_one", "add_or_remove"}, default "replace_one"
         ``"add_remove"`` is accepted for ``"add_or_remove"``.
     replace_one_mechanism : Mechanism, optional
@@ -633,13 +634,14 @@ def _mixture(first: PrivacyLoss, second: PrivacyLoss, t: float) -> PrivacyLoss:
 
 @dataclass(frozen=True)
 class TruncatedPoissonSubsampled(Mechanism):
-    """Poisson batches capped at ``max_batch_size`` records (any rule chooses which to drop).
+    """Poisson batches capped at ``max_batch_size`` records (a uniformly random subset kept when larger).
 
     Certified as a mixture revealed to the adversary: let ``E`` be the event that the *other*
     records alone fill the cap, ``t = Pr[Binomial(dataset_size, q) >= max_batch_size]`` (an upper
     bound on ``Pr[E]``).  Off ``E`` the batch is never truncated, with or without the record:
     the step is exactly Poisson subsampling (:class:`PoissonSubsampled`).  On ``E`` the record,
-    when sampled and kept, takes the place of another one: a replace-one step, dominated by
+    when sampled and kept, takes the place of another one (for a uniformly random kept subset, or
+    the first ``max_batch_size`` in a data-independent order): a replace-one step, dominated by
     :class:`PoissonSubsampled` of the replace-one base (:func:`replace_one_mechanism`) at the
     same ``q``.  That pair also dominates the Poisson pair, so any upper bound on ``t`` is sound.
     Bases without a known replace-one pair (and no ``replace_one_mechanism=``) are charged an
