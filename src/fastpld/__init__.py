@@ -27,6 +27,7 @@ from .mechanisms import (
     PureDP,
     RandomizedResponse,
 )
+from .samplers import PoissonSubsampled, SubsampledWithoutReplacement, TruncatedPoissonSubsampled
 
 __version__ = "0.1.0"
 
@@ -51,6 +52,9 @@ __all__ = [
     "ApproxDP",
     "CustomCDF",
     "CustomPMF",
+    "PoissonSubsampled",
+    "SubsampledWithoutReplacement",
+    "TruncatedPoissonSubsampled",
     "set_backend",
     "get_backend",
     "available_backends",

@@ -302,20 +302,34 @@ def _upper_epsilon(count, eps_error, delta_error, target_delta, max_buckets, met
 
 def find_noise_multiplier(target_epsilon: float, target_delta: float, sampling_probability: float, steps: int,
                           *, eps_error: float | None = None, delta_error: float | None = None, rtol: float = 0.01,
-                          neighboring: str = "add_or_remove", max_buckets: int = DEFAULT_MAX_BUCKETS) -> float:
+                          neighboring: str = "add_or_remove", max_buckets: int = DEFAULT_MAX_BUCKETS,
+                          sampler: Callable[[float, float], Mechanism] | None = None) -> float:
     """Smallest noise multiplier (within ``rtol``) for DP-SGD to be (target_epsilon, target_delta)-DP.
 
     DP-SGD with Poisson sampling rate ``sampling_probability`` for ``steps`` steps:
     the certified upper bound on epsilon at the returned ``sigma`` is
     ``<= target_epsilon``, and ``sigma / (1 + rtol)`` was found infeasible (or is
     within the stated tolerance).  See :func:`calibrate` for the errors.
+
+    ``sampler``, if given, is ``(sigma, sampling_probability) -> Mechanism``: the step for the
+    batches actually drawn (e.g. ``lambda s, q: SubsampledWithoutReplacement(Gaussian(s), b, n)``),
+    used instead of ``PoissonSubsampledGaussian`` (``neighboring`` then does not apply);
+    ``sampling_probability`` still gives the first guess.
     """
     te, td = _targets(target_epsilon, target_delta)
     q = V.probability("sampling_probability", sampling_probability, open_low=True)
     steps = V.positive_int("steps", steps)
     ee, de = _psg_errors(te, td, eps_error, delta_error)
 
+    if sampler is not None and not callable(sampler):
+        raise ValueError(f"sampler must be callable (sigma, sampling_probability) -> Mechanism, got {sampler!r}")
+
     def make(s):
+        if sampler is not None:
+            mech = sampler(s, q)
+            if not isinstance(mech, Mechanism):
+                raise ValueError(f"sampler({s!r}, {q!r}) returned {mech!r}, not a Mechanism")
+            return mech
         return PoissonSubsampledGaussian(sigma=s, sampling_probability=q, neighboring=neighboring)
 
     run = _upper_epsilon(steps, ee, de, td, max_buckets)

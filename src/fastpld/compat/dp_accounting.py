@@ -22,6 +22,13 @@ sensitivity, as in ``dp_accounting``; "replace" means ``REPLACE_ONE``):
   (both directions, the maximum taken); replace: unsupported for ``0 < q < 1``.
 * ``PoissonSampledDpEvent(q, LaplaceDpEvent(b))``: ``PoissonSubsampledLaplace(b, q)``;
   replace: unsupported for ``0 < q < 1``.
+* ``SampledWithoutReplacementDpEvent(n, b, GaussianDpEvent(s))`` (or ``LaplaceDpEvent``):
+  ``SubsampledWithoutReplacement(Gaussian(s), b, n, neighboring="add_or_remove")``;
+  replace: ``neighboring="replace_one"`` (the base's replace-one shift is 2, as for
+  ``GaussianDpEvent``; ``dp_accounting``'s RDP accountant takes ``s`` relative to the
+  replace-one sensitivity instead, see ``docs/samplers.md``).
+* ``TruncatedSubsampledGaussianDpEvent(n, q, B, s)``:
+  ``TruncatedPoissonSubsampled(Gaussian(s), q, n, B)``; replace: unsupported.
 * ``RandomizedResponseDpEvent(p, k)``: unsupported under ``ADD_OR_REMOVE_ONE``
   (as in ``dp_accounting``); replace: ``RandomizedResponse(log(1 + k (1 - p) / p), k)``.
 * :class:`EpsilonDeltaDpEvent` ``(eps, delta)``: ``ApproxDP(eps, delta)`` (``PureDP(eps)``
@@ -51,6 +58,7 @@ from dp_accounting.privacy_accountant import NeighboringRelation, PrivacyAccount
 from .. import _validation as V
 from ..compose import compose as _compose
 from ..curve import Bounds, PrivacyLossDistribution
+from ..samplers import SubsampledWithoutReplacement, TruncatedPoissonSubsampled
 from ..mechanisms import (
     ApproxDP,
     Gaussian,
@@ -193,6 +201,9 @@ class FastPLDAccountant(PrivacyAccountant):
                 return _NON_PRIVATE, None
             cls = PoissonSubsampledGaussian if isinstance(inner, dp_event.GaussianDpEvent) else PoissonSubsampledLaplace
             return cls(s, q), None
+        sampled = self._translate_sampler(event, replace)
+        if sampled is not None:
+            return sampled
         if isinstance(event, dp_event.RandomizedResponseDpEvent):
             if not replace:
                 return None, _CompositionErrorDetails(
@@ -214,6 +225,42 @@ class FastPLDAccountant(PrivacyAccountant):
                 return _NO_OP, None
             return (PureDP(e) if d == 0 else ApproxDP(e, d)), None
         return None, _CompositionErrorDetails(event, "Unsupported event.")
+
+    def _translate_sampler(self, event, replace):
+        """Fixed-size and truncated Poisson batches (``None`` for other events)."""
+        if isinstance(event, dp_event.SampledWithoutReplacementDpEvent):
+            n = V.positive_int("source_dataset_size", event.source_dataset_size)
+            b = event.sample_size
+            if b == 0:
+                return _NO_OP, None
+            b = V.positive_int("sample_size", b)
+            inner = event.event
+            if not isinstance(inner, (dp_event.GaussianDpEvent, dp_event.LaplaceDpEvent)):
+                return None, _CompositionErrorDetails(
+                    event, "Subevent of SampledWithoutReplacementDpEvent must be GaussianDpEvent or LaplaceDpEvent, "
+                           f"found {inner}.")
+            s = V.nonnegative_float("noise_multiplier", inner.noise_multiplier)
+            if s == 0:
+                return _NON_PRIVATE, None
+            base = Gaussian(s) if isinstance(inner, dp_event.GaussianDpEvent) else Laplace(s)
+            try:
+                return SubsampledWithoutReplacement(base, b, n, "replace_one" if replace else "add_or_remove"), None
+            except ValueError as e:
+                return None, _CompositionErrorDetails(event, str(e))
+        if isinstance(event, dp_event.TruncatedSubsampledGaussianDpEvent):
+            q = V.probability("sampling_probability", event.sampling_probability)
+            if q == 0 or event.truncated_batch_size == 0 or event.dataset_size == 0:
+                return _NO_OP, None
+            if replace:
+                return None, _CompositionErrorDetails(
+                    event, "TruncatedSubsampledGaussianDpEvent is supported only for ADD_OR_REMOVE_ONE.")
+            s = V.nonnegative_float("noise_multiplier", event.noise_multiplier)
+            if s == 0:
+                return _NON_PRIVATE, None
+            n = V.positive_int("dataset_size", event.dataset_size)
+            cap = V.positive_int("truncated_batch_size", event.truncated_batch_size)
+            return TruncatedPoissonSubsampled(Gaussian(s), q, n, cap), None
+        return None
 
     def _maybe_compose(self, event: dp_event.DpEvent, count: int,
                        do_compose: bool) -> Optional[_CompositionErrorDetails]:

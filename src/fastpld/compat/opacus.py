@@ -21,14 +21,14 @@ returns the certified upper bound, like Opacus's ``PRVAccountant``.
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Callable, Optional
 
 from opacus.accountants import IAccountant, register_accountant
 
 from .. import _validation as V
 from ..compose import compose as _compose
 from ..curve import Bounds, PrivacyLossDistribution
-from ..mechanisms import PoissonSubsampledGaussian
+from ..mechanisms import Mechanism, PoissonSubsampledGaussian
 
 __all__ = ["FastPLDAccountant", "register", "MECHANISM"]
 
@@ -48,6 +48,11 @@ class FastPLDAccountant(IAccountant):
     delta_error : float, optional
         Certified delta error; default ``delta / 1000`` at each query (as
         Opacus's ``PRVAccountant``).
+    sampler : callable, optional
+        ``(noise_multiplier, sample_rate) -> Mechanism``: the mechanism of one step for the
+        batches actually drawn, e.g. fixed-size batches of ``b`` from ``n`` records,
+        ``lambda s, q: fastpld.SubsampledWithoutReplacement(fastpld.Gaussian(s), b, n)``.
+        Default: Poisson sampling, ``PoissonSubsampledGaussian(noise_multiplier, sample_rate)``.
 
     Attributes
     ----------
@@ -56,8 +61,12 @@ class FastPLDAccountant(IAccountant):
         It may be assigned directly (``get_noise_multiplier`` does).
     """
 
-    def __init__(self, eps_error: float = 0.01, delta_error: Optional[float] = None):
+    def __init__(self, eps_error: float = 0.01, delta_error: Optional[float] = None,
+                 sampler: Optional[Callable[[float, float], Mechanism]] = None):
         super().__init__()
+        if sampler is not None and not callable(sampler):
+            raise ValueError(f"sampler must be callable (noise_multiplier, sample_rate) -> Mechanism, got {sampler!r}")
+        self.sampler = sampler
         self.eps_error = V.eps_error(eps_error)
         self.delta_error = None if delta_error is None else V.delta_error(delta_error)
         self._cache: dict = {}
@@ -94,7 +103,9 @@ class FastPLDAccountant(IAccountant):
                 continue
             if s == 0:
                 return None
-            mech = PoissonSubsampledGaussian(s, q)
+            mech = PoissonSubsampledGaussian(s, q) if self.sampler is None else self.sampler(s, q)
+            if not isinstance(mech, Mechanism):
+                raise ValueError(f"sampler({s!r}, {q!r}) returned {mech!r}, not a fastpld Mechanism")
             counts[mech] = counts.get(mech, 0) + n
         return list(counts.items())
 
