@@ -40,7 +40,7 @@ try:  # the compiled balanced split (FASTPLD_PURE_PYTHON=1 or no build: the refe
         _dom = None
 except ImportError:  # pragma: no cover - depends on the build
     _dom = None
-from .mechanisms import ContinuousLoss, DiscreteLoss
+from .mechanisms import ContinuousLoss, DiscreteLoss, SubsampledLoss
 
 __all__ = ["DominancePLD", "compose_dominance", "ctd_leaf", "dominated_leaf", "ctd_split", "dominated_split",
            "dominance_meshes", "leaf_mesh"]
@@ -61,12 +61,29 @@ def _check_size(n, h, a, b, max_buckets):
 
 
 def _atom_masses(loss: ContinuousLoss, atoms):
-    """Masses of the atoms of a continuous loss: jumps of its CDF."""
+    """Masses of the atoms of a continuous loss and an error bound of each: the jumps of its CDF (a
+    right-continuous closed form; the leaves check that atoms and density fill the window), or, for
+    a subsampled loss, from its pair's closed forms."""
     if not atoms:
-        return np.zeros(0)
+        return np.zeros(0), np.zeros(0)
+    pair = getattr(loss, "pair", None)
+    if isinstance(loss, SubsampledLoss) and tuple(atoms) == tuple(loss.atoms) and len(pair.atoms) == len(atoms):
+        # a subsampled loss's atoms are the images of its pair's: their masses from the pair's own
+        # CDFs (closed forms), where the loss's CDF through g^-1 may round across the atom
+        x = np.asarray(pair.atoms, dtype=np.float64)
+        jp = np.asarray(pair.cdf_P(x), dtype=np.float64) - np.asarray(pair.cdf_P(x, strict=True), dtype=np.float64)
+        if loss.direction == "remove":
+            below = np.nextafter(x, -np.inf)
+            jq = np.asarray(pair.cdf_Q(x), dtype=np.float64) - np.asarray(pair.cdf_Q(below), dtype=np.float64)
+            m = (1 - loss.q) * jp + loss.q * jq
+        else:
+            m = jp
+        m = np.maximum(m, 0.0)
+        return m, 16 * _U * m + 1e-300
     y = np.asarray(atoms, dtype=np.float64)
     below = np.nextafter(y, -np.inf)
-    return np.maximum(np.asarray(loss.cdf(y)) - np.asarray(loss.cdf(below)), 0.0)
+    m = np.maximum(np.asarray(loss.cdf(y), dtype=np.float64) - np.asarray(loss.cdf(below), dtype=np.float64), 0.0)
+    return m, 8 * loss.cdf_rel_error * m + 1e-300
 
 
 def _continuous_grid(loss: ContinuousLoss, h: float, tail: float, max_buckets: int, native: bool):
@@ -74,7 +91,7 @@ def _continuous_grid(loss: ContinuousLoss, h: float, tail: float, max_buckets: i
     a0, b0 = truncation_window(loss, tail, native)
     atoms = [x for x in loss.atoms if a0 < x <= b0]
     # the heaviest atom on a grid point (its split is then exact; with the planner's mesh, all are)
-    lat = (max(atoms, key=lambda x: float(_atom_masses(loss, [x])[0])) if atoms else 0.0)
+    lat = (atoms[int(np.argmax(_atom_masses(loss, atoms)[0]))] if atoms else 0.0)
     i_lo = math.floor((a0 - lat) / h)
     i_hi = math.ceil((b0 - lat) / h)
     n = i_hi - i_lo + 1
@@ -157,6 +174,17 @@ def _panels(loss, lo, c0, c1, want_b):
     return a5, 10.0 * np.abs(a5 - a4) + 16 * _U * a5, n5, 10.0 * np.abs(n5 - n4) + 16 * _U * n5
 
 
+def _check_window(total, truncated, err):
+    """The leaf's masses (density and atoms) must add up to the window's mass from the CDF: a
+    mechanism whose CDF, density and atoms disagree is refused rather than answered wrong."""
+    window = 1.0 - truncated
+    if not abs(total - window) <= 1e-9 + 2 * err:
+        raise ValueError(
+            f"the mechanism's density and atoms hold {total:.12g} of the window's mass {window:.12g} (from its "
+            "CDF): its cdf, pdf and atoms are inconsistent (for a custom mechanism check that they describe the "
+            "same distribution)")
+
+
 def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bool = False) -> GridPMF:
     """Connect-the-dots leaf: a PMF on a lattice of mesh ``h`` whose privacy curve dominates ``loss``'s.
 
@@ -186,8 +214,8 @@ def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bo
     rel = float(r[small].max()) if small.any() else 0.0
     err = float(a_err[~small].sum())
     if atoms:
-        m = _atom_masses(loss, atoms)
-        rel = max(rel, 16 * loss.cdf_rel_error)
+        m, m_err = _atom_masses(loss, atoms)
+        err += float(m_err.sum())
         for y, ma in zip(atoms, m):
             j = int(np.clip(np.searchsorted(e, y, side="left") - 1, 0, n - 2))  # e_j < y <= e_{j+1}
             w = min(1.0, -math.expm1(-(y - e[j])) / den + 8 * _U * (abs(y) + 1) / h)
@@ -196,6 +224,7 @@ def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bo
     total = float(p.sum())
     if not total > 0:
         raise ValueError("the discretisation window holds no probability mass; the mechanism parameters are degenerate")
+    _check_window(total, truncated, err)
     tv = 2 * err / total
     pmf = GridPMF(p / total, float(e[0]), h, tv=tv, truncated=truncated)
     # (the entries: a difference and a sum of two products, the sum, the normalisation)
@@ -225,7 +254,8 @@ def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, nati
     s = np.clip(np.log(a[ok] / b[ok]) - 4 * _U, 0.0, h)
     idx, ms, ss = [np.flatnonzero(ok)], [a[ok]], [s]
     if atoms:
-        m = _atom_masses(loss, atoms) * (1 - 16 * loss.cdf_rel_error)
+        m, m_err = _atom_masses(loss, atoms)
+        m = np.maximum(m - m_err, 0.0)  # rounded down
         for y, ma in zip(atoms, m):
             j = int(np.clip(np.searchsorted(e, y, side="right") - 1, 0, e.size - 1))  # e_j <= y
             idx.append(np.array([j]))
@@ -443,8 +473,8 @@ def leaf_mesh(parts, plan, eps_error: float) -> float:
     ``copies_g H_g^2 / 12`` (the mean shift of connect-the-dots; the balanced split's is of the
     same size), and with :func:`dominance_meshes` every group contributes about ``K h1^2 / 12``:
     the shifts of the ``S`` groups add up to ``S K h1^2 / 12``, which moves epsilon by as much.
-    A single part with atoms takes the largest mesh below that on which its atoms lie (their
-    splits are then exact).
+    A single part with one or two atoms takes the largest mesh below that on whose lattice, and on
+    every coarser lattice of the plan, its atoms lie (their splits are then exact).
     """
     copies = plan.copies_per_group()
     K = max(copies.values())
@@ -459,18 +489,22 @@ def leaf_mesh(parts, plan, eps_error: float) -> float:
             if span > 0 and pts.size == 2 and abs(abs(pts[0]) - abs(pts[1])) > 1e-12 * span:
                 span = float(pts[1] - pts[0])
             if span > 0:
-                h1 = span / math.ceil(span / h1)
+                # the atoms (and those of every composition of them) on every lattice of the plan:
+                # the coarsest mesh R h1 must divide span too
+                R = max(dominance_meshes(plan, 1.0).values())
+                h1 = span / (R * math.ceil(span / (R * h1)))
     return h1
 
 
-# measured: the composed shift of both chains is 1.2-1.5 times the sum of the groups' mean shifts
-_SHIFT_FACTOR = 1.5
+# the composed shift of each chain, measured at 1.2-2.2 times the sum of the groups' mean shifts
+# (Gaussian, Laplace, subsampled Gaussian): eps_error then bounds each side's error in most cases
+_SHIFT_FACTOR = 3.0
 
 
 # --------------------------------------------------------------------------------------
 # Composition and the result
 # --------------------------------------------------------------------------------------
-_DEFAULT_ARITY = 4  # growth sqrt(4) = 2 per level: every lattice nested in the next
+_DEFAULT_ARITY = 16  # growth sqrt(16) = 4 per level: every lattice nested in the next (4: more levels, slower)
 
 
 def compose_dominance(events, eps_error: float, delta_error: float, backend, arity: int | None,
