@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import importlib
 import math
+import threading
 
 import numpy as np
 
@@ -103,8 +104,27 @@ def _continuous_grid(loss: ContinuousLoss, h: float, tail: float, max_buckets: i
 
 
 def _interval_integrals(loss, lo, h, want_b):
-    """Per interval ``(lo_j, lo_j + h]`` of the continuous part: the masses ``int f`` and
-    ``int (1 - e^(lo_j - y)) f`` (or, ``want_b``, ``int e^(lo_j - y) f``) by 5-point rules, and error
+    """See :func:`_integrals`: ``(A, A_err, N, N_err)``, or with ``want_b`` ``(A, A_err, B, B_err)``.
+    The two leaves of one loss and mesh share one evaluation (the last few are kept)."""
+    key = (id(loss), float(h), float(lo[0]), lo.size)
+    hit = _INTEGRALS.get(key)
+    if hit is None or hit[0] is not loss:
+        hit = (loss, _integrals(loss, lo, h))
+        with _INTEGRALS_LOCK:
+            while len(_INTEGRALS) >= 4:
+                _INTEGRALS.pop(next(iter(_INTEGRALS)))
+            _INTEGRALS[key] = hit
+    a, a_err, n, n_err, b, b_err = hit[1]
+    return (a, a_err, b, b_err) if want_b else (a, a_err, n, n_err)
+
+
+_INTEGRALS: dict = {}
+_INTEGRALS_LOCK = threading.Lock()
+
+
+def _integrals(loss, lo, h):
+    """Per interval ``(lo_j, lo_j + h]`` of the continuous part: the masses ``int f``,
+    ``int (1 - e^(lo_j - y)) f`` and ``int e^(lo_j - y) f`` by 5-point rules, and error
     bounds of each (ten times the 4-point rules' disagreement, plus rounding).  Each interval is
     integrated over its part inside the support (the density need not be smooth across a support
     end), and intervals whose rules disagree by more than ``_REL_CAP`` relative are split into
@@ -113,7 +133,7 @@ def _interval_integrals(loss, lo, h, want_b):
     c0 = np.clip(lo, s_lo, s_hi) - lo
     c1 = np.clip(lo + h, s_lo, s_hi) - lo
     c1 = np.maximum(c1, c0)
-    a, a_err, n, n_err = _panels(loss, lo, c0, c1, want_b)
+    a, a_err, n, n_err, b, b_err = _panels(loss, lo, c0, c1)
     # an interval holding a support end: the integral in u = log(distance to the end), where the
     # density of a subsampled loss is smooth (f(y) dy = f(end +- e^u) e^u du), on panels of width
     # 1/4 down to e^-45 of the interval; what lies closer to the end is bounded by the CDF (or
@@ -121,7 +141,8 @@ def _interval_integrals(loss, lo, h, want_b):
     done = np.zeros(lo.size, dtype=bool)
     for side in (0, 1):
         at_end = (lo < s_lo) if side == 0 else (lo + h > s_hi)
-        bad = np.flatnonzero(at_end & (c1 > c0) & ((a_err > _REL_CAP * a) | (n_err > _REL_CAP * n)))
+        bad = np.flatnonzero(at_end & (c1 > c0) & ((a_err > _REL_CAP * a) | (n_err > _REL_CAP * n)
+                                                     | (b_err > _REL_CAP * b)))
         if bad.size == 0:
             continue
         end = c0[bad] if side == 0 else c1[bad]
@@ -134,9 +155,9 @@ def _interval_integrals(loss, lo, h, want_b):
             t = end[:, None, None] + (d if side == 0 else -d)  # offsets from lo
             f = np.asarray(loss.pdf((lo[bad, None, None] + t).ravel()), dtype=np.float64).reshape(t.shape)
             f = f * d * (0.5 * _U_STEP)  # dy = d du; the half-width of a u-panel
-            g = np.exp(-t) if want_b else -np.expm1(-t)
-            res.append(((f * w).sum(axis=(1, 2)), (f * g * w).sum(axis=(1, 2))))
-        (a5, n5), (a4, n4) = res
+            res.append(((f * w).sum(axis=(1, 2)), (f * -np.expm1(-t) * w).sum(axis=(1, 2)),
+                        (f * np.exp(-t) * w).sum(axis=(1, 2))))
+        (a5, n5, b5), (a4, n4, b4) = res
         near = end + (span * math.exp(-45.0) if side == 0 else -span * math.exp(-45.0))
         if side == 0:
             rest = np.asarray(loss.cdf(lo[bad] + near), dtype=np.float64)
@@ -145,21 +166,22 @@ def _interval_integrals(loss, lo, h, want_b):
         rest = np.maximum(rest, 0.0) * (1 + 1e-6)
         a[bad], a_err[bad] = a5, 10.0 * np.abs(a5 - a4) + 16 * _U * a5 + rest
         n[bad], n_err[bad] = n5, 10.0 * np.abs(n5 - n4) + 16 * _U * n5 + rest
+        b[bad], b_err[bad] = b5, 10.0 * np.abs(b5 - b4) + 16 * _U * b5 + rest
         done[bad] = True
     for level in range(1, 4):
-        bad = np.flatnonzero(~done & ((a_err > _REL_CAP * a) | (n_err > _REL_CAP * n)))
+        bad = np.flatnonzero(~done & ((a_err > _REL_CAP * a) | (n_err > _REL_CAP * n) | (b_err > _REL_CAP * b)))
         if bad.size == 0:
             break
         m = 8 ** level
         k = np.arange(m + 1) / m
         edges = c0[bad, None] + (c1[bad] - c0[bad])[:, None] * k[None, :]
-        sub = _panels(loss, np.repeat(lo[bad], m), edges[:, :-1].ravel(), edges[:, 1:].ravel(), want_b)
-        for arr, val in zip((a, a_err, n, n_err), sub):
+        sub = _panels(loss, np.repeat(lo[bad], m), edges[:, :-1].ravel(), edges[:, 1:].ravel())
+        for arr, val in zip((a, a_err, n, n_err, b, b_err), sub):
             arr[bad] = val.reshape(-1, m).sum(axis=1)
-    return a, a_err, n, n_err
+    return a, a_err, n, n_err, b, b_err
 
 
-def _panels(loss, lo, c0, c1, want_b):
+def _panels(loss, lo, c0, c1):
     """5- and 4-point rules on the panels ``[lo + c0, lo + c1]`` (see :func:`_interval_integrals`)."""
     half = 0.5 * (c1 - c0)
     res = []
@@ -168,10 +190,11 @@ def _panels(loss, lo, c0, c1, want_b):
         t = c0[:, None] + half[:, None] * (1.0 + x[None, :])
         y = lo[:, None] + t
         f = np.asarray(loss.pdf(y.ravel()), dtype=np.float64).reshape(y.shape) * half[:, None]
-        g = np.exp(-t) if want_b else -np.expm1(-t)
-        res.append(((f * w[None, :]).sum(axis=1), (f * g * w[None, :]).sum(axis=1)))
-    (a5, n5), (a4, n4) = res
-    return a5, 10.0 * np.abs(a5 - a4) + 16 * _U * a5, n5, 10.0 * np.abs(n5 - n4) + 16 * _U * n5
+        fw = f * w[None, :]
+        res.append((fw.sum(axis=1), (fw * -np.expm1(-t)).sum(axis=1), (fw * np.exp(-t)).sum(axis=1)))
+    (a5, n5, b5), (a4, n4, b4) = res
+    err = lambda x5, x4: 10.0 * np.abs(x5 - x4) + 16 * _U * x5
+    return a5, err(a5, a4), n5, err(n5, n4), b5, err(b5, b4)
 
 
 def _check_window(total, truncated, err):
@@ -466,20 +489,21 @@ def dominance_meshes(plan, h1: float) -> dict:
     return {g: h1 * 2.0 ** round(0.5 * math.log2(K / max(c, 1))) for g, c in copies.items()}
 
 
-def leaf_mesh(parts, plan, eps_error: float) -> float:
+def leaf_mesh(parts, plan, eps_error: float, scale: float = 1.0) -> float:
     """Leaf mesh ``h1`` for an absolute epsilon error of about ``eps_error`` per bound.
 
     Each group's re-discretisations (and the leaves) move the composed loss by about
     ``copies_g H_g^2 / 12`` (the mean shift of connect-the-dots; the balanced split's is of the
     same size), and with :func:`dominance_meshes` every group contributes about ``K h1^2 / 12``:
     the shifts of the ``S`` groups add up to ``S K h1^2 / 12``, which moves epsilon by as much.
-    A single part with one or two atoms takes the largest mesh below that on whose lattice, and on
+    ``scale`` multiplies the result (a second attempt, see :func:`compose_dominance`).  A single
+    part with one or two atoms takes the largest mesh below that on whose lattice, and on
     every coarser lattice of the plan, its atoms lie (their splits are then exact).
     """
     copies = plan.copies_per_group()
     K = max(copies.values())
     S = len(copies)
-    h1 = math.sqrt(12.0 * eps_error / (_SHIFT_FACTOR * S * K))
+    h1 = scale * math.sqrt(12.0 * eps_error / (_SHIFT_FACTOR * S * K))
     if len(parts) == 1:
         loss = parts[0][0]
         pts = (np.asarray(loss.values, dtype=np.float64) if isinstance(loss, DiscreteLoss)
@@ -504,6 +528,7 @@ _SHIFT_FACTOR = 3.0
 # --------------------------------------------------------------------------------------
 # Composition and the result
 # --------------------------------------------------------------------------------------
+_REFERENCE_DELTAS = (1e-3, 1e-5, 1e-7, 1e-9)  # where compose_dominance checks the width it reached
 _DEFAULT_ARITY = 16  # growth sqrt(16) = 4 per level: every lattice nested in the next (4: more levels, slower)
 
 
@@ -515,19 +540,29 @@ def compose_dominance(events, eps_error: float, delta_error: float, backend, ari
     budgets = compose_mod._Budgets(eps=eps_error, delta=delta_error, eta=delta_error, trunc=0.3 * delta_error,
                                    wrap=0.3 * delta_error, fp=0.4 * delta_error)
     dir_parts = list(compose_mod._direction_parts(events).items())
-    jobs = []
-    for name, parts in dir_parts:
-        plan = compose_mod._build_plan(parts, "recursive", arity)
-        h1 = leaf_mesh(parts, plan, eps_error)
-        meshes = dominance_meshes(plan, h1)
-        p_inf = -math.expm1(sum(c * math.log1p(-loss.p_inf) for loss, c in parts))
-        for upper in (True, False):
-            jobs.append(functools.partial(_run_chain, compose_mod, plan, meshes, budgets, backend, max_buckets,
-                                          p_inf, upper, arity))
-    out = compose_mod._run_jobs(jobs, threads, 0.0)
-    upper = {name: out[2 * i] for i, (name, _) in enumerate(dir_parts)}
-    lower = {name: out[2 * i + 1] for i, (name, _) in enumerate(dir_parts)}
-    return DominancePLD(upper, lower, eps_error, delta_error, tuple(events), backend.name)
+    plans = [(name, parts, compose_mod._build_plan(parts, "recursive", arity)) for name, parts in dir_parts]
+    scale = 1.0
+    for attempt in range(2):
+        jobs = []
+        for name, parts, plan in plans:
+            h1 = leaf_mesh(parts, plan, eps_error, scale)
+            meshes = dominance_meshes(plan, h1)
+            p_inf = -math.expm1(sum(c * math.log1p(-loss.p_inf) for loss, c in parts))
+            for upper in (True, False):
+                jobs.append(functools.partial(_run_chain, compose_mod, plan, meshes, budgets, backend, max_buckets,
+                                              p_inf, upper, arity))
+        out = compose_mod._run_jobs(jobs, threads, 0.0)
+        upper = {name: out[2 * i] for i, (name, _, _) in enumerate(plans)}
+        lower = {name: out[2 * i + 1] for i, (name, _, _) in enumerate(plans)}
+        pld = DominancePLD(upper, lower, eps_error, delta_error, tuple(events), backend.name)
+        # the planner's model of the shifts is good to a factor of a few: where the certified width
+        # of epsilon at the reference deltas exceeds 2 eps_error, compose once more on meshes
+        # scaled for it (the error is second order in the meshes)
+        width = pld._reference_width()
+        if attempt or not width > 2.0 * eps_error:
+            return pld
+        scale = 0.95 * math.sqrt(2.0 * eps_error / width)
+    return pld
 
 
 def _run_chain(compose_mod, plan, meshes, budgets, backend, max_buckets, p_inf, upper, arity):
@@ -562,6 +597,17 @@ class DominancePLD(PrivacyLossDistribution):
         super().__init__(upper, eps_error, delta_error, events, backend)
         self.lower_directions = lower
         self._ql = {name: _Query(d.pmf, backend == "native") for name, d in lower.items()}
+
+    def _reference_width(self) -> float:
+        """Largest certified width of ``epsilon(delta)`` over the reference deltas that certify."""
+        width = 0.0
+        for d in _REFERENCE_DELTAS:
+            try:
+                b = self.epsilon(d)
+            except ValueError:
+                continue
+            width = max(width, b.upper - b.lower)
+        return width
 
     def delta(self, epsilon) -> Bounds:
         """Bounds on ``delta(epsilon)``; ``epsilon`` a float >= 0 or an array of them."""
