@@ -34,14 +34,15 @@ from . import _validation as V
 from .curve import Bounds, DirectionResult, PrivacyLossDistribution, _pack, _Query
 from .discretize import GridPMF, truncation_window
 
-try:  # the compiled balanced split (FASTPLD_PURE_PYTHON=1 or no build: the reference below)
-    from . import _kernels
-    from . import _dominance as _dom  # type: ignore[attr-defined]
-    if _kernels._core is None:
-        _dom = None
-except ImportError:  # pragma: no cover - depends on the build
-    _dom = None
+from . import _kernels
 from .mechanisms import ContinuousLoss, DiscreteLoss, SubsampledLoss
+
+_dom = None  # the compiled balanced split (FASTPLD_PURE_PYTHON=1 or no build: the reference below)
+if _kernels._core is not None:
+    try:
+        from . import _dominance as _dom  # type: ignore[no-redef]
+    except ImportError:  # pragma: no cover - depends on the build
+        _dom = None
 
 __all__ = ["DominancePLD", "compose_dominance", "ctd_leaf", "dominated_leaf", "ctd_split", "dominated_split",
            "dominance_meshes", "leaf_mesh"]
@@ -415,7 +416,15 @@ def _discrete_leaf(loss: DiscreteLoss, h: float, max_buckets: int, upper: bool) 
     else:
         np.add.at(p, j, pr)
     p /= p.sum()
-    return GridPMF(p, lat, h, tv=tv_pos)
+    pmf = GridPMF(p, lat, h, tv=tv_pos)
+    # (the products, the sums into each entry and the normalisation: relative rounding; the
+    # dominating leaf charges it as a factor, the dominated one lowers its mass by it)
+    r = (math.log2(n) + 8 + np.max(np.bincount(j, minlength=n))) * 2 * _U
+    if upper:
+        pmf.rel = r
+    else:
+        pmf.mass = 1.0 - r
+    return pmf
 
 
 def _split_prep(pmf: GridPMF, mesh: float):
