@@ -23,6 +23,8 @@ extensions = [
     _extension("fastpld._core", ["src/fastpld/_core.pyx", "csrc/fastpld_kernels.c"]),
     # (the fused leaf calls the bucket-mass, normalisation and round-off kernels of fastpld_kernels.c)
     _extension("fastpld._leaf", ["src/fastpld/_leaf.pyx", "csrc/fastpld_leaf.c", "csrc/fastpld_kernels.c"]),
+    # (the dominance certificate's balanced split: one sequential pass, no C core of its own)
+    _extension("fastpld._dominance", ["src/fastpld/_dominance.pyx"]),
 ]
 
 setup(ext_modules=cythonize(extensions, language_level=3))

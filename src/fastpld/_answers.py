@@ -38,18 +38,19 @@ class _Retry(Exception):
 
 def _freeze(pld) -> int:
     """Make the answer's arrays read-only; its size in bytes."""
-    n = 0
-    for d in pld.directions.values():
+    lower = getattr(pld, "lower_directions", {})  # (the dominance certificate's second chain)
+    for d in (*pld.directions.values(), *lower.values()):
         for a in (d.pmf.probs,):
             if isinstance(a, np.ndarray):
                 a.setflags(write=False)
-    for q in pld._q.values():
+    queries = (*pld._q.values(), *getattr(pld, "_ql", {}).values())
+    for q in queries:
         for name in ("p", "S1", "T", "dgrid"):
             a = getattr(q, name, None)
             if isinstance(a, np.ndarray):
                 a.setflags(write=False)
-    n = resources.nbytes_of((pld.directions, pld._q), depth=5)
-    pld.__class__ = KeptAnswer
+    n = resources.nbytes_of((pld.directions, pld._q, lower, getattr(pld, "_ql", None)), depth=5)
+    pld.__class__ = _kept(type(pld))
     pld._memo = {}
     return n
 
@@ -57,10 +58,11 @@ def _freeze(pld) -> int:
 _MEMO_MAX = 64  # scalar queries remembered per kept answer
 
 
-class KeptAnswer(PrivacyLossDistribution):
-    """A kept answer handed out: a :class:`PrivacyLossDistribution` whose scalar queries are
-    remembered (shared by every copy of the answer; the bounds of a scalar query are a pure
-    function of the distribution and the argument, so a remembered one is bitwise a fresh one)."""
+class _KeptMixin:
+    """A kept answer handed out: its scalar queries are remembered (shared by every copy of the
+    answer; the bounds of a scalar query are a pure function of the distribution and the argument,
+    so a remembered one is bitwise a fresh one).  Mixed into the answer's own class, so that a
+    subclass's queries (the dominance certificate's) stay its own."""
 
     def delta(self, epsilon) -> Bounds:
         return self._memoised("d", epsilon, super().delta)
@@ -80,6 +82,25 @@ class KeptAnswer(PrivacyLossDistribution):
                 memo.clear()
             memo[key] = out
         return out
+
+
+_KEPT_CLASSES: dict = {}
+
+
+def _kept(cls):
+    """The kept-answer class of an answer class (one per class, made once)."""
+    k = _KEPT_CLASSES.get(cls)
+    if k is None:
+        if issubclass(cls, _KeptMixin):
+            return cls
+        k = type("Kept" + cls.__name__, (_KeptMixin, cls), {"__doc__": _KeptMixin.__doc__,
+                                                             "__module__": __name__})
+        _KEPT_CLASSES[cls] = k
+    return k
+
+
+KeptAnswer = _kept(PrivacyLossDistribution)
+KeptAnswer.__name__ = KeptAnswer.__qualname__ = "KeptAnswer"
 
 
 def _hand_out(pld, events):

@@ -60,7 +60,7 @@ from .mechanisms import DiscreteLoss, Mechanism, PrivacyLoss, SubsampledLoss, su
 
 __all__ = ["compose", "METHODS", "DEFAULT_MAX_BUCKETS"]
 
-METHODS = ("auto", "glw", "two_stage", "recursive")
+METHODS = ("auto", "glw", "two_stage", "recursive", "dominance")
 DEFAULT_MAX_BUCKETS = 1 << 23
 
 _U64 = np.finfo(np.float64).eps / 2
@@ -2021,11 +2021,14 @@ def _check_tv(budgets, tv_trunc, tv_wrap, tv_fp):
         )
 
 
-def _execute(plan, meshes, budgets, backend, max_buckets, eps_limit=None):
+def _execute(plan, meshes, budgets, backend, max_buckets, eps_limit=None, leaf_fn=None, split_fn=None):
     """Run a plan for one direction; returns (final GridPMF, eps_spent, delta_spent, stages, cert).
 
     ``eps_limit``: stop (:class:`_EtaError`) as soon as the measured delta charges make an eps
     term above it certain, instead of running the rest of a plan whose answer would be refused.
+    ``leaf_fn(loss, mesh, tail, max_buckets, native)`` and ``split_fn(pmf, mesh, native)`` replace
+    Algorithm 1 and the mean-preserving split (the dominance certificate, :mod:`fastpld.dominance`,
+    runs the same nodes on its own leaves and re-discretisations; it reads only the delta charges).
     """
     results = {}
     redisc = {}
@@ -2046,17 +2049,24 @@ def _execute(plan, meshes, budgets, backend, max_buckets, eps_limit=None):
     V = 0.0
     bias = 0.0
     tv_trunc = tv_wrap = tv_fp = 0.0
+    log_mass = 0.0  # (dominated leaves and splits may lose mass: log of the composed total, <= 0)
+    log_rel = 0.0  # (dominating ones: relative rounding of their masses, a factor e^log_rel on the curve)
     stages = []
-    coarse, mixes = _coarse_spec(plan, budgets), []
+    coarse, mixes = (_coarse_spec(plan, budgets) if leaf_fn is None else None), []
     for o in plan.order:
         # refuse as soon as the charges already exceed the budget (before more FFTs)
         _check_tv(budgets, tv_trunc, tv_wrap, tv_fp)
         inst = plan.instances[id(o)]
         if isinstance(o, _Leaf):
             tail = budgets.trunc / (n_objects * inst * 2)
-            pmf = discretize_loss(o.loss, meshes[o.group], tail, max_buckets=max_buckets, native=backend.native,
-                                  coarse=coarse)
+            if leaf_fn is not None:
+                pmf = leaf_fn(o.loss, meshes[o.group], tail, max_buckets, backend.native)
+            else:
+                pmf = discretize_loss(o.loss, meshes[o.group], tail, max_buckets=max_buckets,
+                                      native=backend.native, coarse=coarse)
             results[id(o)] = pmf
+            log_mass += inst * math.log(getattr(pmf, "mass", 1.0))
+            log_rel += inst * getattr(pmf, "rel", 0.0)
             V += inst * pmf.coupling_range**2
             if pmf.mix:
                 mixes.append((inst, pmf.coupling_range, pmf.mix))
@@ -2080,11 +2090,16 @@ def _execute(plan, meshes, budgets, backend, max_buckets, eps_limit=None):
                             f"re-discretisation needs {size} buckets at mesh {h:.3g} (node {o.label}), more than "
                             f"max_buckets={max_buckets}; increase eps_error or max_buckets"
                         )
-                    rd = rediscretize(pmf, h, dtype=pmf.probs.dtype if pmf.probs.dtype == np.longdouble else np.float64,
-                                      native=backend.native)
+                    if split_fn is not None:
+                        rd = split_fn(pmf, h, backend.native)
+                    else:
+                        rd = rediscretize(pmf, h, native=backend.native,
+                                          dtype=pmf.probs.dtype if pmf.probs.dtype == np.longdouble else np.float64)
                     redisc[key] = rd
                 rd = redisc[key]
                 copies = inst * m
+                log_mass += copies * math.log(getattr(rd, "mass", 1.0))
+                log_rel += copies * getattr(rd, "rel", 0.0)
                 V += copies * rd.coupling_range**2
                 bias += copies * rd.bias
                 tv_fp += copies * rd.tv
@@ -2120,7 +2135,7 @@ def _execute(plan, meshes, budgets, backend, max_buckets, eps_limit=None):
     azuma = math.sqrt(V / 2 * math.log(2.0 / eta)) if not mixes else _mixed_azuma(V, mixes, math.log(2.0 / eta))
     eps_spent = azuma + bias
     delta_spent = min(budgets.delta, (eta + tv) * (1 + 4 * _U64))
-    cert = {"eta": eta, "azuma": azuma, "variance_proxy": V, "bias": bias,
+    cert = {"eta": eta, "azuma": azuma, "variance_proxy": V, "bias": bias, "log_mass": log_mass, "log_rel": log_rel,
             "truncation": tv_trunc, "wrap": tv_wrap, "roundoff": tv_fp,
             # leaves with coarse tails and what they add to the eps term over all-fine leaves of the same V
             "coarse_leaves": len(mixes), "coarse_tail_eps": azuma - math.sqrt(V / 2 * math.log(2.0 / eta))}
@@ -2439,10 +2454,14 @@ def compose(mechanism, count: int | None = None, *, eps_error: float = 0.1, delt
         Target errors: the result ``Z`` satisfies ``|Y - Z| <=_delta_error eps_error``
         for the exact composed privacy loss ``Y``, so that
         ``delta_Z(eps + eps_error) - delta_error <= delta(eps) <= delta_Z(eps - eps_error) + delta_error``.
-    method : {"auto", "glw", "two_stage", "recursive"}
+    method : {"auto", "glw", "two_stage", "recursive", "dominance"}
         ``glw``: one fine grid (Gopi-Lee-Wutschitz); ``two_stage``: Algorithm 2;
         ``recursive``: Algorithm 3 for any ``k`` (``arity`` chooses the branching;
         default: the cheapest of several); ``auto``: the cheapest predicted plan.
+        ``dominance``: the recursive plan on a dominating and a dominated PMF, certified
+        without an epsilon shift (``docs/dominance.md``); there ``eps_error`` is the accuracy
+        asked of each bound of ``epsilon(delta)`` (checked at deltas 1e-3 .. 1e-9) and
+        ``arity`` defaults to 16.
     backend : {"native", "numpy"}, optional
         FFT backend (default: :func:`fastpld.get_backend`).
     arity : int, optional
@@ -2474,8 +2493,8 @@ def compose(mechanism, count: int | None = None, *, eps_error: float = 0.1, delt
         arity = V.positive_int("arity", arity)
         if arity < 2:
             raise ValueError(f"arity must be >= 2, got {arity}")
-        if method not in ("recursive", "auto"):
-            raise ValueError("arity applies to method='recursive' only")
+        if method not in ("recursive", "auto", "dominance"):
+            raise ValueError("arity applies to methods 'recursive' and 'dominance' only")
     max_buckets = V.positive_int("max_buckets", max_buckets)
     threads = default_threads() if threads is None else V.positive_int("threads", threads)
     be = _fft.resolve(backend)
@@ -2500,6 +2519,9 @@ def compose(mechanism, count: int | None = None, *, eps_error: float = 0.1, delt
 
 def _compose_parts(dir_parts, events, eps_err, delta_err, method, arity, max_buckets, threads, be):
     """:func:`compose` of validated arguments (``dir_parts``: :func:`_direction_parts` of ``events``)."""
+    if method == "dominance":
+        from .dominance import compose_dominance  # (a certificate of its own; imported where used)
+        return compose_dominance(dir_parts, events, eps_err, delta_err, be, arity, max_buckets, threads)
     budgets = _Budgets.split(eps_err, delta_err)
     log_term = math.log(2.0 / budgets.eta)
     eps_az = eps_err * (1 - _EPS_RESERVE)

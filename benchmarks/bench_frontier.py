@@ -1,0 +1,170 @@
+"""Certified accuracy against time on DP-SGD workloads: fastpld (dominance and coupling certificates),
+dp_accounting's PLD accountant (connect-the-dots) and GLW (prv_accountant), side by side.
+
+For each workload (Poisson-subsampled Gaussian, add/remove neighbours, epsilon at delta = 1e-5) and
+each relative accuracy ``r``:
+
+* a reference interval: fastpld's dominance certificate at ``r / 20`` (certified: the truth lies in it);
+* ``fastpld dominance``: ``method="dominance"`` with ``eps_error = r * eps_ref / 2``; its certified
+  width (upper - lower) / eps_ref is reported, so it reaches ``r`` when that is below ``r``;
+* ``fastpld coupling``: the present default (``method="auto"``) at ``eps_error = r * eps_ref / 2``;
+* ``dp_accounting``: the coarsest grid of a ladder (1e-2 .. 5e-5) whose pessimistic epsilon is within
+  ``r`` of the reference interval's upper end, timed alone (its optimistic estimate is not a
+  certified lower bound; it is not counted);
+* ``GLW``: ``prv_accountant`` at ``eps_error = r * eps_ref / 2``.
+
+Every run builds its accountant from scratch (fastpld's per-mechanism cache cleared); times are the
+median of ``--repeat`` runs, interleaved across accountants.  The machine's speed drifts: read the
+ratios, not the absolute times.  Writes ``benchmarks/results/frontier.json`` and prints a markdown table.
+
+    python benchmarks/bench_frontier.py [--quick] [--repeat 3] [--out benchmarks/results]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import warnings
+
+import fastpld
+from fastpld import mechanisms as _mechanisms
+
+DELTA = 1e-5
+WORKLOADS = [  # (q, sigma, k)
+    (0.01, 1.0, 10_000),
+    (0.01, 1.0, 100_000),
+    (0.001, 0.8, 100_000),
+    (0.001, 1.0, 1_000_000),
+    (0.1, 5.0, 1_000),
+    (0.0001, 0.5, 10_000_000),
+]
+QUICK = [(0.01, 1.0, 1_000), (0.05, 2.0, 300)]
+LADDER = [1e-2, 5e-3, 2e-3, 1e-3, 5e-4, 2e-4, 1e-4, 5e-5]
+TIMEOUT = 60.0  # a peer run past this is recorded as such and not retried
+
+
+def _fastpld(q, sigma, k, eps_error, method):
+    _mechanisms._LOSS_CACHE.clear()
+    t0 = time.perf_counter()
+    b = fastpld.compose(fastpld.PoissonSubsampledGaussian(sigma, q), k, eps_error=eps_error,
+                        method=method).epsilon(DELTA)
+    return time.perf_counter() - t0, b
+
+
+def _dpa(q, sigma, k, grid):
+    from dp_accounting.pld import privacy_loss_distribution as pldlib
+    t0 = time.perf_counter()
+    one = pldlib.from_gaussian_mechanism(sigma, sampling_prob=q, value_discretization_interval=grid,
+                                         pessimistic_estimate=True, use_connect_dots=True)
+    eps = one.self_compose(k).get_epsilon_for_delta(DELTA)
+    return time.perf_counter() - t0, eps
+
+
+def _glw(q, sigma, k, eps_error):
+    from prv_accountant import PRVAccountant
+    from prv_accountant.privacy_random_variables import PoissonSubsampledGaussianMechanism
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        acc = PRVAccountant(prvs=[PoissonSubsampledGaussianMechanism(noise_multiplier=sigma, sampling_probability=q)],
+                            max_self_compositions=[k], eps_error=eps_error, delta_error=1e-10)
+        lo, est, up = acc.compute_epsilon(delta=DELTA, num_self_compositions=[k])
+    return time.perf_counter() - t0, (lo, est, up)
+
+
+def _median(f, repeat):
+    runs = [f() for _ in range(repeat)]
+    return statistics.median(r[0] for r in runs), runs[-1][1]
+
+
+def run(workloads, rels, repeat, glw_kmax=100_000):
+    rows = []
+    for q, sigma, k in workloads:
+        ref = fastpld.compose(fastpld.PoissonSubsampledGaussian(sigma, q), k, eps_error=0.02,
+                              method="dominance").epsilon(DELTA)
+        eps0 = ref.upper
+        for r in rels:
+            # the reference: certified at a twentieth of the accuracy asked
+            ref = fastpld.compose(fastpld.PoissonSubsampledGaussian(sigma, q), k, eps_error=r * eps0 / 20,
+                                  method="dominance").epsilon(DELTA)
+            truth_hi, truth_lo = ref.upper, ref.lower
+            row = {"q": q, "sigma": sigma, "k": k, "rel": r, "ref": [truth_lo, truth_hi]}
+            ee = r * eps0 / 2
+            t, b = _median(lambda: _fastpld(q, sigma, k, ee, "dominance"), repeat)
+            row["dominance"] = {"time": t, "lower": b.lower, "upper": b.upper,
+                                "width": (b.upper - b.lower) / truth_lo, "excess": (b.upper - truth_lo) / truth_lo}
+            try:
+                t, b = _median(lambda: _fastpld(q, sigma, k, ee, "auto"), 1 if k > 100_000 else repeat)
+                row["coupling"] = {"time": t, "lower": b.lower, "upper": b.upper,
+                                   "width": (b.upper - b.lower) / truth_lo}
+            except ValueError as exc:
+                row["coupling"] = {"refused": str(exc)[:120]}
+            row["dp_accounting"] = {"refused": "no grid of the ladder reached the accuracy"}
+            for grid in LADDER:
+                t1, eps = _dpa(q, sigma, k, grid)
+                if t1 > TIMEOUT:
+                    row["dp_accounting"] = {"refused": f"grid {grid}: {t1:.0f} s"}
+                    break
+                if eps <= truth_hi * (1 + r):
+                    t, eps = _median(lambda: _dpa(q, sigma, k, grid), repeat)
+                    row["dp_accounting"] = {"time": t, "grid": grid, "upper": eps,
+                                            "excess": (eps - truth_lo) / truth_lo}
+                    break
+            if k > glw_kmax:
+                row["glw"] = {"refused": f"not run above k = {glw_kmax:g} (--glw-kmax)"}
+                rows.append(row)
+                print(_line(row), flush=True)
+                continue
+            try:
+                t, (lo, est, up) = _median(lambda: _glw(q, sigma, k, ee), 1)
+                row["glw"] = {"time": t, "lower": lo, "upper": up, "width": (up - lo) / truth_lo}
+            except Exception as exc:  # (prv_accountant refuses some of these: memory, its own checks)
+                row["glw"] = {"refused": f"{type(exc).__name__}: {str(exc)[:100]}"}
+            rows.append(row)
+            print(_line(row), flush=True)
+    return rows
+
+
+def _fmt(d, key="time"):
+    if "refused" in d:
+        return "refused"
+    return f"{d[key] * 1e3:.0f} ms"
+
+
+def _line(row):
+    d, c, p, g = row["dominance"], row["coupling"], row["dp_accounting"], row["glw"]
+    ratio = f"{p['time'] / d['time']:.1f}x" if "time" in p else "-"
+    return (f"| {row['q']}, {row['sigma']}, {row['k']:.0e} | {row['rel']:.0e} | {_fmt(d)}, width {d['width'] * 100:.3f}% "
+            f"| {_fmt(c)}" + (f", width {c['width'] * 100:.3f}%" if "width" in c else "")
+            + f" | {_fmt(p)}" + (f" (grid {p['grid']:g})" if "grid" in p else "")
+            + f" | {_fmt(g)} | {ratio} |")
+
+
+HEADER = ("| q, sigma, k | accuracy | fastpld dominance | fastpld coupling (auto) | dp_accounting | GLW | "
+          "dp_accounting / dominance |\n|---|---|---|---|---|---|---|")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="two small workloads, one accuracy (smoke test)")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--kmax", type=float, default=1e7, help="skip workloads with more steps")
+    ap.add_argument("--glw-kmax", type=float, default=1e5, help="run GLW only up to this many steps (it takes minutes)")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    a = ap.parse_args(argv)
+    workloads, rels = (QUICK, [1e-2]) if a.quick else (WORKLOADS, [1e-3, 1e-4])
+    print(HEADER, flush=True)
+    workloads = [w for w in workloads if w[2] <= a.kmax]
+    rows = run(workloads, rels, 1 if a.quick else a.repeat, a.glw_kmax)
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "frontier.json"), "w") as f:
+        json.dump({"delta": DELTA, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                   "version": fastpld.__version__ if hasattr(fastpld, "__version__") else None, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

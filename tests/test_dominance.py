@@ -1,0 +1,191 @@
+"""The dominance certificate (``method="dominance"``) against exact oracles and its own invariants.
+
+Each step is checked for the property the certificate rests on: the connect-the-dots leaf and
+split give curves at least the input's everywhere, the balanced split and the dominated leaf at
+most; then whole compositions bracket exact curves (Gaussian, pure DP) and a peer at a fine grid.
+"""
+import math
+
+import numpy as np
+import pytest
+
+import fastpld
+from fastpld import _fft
+from fastpld import dominance as D
+from fastpld.discretize import GridPMF
+
+from oracles import gaussian_delta, gaussian_epsilon, pure_dp_delta
+
+
+def curve(values, probs, eps):
+    """delta(eps) = sum_{v > eps} p (1 - e^(eps - v)) of a finite PMF (values sorted), for an array of eps
+    (suffix sums: linear in the sizes; the values stay within a few units, so e^-v cannot overflow)."""
+    v = np.asarray(values, dtype=np.float64)
+    p = np.asarray(probs, dtype=np.float64)
+    e = np.asarray(eps, dtype=np.float64)
+    s1 = np.concatenate([np.cumsum(p[::-1])[::-1], [0.0]])
+    s2 = np.concatenate([np.cumsum((p * np.exp(-v))[::-1])[::-1], [0.0]])
+    j = np.searchsorted(v, e, side="right")  # first value > eps
+    return np.maximum(s1[j] - np.exp(e) * s2[j], 0.0)
+
+
+def random_pmf(rng, n, h, offset):
+    p = rng.random(n) ** 3
+    p[rng.random(n) < 0.2] = 0.0  # gaps: a sparse support
+    p /= p.sum()
+    return GridPMF(p, offset, h)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("ratio", [2, 4])
+def test_splits_bracket_the_input_curve(seed, ratio):
+    rng = np.random.default_rng(seed)
+    pmf = random_pmf(rng, 200, 0.01, -0.37 + 0.01 * seed)
+    eps = np.linspace(-2.5, 2.5, 4001)
+    base = curve(pmf.values, pmf.probs, eps)
+    up = D.ctd_split(pmf, ratio * 0.01)
+    lo = D.dominated_split(pmf, ratio * 0.01)
+    c_up = curve(up.values, up.probs, eps)
+    c_lo = curve(lo.values, lo.probs * lo.mass, eps)
+    tol = 1e-14
+    assert np.all(c_up >= base - tol)
+    assert np.all(c_lo <= base + lo.tv + tol)
+    # both close: second order in the mesh (the gaps make the dominated one lose a little more)
+    assert np.max(c_up - base) < 0.01
+    assert np.max(base - c_lo) < 0.05
+    # the connect-the-dots split keeps the mass and the curve at the coarse points
+    assert abs(up.probs.sum() - 1.0) < 1e-14
+    on = np.round(pmf.values / (ratio * 0.01)) * ratio * 0.01
+    np.testing.assert_allclose(curve(up.values, up.probs, on), curve(pmf.values, pmf.probs, on), atol=1e-14)
+
+
+def test_balanced_split_loses_nothing_on_a_dense_nested_lattice():
+    x = np.arange(-1.0, 1.0, 1e-3)
+    p = np.exp(-0.5 * ((x - 0.005) / 0.1) ** 2)
+    p /= p.sum()
+    for ratio in (2, 4, 8):
+        out = D.dominated_split(GridPMF(p, float(x[0]), 1e-3), ratio * 1e-3)
+        assert 1 - out.mass < 1e-12 + (ratio * 1e-3) ** 2  # only the ends of the support
+
+
+def test_compiled_balanced_split_agrees_with_its_reference():
+    if D._dom is None:
+        pytest.skip("compiled kernel not built")
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        n = 300
+        j = np.sort(rng.integers(0, 60, n))
+        s = np.where(rng.random(n) < 0.2, 0.0, rng.random(n) * 0.05)
+        order = np.lexsort((s, j))
+        j, s = j[order], s[order]
+        a = rng.random(n)
+        c = D._dom.balanced_split(j.astype(np.int64), s, a, 0.05, 62, D._MARGIN)
+        r = D._balanced_split_py(j, s, a, 0.05, 62, D._MARGIN)
+        # the same operations in the same order, with libm's expm1/exp against Python's (math
+        # module: the same libm here; a few ulps allowed for another one)
+        np.testing.assert_allclose(c, r, rtol=1e-13, atol=1e-300)
+
+
+@pytest.mark.parametrize("mech", [fastpld.Gaussian(2.0), fastpld.Laplace(1.5),
+                                  fastpld.PoissonSubsampledGaussian(1.0, 0.05)])
+def test_leaves_bracket_the_mechanism(mech):
+    for loss in {id(v): v for v in mech.privacy_losses().values()}.values():
+        h = 0.01
+        up = D.ctd_leaf(loss, h, 1e-14)
+        lo = D.dominated_leaf(loss, h, 1e-14)
+        eps = np.linspace(-1.0, 3.0, 801)
+        if isinstance(mech, fastpld.Gaussian):  # the exact curve of one copy
+            t_lo = t_hi = gaussian_delta(eps, 1.0 / mech.sigma)
+        else:  # bracketed: the CDF's masses on a 5e-6 grid, rounded down and up
+            ys = np.arange(up.offset - h, up.offset + h * up.probs.size, 5e-6)
+            w = np.diff(np.asarray(loss.cdf(ys)))
+            t_lo, t_hi = curve(ys[:-1], w, eps), curve(ys[1:], w, eps)
+        c_up = curve(up.values, up.probs, eps)
+        c_lo = curve(lo.values, lo.probs * lo.mass, eps)
+        assert np.all(c_up >= t_lo - up.truncated - up.tv - 1e-13)
+        assert np.all(c_lo <= t_hi + 1e-13)
+        assert np.max(c_up - c_lo) < 3e-3
+
+
+@pytest.mark.parametrize("backend", [b for b in ("native", "numpy") if b in _fft.available_backends()])
+@pytest.mark.parametrize("sigma,k", [(30.0, 10_000), (2.0, 16), (5.0, 1000)])
+def test_gaussian_oracle(backend, sigma, k):
+    mu = math.sqrt(k) / sigma
+    pld = fastpld.compose(fastpld.Gaussian(sigma), k, eps_error=0.01, method="dominance", backend=backend)
+    for delta in (1e-3, 1e-5, 1e-8):
+        b = pld.epsilon(delta)
+        exact = gaussian_epsilon(delta, mu)
+        assert b.lower <= exact <= b.upper
+        assert b.upper - b.lower < 0.1 * 0.01 * 2 + 0.05  # within the requested order of accuracy
+    for eps in (0.0, 0.5, 2.0):
+        b = pld.delta(eps)
+        exact = float(gaussian_delta(eps, mu))
+        assert b.lower <= exact <= b.upper
+    assert pld.eps_spent == 0.0
+    assert pld.method.startswith("dominance")
+
+
+@pytest.mark.parametrize("eps_error", [0.03, 0.01])
+def test_planned_mesh_meets_its_eps_error(eps_error):
+    # the planner's model of the chains' shifts (leaf_mesh): each bound within about eps_error
+    exact = gaussian_epsilon(1e-5, math.sqrt(10_000) / 30.0)
+    b = fastpld.compose(fastpld.Gaussian(30.0), 10_000, eps_error=eps_error, method="dominance").epsilon(1e-5)
+    assert 0 < b.upper - exact < 1.5 * eps_error
+    assert 0 < exact - b.lower < 1.5 * eps_error
+
+
+@pytest.mark.parametrize("eps0,k", [(0.5, 20), (0.1, 100), (0.9, 7)])
+def test_pure_dp_binomial_oracle(eps0, k):
+    pld = fastpld.compose(fastpld.PureDP(eps0), k, eps_error=0.01, method="dominance")
+    for eps in (0.0, 0.3, 1.0, 2.0):
+        b = pld.delta(eps)
+        exact = pure_dp_delta(eps, eps0, k)
+        assert b.lower <= exact <= b.upper
+        # the atoms lie on the lattice: both chains are exact up to round-off
+        assert b.upper - b.lower < 1e-9
+
+
+def test_subsampled_gaussian_brackets_a_peer_at_a_fine_grid():
+    pytest.importorskip("dp_accounting")
+    from dp_accounting.pld import privacy_loss_distribution as pldlib
+    q, sigma, k = 0.02, 1.0, 300
+    pld = fastpld.compose(fastpld.PoissonSubsampledGaussian(sigma, q), k, eps_error=0.003, method="dominance")
+    b = pld.epsilon(1e-5)
+    peer = {}
+    for pess in (True, False):
+        one = pldlib.from_gaussian_mechanism(sigma, sampling_prob=q, value_discretization_interval=1e-4,
+                                             pessimistic_estimate=pess)
+        peer[pess] = one.self_compose(k).get_epsilon_for_delta(1e-5)
+    # dp_accounting's pessimistic PLD is an upper bound and its optimistic one a lower bound
+    assert b.lower <= peer[True] + 1e-9
+    assert b.upper >= peer[False] - 1e-9
+    assert b.upper - b.lower < 0.01 * b.upper
+
+
+def test_heterogeneous_gaussians_oracle():
+    events = [(fastpld.Gaussian(3.0), 50), (fastpld.Gaussian(5.0), 200), (fastpld.Gaussian(9.0), 7)]
+    mu = math.sqrt(sum(c / s**2 for (g, c), s in zip(events, (3.0, 5.0, 9.0))))
+    pld = fastpld.compose(events, eps_error=0.01, method="dominance")
+    for delta in (1e-4, 1e-7):
+        b = pld.epsilon(delta)
+        assert b.lower <= gaussian_epsilon(delta, mu) <= b.upper
+
+
+def test_asymmetric_mechanism_takes_both_directions():
+    pld = fastpld.compose(fastpld.PoissonSubsampledLaplace(1.0, 0.1), 200, eps_error=0.01, method="dominance")
+    assert set(pld.directions) == {"remove", "add"}
+    b = pld.epsilon(1e-6)
+    assert 0 < b.lower <= b.upper
+    ref = fastpld.compose(fastpld.PoissonSubsampledLaplace(1.0, 0.1), 200, eps_error=0.01).epsilon(1e-6)
+    # two independent certificates: their intervals must overlap
+    assert b.lower <= ref.upper and ref.lower <= b.upper
+
+
+def test_bad_queries_are_refused():
+    pld = fastpld.compose(fastpld.Gaussian(2.0), 10, eps_error=0.05, method="dominance")
+    with pytest.raises(ValueError, match="delta"):
+        pld.epsilon(0.0)
+    with pytest.raises(ValueError, match="epsilon"):
+        pld.delta(-1.0)
+    with pytest.raises(ValueError, match="too small"):
+        pld.epsilon(1e-300)
