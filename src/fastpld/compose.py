@@ -2286,9 +2286,10 @@ def _choose_plan(parts, method, arity, eps_az, log_term, budgets, native=False, 
         # the single root only while it can compete; block sizes by descent from _MERGE_START
         # (the predicted cost is unimodal in the block size in practice; each evaluation of a
         # 1000-part plan costs ~30 ms, so the search starts where the optimum usually is)
-        if len(parts) <= 64 and None in merges:
-            evaluate(c_best, None)
         bs = sorted(b for b in merges if b is not None)
+        # (and always when it is the only grouping, as for glw: a search must leave a candidate)
+        if None in merges and (len(parts) <= 64 or not bs):
+            evaluate(c_best, None)
         if bs:
             # (from ~sqrt(n) for many parts, the two-level grouping: where 1000 parts end up)
             start = max(_MERGE_START, math.isqrt(len(parts) - 1) + 1)
