@@ -174,3 +174,14 @@ def test_lower_pad_is_a_fixed_point(tiny_delta_pld):
     P = q.lower_pad(x)
     assert np.all(q.bracket_pad(x + P) <= P)
     assert np.all(P <= q.pad + 2.3e-16 * x)  # never looser than the absolute pad it replaced
+
+
+def test_delta_error_below_the_round_off_floor_refused_without_execution(monkeypatch):
+    # every convolving node instance charges its normalisation (gamma_25 of long double's u at least):
+    # 1e6 randomized responses at delta_error 1e-88 used to run every candidate for seconds first
+    def no_execution(*a, **k):
+        raise AssertionError("a plan below its round-off floor was executed")
+
+    monkeypatch.setattr(C, "_execute", no_execution)
+    with pytest.raises(ValueError, match="delta_error=1e-88 is too small"):
+        fastpld.compose(fastpld.RandomizedResponse(0.22), 10**6, eps_error=2.0, delta_error=1e-88)

@@ -2107,6 +2107,16 @@ def _execute(plan, meshes, budgets, backend, max_buckets, eps_limit=None):
 # --------------------------------------------------------------------------------------
 # Public entry point
 # --------------------------------------------------------------------------------------
+def _roundoff_floor(plan):
+    """A lower bound on the round-off every execution of ``plan`` charges, whatever its meshes: each
+    instance of a node that convolves (not a lone child passed through) charges its normalisation,
+    ``gamma_(ceil(log2 N) + 24)`` in its precision (:func:`_node_tv`), at least ``gamma_25`` of long
+    double's ``u``.  A ``delta_error`` at or below it is refused without executing the plan."""
+    n = sum(plan.instances[id(o)] for o in plan.order
+            if isinstance(o, _Node) and not (len(o.children) == 1 and o.children[0][1] == 1))
+    return n * _gamma(25, _ULD)
+
+
 def _plan_name(plan):
     """The plan's method as reported (``DirectionResult.method``)."""
     name = plan.method if plan.method != "recursive" else f"recursive(arity={plan.params[0].get('arity')})"
@@ -2126,9 +2136,9 @@ def _refusal(budget_errors, size_errors, max_buckets):
         exc = budget_errors[0]
         if size_errors:
             least = min(size_errors, key=lambda e: e.needed if not math.isnan(e.needed) else math.inf)
-            exc = type(exc)(f"{exc} (no candidate plan certifies: {len(budget_errors)} within max_buckets="
-                            f"{max_buckets} were refused for their charges, {len(size_errors)} need more buckets, "
-                            f"at least {least.needed:.4g})", *([exc.tv] if isinstance(exc, _EtaError) else []))
+            exc = type(exc)(f"{exc} (no candidate plan certifies: {len(budget_errors)} were refused for their "
+                            f"charges, {len(size_errors)} need more than max_buckets={max_buckets}, at least "
+                            f"{least.needed:.4g})", *([exc.tv] if isinstance(exc, _EtaError) else []))
         return exc
     least = min(size_errors, key=lambda e: e.needed if not math.isnan(e.needed) else math.inf)
     if len(size_errors) > 1:
@@ -2529,6 +2539,12 @@ def compose(mechanism, count: int | None = None, *, eps_error: float = 0.1, delt
                 size_errors.append(BucketLimitError(
                     f"the planner predicts {peak:.4g} buckets for the largest step of the {_plan_name(plan)} plan, "
                     f"more than max_buckets={max_buckets}; increase eps_error or max_buckets", peak))
+                continue
+            floor = _roundoff_floor(plan)
+            if floor * (1 - 1e-6) >= budgets.delta:
+                budget_errors.append(_BudgetError(
+                    f"delta_error={budgets.delta:.3g} is too small for this composition: the {_plan_name(plan)} plan's "
+                    f"node normalisations alone are charged at least {floor:.3g} of round-off; increase delta_error"))
                 continue
             try:
                 final, eps_spent, delta_spent, stages, cert = _execute(plan, meshes, budgets, be, max_buckets,
