@@ -75,7 +75,7 @@ def test_many_gaussians_refused_from_the_prediction(monkeypatch, method):
 
     monkeypatch.setattr(C, "_execute", no_execution)
     events = [(fastpld.Gaussian(1 + i * 1e-4), 1) for i in range(268)]
-    with pytest.raises(BucketLimitError, match="the planner predicts .* more than max_buckets=8388608"):
+    with pytest.raises(BucketLimitError, match=r"needs an FFT of \d+ buckets \(the planner's prediction.* more than max_buckets=8388608"):
         fastpld.compose(events, eps_error=1e-3, method=method)
 
 

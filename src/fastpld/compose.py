@@ -2256,10 +2256,12 @@ _PEAK_SLACK = 1.25
 
 
 def _predicted_peak(plan, sizes):
-    """``(peak, slack)``: the largest predicted leaf (buckets) or node (FFT length) of ``plan``, and the
-    factor by which the executed size may fall short of the prediction (``inf``: never refuse from it)."""
+    """``(peak, slack, is_node)``: the largest predicted leaf (buckets) or node (FFT length) of ``plan``, the
+    factor by which the executed size may fall short of the prediction (``inf``: never refuse from it),
+    and whether that step is a node."""
     peak = 0.0
     slack = _PEAK_SLACK
+    is_node = False
     for o in plan.order:
         n = sizes[id(o)]
         if isinstance(o, _Leaf):
@@ -2270,7 +2272,8 @@ def _predicted_peak(plan, sizes):
             n = _fft.fast_length(math.ceil(n))
         if not n <= peak:  # (NaN: unknown, counted as too large)
             peak = n if not math.isnan(n) else math.inf
-    return peak, slack
+            is_node = isinstance(o, _Node)
+    return peak, slack, is_node
 
 
 _EARLY_STOP_US = 5000.0  # see _choose_plan
@@ -2307,7 +2310,7 @@ def _choose_plan(parts, method, arity, eps_az, log_term, budgets, native=False, 
             n_obj = plan.n_nodes + plan.n_leaves
             meshes, cost, sizes = _predict(plan, eps_az, log_term, budgets.wrap / n_obj, budgets.trunc / n_obj,
                                            wcache, budgets, native)
-            plan.peak, plan.peak_slack = _predicted_peak(plan, sizes)
+            plan.peak, plan.peak_slack, plan.peak_node = _predicted_peak(plan, sizes)
             memo[key] = (cost, plan, meshes)
         return memo[key]
 
@@ -2536,9 +2539,11 @@ def compose(mechanism, count: int | None = None, *, eps_error: float = 0.1, delt
         for _, plan, meshes in ranked:
             peak = getattr(plan, "peak", 0.0)
             if peak > max_buckets * getattr(plan, "peak_slack", math.inf):
+                what = (f"composition needs an FFT of {peak:.0f} buckets" if plan.peak_node and math.isfinite(peak)
+                        else f"discretising the privacy loss needs {peak:.4g} buckets")
                 size_errors.append(BucketLimitError(
-                    f"the planner predicts {peak:.4g} buckets for the largest step of the {_plan_name(plan)} plan, "
-                    f"more than max_buckets={max_buckets}; increase eps_error or max_buckets", peak))
+                    f"{what} (the planner's prediction for the largest step of the {_plan_name(plan)} plan), more "
+                    f"than max_buckets={max_buckets}; increase eps_error or max_buckets", peak))
                 continue
             floor = _roundoff_floor(plan)
             if floor * (1 - 1e-6) >= budgets.delta:
