@@ -56,7 +56,8 @@ from . import _validation as V
 from .curve import DirectionResult, PrivacyLossDistribution, StageInfo
 from ._limits import BucketLimitError
 from .discretize import GridPMF, discretize_loss, rediscretize, tail_mix_log_mgf, truncation_window
-from .mechanisms import DiscreteLoss, GaussianLoss, LaplaceLoss, Mechanism, PrivacyLoss, SubsampledLoss, subsampled_log_mgf_rows
+from .mechanisms import (DiscreteLoss, GaussianLoss, LaplaceLoss, Mechanism, PrivacyLoss, SubsampledLoss,
+                         subsampled_log_mgf_rows)
 
 __all__ = ["compose", "METHODS", "DEFAULT_MAX_BUCKETS"]
 
