@@ -12,6 +12,7 @@ Bounds(lower=..., estimate=..., upper=...)
 from ._fft import available_backends, get_backend, set_backend
 from .accountant import PrivacyAccountant
 from .calibrate import calibrate, find_noise_multiplier, find_sampling_probability, find_steps
+from .calibrate import CalibrationWarning
 from .compose import compose, default_threads
 from .curve import Bounds, PrivacyLossDistribution, StageInfo
 from .resources import cache_info, cache_limit, clear_caches, set_cache_limit, set_thread_limit, thread_limit
@@ -39,6 +40,7 @@ __all__ = [
     "find_noise_multiplier",
     "find_sampling_probability",
     "find_steps",
+    "CalibrationWarning",
     "Bounds",
     "PrivacyLossDistribution",
     "StageInfo",

@@ -159,12 +159,23 @@ def _fast_lengths(limit: int = 1 << 31) -> list[int]:
 _FAST = _fast_lengths()
 
 
-def _smallest_even(table, n: int) -> int:
-    """Smallest even entry of the sorted ``table`` that is ``>= max(n, 2)``."""
-    i = bisect_left(table, max(int(n), 2))
-    while table[i] % 2:
+def _smallest_even(table, n: int, beyond) -> int:
+    """Smallest even entry of the sorted ``table`` that is ``>= max(n, 2)``.
+
+    Past the table's last even entry the answer is ``beyond(n)``: the table is finite, and a
+    length asked for there (e.g. a composition far beyond ``max_buckets``) must still get an
+    answer, so that the caller can refuse it with its own error.
+    """
+    n = max(int(n), 2)
+    i = bisect_left(table, n)
+    while i < len(table) and table[i] % 2:
         i += 1
-    return table[i]
+    return table[i] if i < len(table) else beyond(n)
+
+
+def _smallest_c2a(n: int, mantissas) -> int:
+    """Smallest ``c 2^a >= n`` over ``c`` in ``mantissas`` (each even for ``a >= 1``), exact for any int."""
+    return min(c << max(0, (-(-n // c) - 1).bit_length()) for c in mantissas)
 
 
 # Float64 node lengths: c 2^a with c in _MANTISSAS (eight per octave, at most 14% apart; every
@@ -179,7 +190,7 @@ _FAST_Q = sorted({n for n in _FAST if n <= 32} | {c << a for c in _MANTISSAS for
 def fast_length(n: int) -> int:
     """Smallest even length ``>= n`` (at least 2) of the form ``c 2^a``, ``c`` in
     ``{16, 18, 20, 21, 24, 27, 28, 30}``, or a 7-smooth length up to 32."""
-    return _smallest_even(_FAST_Q, n)
+    return _smallest_even(_FAST_Q, n, lambda m: _smallest_c2a(m, _MANTISSAS))
 
 
 _FAST_23 = [n for n in _FAST if n % 5 and n % 7]
@@ -187,7 +198,7 @@ _FAST_23 = [n for n in _FAST if n % 5 and n % 7]
 
 def fast_length_23(n: int) -> int:
     """Smallest even ``2^a 3^b >= n``, at least 2 (the long double FFT's fastest lengths)."""
-    return _smallest_even(_FAST_23, n)
+    return _smallest_even(_FAST_23, n, lambda m: _smallest_c2a(m, (2 * 3 ** b for b in range(40))))
 
 
 # --------------------------------------------------------------------------------------

@@ -20,23 +20,39 @@ typically two or three compositions close a 1% bracket.  An unattainable target
 raises ``ValueError`` saying why.  The default ``eps_error`` is a fraction of the
 target (``min(0.1, target_epsilon / 20)``), so tiny targets get a fine enough
 grid, and ``compose``'s ``max_buckets`` guard bounds memory and time.
+
+A composition that ``compose`` refuses for its error budget (the round-off of
+many compositions can exceed a tiny ``delta_error``) is not evidence that the
+target is missed.  With the default ``delta_error`` such a composition is
+retried with ``delta_error`` 10 and 100 times larger (at most
+``target_delta / 10``: the certified bound stays rigorous, only slightly looser);
+if the search still ends against a refused composition, the feasible end is
+returned with a :class:`CalibrationWarning` saying what limited it.
 """
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Callable
 
 from . import _validation as V
 from ._lazy import lazy_module
-from .compose import DEFAULT_MAX_BUCKETS, compose
+from .compose import DEFAULT_MAX_BUCKETS, _BudgetError, compose
 from .mechanisms import Mechanism, PoissonSubsampledGaussian
 
 special = lazy_module("scipy.special")
 
-__all__ = ["calibrate", "find_noise_multiplier", "find_sampling_probability", "find_steps"]
+__all__ = ["calibrate", "find_noise_multiplier", "find_sampling_probability", "find_steps", "CalibrationWarning"]
+
+
+class CalibrationWarning(UserWarning):
+    """The search ended against compositions that ``compose`` refused (not certified infeasible):
+    the returned parameter is feasible but may be far from the optimum."""
 
 
 def _default_errors(target_epsilon, target_delta, eps_error, delta_error):
+    """``(eps_error, delta_errors)``: the delta errors to try in turn on a refusal (one if given)."""
+    widen = delta_error is None
     if eps_error is None:
         eps_error = min(0.1, target_epsilon / 20)
     eps_error = V.eps_error(eps_error)
@@ -45,7 +61,10 @@ def _default_errors(target_epsilon, target_delta, eps_error, delta_error):
     delta_error = V.delta_error(delta_error)
     if not delta_error < target_delta:
         raise ValueError(f"delta_error={delta_error:.3g} must be smaller than target_delta={target_delta:.3g}")
-    return eps_error, delta_error
+    des = [delta_error]
+    while widen and len(des) < 3 and des[-1] * 10 <= target_delta / 10:
+        des.append(des[-1] * 10)
+    return eps_error, tuple(des)
 
 
 def _targets(target_epsilon, target_delta):
@@ -55,12 +74,18 @@ def _targets(target_epsilon, target_delta):
 
 
 class _Evaluator:
-    """``p -> certified upper epsilon``, memoised; compose failures recorded, not hidden."""
+    """``p -> certified upper epsilon``, memoised; compose failures recorded, not hidden.
+
+    ``refused``: the parameters whose composition was refused (grid too large, delta error too
+    small, ...) with the error; ``bracket``: the ``(feasible, infeasible)`` ends the search ended on.
+    """
 
     def __init__(self, make, run):
         self.make, self.run = make, run
         self.memo = {}
         self.last_error = None
+        self.refused = {}
+        self.bracket = None
 
     def __call__(self, p):
         if p not in self.memo:
@@ -69,8 +94,20 @@ class _Evaluator:
                 self.memo[p] = float(self.run(mech))
             except ValueError as e:  # not certifiable here (grid too large, delta too small, ...)
                 self.last_error = e
+                self.refused[p] = e
                 self.memo[p] = math.inf
         return self.memo[p]
+
+    def warn_if_limited(self, name, eps_error, delta_errors, max_buckets):
+        """Warn when the infeasible end of the final bracket is a refusal, not a certified miss."""
+        if self.bracket is None or self.bracket[1] not in self.refused:
+            return
+        good, bad = self.bracket
+        warnings.warn(
+            f"calibration stopped at {name}={good:.6g} because the composition at {name}={bad:.6g} was refused "
+            f"({self.refused[bad]}), not because it misses the target: the answer is feasible but may be far "
+            f"from optimal; pass a larger delta_error (tried up to {max(delta_errors):.3g}), eps_error "
+            f"({eps_error:.3g}) or max_buckets ({max_buckets})", CalibrationWarning, stacklevel=3)
 
 
 def _search(ev, target, *, decreasing, guess, lower, upper, rtol, integer, name, slope=1.0):
@@ -115,6 +152,7 @@ def _search(ev, target, *, decreasing, guess, lower, upper, rtol, integer, name,
         nxt = clamp(p * factor if up else p / factor)
         if nxt == p:
             if good is not None:  # hit the range limit: every parameter up to it is feasible
+                ev.bracket = (p, None)
                 return p
             why = f" (last composition failed: {ev.last_error})" if ev.last_error is not None and \
                 math.isinf(e) else ""
@@ -159,6 +197,7 @@ def _search(ev, target, *, decreasing, guess, lower, upper, rtol, integer, name,
             good = x
         else:
             bad = x
+    ev.bracket = (good, bad)
     return good
 
 
@@ -250,14 +289,19 @@ def calibrate(make_mechanism: Callable[[float], Mechanism], count: int, target_e
 
     if not attack:
         run = _upper_epsilon(count, ee, de, td, max_buckets, method)
-        return _search(_Evaluator(make, run), te, decreasing=decreasing, guess=guess, lower=lower, upper=upper,
-                       rtol=rtol, integer=False, name="parameter")
+    ev = _Evaluator(make, run)
     try:
-        return _search(_Evaluator(make, run), te, decreasing=decreasing, guess=guess, lower=lower, upper=upper,
-                       rtol=rtol, integer=False, name="parameter")
-    except ValueError as exc:  # the search words its messages for epsilon
+        out = _search(ev, te, decreasing=decreasing, guess=guess, lower=lower, upper=upper,
+                      rtol=rtol, integer=False, name="parameter")
+    except ValueError as exc:
+        if not attack:
+            raise
+        # (the search words its messages for epsilon)
         raise ValueError(str(exc).replace("target_epsilon", tname).replace("certified epsilon",
                                                                            f"certified {tname[7:]}")) from None
+    if not attack:
+        ev.warn_if_limited("parameter", ee, de, max_buckets)
+    return out
 
 
 # --------------------------------------------------------------------------------------
@@ -266,7 +310,8 @@ def calibrate(make_mechanism: Callable[[float], Mechanism], count: int, target_e
 def _gaussian_mu(eps, delta):
     """mu of the Gaussian mechanism with delta(eps) = delta (Balle & Wang), by bisection."""
     def d(mu):
-        return special.ndtr(-eps / mu + mu / 2) - math.exp(eps) * special.ndtr(-eps / mu - mu / 2)
+        # e^eps Phi(-eps/mu - mu/2) as one exponential of a log: e^eps alone overflows past eps ~ 709.78
+        return special.ndtr(-eps / mu + mu / 2) - math.exp(eps + special.log_ndtr(-eps / mu - mu / 2))
     lo, hi = 1e-6, 1.0
     while d(hi) < delta and hi < 1e6:
         hi *= 2
@@ -290,12 +335,27 @@ def _psg_errors(te, td, eps_error, delta_error):
     return _default_errors(te, td, eps_error, delta_error)
 
 
-def _upper_epsilon(count, eps_error, delta_error, target_delta, max_buckets, method="auto"):
-    """``mechanism -> certified upper bound on epsilon(target_delta)`` after ``count`` compositions."""
+def _upper_epsilon(count, eps_error, delta_errors, target_delta, max_buckets, method="auto"):
+    """``mechanism -> certified upper bound on epsilon(target_delta)`` after ``count`` compositions.
+
+    ``delta_errors``: tried in turn while ``compose`` refuses the composition for its error
+    budget (:func:`_default_errors`); the last refusal is raised.  ``count=None``: the argument is a
+    ``(mechanism, count)`` pair.
+    """
 
     def run(mech):
-        return compose(mech, count, eps_error=eps_error, delta_error=delta_error, method=method,
-                       max_buckets=max_buckets).epsilon(target_delta).upper
+        if count is None:  # (find_steps: the count is the parameter)
+            mech, k = mech
+        else:
+            k = count
+        for i, de in enumerate(delta_errors):
+            try:
+                pld = compose(mech, k, eps_error=eps_error, delta_error=de, method=method, max_buckets=max_buckets)
+            except _BudgetError:
+                if i + 1 == len(delta_errors):
+                    raise
+                continue
+            return pld.epsilon(target_delta).upper
 
     return run
 
@@ -339,8 +399,11 @@ def find_noise_multiplier(target_epsilon: float, target_delta: float, sampling_p
     g2 = _clt_sigma(max(te - ee, te / 2) * 1.05, td, q, steps)
     slope = min(max(math.log(1.05) / abs(math.log(guess / g2)), 0.25), 4.0) if g2 != guess else 1.0
     make(guess)  # validates neighboring
-    return _search(_Evaluator(make, run), te, decreasing=True, guess=guess, lower=1e-3, upper=1e6, rtol=rtol,
-                   integer=False, name="sigma", slope=slope)
+    ev = _Evaluator(make, run)
+    out = _search(ev, te, decreasing=True, guess=guess, lower=1e-3, upper=1e6, rtol=rtol,
+                  integer=False, name="sigma", slope=slope)
+    ev.warn_if_limited("sigma", ee, de, max_buckets)
+    return out
 
 
 def find_sampling_probability(target_epsilon: float, target_delta: float, noise_multiplier: float, steps: int,
@@ -365,8 +428,11 @@ def find_sampling_probability(target_epsilon: float, target_delta: float, noise_
     mu = _gaussian_mu(max(te - ee, te / 2), td)
     guess = min(1.0, mu / math.sqrt(steps * math.expm1(min(1.0 / sigma**2, 700.0))))
     make(guess)  # validates neighboring
-    return _search(_Evaluator(make, run), te, decreasing=False, guess=guess, lower=1e-9, upper=1.0, rtol=rtol,
-                   integer=False, name="sampling_probability")
+    ev = _Evaluator(make, run)
+    out = _search(ev, te, decreasing=False, guess=guess, lower=1e-9, upper=1.0, rtol=rtol,
+                  integer=False, name="sampling_probability")
+    ev.warn_if_limited("sampling_probability", ee, de, max_buckets)
+    return out
 
 
 def find_steps(target_epsilon: float, target_delta: float, mechanism: Mechanism, *,
@@ -383,13 +449,17 @@ def find_steps(target_epsilon: float, target_delta: float, mechanism: Mechanism,
     max_steps = V.positive_int("max_steps", max_steps)
     ee, de = _default_errors(te, td, eps_error, delta_error)
 
+    upper = _upper_epsilon(None, ee, de, td, max_buckets)
+
     def run(k):
-        return compose(mechanism, int(k), eps_error=ee, delta_error=de, max_buckets=max_buckets).epsilon(td).upper
+        return upper((mechanism, int(k)))
 
     ev = _Evaluator(lambda k: k, run)
     if not ev(1.0) <= te:
         why = f" ({ev.last_error})" if ev.last_error is not None else ""
         raise ValueError(f"target_epsilon={te:.4g} is not attainable: one use of {mechanism!r} already has a "
                          f"certified epsilon of {ev(1.0):.4g}{why}")
-    return int(_search(ev, te, decreasing=False, guess=1.0, lower=1.0, upper=float(max_steps), rtol=rtol,
-                       integer=True, name="steps"))
+    out = int(_search(ev, te, decreasing=False, guess=1.0, lower=1.0, upper=float(max_steps), rtol=rtol,
+                      integer=True, name="steps"))
+    ev.warn_if_limited("steps", ee, de, max_buckets)
+    return out

@@ -55,8 +55,10 @@ from . import _answers, _fft, _kernels, resources
 from . import mechanisms as _mechanisms
 from . import _validation as V
 from .curve import DirectionResult, PrivacyLossDistribution, StageInfo
+from ._limits import BucketLimitError
 from .discretize import GridPMF, discretize_loss, rediscretize, tail_mix_log_mgf, truncation_window
-from .mechanisms import DiscreteLoss, Mechanism, PrivacyLoss, SubsampledLoss, subsampled_log_mgf_rows
+from .mechanisms import (DiscreteLoss, GaussianLoss, LaplaceLoss, Mechanism, PrivacyLoss, SubsampledLoss,
+                         subsampled_log_mgf_rows)
 
 __all__ = ["compose", "METHODS", "DEFAULT_MAX_BUCKETS"]
 
@@ -1809,10 +1811,9 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
 
     N, c, wrap = place(_fft.fast_length)
     if N > max_buckets:
-        raise ValueError(
+        raise BucketLimitError(
             f"composition needs an FFT of {N} buckets at mesh {h:.3g} (node {node.label}), more than "
-            f"max_buckets={max_buckets}; increase eps_error or max_buckets"
-        )
+            f"max_buckets={max_buckets}; increase eps_error or max_buckets", N)
     # precision: long double where the float64 round-off charge would not fit.  Nodes whose
     # predicted float64 charge is small run in float64; those within the node's share of the
     # round-off budget (budgets.fp / nodes: leaves and re-discretisations charge ~u per copy)
@@ -2086,10 +2087,9 @@ def _execute(plan, meshes, budgets, backend, max_buckets, eps_limit=None, leaf_f
                 if key not in redisc:
                     size = math.ceil(pmf.mesh * (np.asarray(pmf.probs).size - 1) / h) + 2
                     if size > max_buckets:
-                        raise ValueError(
+                        raise BucketLimitError(
                             f"re-discretisation needs {size} buckets at mesh {h:.3g} (node {o.label}), more than "
-                            f"max_buckets={max_buckets}; increase eps_error or max_buckets"
-                        )
+                            f"max_buckets={max_buckets}; increase eps_error or max_buckets", size)
                     if split_fn is not None:
                         rd = split_fn(pmf, h, backend.native)
                     else:
@@ -2145,6 +2145,45 @@ def _execute(plan, meshes, budgets, backend, max_buckets, eps_limit=None, leaf_f
 # --------------------------------------------------------------------------------------
 # Public entry point
 # --------------------------------------------------------------------------------------
+def _roundoff_floor(plan):
+    """A lower bound on the round-off every execution of ``plan`` charges, whatever its meshes: each
+    instance of a node that convolves (not a lone child passed through) charges its normalisation,
+    ``gamma_(ceil(log2 N) + 24)`` in its precision (:func:`_node_tv`), at least ``gamma_25`` of long
+    double's ``u``.  A ``delta_error`` at or below it is refused without executing the plan."""
+    n = sum(plan.instances[id(o)] for o in plan.order
+            if isinstance(o, _Node) and not (len(o.children) == 1 and o.children[0][1] == 1))
+    return n * _gamma(25, _ULD)
+
+
+def _plan_name(plan):
+    """The plan's method as reported (``DirectionResult.method``)."""
+    name = plan.method if plan.method != "recursive" else f"recursive(arity={plan.params[0].get('arity')})"
+    if plan.params[0].get("merge"):
+        name += f"+blocks({plan.params[0]['merge']})"
+    return name
+
+
+def _refusal(budget_errors, size_errors, max_buckets):
+    """The error when no candidate plan certifies: the limit that binds.
+
+    Plans within ``max_buckets`` refused for their delta charges: delta_error (or eps_error) is
+    the limit, the first such refusal (the cheapest plan's) is raised, as a :class:`_BudgetError`,
+    noting the plans that were too large.  Every plan too large: max_buckets is the limit, the
+    refusal of the smallest is raised."""
+    if budget_errors:
+        exc = budget_errors[0]
+        if size_errors:
+            least = min(size_errors, key=lambda e: e.needed if not math.isnan(e.needed) else math.inf)
+            exc = type(exc)(f"{exc} (no candidate plan certifies: {len(budget_errors)} were refused for their "
+                            f"charges, {len(size_errors)} need more than max_buckets={max_buckets}, at least "
+                            f"{least.needed:.4g})", *([exc.tv] if isinstance(exc, _EtaError) else []))
+        return exc
+    least = min(size_errors, key=lambda e: e.needed if not math.isnan(e.needed) else math.inf)
+    if len(size_errors) > 1:
+        return BucketLimitError(f"{least} (the smallest of {len(size_errors)} candidate plans)", least.needed)
+    return least
+
+
 def _normalise_events(mechanism, count):
     if isinstance(mechanism, Mechanism):
         if count is None:
@@ -2256,9 +2295,40 @@ def _chain_signature(count, method, arity):
 resources.on_clear(_chain_signature.cache_clear)
 resources.on_clear(lambda: _TRIU.clear())
 
+
+# The planner's predicted sizes (Chernoff windows of the untruncated losses) against the executed
+# ones, largest step per plan (54 plans: Gaussian, Laplace, pure DP, randomized response, subsampled
+# Gaussian and Laplace, homogeneous and heterogeneous, k from 1 to 10^5): executed / predicted within
+# [0.90, 1.07] for Gaussian, Laplace and discrete losses, but down to 0.083 for subsampled ones (their
+# MGF bounds are loose in the tails, and loosest for tiny sampling rates).  A plan is refused from its
+# prediction only when even the executed size this allows would exceed max_buckets, so plans with
+# subsampled (or custom) losses are never refused from it: they stop at the first step too large.
+_PEAK_SLACK = 1.25
+
+
+def _predicted_peak(plan, sizes):
+    """``(peak, slack, is_node)``: the largest predicted leaf (buckets) or node (FFT length) of ``plan``, the
+    factor by which the executed size may fall short of the prediction (``inf``: never refuse from it),
+    and whether that step is a node."""
+    peak = 0.0
+    slack = _PEAK_SLACK
+    is_node = False
+    for o in plan.order:
+        n = sizes[id(o)]
+        if isinstance(o, _Leaf):
+            t = type(o.loss)
+            if not (t is GaussianLoss or t is LaplaceLoss or isinstance(o.loss, DiscreteLoss)):
+                slack = math.inf
+        elif math.isfinite(n) and n < 2.0 ** 62:
+            n = _fft.fast_length(math.ceil(n))
+        if not n <= peak:  # (NaN: unknown, counted as too large)
+            peak = n if not math.isnan(n) else math.inf
+            is_node = isinstance(o, _Node)
+    return peak, slack, is_node
+
+
 _EARLY_STOP_US = 5000.0  # see _choose_plan
 _MERGE_START = 16  # smallest block size where _choose_plan's search for the grouping starts
-_MAX_PLAN_TRIES = 6  # plans tried in order of predicted cost when one is refused for its delta charges (auto has 7)
 _PRODUCT_LIMIT = 256  # candidate plans x parts above which chain and grouping are searched in turn
 
 
@@ -2289,8 +2359,9 @@ def _choose_plan(parts, method, arity, eps_az, log_term, budgets, native=False, 
                 merge_order.extend(_merge_order(parts, native))
             plan = _build_plan(parts, chain[0], chain[1], merge, native, order=merge_order or None)
             n_obj = plan.n_nodes + plan.n_leaves
-            meshes, cost, _ = _predict(plan, eps_az, log_term, budgets.wrap / n_obj, budgets.trunc / n_obj,
-                                       wcache, budgets, native)
+            meshes, cost, sizes = _predict(plan, eps_az, log_term, budgets.wrap / n_obj, budgets.trunc / n_obj,
+                                           wcache, budgets, native)
+            plan.peak, plan.peak_slack, plan.peak_node = _predicted_peak(plan, sizes)
             memo[key] = (cost, plan, meshes)
         return memo[key]
 
@@ -2335,9 +2406,10 @@ def _choose_plan(parts, method, arity, eps_az, log_term, budgets, native=False, 
         # the single root only while it can compete; block sizes by descent from _MERGE_START
         # (the predicted cost is unimodal in the block size in practice; each evaluation of a
         # 1000-part plan costs ~30 ms, so the search starts where the optimum usually is)
-        if len(parts) <= 64 and None in merges:
-            evaluate(c_best, None)
         bs = sorted(b for b in merges if b is not None)
+        # (and always when it is the only grouping, as for glw: a search must leave a candidate)
+        if None in merges and (len(parts) <= 64 or not bs):
+            evaluate(c_best, None)
         if bs:
             # (from ~sqrt(n) for many parts, the two-level grouping: where 1000 parts end up)
             start = max(_MERGE_START, math.isqrt(len(parts) - 1) + 1)
@@ -2527,13 +2599,30 @@ def _compose_parts(dir_parts, events, eps_err, delta_err, method, arity, max_buc
     eps_az = eps_err * (1 - _EPS_RESERVE)
     def run(ranked):
         # the cheapest predicted plan first; if its measured round-off/wrap charges do not fit
-        # delta_error (the prediction cannot see, e.g., the spectral peaks of lattice PMFs),
-        # the next ones, so that the answer is the fastest plan that certifies
+        # delta_error (the prediction cannot see, e.g., the spectral peaks of lattice PMFs), or it
+        # needs more than max_buckets, the next ones, so that the answer is the fastest plan that
+        # certifies, and a refusal means that no candidate certifies
         # (a plan whose measured charges leave too little failure probability for its meshes --
         # the round-off of large powers of lattice PMFs is ~5x the prediction -- stops as soon as
-        # that is certain: measured 3.6 -> 1.8 ms per refused plan for Laplace at k = 2^30)
-        first_error = None
-        for _, plan, meshes in ranked[:_MAX_PLAN_TRIES]:
+        # that is certain: measured 3.6 -> 1.8 ms per refused plan for Laplace at k = 2^30).
+        # A plan predicted to need more than max_buckets (by more than the prediction's error) is
+        # refused without executing it.
+        budget_errors, size_errors = [], []
+        for _, plan, meshes in ranked:
+            peak = getattr(plan, "peak", 0.0)
+            if peak > max_buckets * getattr(plan, "peak_slack", math.inf):
+                what = (f"composition needs an FFT of {peak:.0f} buckets" if plan.peak_node and math.isfinite(peak)
+                        else f"discretising the privacy loss needs {peak:.4g} buckets")
+                size_errors.append(BucketLimitError(
+                    f"{what} (the planner's prediction for the largest step of the {_plan_name(plan)} plan), more "
+                    f"than max_buckets={max_buckets}; increase eps_error or max_buckets", peak))
+                continue
+            floor = _roundoff_floor(plan)
+            if floor * (1 - 1e-6) >= budgets.delta:
+                budget_errors.append(_BudgetError(
+                    f"delta_error={budgets.delta:.3g} is too small for this composition: the {_plan_name(plan)} plan's "
+                    f"node normalisations alone are charged at least {floor:.3g} of round-off; increase delta_error"))
+                continue
             try:
                 final, eps_spent, delta_spent, stages, cert = _execute(plan, meshes, budgets, be, max_buckets,
                                                                        eps_limit=eps_err)
@@ -2545,16 +2634,16 @@ def _compose_parts(dir_parts, events, eps_err, delta_err, method, arity, max_buc
                     )
                 return plan, final, eps_spent, delta_spent, stages, cert
             except _BudgetError as exc:
-                first_error = first_error or exc
-        raise first_error
+                budget_errors.append(exc)
+            except BucketLimitError as exc:
+                size_errors.append(exc)
+        raise _refusal(budget_errors, size_errors, max_buckets)
 
     def finish(name, parts, out):
         plan, final, eps_spent, delta_spent, stages, cert = out
         p_inf_log = sum(c * math.log1p(-loss.p_inf) for loss, c in parts)
-        method_name = plan.method if plan.method != "recursive" else f"recursive(arity={plan.params[0].get('arity')})"
-        if plan.params[0].get("merge"):
-            method_name += f"+blocks({plan.params[0]['merge']})"
-        return DirectionResult(final, -math.expm1(p_inf_log), eps_spent, delta_spent, tuple(stages), cert, method_name)
+        return DirectionResult(final, -math.expm1(p_inf_log), eps_spent, delta_spent, tuple(stages), cert,
+                               _plan_name(plan))
 
     def shape(plan):
         return plan.method, plan.params[0].get("arity"), plan.params[0].get("merge")
@@ -2586,7 +2675,7 @@ def _compose_parts(dir_parts, events, eps_err, delta_err, method, arity, max_buc
                 try:
                     return finish(name1, parts1, run(_choose_plan(parts1, reuse[0], reuse[1], eps_az, log_term,
                                                                   budgets, be.native, merge=reuse[2])))
-                except _BudgetError:
+                except (_BudgetError, BucketLimitError):
                     refused = reuse
             ranked = _choose_plan(parts1, method, arity, eps_az, log_term, budgets, be.native)
             return finish(name1, parts1, run([r for r in ranked if shape(r[1]) != refused] or ranked))

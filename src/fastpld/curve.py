@@ -135,6 +135,29 @@ class _Query:
         jj = np.clip(j - 1, 0, self.n - 1)
         return self.pad * self.S1[jj]
 
+    def lower_pad(self, x):
+        """Pad ``P`` for a lower bound: the computed ``d`` is within ``P`` of the exact one at the
+        solution of ``d = x + P`` (so the exact ``d`` there is at least ``x``).
+
+        :meth:`bracket_pad` bounds the round-off of ``d`` on the bracket of a solution by the
+        tail mass ``S1`` there (relative error of the suffix sums, docs/roundoff.md section 5);
+        solving for the larger ``x + P`` moves the bracket down, to a larger ``S1``, so ``P`` is
+        the fixed point ``P >= bracket_pad(x + P)``, reached in a step or two (``P`` is relative
+        ``~1e-11`` to ``x``).  Where it is not reached, the whole mass's pad ``pad * S1[0]``
+        (which bounds every bracket's) is used.
+        """
+        x = np.asarray(x, dtype=np.float64)
+        P = self.bracket_pad(x)
+        ok = np.zeros(x.shape, dtype=bool)
+        for _ in range(4):
+            # (x + P) rounds up at most by u relative: one more u x on the pad covers it
+            P2 = self.bracket_pad(x + P) + 2 * _U * np.abs(x)
+            ok = P2 <= P
+            if ok.all():
+                break
+            P = np.where(ok, P, P2)
+        return np.where(ok, P, np.maximum(P, self.pad * max(1.0, float(self.S1[0])) + 2 * _U * np.abs(x)))
+
     def epsilon(self, x):
         """Smallest ``eps`` with ``d(eps) <= x`` (``-inf`` if ``x >= 1``)."""
         x = np.asarray(x, dtype=np.float64)
@@ -269,7 +292,10 @@ class PrivacyLossDistribution:
                 )
             u = q.epsilon(x_up)
             u = u + es + q.eps_pad(u)
-            l = q.epsilon(base + ds + q.pad)
+            # (a pad relative to the tail mass at the solution, not to the whole mass: at tiny delta
+            # an absolute pad of 4 (n + 4) u is larger than delta itself)
+            x_lo = base + ds
+            l = q.epsilon(x_lo + q.lower_pad(x_lo))
             l = l - es - q.eps_pad(l)
             e = q.epsilon(base)
             lo = l if lo is None else np.maximum(lo, l)

@@ -66,6 +66,7 @@ import numpy as np
 
 from . import _kernels, resources
 from . import _validation as V
+from ._limits import BucketLimitError
 from .mechanisms import ContinuousLoss, DiscreteLoss, PrivacyLoss, _generic_window
 
 __all__ = ["GridPMF", "discretize_loss", "rediscretize", "truncation_window"]
@@ -223,11 +224,10 @@ def _discretize_discrete(loss: DiscreteLoss, h: float, lattice: float, max_bucke
     # the grid spans the atoms: refuse before bincount allocates it (and before int64 overflows)
     span = (float(loss.values[-1]) - float(loss.values[0])) / h + 2
     if not span <= max_buckets:
-        raise ValueError(
+        raise BucketLimitError(
             f"discretising the privacy loss needs {span:.4g} buckets (mesh {h:.3g} over "
             f"[{loss.values[0]:.4g}, {loss.values[-1]:.4g}]), more than max_buckets={max_buckets}; "
-            "increase eps_error or max_buckets"
-        )
+            "increase eps_error or max_buckets", span)
     _check_reach(float(loss.values[0]), float(loss.values[-1]), h, lattice, "discrete")
     idx = np.floor((loss.values - lattice) / h + 0.5).astype(np.int64)
     i0 = int(idx[0])
@@ -282,10 +282,9 @@ def _discretize_continuous(loss: ContinuousLoss, h: float, tail: float, lattice:
     i_hi = math.ceil((b0 - lat) / h - 0.5)
     n = i_hi - i_lo + 1
     if n > max_buckets:
-        raise ValueError(
+        raise BucketLimitError(
             f"discretising the privacy loss needs {n} buckets (mesh {h:.3g} over [{a0:.4g}, {b0:.4g}]), "
-            f"more than max_buckets={max_buckets}; increase eps_error or max_buckets"
-        )
+            f"more than max_buckets={max_buckets}; increase eps_error or max_buckets", n)
     if native and getattr(loss, "_psg", None) is not None and _kernels.have_leaf():
         pmf = _psg_leaf(loss, h, tail, lat, i_lo, i_hi, n, coarse)
         if pmf is not None:
