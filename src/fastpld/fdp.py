@@ -30,10 +30,13 @@ import math
 from typing import NamedTuple
 
 import numpy as np
-from scipy import special
 
 from . import _validation as V
 from .curve import Bounds
+
+from ._lazy import lazy_module
+
+special = lazy_module("scipy.special")
 
 __all__ = ["GDPResult", "gaussian_tradeoff", "tradeoff", "tpr", "advantage", "gdp_mu", "renyi", "attack_target"]
 

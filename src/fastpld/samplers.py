@@ -20,7 +20,6 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import special, stats
 
 from . import _validation as V
 from .mechanisms import (
@@ -43,6 +42,11 @@ from .mechanisms import (
     _LaplacePair,
     _gl_integrate,
 )
+
+from ._lazy import lazy_module
+
+special = lazy_module("scipy.special")
+stats = lazy_module("scipy.stats")
 
 __all__ = [
     "PoissonSubsampled",
