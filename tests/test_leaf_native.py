@@ -34,8 +34,17 @@ def _stepwise(*args, **kw):
     psg = getattr(loss, "_psg", None) is not None
     if psg:
         q = loss.q
-        loss._ginv = lambda t: np.array([math.log(a) - math.log(q) if a > 0 else -math.inf
-                                         for a in (math.expm1(float(x)) + q for x in np.ravel(t))])
+        lq, ylo = math.log(q), math.log1p(-q)
+
+        def ginv(x):  # _kernels.subsampled_ginv's three forms, scalar, through libm
+            if x > _kernels.PSG_BIG_T:
+                return x - lq
+            if x < 0:
+                dn = math.expm1(x - ylo)
+                return ylo + math.log(dn) - lq if dn > 0 else -math.inf
+            return math.log(math.expm1(x) + q) - lq
+
+        loss._ginv = lambda t: np.array([ginv(float(x)) for x in np.ravel(t)])
     try:
         return D.discretize_loss(*args, **kw)
     finally:
