@@ -132,7 +132,7 @@ def _integrals(loss, lo, h):
     ``int (1 - e^(lo_j - y)) f`` and ``int e^(lo_j - y) f`` by 5-point rules, and error
     bounds of each (ten times the 4-point rules' disagreement, plus rounding).  Each interval is
     integrated over its part inside the support (the density need not be smooth across a support
-    end), and intervals whose rules disagree by more than ``_REL_CAP`` relative are split into
+    end), and intervals whose rules disagree by more than ``_REFINE_REL`` relative are split into
     8, 64, then 512 panels (near a support end the density of a subsampled loss is steep)."""
     s_lo, s_hi = getattr(loss, "support", (-math.inf, math.inf))
     c0 = np.clip(lo, s_lo, s_hi) - lo
@@ -146,8 +146,8 @@ def _integrals(loss, lo, h):
     done = np.zeros(lo.size, dtype=bool)
     for side in (0, 1):
         at_end = (lo < s_lo) if side == 0 else (lo + h > s_hi)
-        bad = np.flatnonzero(at_end & (c1 > c0) & ((a_err > _REL_CAP * a) | (n_err > _REL_CAP * n)
-                                                     | (b_err > _REL_CAP * b)))
+        bad = np.flatnonzero(at_end & (c1 > c0) & ((a_err > _REFINE_REL * a) | (n_err > _REFINE_REL * n)
+                                                     | (b_err > _REFINE_REL * b)))
         if bad.size == 0:
             continue
         end = c0[bad] if side == 0 else c1[bad]
@@ -174,7 +174,7 @@ def _integrals(loss, lo, h):
         b[bad], b_err[bad] = b5, 10.0 * np.abs(b5 - b4) + 16 * _U * b5 + rest
         done[bad] = True
     for level in range(1, 4):
-        bad = np.flatnonzero(~done & ((a_err > _REL_CAP * a) | (n_err > _REL_CAP * n) | (b_err > _REL_CAP * b)))
+        bad = np.flatnonzero(~done & ((a_err > _REFINE_REL * a) | (n_err > _REFINE_REL * n) | (b_err > _REFINE_REL * b)))
         if bad.size == 0:
             break
         m = 8 ** level
@@ -306,7 +306,8 @@ def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, nati
 
 
 _U_STEP = 0.125  # width of the panels in log(distance) at a support end
-_REL_CAP = 1e-13  # a leaf mass's relative error above this is charged as total variation instead
+_REL_CAP = 1e-10  # a leaf mass's relative error above this is charged as total variation instead
+_REFINE_REL = 1e-13  # an interval whose rules disagree by more (relative) is integrated on finer panels
 
 _MARGIN = 1e-12  # relative margin of every balance against the rounding of its terms
 
@@ -543,6 +544,7 @@ _SHIFT_FACTOR = 3.0
 # --------------------------------------------------------------------------------------
 _REFERENCE_DELTAS = (1e-3, 1e-5, 1e-7, 1e-9)  # where compose_dominance checks the width it reached
 _DEFAULT_ARITY = 16  # growth sqrt(16) = 4 per level: every lattice nested in the next (4: more levels, slower)
+_ARITIES = (_DEFAULT_ARITY, 64, 256)  # tried in turn when a plan's charges do not fit delta_error
 
 
 def compose_dominance(dir_parts, events, eps_error: float, delta_error: float, backend, arity: int | None,
@@ -550,7 +552,23 @@ def compose_dominance(dir_parts, events, eps_error: float, delta_error: float, b
     """Both chains (dominating, dominated) for every direction (``dir_parts``: the grouped parts of
     ``events`` per direction); see :func:`fastpld.compose`."""
     compose_mod = importlib.import_module("fastpld.compose")
-    arity = _DEFAULT_ARITY if arity is None else arity
+    if arity is not None:
+        return _compose_dominance(compose_mod, dir_parts, events, eps_error, delta_error, backend, arity,
+                                  max_buckets, threads)
+    # the default arity first; where its nodes' round-off does not fit delta_error (many copies: the
+    # first node's charge counts once per instance), larger ones: fewer instances of each node
+    first = None
+    for a in _ARITIES:
+        try:
+            return _compose_dominance(compose_mod, dir_parts, events, eps_error, delta_error, backend, a,
+                                      max_buckets, threads)
+        except compose_mod._BudgetError as exc:
+            first = first or exc
+    raise first
+
+
+def _compose_dominance(compose_mod, dir_parts, events, eps_error, delta_error, backend, arity, max_buckets,
+                       threads):
     budgets = compose_mod._Budgets(eps=eps_error, delta=delta_error, eta=delta_error, trunc=0.3 * delta_error,
                                    wrap=0.3 * delta_error, fp=0.4 * delta_error)
     plans = [(name, parts, compose_mod._build_plan(parts, "recursive", arity)) for name, parts in dir_parts]
