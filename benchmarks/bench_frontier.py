@@ -151,11 +151,12 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="two small workloads, one accuracy (smoke test)")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--rels", default="1e-3,1e-4", help="relative accuracies, comma-separated")
     ap.add_argument("--kmax", type=float, default=1e7, help="skip workloads with more steps")
     ap.add_argument("--glw-kmax", type=float, default=1e5, help="run GLW only up to this many steps (it takes minutes)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     a = ap.parse_args(argv)
-    workloads, rels = (QUICK, [1e-2]) if a.quick else (WORKLOADS, [1e-3, 1e-4])
+    workloads, rels = (QUICK, [1e-2]) if a.quick else (WORKLOADS, [float(r) for r in a.rels.split(",")])
     print(HEADER, flush=True)
     workloads = [w for w in workloads if w[2] <= a.kmax]
     rows = run(workloads, rels, 1 if a.quick else a.repeat, a.glw_kmax)

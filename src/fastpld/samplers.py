@@ -37,10 +37,10 @@ from .mechanisms import (
     RandomizedResponse,
     SubsampledLoss,
     _cached,
+    _cdf_moments,
     _GaussPair,
     _generic_window,
     _LaplacePair,
-    _gl_integrate,
 )
 
 from ._lazy import lazy_module
@@ -425,16 +425,9 @@ class SymmetricSubsampledLoss(ContinuousLoss):
 
     def _moments(self):
         if self._mean is None:
-            lo, hi = _generic_window(self, 1e-18, 0.0, max(self.rem.std(), 1e-12))
-            edges = np.linspace(lo, hi, 2049)
-            # (as SubsampledLoss._moments: second moment by parts from the CDF at the same nodes)
-            m, _, i16 = self._partial_moments(edges, second=True)
-            if i16 is None:
-                i16 = _gl_integrate(lambda x: x * self.cdf(x), edges[:-1], edges[1:], 16)
-            fa, fb = float(self.cdf(np.array([lo]))[0]), float(self.cdf(np.array([hi]))[0])
-            m2 = hi * hi * fb - lo * lo * fa - 2 * i16
-            self._std = float(math.sqrt(max(m2 - m * m, 0.0)))
-            self._mean = float(m)
+            m, sd = _cdf_moments(self, *_generic_window(self, 1e-18, 0.0, max(self.rem.std(), 1e-12)))
+            self._std = sd  # (before _mean, as in SubsampledLoss)
+            self._mean = m
         return self._mean, self._std
 
     def mean(self):
