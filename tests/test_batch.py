@@ -9,6 +9,7 @@ import math
 import os
 import signal
 import sys
+import warnings
 
 import pytest
 
@@ -285,9 +286,12 @@ def test_early_stop_leaves_no_workers():
 @pytest.fixture(scope="module")
 def dask_client():
     distributed = pytest.importorskip("distributed")
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                       dashboard_address="127.0.0.1:0", env={"FASTPLD_NUM_THREADS": "1"})
-    client = distributed.Client(cluster)
+    with warnings.catch_warnings():
+        # a loaded machine can make Dask remark on slow start-up; nothing to act on in a test
+        warnings.filterwarnings("ignore", message="Creating scratch directories is taking", category=UserWarning)
+        cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                           dashboard_address="127.0.0.1:0", env={"FASTPLD_NUM_THREADS": "1"})
+        client = distributed.Client(cluster)
     yield client
     client.close()
     cluster.close()

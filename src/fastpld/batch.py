@@ -84,12 +84,20 @@ class _Local:
         self._owner = {}  # future -> the pool it was submitted to
 
     def submit(self, items):
-        if self._pool is None:
-            self._pool = concurrent.futures.ProcessPoolExecutor(
-                self.slots, mp_context=self._ctx, initializer=_init_worker, initargs=(self._threads,))
-        f = self._pool.submit(_answer_chunk, items)
-        self._owner[f] = self._pool
-        return f
+        for _ in range(2):
+            if self._pool is None:
+                self._pool = concurrent.futures.ProcessPoolExecutor(
+                    self.slots, mp_context=self._ctx, initializer=_init_worker, initargs=(self._threads,))
+            try:
+                f = self._pool.submit(_answer_chunk, items)
+            except concurrent.futures.process.BrokenProcessPool:
+                # a worker died since the last wait (its chunks fail there); this chunk goes to a new pool
+                self._pool.shutdown(wait=True)
+                self._pool = None
+                continue
+            self._owner[f] = self._pool
+            return f
+        raise RuntimeError("could not start a pool of worker processes")
 
     def wait(self, handles):
         done, _ = concurrent.futures.wait(handles, return_when=concurrent.futures.FIRST_COMPLETED)
