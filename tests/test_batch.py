@@ -338,6 +338,15 @@ def test_cli_batch(tmp_path, capsys, alone):
     assert [_strip(r) for r in recs] == alone[:3]
 
 
+def test_cli_batch_on_a_dask_scheduler(tmp_path, dask_client, alone):
+    src = tmp_path / "q.jsonl"
+    src.write_text("\n".join(json.dumps(q) for q in QUESTIONS[:5]))
+    out = tmp_path / "a.jsonl"
+    assert main(["batch", str(src), "-o", str(out), "--scheduler", dask_client.scheduler.address,
+                 "--chunk-size", "2"]) == 0
+    assert [_strip(json.loads(x)) for x in out.read_text().splitlines()] == alone[:5]
+
+
 def test_cli_batch_bad_usage(tmp_path, capsys):
     assert main(["batch", str(tmp_path / "missing.jsonl")]) == 2
     assert "questions: cannot read" in capsys.readouterr().err

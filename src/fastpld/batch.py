@@ -10,9 +10,10 @@ Questions and answers are plain JSON (see :mod:`fastpld.questions` for the schem
     ...     print(record["id"], record["upper"])
     >>> records = batch.answer_many(questions, client=dask_client)   # a Dask cluster  # doctest: +SKIP
 
-How the work is spread: questions are read lazily, grouped so that questions with the same
-schedule and accuracy options share one composition (answered from one
-:class:`~fastpld.PrivacyLossDistribution`), and shipped in chunks; each worker process keeps
+How the work is spread: questions are read lazily, a window of ``chunk_size x workers`` at a time;
+in a window, questions with the same schedule and accuracy options are grouped to share one
+composition (answered from one :class:`~fastpld.PrivacyLossDistribution`), and the groups are
+shipped in chunks of ``chunk_size``; each worker process keeps
 fastpld's per-mechanism caches (privacy-loss objects, their moments and MGF grids) across all the
 chunks it receives.  An answer is bitwise the answer of :func:`answer` on that question alone:
 fastpld's compositions do not depend on caches, threads or call order.  A worker that dies (killed,
