@@ -121,11 +121,12 @@ class Probe:
     block runs.  CPU seconds are what each process consumed since the block began (a process
     that ends between samples loses at most ``period`` of it)."""
 
-    def __init__(self, period=0.1):
+    def __init__(self, period=0.5):
         self.period = period
         self.peak = {}
         self.cpu0 = {}
         self.cpu = {}
+        self.own_cpu = 0.0
         self._stop = threading.Event()
 
     def _sample(self, first=False):
@@ -142,6 +143,7 @@ class Probe:
     def _loop(self):
         while not self._stop.wait(self.period):
             self._sample()
+        self.own_cpu = time.thread_time()  # this sampler's CPU: not the batch's, subtracted below
 
     def __enter__(self):
         try:  # reset this process's high-water mark so that its peak is this run's
@@ -188,7 +190,8 @@ def run_one(name, questions, workers, client):
                 os.environ["FASTPLD_NUM_THREADS"] = old
     pids = {int(r["worker"].rsplit(":", 1)[1]) for r in recs if r["worker"]}
     workers_cpu = [mem.cpu.get(pid, 0.0) for pid in pids if pid != os.getpid()]
-    cpu = {"this_process": mem.cpu.get(os.getpid(), 0.0), "workers": sorted(workers_cpu, reverse=True)}
+    cpu = {"this_process": mem.cpu.get(os.getpid(), 0.0) - mem.own_cpu, "sampler": mem.own_cpu,
+           "workers": sorted(workers_cpu, reverse=True)}
     return dt, recs, {pid: mem.peak.get(pid) for pid in pids}, cpu
 
 
@@ -221,12 +224,16 @@ def main(argv=None):
         except ImportError:
             print("dask.distributed is not installed: the dask runner is skipped (pip install 'fastpld[dask]')")
             runners.remove("dask")
-        else:
-            cluster = distributed.LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
-                                               host="127.0.0.1", dashboard_address="127.0.0.1:0",
-                                               env={"FASTPLD_NUM_THREADS": "1"})
-            client = distributed.Client(cluster)
-            client.run(lambda: __import__("fastpld.batch"))  # a long-lived cluster has fastpld imported
+
+    def start_cluster():
+        # only around the dask runs: its scheduler and nannies live in this process and take ~5% of a
+        # core even when idle, which would count as this process's CPU in the other runners
+        cl = distributed.LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
+                                      host="127.0.0.1", dashboard_address="127.0.0.1:0",
+                                      env={"FASTPLD_NUM_THREADS": "1"})
+        c = distributed.Client(cl)
+        c.run(lambda: __import__("fastpld.batch"))  # a long-lived cluster has fastpld imported
+        return cl, c
 
     # warm this process too (imports, FFTW plans for the common lengths), as the workers warm up in their run
     batch.answer_many(workloads["histories"][:5] + workloads["sweep"][:1], serial=True)
@@ -240,6 +247,8 @@ def main(argv=None):
             reference = None
             for name in runners:
                 times, mem, cpus = [], {}, []
+                if name == "dask":
+                    cluster, client = start_cluster()
                 for _ in range(args.repeat):
                     dt, recs, m, cpu = run_one(name, qs, args.workers, client)
                     times.append(dt)
@@ -253,6 +262,10 @@ def main(argv=None):
                     identical = stripped == reference
                     if not identical:
                         raise SystemExit(f"{wname}/{name}: records differ from the first runner's")
+                if client is not None:
+                    client.close()
+                    cluster.close()
+                    cluster = client = None
                 failed = sum(not r["ok"] for r in recs)
                 t = statistics.median(times)
                 # the busiest process's CPU seconds: the wall time on otherwise idle cores
