@@ -3,6 +3,7 @@
 Nothing about speed is asserted (timings live in benchmarks/).  Skipped when the peers or
 matplotlib are not installed.
 """
+import importlib.util
 import json
 import math
 import os
@@ -115,3 +116,23 @@ def test_bench_accountant_small(tmp_path):
     rows = res["accountant"]
     assert [(r["k"], r["lookahead"]) for r in rows] == [(300, 1e-3), (300, 0.0)]
     assert all(_finite(r["median_ms"]) and r["median_ms"] > 0 for r in rows)
+
+
+def test_bench_batch_quick(tmp_path):
+    # the batch benchmark end to end at small sizes (serial and local processes; Dask if installed):
+    # every runner's records equal the serial ones (the script exits non-zero otherwise)
+    out = tmp_path / "batch.json"
+    runners = "serial,processes" + (",dask" if importlib.util.find_spec("distributed") else "")
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_batch.py"), "--users", "12",
+                        "--sweep", "3", "--runners", runners, "--out", str(out)], capture_output=True, text=True,
+                       timeout=600, cwd=ROOT, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    assert "| histories | processes | 12 |" in p.stdout and "| sweep | serial | 3 |" in p.stdout
+    res = json.loads(out.read_text())
+    rows = {(r["workload"], r["runner"]): r for r in res["rows"]}
+    assert set(rows) == {(w, r) for w in ("histories", "sweep") for r in runners.split(",")}
+    for r in rows.values():
+        assert r["identical_to_first"] and r["failed"] == 0
+        assert _finite(r["seconds"]) and r["seconds"] > 0 and _finite(r["throughput"])
+        assert r["processes"] >= 1 and all(_finite(v) and v > 0 for v in r["peak_rss_mb_per_process"])
+    assert rows[("histories", "processes")]["processes"] <= 2

@@ -11,6 +11,7 @@ Bounds(lower=..., estimate=..., upper=...)
 """
 from ._fft import available_backends, get_backend, set_backend
 from .accountant import PrivacyAccountant
+from .batch import answer_many
 from .calibrate import calibrate, find_noise_multiplier, find_sampling_probability, find_steps
 from .calibrate import CalibrationWarning
 from .compose import compose, default_threads
@@ -36,6 +37,7 @@ __all__ = [
     "compose",
     "default_threads",
     "PrivacyAccountant",
+    "answer_many",
     "calibrate",
     "find_noise_multiplier",
     "find_sampling_probability",

@@ -1,4 +1,4 @@
-"""Command line: ``fastpld epsilon | delta | calibrate | plot | tradeoff``.
+"""Command line: ``fastpld epsilon | delta | calibrate | plot | tradeoff | batch``.
 
 Examples::
 
@@ -10,6 +10,7 @@ Examples::
     fastpld plot --sigma 1.0 --sampling-probability 0.01 --steps-grid 100,1000,10000 --delta 1e-5 -o eps.png
     fastpld tradeoff --sigma 1.0 --sampling-probability 0.01 --steps 1000 --fpr 1e-4,1e-3,0.01 --json
     fastpld plot --tradeoff --sigma 1.0 --sampling-probability 0.01 --steps 1000 -o tradeoff.png
+    fastpld batch questions.jsonl -o answers.jsonl --workers 2
 
 The mechanism is chosen by exactly one of ``--sigma`` (Gaussian),
 ``--laplace-scale``, ``--pure-dp EPS``, ``--randomized-response EPS``
@@ -22,11 +23,18 @@ prints ``{"tradeoff": [{"fpr", "tpr", "beta"}, ...], "advantage", "gdp_mu", "par
 
 Bad input prints one line naming the parameter (``fastpld: error: ...``) and
 exits with status 2, also for argument-parsing errors.
+
+``fastpld batch`` answers a JSON-lines file of questions (see :mod:`fastpld.batch`)
+on local processes, in this process (``--serial``) or on a Dask cluster
+(``--scheduler tcp://...``), and writes one JSON record per question, in input
+order unless ``--as-completed``.  A failed question is a record with ``"ok": false``
+and its ``error``; the batch goes on and exits with status 3 if any failed.
 """
 from __future__ import annotations
 
 import argparse
 import decimal
+import importlib.util
 import json
 import math
 import sys
@@ -180,6 +188,16 @@ def build_parser() -> argparse.ArgumentParser:
                     help="type-I errors over which the Gaussian-DP mu is taken (default: where the "
                          "certificate resolves the curve)")
     _add_budget(pt)
+    pb = sub.add_parser("batch", help="answer a JSON-lines file of questions (see fastpld.batch)")
+    pb.add_argument("questions", help="JSON-lines file of questions ('-': standard input)")
+    pb.add_argument("-o", "--output", default="-", help="JSON-lines file of answers (default: standard output)")
+    pb.add_argument("--scheduler", help="run on this Dask scheduler (tcp://host:port; needs fastpld[dask])")
+    pb.add_argument("--workers", type=int, help="local worker processes (default: the CPUs available)")
+    pb.add_argument("--serial", action="store_true", help="answer in this process, no workers")
+    pb.add_argument("--as-completed", action="store_true", help="write answers as they complete (default: input order)")
+    pb.add_argument("--chunk-size", type=int, help="distinct compositions per chunk sent to a worker")
+    pb.add_argument("--no-progress", action="store_true",
+                    help="no progress bar (default: one on a terminal's stderr when tqdm is installed)")
     return parser
 
 
@@ -391,6 +409,53 @@ class _MissingDependency(Exception):
     pass
 
 
+class _SomeFailed(Exception):
+    pass
+
+
+def _run_batch(args):
+    from . import batch
+
+    if args.serial and args.scheduler:
+        raise ValueError("give either --serial or --scheduler, not both")
+    progress = False
+    if not args.no_progress and sys.stderr.isatty():
+        progress = importlib.util.find_spec("tqdm") is not None
+    client = None
+    if args.scheduler:
+        if importlib.util.find_spec("distributed") is None:
+            raise _MissingDependency("--scheduler needs dask.distributed: pip install 'fastpld[dask]'")
+        client = args.scheduler
+    try:
+        src = sys.stdin if args.questions == "-" else open(args.questions, encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(f"questions: cannot read {args.questions!r}: {exc}") from None
+    try:
+        try:
+            out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")
+        except OSError as exc:
+            raise ValueError(f"--output: cannot write {args.output!r}: {exc}") from None
+        n = failed = 0
+        try:
+            for rec in batch.run(batch.read_jsonl(src), client=client, workers=args.workers, serial=args.serial,
+                                 ordered=not args.as_completed, chunk_size=args.chunk_size, progress=progress):
+                out.write(json.dumps(rec) + "\n")
+                n += 1
+                failed += not rec["ok"]
+        finally:
+            if out is not sys.stdout:
+                out.close()
+            else:
+                out.flush()
+    finally:
+        if src is not sys.stdin:
+            src.close()
+    print(f"fastpld batch: {n - failed} of {n} questions answered"
+          + (f", {failed} failed (records with \"ok\": false carry the error)" if failed else ""), file=sys.stderr)
+    if failed:
+        raise _SomeFailed()
+
+
 def main(argv=None) -> int:
     """Run the command line.
 
@@ -403,7 +468,7 @@ def main(argv=None) -> int:
     -------
     int
         Exit status: 0 on success, 2 on bad input, 1 if an optional
-        dependency is missing.
+        dependency is missing, 3 if some questions of a batch failed.
     """
     parser = build_parser()
     try:
@@ -414,6 +479,8 @@ def main(argv=None) -> int:
             _run_calibrate(args)
         elif args.command == "tradeoff":
             _run_tradeoff(args)
+        elif args.command == "batch":
+            _run_batch(args)
         else:
             _run_plot(args)
     except (_UsageError, ValueError) as exc:
@@ -425,6 +492,8 @@ def main(argv=None) -> int:
     except _MissingDependency as exc:
         print(f"fastpld: error: {exc}", file=sys.stderr)
         return 1
+    except _SomeFailed:
+        return 3
     return 0
 
 
