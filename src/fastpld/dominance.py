@@ -139,36 +139,43 @@ def _integrals(loss, lo, h):
     c1 = np.clip(lo + h, s_lo, s_hi) - lo
     c1 = np.maximum(c1, c0)
     a, a_err, n, n_err, b, b_err = _panels(loss, lo, c0, c1)
-    # an interval holding a support end: the integral in u = log(distance to the end), where the
-    # density of a subsampled loss is smooth (f(y) dy = f(end +- e^u) e^u du), on panels of width
-    # 1/4 down to e^-45 of the interval; what lies closer to the end is bounded by the CDF (or
-    # survival function) there
+    # an interval holding a support end, or within one mesh of it: the integral in u = log(distance
+    # to the end), where the density of a subsampled loss is smooth (f(y) dy = f(end +- e^u) e^u du),
+    # on panels of width _U_STEP from the interval's far edge down to e^-45 of its distance (clipped
+    # at its near edge); what lies closer to the end is bounded by the CDF (or survival function)
     done = np.zeros(lo.size, dtype=bool)
     for side in (0, 1):
-        at_end = (lo < s_lo) if side == 0 else (lo + h > s_hi)
-        bad = np.flatnonzero(at_end & (c1 > c0) & ((a_err > _REFINE_REL * a) | (n_err > _REFINE_REL * n)
-                                                     | (b_err > _REFINE_REL * b)))
+        near_end = (lo - h < s_lo) if side == 0 else (lo + 2 * h > s_hi)
+        bad = np.flatnonzero(near_end & (c1 > c0) & ((a_err > _REFINE_REL * a) | (n_err > _REFINE_REL * n)
+                                                       | (b_err > _REFINE_REL * b)))
         if bad.size == 0:
             continue
-        end = c0[bad] if side == 0 else c1[bad]
-        span = (c1 - c0)[bad]
-        u = -_U_STEP * np.arange(int(45 / _U_STEP) + 1)  # 0 .. -45 (relative to log span)
+        # offsets (from lo) of the end, and the distances of the interval's far and near edges from it
+        end = (s_lo - lo[bad]) if side == 0 else (s_hi - lo[bad])
+        d_far = (c1[bad] - end) if side == 0 else (end - c0[bad])
+        d_near = np.maximum((c0[bad] - end) if side == 0 else (end - c1[bad]), 0.0)
+        with np.errstate(divide="ignore"):
+            u_near = np.log(d_near / d_far)  # (-inf where the end is inside)
+        u = -_U_STEP * np.arange(int(45 / _U_STEP) + 1)  # 0 .. -45 (relative to log d_far)
+        top = np.maximum(u[None, :-1], u_near[:, None])  # each panel clipped at the near edge
+        bot = np.maximum(u[None, 1:], u_near[:, None])
+        half = 0.5 * (top - bot)
         res = []
         for x, w in (_GL5, _GL4):
-            uu = u[1:, None] + 0.5 * _U_STEP * (1.0 + x)[None, :]  # nodes inside each u-panel
-            d = span[:, None, None] * np.exp(uu)[None, :, :]  # distances to the end
+            uu = bot[:, :, None] + half[:, :, None] * (1.0 + x)[None, None, :]
+            d = d_far[:, None, None] * np.exp(uu)
             t = end[:, None, None] + (d if side == 0 else -d)  # offsets from lo
             f = np.asarray(loss.pdf((lo[bad, None, None] + t).ravel()), dtype=np.float64).reshape(t.shape)
-            f = f * d * (0.5 * _U_STEP)  # dy = d du; the half-width of a u-panel
+            f = f * d * half[:, :, None]  # dy = d du
             res.append(((f * w).sum(axis=(1, 2)), (f * -np.expm1(-t) * w).sum(axis=(1, 2)),
                         (f * np.exp(-t) * w).sum(axis=(1, 2))))
         (a5, n5, b5), (a4, n4, b4) = res
-        near = end + (span * math.exp(-45.0) if side == 0 else -span * math.exp(-45.0))
+        inner = end + (d_far if side == 0 else -d_far) * math.exp(-45.0)
         if side == 0:
-            rest = np.asarray(loss.cdf(lo[bad] + near), dtype=np.float64)
+            rest = np.asarray(loss.cdf(lo[bad] + inner), dtype=np.float64)
         else:
-            rest = np.asarray(loss.sf(lo[bad] + near), dtype=np.float64)
-        rest = np.maximum(rest, 0.0) * (1 + 1e-6)
+            rest = np.asarray(loss.sf(lo[bad] + inner), dtype=np.float64)
+        rest = np.where(np.isfinite(u_near) & (u_near > -45.0), 0.0, np.maximum(rest, 0.0) * (1 + 1e-6))
         a[bad], a_err[bad] = a5, 10.0 * np.abs(a5 - a4) + 16 * _U * a5 + rest
         n[bad], n_err[bad] = n5, 10.0 * np.abs(n5 - n4) + 16 * _U * n5 + rest
         b[bad], b_err[bad] = b5, 10.0 * np.abs(b5 - b4) + 16 * _U * b5 + rest
