@@ -551,7 +551,8 @@ _SHIFT_FACTOR = 3.0
 # --------------------------------------------------------------------------------------
 _REFERENCE_DELTAS = (1e-3, 1e-5, 1e-7, 1e-9)  # where compose_dominance checks the width it reached
 _DEFAULT_ARITY = 16  # growth sqrt(16) = 4 per level: every lattice nested in the next (4: more levels, slower)
-_ARITIES = (_DEFAULT_ARITY, 64, 256)  # tried in turn when a plan's charges do not fit delta_error
+_ARITIES = (_DEFAULT_ARITY, 64, 256)
+_MERGE = 8  # block size of heterogeneous plans (50 distinct parts: 3.5 -> 2.1 s against 4 and 16)  # tried in turn when a plan's charges do not fit delta_error
 
 
 def compose_dominance(dir_parts, events, eps_error: float, delta_error: float, backend, arity: int | None,
@@ -578,7 +579,10 @@ def _compose_dominance(compose_mod, dir_parts, events, eps_error, delta_error, b
                        threads):
     budgets = compose_mod._Budgets(eps=eps_error, delta=delta_error, eta=delta_error, trunc=0.3 * delta_error,
                                    wrap=0.3 * delta_error, fp=0.4 * delta_error)
-    plans = [(name, parts, compose_mod._build_plan(parts, "recursive", arity)) for name, parts in dir_parts]
+    # many distinct parts: grouped into blocks (one mesh group per level), as the coupling planner does
+    plans = [(name, parts, compose_mod._build_plan(parts, "recursive", arity,
+                                                   merge=_MERGE if len(parts) > _MERGE else None))
+             for name, parts in dir_parts]
     scale = 1.0
     for attempt in range(2):
         jobs = []
