@@ -26,7 +26,6 @@ from __future__ import annotations
 import functools
 import importlib
 import math
-import threading
 
 import numpy as np
 
@@ -102,29 +101,23 @@ def _continuous_grid(loss: ContinuousLoss, h: float, tail: float, max_buckets: i
     out = np.asarray(loss.cdf(e[:1]), dtype=np.float64)[0] + np.asarray(loss.sf(e[-1:]), dtype=np.float64)[0]
     # (the CDF is computed at a point within cdf_shift of the window's end: the mass in between, at
     # most that distance times the density there, is charged too)
-    shift = loss.cdf_shift(max(abs(float(e[0])), abs(float(e[-1])))) if hasattr(loss, "cdf_shift") else 0.0
+    shift = loss.cdf_shift(max(abs(float(e[0])), abs(float(e[-1]))))
     dens = float(np.max(np.asarray(loss.pdf(np.array([e[0], e[-1]])), dtype=np.float64)))
     truncated = float(out) * (1 + 8 * loss.cdf_rel_error) + 4 * shift * dens
     return e, atoms, truncated
 
 
-def _interval_integrals(loss, lo, h, want_b):
-    """See :func:`_integrals`: ``(A, A_err, N, N_err)``, or with ``want_b`` ``(A, A_err, B, B_err)``.
-    The two leaves of one loss and mesh share one evaluation (the last few are kept)."""
-    key = (id(loss), float(h), float(lo[0]), lo.size)
-    hit = _INTEGRALS.get(key)
+def _leaf_data(loss, h: float, tail: float, max_buckets: int, native: bool, memo: dict | None):
+    """:func:`_continuous_grid` and :func:`_integrals` of a leaf.  ``memo`` (one composition's, shared
+    by its two chains, dropped with it) keeps them for the other chain's leaf of the same loss and mesh."""
+    key = (id(loss), float(h), float(tail))
+    hit = memo.get(key) if memo is not None else None
     if hit is None or hit[0] is not loss:
-        hit = (loss, _integrals(loss, lo, h))
-        with _INTEGRALS_LOCK:
-            while len(_INTEGRALS) >= 4:
-                _INTEGRALS.pop(next(iter(_INTEGRALS)))
-            _INTEGRALS[key] = hit
-    a, a_err, n, n_err, b, b_err = hit[1]
-    return (a, a_err, b, b_err) if want_b else (a, a_err, n, n_err)
-
-
-_INTEGRALS: dict = {}
-_INTEGRALS_LOCK = threading.Lock()
+        e, atoms, truncated = _continuous_grid(loss, h, tail, max_buckets, native)
+        hit = (loss, e, atoms, truncated, _integrals(loss, e[:-1], h))
+        if memo is not None:
+            memo[key] = hit
+    return hit[1:]
 
 
 def _integrals(loss, lo, h):
@@ -194,7 +187,7 @@ def _integrals(loss, lo, h):
 
 
 def _panels(loss, lo, c0, c1):
-    """5- and 4-point rules on the panels ``[lo + c0, lo + c1]`` (see :func:`_interval_integrals`)."""
+    """5- and 4-point rules on the panels ``[lo + c0, lo + c1]`` (see :func:`_integrals`)."""
     half = 0.5 * (c1 - c0)
     res = []
     for gl in (_GL5, _GL4):
@@ -220,7 +213,8 @@ def _check_window(total, truncated, err):
             "same distribution)")
 
 
-def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bool = False) -> GridPMF:
+def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bool = False, *,
+             memo: dict | None = None) -> GridPMF:
     """Connect-the-dots leaf: a PMF on a lattice of mesh ``h`` whose privacy curve dominates ``loss``'s.
 
     Each interval ``(e_j, e_j + h]`` of the window sends ``int (1 - e^(e_j - y)) dF(y) / (1 - e^-h)``
@@ -232,9 +226,8 @@ def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bo
     """
     if isinstance(loss, DiscreteLoss):
         return _discrete_leaf(loss, h, max_buckets, upper=True)
-    e, atoms, truncated = _continuous_grid(loss, h, tail, max_buckets, native)
+    e, atoms, truncated, (a, a_err, nu, nu_err, _, _) = _leaf_data(loss, h, tail, max_buckets, native, memo)
     n = e.size
-    a, a_err, nu, nu_err = _interval_integrals(loss, e[:-1], h, want_b=False)
     den = -math.expm1(-h)
     up = np.minimum((nu + nu_err) / den * (1 + 4 * _U), a)
     p = np.zeros(n)
@@ -267,7 +260,8 @@ def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bo
     return pmf
 
 
-def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bool = False) -> GridPMF:
+def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bool = False, *,
+                   memo: dict | None = None) -> GridPMF:
     """A PMF on a lattice of mesh ``h`` whose privacy curve is at most ``loss``'s (the lower chain).
 
     Each interval of the window is merged into one atom that keeps its masses under both
@@ -279,9 +273,7 @@ def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, nati
     """
     if isinstance(loss, DiscreteLoss):
         return _discrete_leaf(loss, h, max_buckets, upper=False)
-    e, atoms, truncated = _continuous_grid(loss, h, tail, max_buckets, native)
-    lo = e[:-1]
-    a5, a_err, b5, b_err = _interval_integrals(loss, lo, h, want_b=True)
+    e, atoms, truncated, (a5, a_err, _, _, b5, b_err) = _leaf_data(loss, h, tail, max_buckets, native, memo)
     a = np.maximum(a5 - a_err, 0.0)  # A-mass, rounded down
     b = b5 + b_err  # B-mass times e^lo, rounded up
     ok = (a > 0) & (b > 0)
@@ -586,13 +578,14 @@ def _compose_dominance(compose_mod, dir_parts, events, eps_error, delta_error, b
     scale = 1.0
     for attempt in range(2):
         jobs = []
+        memo = {}  # the leaves' grids and integrals, shared by the two chains of this attempt
         for name, parts, plan in plans:
             h1 = leaf_mesh(parts, plan, eps_error, scale)
             meshes = dominance_meshes(plan, h1)
             p_inf = -math.expm1(sum(c * math.log1p(-loss.p_inf) for loss, c in parts))
             for upper in (True, False):
                 jobs.append(functools.partial(_run_chain, compose_mod, plan, meshes, budgets, backend, max_buckets,
-                                              p_inf, upper, arity))
+                                              p_inf, upper, arity, memo))
         out = compose_mod._run_jobs(jobs, threads, 0.0)
         upper = {name: out[2 * i] for i, (name, _, _) in enumerate(plans)}
         lower = {name: out[2 * i + 1] for i, (name, _, _) in enumerate(plans)}
@@ -607,8 +600,9 @@ def _compose_dominance(compose_mod, dir_parts, events, eps_error, delta_error, b
     return pld
 
 
-def _run_chain(compose_mod, plan, meshes, budgets, backend, max_buckets, p_inf, upper, arity):
+def _run_chain(compose_mod, plan, meshes, budgets, backend, max_buckets, p_inf, upper, arity, memo):
     leaf_fn, split_fn = (ctd_leaf, ctd_split) if upper else (dominated_leaf, dominated_split)
+    leaf_fn = functools.partial(leaf_fn, memo=memo)
     final, _, _, stages, cert = compose_mod._execute(plan, meshes, budgets, backend, max_buckets,
                                                      leaf_fn=leaf_fn, split_fn=split_fn)
     charges = (cert["truncation"] + cert["wrap"] + cert["roundoff"]) * (1 + 8 * _U)
