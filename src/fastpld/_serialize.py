@@ -14,11 +14,21 @@ import dataclasses
 
 from . import mechanisms as M
 
-__all__ = ["mechanism_to_dict", "mechanism_from_dict"]
+__all__ = ["check_fields", "mechanism_to_dict", "mechanism_from_dict"]
 
 _DATACLASSES = {cls.__name__: cls for cls in (M.Gaussian, M.Laplace, M.PoissonSubsampledGaussian,
                                                M.PoissonSubsampledLaplace, M.PureDP, M.RandomizedResponse,
                                                M.ApproxDP)}
+
+
+def check_fields(where: str, given, allowed, required, suffix: str = "") -> None:
+    """``ValueError`` naming ``where`` if ``given`` has a field outside ``allowed`` or lacks one of ``required``."""
+    unknown = sorted(set(given) - set(allowed))
+    if unknown:
+        raise ValueError(f"{where} has unknown field(s) {unknown}{suffix}")
+    missing = sorted(set(required) - set(given))
+    if missing:
+        raise ValueError(f"{where} lacks field(s) {missing}{suffix}")
 
 
 def mechanism_to_dict(mech: M.Mechanism) -> dict:
@@ -56,12 +66,7 @@ def mechanism_from_dict(data, where: str = "mechanism") -> M.Mechanism:
         names = required = {"values", "probabilities", "p_inf"}
     else:
         raise ValueError(f"{where}.type must be one of {sorted(_DATACLASSES) + ['CustomPMF']}, got {kind!r}")
-    unknown = sorted(set(fields) - names)
-    if unknown:
-        raise ValueError(f"{where} has unknown field(s) {unknown} for {kind}")
-    missing = sorted(required - set(fields))
-    if missing:
-        raise ValueError(f"{where} lacks field(s) {missing} for {kind}")
+    check_fields(where, fields, names, required, f" for {kind}")
     for k, v in fields.items():
         # JSON gives bool, list, dict, None too: only numbers (and strings, which the constructors check) pass
         ok = (isinstance(v, list) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)

@@ -62,7 +62,7 @@ import threading
 from collections import OrderedDict
 
 from . import _validation as V
-from ._serialize import mechanism_from_dict, mechanism_to_dict
+from ._serialize import check_fields, mechanism_from_dict, mechanism_to_dict
 from .compose import DEFAULT_MAX_BUCKETS, METHODS, compose
 from .curve import Bounds, PrivacyLossDistribution
 from .mechanisms import Mechanism
@@ -269,12 +269,7 @@ class PrivacyAccountant:
                              f"reads versions up to {STATE_VERSION}), got {version!r}")
         fields = ("eps_error", "delta_error", "method", "backend", "max_buckets", "cache_size", "lookahead")
         known = {"format", "version", "history", "last", *fields}
-        unknown = sorted(set(state) - known)
-        if unknown:
-            raise ValueError(f"state has unknown field(s) {unknown}")
-        missing = sorted(known - set(state))
-        if missing:
-            raise ValueError(f"state lacks field(s) {missing}")
+        check_fields("state", state, known, known)
         for k in fields:
             if isinstance(state[k], bool):  # JSON true/false would pass the integer checks
                 raise ValueError(f"state.{k} has an invalid value {state[k]!r}")
