@@ -348,16 +348,20 @@ def _upper_epsilon(count, eps_error, delta_errors, target_delta, max_buckets, me
             mech, k = mech
         else:
             k = count
-        for i, de in enumerate(delta_errors):
-            try:
-                pld = compose(mech, k, eps_error=eps_error, delta_error=de, method=method, max_buckets=max_buckets)
-            except _BudgetError:
-                if i + 1 == len(delta_errors):
-                    raise
-                continue
-            return pld.epsilon(target_delta).upper
+        return _compose_widening(mech, k, eps_error, delta_errors, max_buckets, method).epsilon(target_delta).upper
 
     return run
+
+
+def _compose_widening(mech, count, eps_error, delta_errors, max_buckets, method="auto"):
+    """``compose`` with the first of ``delta_errors`` whose composition is not refused for its error
+    budget (the calibration's ladder, :func:`_default_errors`); the last refusal is raised."""
+    for i, de in enumerate(delta_errors):
+        try:
+            return compose(mech, count, eps_error=eps_error, delta_error=de, method=method, max_buckets=max_buckets)
+        except _BudgetError:
+            if i + 1 == len(delta_errors):
+                raise
 
 
 def find_noise_multiplier(target_epsilon: float, target_delta: float, sampling_probability: float, steps: int,

@@ -44,8 +44,8 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from . import _validation as V
-from .calibrate import _default_errors, find_noise_multiplier, find_sampling_probability, find_steps
-from .compose import DEFAULT_MAX_BUCKETS, METHODS, _BudgetError, compose
+from .calibrate import _compose_widening, _default_errors, find_noise_multiplier, find_sampling_probability, find_steps
+from .compose import DEFAULT_MAX_BUCKETS, METHODS, compose
 from .mechanisms import (
     ApproxDP,
     CustomPMF,
@@ -317,15 +317,8 @@ def _compute(p: _Parsed, memo):
         value = find_steps(te, td, f["mechanism"], **common, **extra)
         mech, count = f["mechanism"], value
     # the certified epsilon at the answer, with the errors the calibration used (its own last check)
-    # (the delta errors in the order the calibration tries them while a composition is refused)
     ee, des = _default_errors(te, td, f.get("eps_error"), f.get("delta_error"))
-    for i, de in enumerate(des):
-        try:
-            pld = compose(mech, count, eps_error=ee, delta_error=de, max_buckets=mb)
-            break
-        except _BudgetError:
-            if i + 1 == len(des):
-                raise
+    pld = _compose_widening(mech, count, ee, des, mb)
     _bounds(out, pld.epsilon(td))
     out["value"] = value
     out["method"] = pld.method
