@@ -22,6 +22,14 @@ extern "C" {
 int fpld_psg_eval(const double *t, ptrdiff_t n, double q, double v, double sd, int remove,
                   double *F, double *S, double *pdf);
 
+/* The dominance leaf's panel rules for the same density (fastpld.dominance._panels): per panel
+ * [lo_i + c0_i, lo_i + c1_i] the 5- and 4-point Gauss-Legendre rules (x5, w5, x4, w4) of int f,
+ * int (1 - e^(lo_i - y)) f and int e^(lo_i - y) f; out[6 n] = {a, a_err, n, n_err, b, b_err} with
+ * err = 10 |I5 - I4| + 16 u I5. */
+int fpld_psg_panels(const double *lo, const double *c0, const double *c1, ptrdiff_t n, double q, double v,
+                    double sd, int remove, const double *x5, const double *w5, const double *x4,
+                    const double *w4, double *out);
+
 /* int g(l)^k dmu(l) over l in [l_lo, l_hi] for k = 1, 2, with g(l) = log(1 - q + q e^l) and
  * mu = (1-q) P + q Q (remove) or P (add), by Gauss-Legendre on equal panels of width <= min(sd, 1)
  * restricted to [-v/2 - 40 sd, v/2 + 40 sd] (outside: mass < e^-800).  x16/w16 and x8/w8 are

@@ -107,6 +107,65 @@ def test_leaves_bracket_the_mechanism(mech):
         assert np.max(c_up - c_lo) < 3e-3
 
 
+def _bracket_leaves(loss, h, up, lo, eps):
+    """The exact curve of one copy bracketed by the CDF's masses on a 5e-6 grid (rounded down and up),
+    against the two leaves' curves."""
+    ys = np.arange(up.offset - h, up.offset + h * up.probs.size, 5e-6)
+    w = np.diff(np.asarray(loss.cdf(ys)))
+    t_lo, t_hi = curve(ys[:-1], w, eps), curve(ys[1:], w, eps)
+    c_up = curve(up.values, up.probs, eps)
+    c_lo = curve(lo.values, lo.probs * lo.mass, eps)
+    assert np.all(c_up >= t_lo - up.truncated - up.tv - 1e-13)
+    assert np.all(c_lo <= t_hi + 1e-13)
+    return c_up, c_lo
+
+
+@pytest.mark.parametrize("sigma,q", [(0.8, 0.001), (1.0, 0.01)])
+def test_leaves_with_thin_tail_cells_bracket_the_mechanism(sigma, q, monkeypatch):
+    # a small sampling rate: most of the window is a thin tail, merged into cells of _BLOCK intervals
+    for loss in fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses().values():
+        h = 0.002
+        e, _, _ = D._continuous_grid(loss, h, 1e-14, 1 << 24, False)
+        starts, sizes = D._tail_blocks(loss, e, h)
+        assert (sizes == D._BLOCK).sum() > 3  # the tails are merged ...
+        cover = np.zeros(e.size - 1, dtype=int)
+        for s0, m in zip(starts, sizes):
+            cover[s0:s0 + m] += 1
+        assert (cover == 1).all()  # ... and every interval lies in exactly one cell
+        # a merged cell holds at most the thin-tail mass beyond its nearer end
+        tau = D._BLOCK_SHARE * h / D._BLOCK
+        merged = starts[sizes > 1]
+        beyond = np.minimum(np.asarray(loss.sf(e[merged])), np.asarray(loss.cdf(e[merged + D._BLOCK])))
+        assert np.all(beyond <= tau)
+        eps = np.linspace(-0.5, 3.0, 701)
+        c_up, c_lo = _bracket_leaves(loss, h, D.ctd_leaf(loss, h, 1e-14), D.dominated_leaf(loss, h, 1e-14), eps)
+        # the merged cells cost next to nothing in accuracy: the gap between the leaves as with fine cells only
+        monkeypatch.setattr(D, "_BLOCK", 1 << 40)
+        f_up, f_lo = _bracket_leaves(loss, h, D.ctd_leaf(loss, h, 1e-14), D.dominated_leaf(loss, h, 1e-14), eps)
+        monkeypatch.undo()
+        assert np.max(c_up - c_lo) <= np.max(f_up - f_lo) * 1.001 + 1e-9
+        assert np.max(np.abs(c_up - f_up)) < 1e-3 * np.max(f_up - f_lo) + 1e-9
+
+
+@pytest.mark.skipif(D._kernels._leaf is None, reason="compiled leaf kernels not built")
+@pytest.mark.parametrize("sigma,q", [(1.0, 0.01), (0.5, 1e-4), (5.0, 0.1)])
+def test_compiled_panels_agree_with_their_reference(sigma, q, monkeypatch):
+    rng = np.random.default_rng(3)
+    for loss in fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses().values():
+        lo = np.sort(rng.uniform(-3.0, 4.0, 400))
+        c0 = np.where(rng.random(400) < 0.3, rng.uniform(0, 1e-3, 400), 0.0)
+        c1 = c0 + rng.choice([3e-4, 3e-4, 1e-2], 400)
+        got = D._panels(loss, lo, c0, c1)
+        monkeypatch.setattr(D._kernels, "_core", None)  # the numpy rules
+        ref = D._panels(loss, lo, c0, c1)
+        monkeypatch.undo()
+        for g, r in zip(got[::2], ref[::2]):  # the integrals: same terms, sums in another order (and
+            # the density through another libm's exp/log: a few ulps, amplified by z^2 near z ~ 10)
+            np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-300)
+        for g, r, i5 in zip(got[1::2], ref[1::2], ref[::2]):  # the error bounds: the same to their rounding
+            np.testing.assert_allclose(g, r, rtol=1e-6, atol=1e-12 * np.max(i5) + 1e-300)
+
+
 @pytest.mark.parametrize("backend", [b for b in ("native", "numpy") if b in _fft.available_backends()])
 @pytest.mark.parametrize("sigma,k", [(30.0, 10_000), (2.0, 16), (5.0, 1000)])
 def test_gaussian_oracle(backend, sigma, k):

@@ -188,18 +188,22 @@ def subsampled_ginv(t, q: float, want_dl: bool = False):
     return l, dl
 
 
-def psg_eval(t: np.ndarray, q: float, v: float, sd: float, remove: bool, want_pdf: bool = True):
+def psg_eval(t: np.ndarray, q: float, v: float, sd: float, remove: bool, want_pdf: bool = True,
+             want_cdf: bool = True):
     """``(F, S, pdf)`` of the Poisson-subsampled Gaussian privacy loss at ``t``.
 
     The pair is ``P = N(-v/2, v)``, ``Q = N(v/2, v)`` for ``L`` (``sd = sqrt(v)``);
     ``remove``: ``Y = log(1 - q + q e^L)`` with ``L ~ (1-q) P + q Q``, else
     ``Y = -log(1 - q + q e^L)`` with ``L ~ P`` (see
-    :class:`fastpld.mechanisms.SubsampledLoss`).  ``pdf`` is ``None`` unless ``want_pdf``.
+    :class:`fastpld.mechanisms.SubsampledLoss`).  ``pdf`` is ``None`` unless ``want_pdf``; the
+    compiled kernel skips the normal probabilities (``F``, ``S`` are then ``None``) unless ``want_cdf``.
     """
     t = np.ascontiguousarray(t, dtype=np.float64)
     if _core is not None and _leaf is not None:  # (tests set _core = None to run every reference)
-        F, S, P = _leaf.psg_eval(t.ravel(), float(q), float(v), float(sd), bool(remove), bool(want_pdf))
-        return F.reshape(t.shape), S.reshape(t.shape), (None if P is None else P.reshape(t.shape))
+        F, S, P = _leaf.psg_eval(t.ravel(), float(q), float(v), float(sd), bool(remove), bool(want_pdf),
+                                 bool(want_cdf))
+        shape = lambda a: None if a is None else a.reshape(t.shape)
+        return shape(F), shape(S), shape(P)
     if not (0 < q < 1 and v > 0 and sd > 0):
         raise ValueError("psg_eval: invalid argument")
     tt = t if remove else -t

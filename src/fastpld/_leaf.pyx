@@ -15,26 +15,51 @@ cnp.import_array()
 cdef extern from "fastpld_leaf.h" nogil:
     int fpld_psg_eval(const double *t, Py_ssize_t n, double q, double v, double sd, int remove,
                       double *F, double *S, double *pdf)
+    int fpld_psg_panels(const double *lo, const double *c0, const double *c1, Py_ssize_t n, double q, double v,
+                        double sd, int remove, const double *x5, const double *w5, const double *x4,
+                        const double *w4, double *out)
     int fpld_psg_moments(double l_lo, double l_hi, double q, double v, double sd, int remove,
                          const double *x16, const double *w16, const double *x8, const double *w8, double *out)
     int fpld_psg_moments16(double l_lo, double l_hi, double q, double v, double sd, int remove,
                            const double *x16, const double *w16, double *out)
 
 
-def psg_eval(const double[::1] t, double q, double v, double sd, bint remove, bint want_pdf=True):
-    """``(F, S, pdf)`` at ``t`` (``pdf`` is ``None`` unless ``want_pdf``)."""
+def psg_eval(const double[::1] t, double q, double v, double sd, bint remove, bint want_pdf=True,
+             bint want_cdf=True):
+    """``(F, S, pdf)`` at ``t`` (``pdf`` is ``None`` unless ``want_pdf``, ``F`` and ``S`` unless ``want_cdf``)."""
     cdef Py_ssize_t n = t.shape[0]
-    F = np.empty(n, dtype=np.float64)
-    S = np.empty(n, dtype=np.float64)
+    F = np.empty(n if want_cdf else 0, dtype=np.float64)
+    S = np.empty(n if want_cdf else 0, dtype=np.float64)
     P = np.empty(n if want_pdf else 0, dtype=np.float64)
     cdef double[::1] fv = F, sv = S, pv = P
     cdef int status = 0
     if n:
         with nogil:
-            status = fpld_psg_eval(&t[0], n, q, v, sd, remove, &fv[0], &sv[0], &pv[0] if want_pdf else NULL)
+            status = fpld_psg_eval(&t[0], n, q, v, sd, remove, &fv[0] if want_cdf else NULL,
+                                   &sv[0] if want_cdf else NULL, &pv[0] if want_pdf else NULL)
     if status != 0:
         raise ValueError("psg_eval: invalid argument")
-    return F, S, (P if want_pdf else None)
+    return (F if want_cdf else None), (S if want_cdf else None), (P if want_pdf else None)
+
+
+def psg_panels(const double[::1] lo, const double[::1] c0, const double[::1] c1, double q, double v, double sd,
+               bint remove, const double[::1] x5, const double[::1] w5, const double[::1] x4,
+               const double[::1] w4):
+    """``(a, a_err, n, n_err, b, b_err)`` of ``fpld_psg_panels`` (reference: ``fastpld.dominance._panels``)."""
+    cdef Py_ssize_t n = lo.shape[0]
+    if c0.shape[0] != n or c1.shape[0] != n or x5.shape[0] != 5 or w5.shape[0] != 5 or x4.shape[0] != 4 \
+            or w4.shape[0] != 4:
+        raise ValueError("psg_panels: need n panels and the 5- and 4-point Gauss-Legendre rules")
+    out = np.empty((6, n), dtype=np.float64)
+    cdef double[:, ::1] ov = out
+    cdef int status = 0
+    if n:
+        with nogil:
+            status = fpld_psg_panels(&lo[0], &c0[0], &c1[0], n, q, v, sd, remove, &x5[0], &w5[0], &x4[0], &w4[0],
+                                     &ov[0, 0])
+    if status != 0:
+        raise ValueError("psg_panels: invalid argument")
+    return tuple(out)
 
 
 def psg_moments(double l_lo, double l_hi, double q, double v, double sd, bint remove,

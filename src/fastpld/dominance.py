@@ -52,6 +52,7 @@ _U = np.finfo(np.float64).eps / 2
 # checks it (an error of ten times their disagreement is charged, as for the partial means)
 _GL5 = np.polynomial.legendre.leggauss(5)
 _GL4 = np.polynomial.legendre.leggauss(4)
+_GL_RULES = tuple(np.ascontiguousarray(a, dtype=np.float64) for a in (*_GL5, *_GL4))
 
 
 def _check_size(n, h, a, b, max_buckets):
@@ -114,10 +115,44 @@ def _leaf_data(loss, h: float, tail: float, max_buckets: int, native: bool, memo
     hit = memo.get(key) if memo is not None else None
     if hit is None or hit[0] is not loss:
         e, atoms, truncated = _continuous_grid(loss, h, tail, max_buckets, native)
-        hit = (loss, e, atoms, truncated, _integrals(loss, e[:-1], h))
+        starts, sizes = _tail_blocks(loss, e, h)
+        hit = (loss, e, atoms, truncated, (starts, sizes), _integrals(loss, e[starts], h * sizes))
         if memo is not None:
             memo[key] = hit
     return hit[1:]
+
+
+_BLOCK = 32  # lattice intervals per cell where the window's tails are thin (see _tail_blocks)
+_BLOCK_SHARE = 1e-3  # a thin tail's mass times its cells' width, against the h^2 of the fine cells
+
+
+def _tail_blocks(loss, e, h: float):
+    """The leaf's cells: ``(starts, sizes)`` in lattice intervals, every interval ``(e_j, e_(j+1)]`` in
+    exactly one cell.  Where the mass beyond a stretch of ``_BLOCK`` intervals (towards the window's
+    nearer end) is at most ``_BLOCK_SHARE h / _BLOCK``, the stretch is one cell; elsewhere each interval
+    is its own.  Connect-the-dots (and the dominated leaf's merge) hold on any cells made of lattice
+    intervals; a cell of width ``w`` moves its mass by at most ``w``, so these cells move the loss by
+    at most ``_BLOCK_SHARE h^2`` in mean, a thousandth of the fine cells' ``h^2 / 12``, while the
+    window's thin tails -- most of it for a small sampling rate -- cost a 32nd of the quadrature."""
+    n = e.size - 1
+    M = _BLOCK
+    nb = n // M
+    if nb < 3:
+        return np.arange(n, dtype=np.int64), np.ones(n, dtype=np.int64)
+    edges = e[np.arange(nb + 1) * M]  # block b is [edges[b], edges[b + 1]]; the last partial block stays fine
+    tau = _BLOCK_SHARE * h / M
+    with np.errstate(all="ignore"):
+        above = np.asarray(loss.sf(edges[:-1]), dtype=np.float64)  # mass beyond the block, upwards
+        below = np.asarray(loss.cdf(edges[1:]), dtype=np.float64)  # and downwards
+    # (the CDF's rounding: its relative error is the loss's cdf_rel_error, far below the margin here)
+    coarse = ((above <= tau) | (below <= tau)) & np.isfinite(above) & np.isfinite(below)
+    if not coarse.any():
+        return np.arange(n, dtype=np.int64), np.ones(n, dtype=np.int64)
+    fine = np.ones(n, dtype=bool)
+    fine[:nb * M] = np.repeat(~coarse, M)
+    starts = np.flatnonzero(fine | (np.arange(n) % M == 0))
+    sizes = np.where(fine[starts], 1, M).astype(np.int64)
+    return starts.astype(np.int64), sizes
 
 
 def _integrals(loss, lo, h):
@@ -187,7 +222,13 @@ def _integrals(loss, lo, h):
 
 
 def _panels(loss, lo, c0, c1):
-    """5- and 4-point rules on the panels ``[lo + c0, lo + c1]`` (see :func:`_integrals`)."""
+    """5- and 4-point rules on the panels ``[lo + c0, lo + c1]`` (see :func:`_integrals`); the
+    subsampled Gaussian's by the compiled ``fpld_psg_panels`` (same terms, sums in another order)."""
+    psg = getattr(loss, "_psg", None)
+    if psg is not None and _kernels._core is not None and _kernels._leaf is not None:
+        return _kernels._leaf.psg_panels(*(np.ascontiguousarray(a, dtype=np.float64) for a in (lo, c0, c1)),
+                                         float(psg[0]), float(psg[1]), float(psg[2]), bool(psg[3]),
+                                         *_GL_RULES)
     half = 0.5 * (c1 - c0)
     res = []
     for gl in (_GL5, _GL4):
@@ -226,13 +267,16 @@ def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bo
     """
     if isinstance(loss, DiscreteLoss):
         return _discrete_leaf(loss, h, max_buckets, upper=True)
-    e, atoms, truncated, (a, a_err, nu, nu_err, _, _) = _leaf_data(loss, h, tail, max_buckets, native, memo)
+    e, atoms, truncated, (starts, sizes), (a, a_err, nu, nu_err, _, _) = _leaf_data(loss, h, tail, max_buckets,
+                                                                                  native, memo)
     n = e.size
     den = -math.expm1(-h)
-    up = np.minimum((nu + nu_err) / den * (1 + 4 * _U), a)
+    # (a cell of m intervals: its chord between its end points, e^-(m h) exact to a few u, the
+    # upper share's relative 4 u covers it)
+    up = np.minimum((nu + nu_err) / np.where(sizes == 1, den, -np.expm1(-h * sizes)) * (1 + 4 * _U), a)
     p = np.zeros(n)
-    p[:-1] += a - up
-    p[1:] += up
+    p[starts] += a - up
+    p[starts + sizes] += up
     # the masses' errors: relative (a factor e^(+-rel) on every mass, which composes into a factor on
     # the curve: charged as such) where they are below _REL_CAP, total variation elsewhere (the
     # far tails, where the rules' relative error grows)
@@ -273,13 +317,24 @@ def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, nati
     """
     if isinstance(loss, DiscreteLoss):
         return _discrete_leaf(loss, h, max_buckets, upper=False)
-    e, atoms, truncated, (a5, a_err, _, _, b5, b_err) = _leaf_data(loss, h, tail, max_buckets, native, memo)
+    e, atoms, truncated, (starts, sizes), (a5, a_err, _, _, b5, b_err) = _leaf_data(loss, h, tail, max_buckets,
+                                                                                    native, memo)
     a = np.maximum(a5 - a_err, 0.0)  # A-mass, rounded down
     b = b5 + b_err  # B-mass times e^lo, rounded up
     ok = (a > 0) & (b > 0)
     # the atom's offset from lo: log(A / B), with A rounded down and B up (its loss only lower)
-    s = np.clip(np.log(a[ok] / b[ok]) - 4 * _U, 0.0, h)
-    idx, ms, ss = [np.flatnonzero(ok)], [a[ok]], [s]
+    s = np.clip(np.log(a[ok] / b[ok]) - 4 * _U, 0.0, h * sizes[ok])
+    j0 = starts[ok]
+    big = sizes[ok] > 1
+    if big.any():
+        # a merged cell of several intervals: its atom lies in interval j0 + k of the cell; the offset
+        # from that interval's start, lowered by its rounding (the loss only lower)
+        k = np.minimum(np.floor(s[big] / h), sizes[ok][big] - 1)
+        sb = s[big] - k * h
+        s[big] = np.clip(sb - 4 * _U * (s[big] + h), 0.0, h * (1 - 4 * _U))
+        j0 = j0.copy()
+        j0[big] += k.astype(np.int64)
+    idx, ms, ss = [j0], [a[ok]], [s]
     if atoms:
         m, m_err = _atom_masses(loss, atoms)
         m = np.maximum(m - m_err, 0.0)  # rounded down
@@ -544,6 +599,8 @@ _SHIFT_FACTOR = 3.0
 _REFERENCE_DELTAS = (1e-3, 1e-5, 1e-7, 1e-9)  # where compose_dominance checks the width it reached
 _DEFAULT_ARITY = 16  # growth sqrt(16) = 4 per level: every lattice nested in the next (4: more levels, slower)
 _ARITIES = (_DEFAULT_ARITY, 64, 256)
+_PILOT_SCALE = 3.0  # the pilot's meshes against the planner's (see _compose_dominance)
+_SCALE_MARGIN = 0.9  # the answer's meshes aim at 0.81 of the width asked for
 _MERGE = 8  # block size of heterogeneous plans (50 distinct parts: 3.5 -> 2.1 s against 4 and 16)  # tried in turn when a plan's charges do not fit delta_error
 
 
@@ -575,8 +632,12 @@ def _compose_dominance(compose_mod, dir_parts, events, eps_error, delta_error, b
     plans = [(name, parts, compose_mod._build_plan(parts, "recursive", arity,
                                                    merge=_MERGE if len(parts) > _MERGE else None))
              for name, parts in dir_parts]
-    scale = 1.0
-    for attempt in range(2):
+    # The planner's model of the shifts (leaf_mesh) is good to a factor of a few only, so a pilot
+    # composition on meshes _PILOT_SCALE times coarser measures the discretisation width, and the
+    # meshes are then scaled for the target: the width is second order in the meshes (checked: it
+    # follows h^2 to within ~10% over a factor of 3 in h).  The pilot costs a fraction of the answer
+    # (its lattices are a third as fine); it is the answer when it already reaches the target.
+    def attempt(scale):
         jobs = []
         memo = {}  # the leaves' grids and integrals, shared by the two chains of this attempt
         for name, parts, plan in plans:
@@ -589,14 +650,27 @@ def _compose_dominance(compose_mod, dir_parts, events, eps_error, delta_error, b
         out = compose_mod._run_jobs(jobs, threads, 0.0)
         upper = {name: out[2 * i] for i, (name, _, _) in enumerate(plans)}
         lower = {name: out[2 * i + 1] for i, (name, _, _) in enumerate(plans)}
-        pld = DominancePLD(upper, lower, eps_error, delta_error, tuple(events), backend.name)
-        # the planner's model of the shifts is good to a factor of a few: where the certified width
-        # of epsilon at the reference deltas exceeds 2 eps_error, compose once more on meshes
-        # scaled for it (the error is second order in the meshes)
+        return DominancePLD(upper, lower, eps_error, delta_error, tuple(events), backend.name)
+
+    try:
+        pld = attempt(_PILOT_SCALE)
+        scale = _PILOT_SCALE
+    except compose_mod._BudgetError:
+        # (the pilot's coarse lattice may be charged more round-off: a lattice-like PMF's spectral
+        # peaks; the planner's meshes then, refusals of which are the caller's)
+        scale = 1.0
+        pld = attempt(scale)
+    for tries in range(2):
         width = pld._reference_width()
-        if attempt or not width > 2.0 * eps_error:
-            return pld
-        scale = 0.95 * math.sqrt(2.0 * eps_error / width)
+        # (each bound within eps_error of the truth: the width within 2 eps_error; a second scaling
+        # only where the first missed by more than 10%)
+        if width <= 2.0 * eps_error * (1.0 if tries == 0 else 1.1) or not math.isfinite(width):
+            break
+        scale *= _SCALE_MARGIN * math.sqrt(2.0 * eps_error / width)
+        try:
+            pld = attempt(scale)
+        except compose_mod._BudgetError:
+            break  # (the last composition is certified, if less accurate than asked: it is the answer)
     return pld
 
 
@@ -635,14 +709,26 @@ class DominancePLD(PrivacyLossDistribution):
         self._ql = {name: _Query(d.pmf, backend == "native") for name, d in lower.items()}
 
     def _reference_width(self) -> float:
-        """Largest certified width of ``epsilon(delta)`` over the reference deltas that certify."""
+        """Largest width of ``epsilon(delta)`` over the reference deltas between the two chains' curves
+        alone: the discretisation's share of the certified width, which the meshes control (the
+        delta charges add to it where ``delta`` is within a few orders of ``delta_error``; they are
+        the budget ``delta_error`` buys, not the meshes')."""
         width = 0.0
         for d in _REFERENCE_DELTAS:
-            try:
-                b = self.epsilon(d)
-            except ValueError:
-                continue
-            width = max(width, b.upper - b.lower)
+            up = lo = -math.inf
+            for name, dr in self.directions.items():
+                pinf = dr.p_inf
+                if d <= pinf:
+                    return math.inf
+                base = np.array([(d - pinf) / (1 - pinf)]) if pinf < 1 else None
+                if base is None:
+                    continue
+                up = max(up, float(self._q[name].epsilon(base)[0]))
+                # (the dominated chain's lost mass is the meshes' doing too: counted)
+                m = math.exp(self.lower_directions[name].certificate["log_mass"])
+                lo = max(lo, float(self._ql[name].epsilon(np.minimum(base / m, 2.0))[0]))
+            if math.isfinite(up) and math.isfinite(lo):
+                width = max(width, max(up, 0.0) - max(lo, 0.0))
         return width
 
     def delta(self, epsilon) -> Bounds:

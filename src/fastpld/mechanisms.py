@@ -824,7 +824,7 @@ class SubsampledLoss(ContinuousLoss):
     def pdf(self, t):
         t = np.asarray(t, dtype=np.float64)
         if self._psg is not None:
-            return _kernels.psg_eval(t, *self._psg)[2]
+            return _kernels.psg_eval(t, *self._psg, want_cdf=False)[2]
         q = self.q
         sgn = 1.0 if self.direction == "remove" else -1.0
         tt = sgn * t
