@@ -248,3 +248,42 @@ def test_bad_queries_are_refused():
         pld.delta(-1.0)
     with pytest.raises(ValueError, match="too small"):
         pld.epsilon(1e-300)
+
+
+@pytest.mark.parametrize("sigma,k", [(2.0, 100), (30.0, 10_000)])
+def test_relative_accuracy_against_the_gaussian_oracle(sigma, k):
+    mu = math.sqrt(k) / sigma
+    pld = fastpld.compose(fastpld.Gaussian(sigma), k, rel_error=1e-3)
+    assert pld.method.startswith("dominance") and pld.rel_error == 1e-3
+    for delta, slack in ((1e-3, 1.0), (1e-5, 1.0), (1e-7, 1.5)):  # (at 1e-7 the delta charges widen it too)
+        b = pld.epsilon(delta)
+        exact = gaussian_epsilon(delta, mu)
+        assert b.lower <= exact <= b.upper
+        assert b.upper - b.lower <= slack * 1e-3 * exact
+
+
+def test_relative_accuracy_arguments_are_checked():
+    g = fastpld.Gaussian(1.0)
+    for bad in (0.0, -1e-3, 1.0, float("nan"), "x"):
+        with pytest.raises(ValueError, match="rel_error"):
+            fastpld.compose(g, 10, rel_error=bad)
+    with pytest.raises(ValueError, match="not both"):
+        fastpld.compose(g, 10, rel_error=1e-3, eps_error=0.1)
+    with pytest.raises(ValueError, match="rel_error"):
+        fastpld.compose(g, 10, rel_error=1e-3, method="glw")
+
+
+def test_hypothesis_testing_views_are_certified():
+    # (the views of a dominance composition come from a coupling composition of the same events:
+    # before, they read the dominating chain alone as if it were a coupled PMF, and collapsed)
+    mu = math.sqrt(10) / 2.0
+    pld = fastpld.compose(fastpld.Gaussian(2.0), 10, eps_error=0.01, delta_error=1e-12, method="dominance")
+    r = pld.renyi(np.array([2.0, 4.0]))
+    ex = np.array([2.0, 4.0]) * mu ** 2 / 2
+    assert np.all(r.lower <= ex) and np.all(ex <= r.upper)
+    from fastpld.fdp import gaussian_tradeoff
+    alpha = np.array([1e-4, 0.01, 0.3])
+    t = pld.tradeoff(alpha)
+    assert np.all(t.lower <= gaussian_tradeoff(mu, alpha)) and np.all(gaussian_tradeoff(mu, alpha) <= t.upper)
+    g = pld.gdp_mu()
+    assert g.mu.lower <= mu * (1 + 1e-9) and mu <= g.mu.upper * (1 + 1e-9)

@@ -110,7 +110,7 @@ COMPOSE_CASES = (
        ("count", lambda: F.compose([(G, 2), (G, -1)])),
        ("count", lambda: F.compose([(G, 1.5)])),
        ("count", lambda: F.compose([(G, True)]))]
-    + [("eps_error", lambda v=v: F.compose(G, 3, eps_error=v)) for v in (0, -0.1, NAN, INF, 11, "0.1", None, True)]
+    + [("eps_error", lambda v=v: F.compose(G, 3, eps_error=v)) for v in (0, -0.1, NAN, INF, 11, "0.1", True)]  # (None: the default)
     + [("delta_error", lambda v=v: F.compose(G, 3, delta_error=v))
        for v in (0, -1e-10, 0.1, 1.0, NAN, INF, 1e-300, "1e-10", None, True)]
     + [("method", lambda v=v: F.compose(G, 3, method=v)) for v in ("fast", "GLW ", None, 3, ["glw"])]

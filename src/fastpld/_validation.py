@@ -91,6 +91,13 @@ def eps_error(value) -> float:
     return v
 
 
+def rel_error(value) -> float:
+    v = positive_float("rel_error", value)
+    if v >= 1:
+        raise ValueError(f"rel_error must be in (0, 1), got {show(value)}")
+    return v
+
+
 def delta_error(value) -> float:
     v = real_float("delta_error", value)
     if not (0 < v < 0.1):

@@ -2510,9 +2510,10 @@ def _run_jobs(jobs, threads, predicted_us):
     return [head] + rest
 
 
-def compose(mechanism, count: int | None = None, *, eps_error: float = 0.1, delta_error: float = 1e-10,
-            method: str = "auto", backend: str | None = None, arity: int | None = None,
-            max_buckets: int = DEFAULT_MAX_BUCKETS, threads: int | None = None) -> PrivacyLossDistribution:
+def compose(mechanism, count: int | None = None, *, eps_error: float | None = None, delta_error: float = 1e-10,
+            rel_error: float | None = None, method: str = "auto", backend: str | None = None,
+            arity: int | None = None, max_buckets: int = DEFAULT_MAX_BUCKETS,
+            threads: int | None = None) -> PrivacyLossDistribution:
     """Compose privacy loss distributions with certified error.
 
     Parameters
@@ -2526,10 +2527,19 @@ def compose(mechanism, count: int | None = None, *, eps_error: float = 0.1, delt
         Target errors: the result ``Z`` satisfies ``|Y - Z| <=_delta_error eps_error``
         for the exact composed privacy loss ``Y``, so that
         ``delta_Z(eps + eps_error) - delta_error <= delta(eps) <= delta_Z(eps - eps_error) + delta_error``.
+        ``eps_error`` defaults to 0.1 (unless ``rel_error`` is given).
+    rel_error : float, optional
+        The accuracy asked relative to epsilon instead of ``eps_error`` (give one of them): the
+        certified interval of ``epsilon(delta)`` at most ``rel_error`` times epsilon wide (so both
+        bounds within ``rel_error`` of the truth, relative), checked at deltas 1e-3 .. 1e-9, for
+        epsilons of at least 0.01 (below: ``rel_error * 0.01``, absolute).  The width counts the
+        discretisation; where ``delta`` is within a few orders of ``delta_error`` the delta charges
+        widen it further.  Certified by dominance: ``method`` "auto" or "dominance".
     method : {"auto", "glw", "two_stage", "recursive", "dominance"}
         ``glw``: one fine grid (Gopi-Lee-Wutschitz); ``two_stage``: Algorithm 2;
         ``recursive``: Algorithm 3 for any ``k`` (``arity`` chooses the branching;
-        default: the cheapest of several); ``auto``: the cheapest predicted plan.
+        default: the cheapest of several); ``auto``: the cheapest predicted plan (with
+        ``eps_error``; with ``rel_error``: the dominance certificate).
         ``dominance``: the recursive plan on a dominating and a dominated PMF, certified
         without an epsilon shift (``docs/dominance.md``); there ``eps_error`` is the accuracy
         asked of each bound of ``epsilon(delta)`` (checked at deltas 1e-3 .. 1e-9) and
@@ -2557,7 +2567,15 @@ def compose(mechanism, count: int | None = None, *, eps_error: float = 0.1, delt
         composition; its arrays are shared and read-only.
     """
     events = _normalise_events(mechanism, count)
-    eps_err = V.eps_error(eps_error)
+    if rel_error is not None:
+        rel_error = V.rel_error(rel_error)
+        if eps_error is not None:
+            raise ValueError("give eps_error or rel_error, not both")
+        if method not in ("auto", "dominance"):
+            raise ValueError(f"rel_error applies to methods 'auto' and 'dominance' (the dominance certificate); "
+                             f"method {method!r} takes an absolute eps_error")
+        method = "dominance"
+    eps_err = V.eps_error(0.1 if eps_error is None else eps_error)
     delta_err = V.delta_error(delta_error)
     if not isinstance(method, str) or method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -2575,12 +2593,13 @@ def compose(mechanism, count: int | None = None, *, eps_error: float = 0.1, delt
 
     def compute():
         with resources.compute_slot():
-            pld = _compose_parts(dir_parts, events, eps_err, delta_err, method, arity, max_buckets, threads, be)
+            pld = _compose_parts(dir_parts, events, eps_err, delta_err, method, arity, max_buckets, threads, be,
+                                 rel_error)
         _mechanisms._refresh_sizes(m for m, _ in events)  # (their MGF grids and tables grew)
         return pld
 
     key = (tuple((name, tuple(parts)) for name, parts in dir_parts), eps_err, delta_err, method, arity, be.name,
-           max_buckets)
+           max_buckets) + ((("rel_error", rel_error),) if rel_error is not None else ())
     try:
         hash(key)
         loss_keys = {_mechanisms._loss_key(m) for m, _ in events}
@@ -2589,11 +2608,11 @@ def compose(mechanism, count: int | None = None, *, eps_error: float = 0.1, delt
     return _answers.answer(key, compute, events, loss_keys)
 
 
-def _compose_parts(dir_parts, events, eps_err, delta_err, method, arity, max_buckets, threads, be):
+def _compose_parts(dir_parts, events, eps_err, delta_err, method, arity, max_buckets, threads, be, rel_error=None):
     """:func:`compose` of validated arguments (``dir_parts``: :func:`_direction_parts` of ``events``)."""
     if method == "dominance":
         from .dominance import compose_dominance  # (a certificate of its own; imported where used)
-        return compose_dominance(dir_parts, events, eps_err, delta_err, be, arity, max_buckets, threads)
+        return compose_dominance(dir_parts, events, eps_err, delta_err, be, arity, max_buckets, threads, rel_error)
     budgets = _Budgets.split(eps_err, delta_err)
     log_term = math.log(2.0 / budgets.eta)
     eps_az = eps_err * (1 - _EPS_RESERVE)

@@ -213,6 +213,8 @@ def _integrals(loss, lo, h):
         if bad.size == 0:
             break
         m = 8 ** level
+        if bad.size * m > _REFINE_MAX_PANELS:
+            break  # (bounded work and memory: the coarser rules' error bounds stand, charged as they are)
         k = np.arange(m + 1) / m
         edges = c0[bad, None] + (c1[bad] - c0[bad])[:, None] * k[None, :]
         sub = _panels(loss, np.repeat(lo[bad], m), edges[:, :-1].ravel(), edges[:, 1:].ravel())
@@ -362,6 +364,7 @@ def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, nati
 _U_STEP = 0.125  # width of the panels in log(distance) at a support end
 _REL_CAP = 1e-10  # a leaf mass's relative error above this is charged as total variation instead
 _REFINE_REL = 1e-13  # an interval whose rules disagree by more (relative) is integrated on finer panels
+_REFINE_MAX_PANELS = 1 << 21  # at most this many finer panels per refinement level (~0.1 GB, ~0.2 s)
 
 _MARGIN = 1e-12  # relative margin of every balance against the rounding of its terms
 
@@ -605,27 +608,60 @@ _MERGE = 8  # block size of heterogeneous plans (50 distinct parts: 3.5 -> 2.1 s
 
 
 def compose_dominance(dir_parts, events, eps_error: float, delta_error: float, backend, arity: int | None,
-                      max_buckets: int, threads: int) -> "DominancePLD":
+                      max_buckets: int, threads: int, rel_error: float | None = None) -> "DominancePLD":
     """Both chains (dominating, dominated) for every direction (``dir_parts``: the grouped parts of
-    ``events`` per direction); see :func:`fastpld.compose`."""
+    ``events`` per direction); see :func:`fastpld.compose`.  ``rel_error``: the accuracy asked is
+    relative (the certified width of ``epsilon(delta)`` at most ``rel_error`` times it, see
+    :func:`_allowed_width`); ``eps_error`` is then only the planner's first guess."""
     compose_mod = importlib.import_module("fastpld.compose")
+    if rel_error is not None:
+        eps_error = rel_error * max(_epsilon_guess(dir_parts), _REL_FLOOR) / 2
     if arity is not None:
         return _compose_dominance(compose_mod, dir_parts, events, eps_error, delta_error, backend, arity,
-                                  max_buckets, threads)
+                                  max_buckets, threads, rel_error)
     # the default arity first; where its nodes' round-off does not fit delta_error (many copies: the
     # first node's charge counts once per instance), larger ones: fewer instances of each node
     first = None
     for a in _ARITIES:
         try:
             return _compose_dominance(compose_mod, dir_parts, events, eps_error, delta_error, backend, a,
-                                      max_buckets, threads)
+                                      max_buckets, threads, rel_error)
         except compose_mod._BudgetError as exc:
             first = first or exc
     raise first
 
 
+def _epsilon_guess(dir_parts) -> float:
+    """A rough epsilon at delta ~1e-5 for the planner's first meshes: the composed loss's mean plus
+    four standard deviations (a normal approximation; 1 where a loss has no moments)."""
+    guess = 0.0
+    for _, parts in dir_parts:
+        try:
+            mu = sum(c * float(loss.mean()) for loss, c in parts)
+            sd = math.sqrt(sum(c * float(loss.std()) ** 2 for loss, c in parts))
+        except (NotImplementedError, AttributeError, TypeError, ValueError):
+            return 1.0
+        if not (math.isfinite(mu) and math.isfinite(sd)):
+            return 1.0
+        guess = max(guess, mu + 4 * sd)
+    return guess
+
+
+def _allowed_width(eps_error: float, rel_error: float | None, eps_lower: float) -> float:
+    """The certified width of ``epsilon(delta)`` asked for where its lower bound is ``eps_lower``:
+    ``2 eps_error`` (each bound within ``eps_error`` of the estimate), or ``rel_error`` times epsilon
+    (each bound within ``rel_error`` of the truth, relative), epsilon taken at least ``_REL_FLOOR``
+    (a relative accuracy of an epsilon near 0 asks nothing meaningful)."""
+    if rel_error is None:
+        return 2.0 * eps_error
+    return rel_error * max(eps_lower, _REL_FLOOR)
+
+
+_REL_FLOOR = 0.01  # epsilons below this are held to rel_error * _REL_FLOOR, absolute
+
+
 def _compose_dominance(compose_mod, dir_parts, events, eps_error, delta_error, backend, arity, max_buckets,
-                       threads):
+                       threads, rel_error=None):
     budgets = compose_mod._Budgets(eps=eps_error, delta=delta_error, eta=delta_error, trunc=0.3 * delta_error,
                                    wrap=0.3 * delta_error, fp=0.4 * delta_error)
     # many distinct parts: grouped into blocks (one mesh group per level), as the coupling planner does
@@ -661,16 +697,15 @@ def _compose_dominance(compose_mod, dir_parts, events, eps_error, delta_error, b
         scale = 1.0
         pld = attempt(scale)
     for tries in range(2):
-        width = pld._reference_width()
-        # (each bound within eps_error of the truth: the width within 2 eps_error; a second scaling
-        # only where the first missed by more than 10%)
-        if width <= 2.0 * eps_error * (1.0 if tries == 0 else 1.1) or not math.isfinite(width):
+        excess = pld._reference_excess(eps_error, rel_error)
+        # (a second scaling only where the first missed by more than 10%)
+        if excess <= (1.0 if tries == 0 else 1.1) or not math.isfinite(excess):
             break
-        scale *= _SCALE_MARGIN * math.sqrt(2.0 * eps_error / width)
-        try:
-            pld = attempt(scale)
-        except compose_mod._BudgetError:
-            break  # (the last composition is certified, if less accurate than asked: it is the answer)
+        scale *= _SCALE_MARGIN * math.sqrt(1.0 / excess)
+        # (finer meshes whose charges do not fit delta_error: refused, as the other methods refuse
+        # an eps_error they cannot reach; auto then takes a coupling plan)
+        pld = attempt(scale)
+    pld.rel_error = rel_error
     return pld
 
 
@@ -708,28 +743,63 @@ class DominancePLD(PrivacyLossDistribution):
         self.lower_directions = lower
         self._ql = {name: _Query(d.pmf, backend == "native") for name, d in lower.items()}
 
-    def _reference_width(self) -> float:
-        """Largest width of ``epsilon(delta)`` over the reference deltas between the two chains' curves
-        alone: the discretisation's share of the certified width, which the meshes control (the
-        delta charges add to it where ``delta`` is within a few orders of ``delta_error``; they are
-        the budget ``delta_error`` buys, not the meshes')."""
-        width = 0.0
+    rel_error = None  #: the relative accuracy asked (``compose(..., rel_error=)``), or None
+
+    # The hypothesis-testing and Renyi views (fastpld.fdp) are certified for the coupling
+    # certificate's PMFs (an epsilon shift and delta charges of one PMF); the two chains here need
+    # bounds of their own (the dominating chain's trade-off curve lies below the truth, the
+    # dominated chain's above it, with its lost mass).  Until those are written, these views are
+    # answered by a coupling composition of the same events at the same errors, made once.
+    def _coupling(self) -> PrivacyLossDistribution:
+        pld = self.__dict__.get("_coupling_pld")
+        if pld is None:
+            from .compose import compose
+            pld = compose(list(self.events), eps_error=self.eps_error, delta_error=self.delta_error,
+                          backend=self.backend)
+            self._coupling_pld = pld
+        return pld
+
+    def tradeoff(self, alpha) -> Bounds:
+        """See :meth:`PrivacyLossDistribution.tradeoff` (answered by a coupling composition)."""
+        return self._coupling().tradeoff(alpha)
+
+    def tpr(self, fpr) -> Bounds:
+        """See :meth:`PrivacyLossDistribution.tpr` (answered by a coupling composition)."""
+        return self._coupling().tpr(fpr)
+
+    def advantage(self) -> Bounds:
+        """See :meth:`PrivacyLossDistribution.advantage` (answered by a coupling composition)."""
+        return self._coupling().advantage()
+
+    def gdp_mu(self, alpha_range: tuple | None = None):
+        """See :meth:`PrivacyLossDistribution.gdp_mu` (answered by a coupling composition)."""
+        return self._coupling().gdp_mu(alpha_range)
+
+    def renyi(self, order) -> Bounds:
+        """See :meth:`PrivacyLossDistribution.renyi` (answered by a coupling composition)."""
+        return self._coupling().renyi(order)
+
+    def _reference_excess(self, eps_error: float, rel_error: float | None = None) -> float:
+        """Largest ratio, over the reference deltas, of the width of ``epsilon(delta)`` between the two
+        chains' curves alone to the width asked (:func:`_allowed_width`): the discretisation's share of
+        the certified width, which the meshes control (the delta charges add to it where ``delta`` is
+        within a few orders of ``delta_error``; they are what ``delta_error`` buys, not the meshes')."""
+        excess = 0.0
         for d in _REFERENCE_DELTAS:
-            up = lo = -math.inf
+            up, lo = -math.inf, 0.0  # (a vacuous lower bound, -inf, is epsilon >= 0: counted as 0)
             for name, dr in self.directions.items():
                 pinf = dr.p_inf
                 if d <= pinf:
                     return math.inf
-                base = np.array([(d - pinf) / (1 - pinf)]) if pinf < 1 else None
-                if base is None:
-                    continue
+                base = np.array([(d - pinf) / (1 - pinf)])
                 up = max(up, float(self._q[name].epsilon(base)[0]))
                 # (the dominated chain's lost mass is the meshes' doing too: counted)
                 m = math.exp(self.lower_directions[name].certificate["log_mass"])
                 lo = max(lo, float(self._ql[name].epsilon(np.minimum(base / m, 2.0))[0]))
-            if math.isfinite(up) and math.isfinite(lo):
-                width = max(width, max(up, 0.0) - max(lo, 0.0))
-        return width
+            if not math.isfinite(up):
+                return math.inf
+            excess = max(excess, (max(up, 0.0) - lo) / _allowed_width(eps_error, rel_error, lo))
+        return excess
 
     def delta(self, epsilon) -> Bounds:
         """Bounds on ``delta(epsilon)``; ``epsilon`` a float >= 0 or an array of them."""
