@@ -1,4 +1,4 @@
-"""Agreement of the compat adapters with the real peer packages (numbers for the README).
+"""Agreement of the compat adapters with the real peer packages (numbers for docs/performance.md).
 
 Run: python benchmarks/compat_agreement.py   (needs dp-accounting, prv-accountant; opacus optional)
 

@@ -3,7 +3,7 @@
 Runs the fastpld part of ``paper_figures.beyond_section`` (the same jobs, order, cold and warm runs and
 medians) without the peers and the memory probes, and prints the ratio of median times at k = 2^30 and
 k = 2^10 per delta_error (issue 6's target: at most 3x).  The full benchmark remains the reference: its
-numbers go into the README.
+numbers go into docs/performance.md.
 
     python benchmarks/scaling_ratio.py [--runs 10] [--repeat 1] [--mechanisms laplace,psg] [--top 30] [--out FILE.json]
 
@@ -27,7 +27,7 @@ import paper_figures as PF  # noqa: E402
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--runs", type=int, default=10, help="runs per point (default 10, as the README's run)")
+    ap.add_argument("--runs", type=int, default=10, help="runs per point (default 10, as the run in docs/performance.md)")
     ap.add_argument("--mechanisms", default=",".join(C.MECHANISMS), help="comma-separated: laplace,psg")
     ap.add_argument("--top", type=int, default=30, choices=(16, 20, 24, 30),
                     help="largest k as a power of two (default 30; the ratio is t(2^top) / t(2^10))")

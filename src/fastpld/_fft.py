@@ -67,6 +67,23 @@ def register_backend(backend: Backend) -> None:
 
 
 def available_backends() -> tuple[str, ...]:
+    """Names of the FFT backends that can run in this process.
+
+    ``"numpy"`` (pocketfft, the reference) is always available; ``"native"`` (cached pyFFTW plans
+    and the compiled kernels) when the compiled core is built and pyFFTW imports.  Asking for this
+    loads the native backend if it has not been loaded yet.
+
+    Returns
+    -------
+    tuple of str
+        For example ``("numpy", "native")``.
+
+    Examples
+    --------
+    >>> import fastpld
+    >>> "numpy" in fastpld.available_backends()
+    True
+    """
     _load_native()
     return tuple(_BACKENDS)
 
@@ -103,14 +120,62 @@ def _default() -> Backend:
 
 
 def get_backend() -> str:
-    """Name of the backend used when ``compose`` is called without ``backend=``."""
+    """Name of the backend used when :func:`fastpld.compose` is called without ``backend=``.
+
+    Until :func:`set_backend` is called this is ``FASTPLD_BACKEND`` if set, else ``"native"`` when
+    available, else ``"numpy"``.
+
+    Returns
+    -------
+    str
+        ``"native"`` or ``"numpy"``.
+
+    Raises
+    ------
+    ValueError
+        If ``FASTPLD_BACKEND`` names no backend.
+
+    Warns
+    -----
+    RuntimeWarning
+        If ``FASTPLD_BACKEND=native`` but the native backend cannot load (numpy is used).
+    """
     if _current[0] is None:
         _current[0] = _default()
     return _current[0].name
 
 
 def set_backend(name: str) -> None:
-    """Select the default backend: ``"native"`` or ``"numpy"``."""
+    """Select the FFT backend :func:`fastpld.compose` uses by default, process-wide.
+
+    Both backends return the same certified answers up to the rounding of their maths libraries
+    (PMFs, estimates and bounds agree to about 1e-9 relative); ``native`` is faster.
+    ``compose(..., backend=...)`` overrides the choice for one call.
+
+    Parameters
+    ----------
+    name : {"native", "numpy"}
+        Backend name (case and surrounding spaces ignored).
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is not a string or names no backend.
+
+    Warns
+    -----
+    RuntimeWarning
+        If ``"native"`` is asked for but cannot load; the numpy backend is selected instead.
+
+    Examples
+    --------
+    >>> import fastpld
+    >>> previous = fastpld.get_backend()
+    >>> fastpld.set_backend("numpy")
+    >>> fastpld.get_backend()
+    'numpy'
+    >>> fastpld.set_backend(previous)
+    """
     if not isinstance(name, str):
         raise ValueError(f"backend must be a string, got {name!r}")
     _load_native()

@@ -373,12 +373,60 @@ def find_noise_multiplier(target_epsilon: float, target_delta: float, sampling_p
     DP-SGD with Poisson sampling rate ``sampling_probability`` for ``steps`` steps:
     the certified upper bound on epsilon at the returned ``sigma`` is
     ``<= target_epsilon``, and ``sigma / (1 + rtol)`` was found infeasible (or is
-    within the stated tolerance).  See :func:`calibrate` for the errors.
+    within the stated tolerance).  See :func:`calibrate` for the search.
 
-    ``sampler``, if given, is ``(sigma, sampling_probability) -> Mechanism``: the step for the
-    batches actually drawn (e.g. ``lambda s, q: SubsampledWithoutReplacement(Gaussian(s), b, n)``),
-    used instead of ``PoissonSubsampledGaussian`` (``neighboring`` then does not apply);
-    ``sampling_probability`` still gives the first guess.
+    Parameters
+    ----------
+    target_epsilon : float
+        Epsilon to meet (``> 0``).
+    target_delta : float
+        Delta at which epsilon is measured, in ``(0, 1)``.
+    sampling_probability : float
+        Poisson sampling rate ``q`` in ``(0, 1]``.
+    steps : int
+        Number of DP-SGD steps (compositions).
+    eps_error, delta_error : float, optional
+        Composition errors; default ``min(0.1, target_epsilon / 20)`` and ``target_delta / 1000``
+        (the latter retried 10x and 100x larger, below ``target_delta / 10``, when :func:`fastpld.compose`
+        refuses it).
+    rtol : float
+        Relative width of the final bracket (default 1%).
+    neighboring : {"add_or_remove", "remove", "add"}
+        Neighbouring directions accounted, as in :class:`fastpld.PoissonSubsampledGaussian`.
+    max_buckets : int
+        Passed to :func:`fastpld.compose`.
+    sampler : callable, optional
+        ``(sigma, sampling_probability) -> Mechanism``: the step for the batches actually drawn
+        (e.g. ``lambda s, q: SubsampledWithoutReplacement(Gaussian(s), b, n)``), used instead of
+        ``PoissonSubsampledGaussian`` (``neighboring`` then does not apply);
+        ``sampling_probability`` still gives the first guess.
+
+    Returns
+    -------
+    float
+        The noise multiplier ``sigma``; the certified upper bound on ``epsilon(target_delta)`` after
+        ``steps`` steps at ``sigma`` is ``<= target_epsilon``.
+
+    Raises
+    ------
+    ValueError
+        If an argument is invalid (naming it), or the target cannot be certified for any noise
+        multiplier up to 1e6.
+
+    Warns
+    -----
+    CalibrationWarning
+        If the search ended against a limit (a refused composition), so that the answer, while
+        feasible, may be further than ``rtol`` from the smallest feasible ``sigma``.
+
+    Examples
+    --------
+    >>> import fastpld
+    >>> sigma = fastpld.find_noise_multiplier(3.0, 1e-5, sampling_probability=0.01, steps=1000)
+    >>> pld = fastpld.compose(fastpld.PoissonSubsampledGaussian(sigma, 0.01), 1000, eps_error=0.1,
+    ...                       delta_error=1e-8)
+    >>> pld.epsilon(1e-5).upper <= 3.0
+    True
     """
     te, td = _targets(target_epsilon, target_delta)
     q = V.probability("sampling_probability", sampling_probability, open_low=True)
@@ -416,7 +464,49 @@ def find_sampling_probability(target_epsilon: float, target_delta: float, noise_
                               max_buckets: int = DEFAULT_MAX_BUCKETS) -> float:
     """Largest Poisson sampling rate (within ``rtol``) meeting the target for ``steps`` DP-SGD steps.
 
-    Returns 1.0 if even full-batch training meets the target.
+    Parameters
+    ----------
+    target_epsilon : float
+        Epsilon to meet (``> 0``).
+    target_delta : float
+        Delta at which epsilon is measured, in ``(0, 1)``.
+    noise_multiplier : float
+        Noise multiplier ``sigma > 0`` of each step.
+    steps : int
+        Number of DP-SGD steps (compositions).
+    eps_error, delta_error : float, optional
+        Composition errors; default ``min(0.1, target_epsilon / 20)`` and ``target_delta / 1000``
+        (the latter retried 10x and 100x larger, below ``target_delta / 10``, when :func:`fastpld.compose`
+        refuses it).
+    rtol : float
+        Relative width of the final bracket (default 1%).
+    neighboring : {"add_or_remove", "remove", "add"}
+        Neighbouring directions accounted, as in :class:`fastpld.PoissonSubsampledGaussian`.
+    max_buckets : int
+        Passed to :func:`fastpld.compose`.
+
+    Returns
+    -------
+    float
+        The sampling rate ``q`` (``1.0`` if even full-batch training meets the target); the certified
+        upper bound on ``epsilon(target_delta)`` at ``q`` is ``<= target_epsilon``.
+
+    Raises
+    ------
+    ValueError
+        If an argument is invalid (naming it), or no sampling rate down to 1e-9 meets the target.
+
+    Warns
+    -----
+    CalibrationWarning
+        If the search ended against a limit (a refused composition).
+
+    Examples
+    --------
+    >>> import fastpld
+    >>> q = fastpld.find_sampling_probability(3.0, 1e-5, noise_multiplier=1.0, steps=1000)
+    >>> 0 < q <= 1
+    True
     """
     te, td = _targets(target_epsilon, target_delta)
     sigma = V.positive_float("noise_multiplier", noise_multiplier)
@@ -444,8 +534,47 @@ def find_steps(target_epsilon: float, target_delta: float, mechanism: Mechanism,
                max_steps: int = 10**9, max_buckets: int = DEFAULT_MAX_BUCKETS) -> int:
     """Largest number of compositions of ``mechanism`` (within ``rtol``, or exact when small) meeting the target.
 
-    Raises ``ValueError`` if a single use already exceeds the target; returns
-    ``max_steps`` if that many uses still meet it.
+    Parameters
+    ----------
+    target_epsilon : float
+        Epsilon to meet (``> 0``).
+    target_delta : float
+        Delta at which epsilon is measured, in ``(0, 1)``.
+    mechanism : Mechanism
+        The mechanism used once per step.
+    eps_error, delta_error : float, optional
+        Composition errors; default ``min(0.1, target_epsilon / 20)`` and ``target_delta / 1000``
+        (the latter retried 10x and 100x larger, below ``target_delta / 10``, when :func:`fastpld.compose`
+        refuses it).
+    rtol : float
+        Relative width of the final bracket (default 1%).
+    max_steps : int
+        Largest count searched (default 10**9).
+    max_buckets : int
+        Passed to :func:`fastpld.compose`.
+
+    Returns
+    -------
+    int
+        The number of steps ``k`` (``max_steps`` if that many still meet the target); the certified
+        upper bound on ``epsilon(target_delta)`` of ``k`` compositions is ``<= target_epsilon``.
+
+    Raises
+    ------
+    ValueError
+        If an argument is invalid (naming it), or a single use already exceeds the target.
+
+    Warns
+    -----
+    CalibrationWarning
+        If the search ended against a limit (a refused composition).
+
+    Examples
+    --------
+    >>> import fastpld
+    >>> k = fastpld.find_steps(1.0, 1e-5, fastpld.Gaussian(20.0))
+    >>> fastpld.compose(fastpld.Gaussian(20.0), k, eps_error=0.05, delta_error=1e-8).epsilon(1e-5).upper <= 1.0
+    True
     """
     if not isinstance(mechanism, Mechanism):
         raise ValueError(f"mechanism must be a fastpld Mechanism, got {mechanism!r}")

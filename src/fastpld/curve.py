@@ -215,14 +215,17 @@ class PrivacyLossDistribution:
 
     @property
     def method(self) -> str:
+        """Name of the plan that ran for the first direction (e.g. ``"two_stage"``, ``"recursive(16)"``)."""
         return next(iter(self.directions.values())).method
 
     @property
     def eps_spent(self) -> float:
+        """The epsilon error the certificate spent (at most ``eps_error``), the maximum over directions."""
         return max(d.eps_spent for d in self.directions.values())
 
     @property
     def delta_spent(self) -> float:
+        """The delta error the certificate spent (at most ``delta_error``), the maximum over directions."""
         return max(d.delta_spent for d in self.directions.values())
 
     def __repr__(self):
@@ -230,8 +233,39 @@ class PrivacyLossDistribution:
                 f"eps_spent={self.eps_spent:.3g}, delta_spent={self.delta_spent:.3g}, buckets={self.num_buckets})")
 
     # queries -------------------------------------------------------------------------
-    def delta(self, epsilon) -> Bounds:
-        """Bounds on ``delta(epsilon)``; ``epsilon`` a float >= 0 or an array of them."""
+    def delta(self, epsilon: float | np.ndarray) -> Bounds:
+        """Certified bounds on the privacy curve ``delta(epsilon)`` of the composition.
+
+        With ``Z`` the composed grid PMF of a direction, ``p_inf`` its mass at infinity and
+        ``d_Z(eps) = E[(1 - e^(eps - Z))_+]``, the bounds are
+        ``p_inf + (1 - p_inf) (d_Z(eps + eps_spent) - delta_spent) <= delta(eps) <=
+        p_inf + (1 - p_inf) (d_Z(eps - eps_spent) + delta_spent)``, padded outward by the round-off
+        of the sums, and the maximum over the neighbouring directions is taken.
+
+        Parameters
+        ----------
+        epsilon : float or array_like of float
+            One or more finite values ``>= 0``.
+
+        Returns
+        -------
+        Bounds
+            ``lower <= delta(epsilon) <= upper`` and an ``estimate`` between them (``d_Z(epsilon)``);
+            floats for a scalar ``epsilon``, arrays of its shape otherwise.
+
+        Raises
+        ------
+        ValueError
+            If ``epsilon`` is negative, infinite, NaN or not a number.
+
+        Examples
+        --------
+        >>> import fastpld
+        >>> pld = fastpld.compose(fastpld.Gaussian(2.0), 10)
+        >>> b = pld.delta(1.0)
+        >>> b.lower <= b.estimate <= b.upper
+        True
+        """
         eps = V.query_array("epsilon", epsilon, lo=0.0)
         if np.isinf(eps).any():
             raise ValueError("epsilon must be finite")
@@ -259,12 +293,38 @@ class PrivacyLossDistribution:
         est = np.clip(est, lo, up)
         return _pack(lo, est, up, np.ndim(epsilon) == 0)
 
-    def epsilon(self, delta) -> Bounds:
-        """Bounds on ``epsilon(delta)`` (the smallest eps with ``delta(eps) <= delta``), clipped at 0.
+    def epsilon(self, delta: float | np.ndarray) -> Bounds:
+        """Certified bounds on ``epsilon(delta)``, the smallest ``eps >= 0`` with ``delta(eps) <= delta``.
 
-        Raises ``ValueError`` if ``delta`` is outside ``(0, 1]`` or too small to
-        certify a finite upper bound (at or below the mass at infinity plus the
-        delta error spent).
+        The bounds invert the monotone bounds of :meth:`delta`: ``upper`` is where the upper curve
+        falls to ``delta``, ``lower`` where the lower curve does (both clipped at 0; ``epsilon(1)`` is
+        0).  The ``upper`` bound is the number to quote as the privacy guarantee.
+
+        Parameters
+        ----------
+        delta : float or array_like of float
+            One or more values in ``(0, 1]``.
+
+        Returns
+        -------
+        Bounds
+            ``lower <= epsilon(delta) <= upper`` and an ``estimate`` between them; floats for a scalar
+            ``delta``, arrays of its shape otherwise.
+
+        Raises
+        ------
+        ValueError
+            If ``delta`` is outside ``(0, 1]`` or not a number, or too small to certify a finite upper
+            bound: at or below the mass at infinity, or not above it by more than the delta error the
+            composition spent (compose with a smaller ``delta_error``).
+
+        Examples
+        --------
+        >>> import fastpld
+        >>> pld = fastpld.compose(fastpld.PoissonSubsampledGaussian(1.0, 0.01), 1000)
+        >>> b = pld.epsilon(1e-5)
+        >>> 0 < b.lower <= b.estimate <= b.upper
+        True
         """
         dq = V.query_array("delta", delta, lo=0.0, hi=1.0, lo_open=True)
         # delta(eps) <= 1 for every eps: epsilon(1) = 0 exactly, whatever the distribution

@@ -71,8 +71,19 @@ def _parse_bytes(name: str, value) -> int:
 
 
 def cache_limit() -> int:
-    """Bytes fastpld may keep between calls (:func:`set_cache_limit`, else ``FASTPLD_CACHE_BYTES``,
-    else ``DEFAULT_CACHE_BYTES``)."""
+    """Bytes fastpld may keep between calls.
+
+    Returns
+    -------
+    int
+        The bound set by :func:`set_cache_limit`, else ``FASTPLD_CACHE_BYTES``, else
+        ``DEFAULT_CACHE_BYTES`` (32 MiB).
+
+    Raises
+    ------
+    ValueError
+        If ``FASTPLD_CACHE_BYTES`` is not a non-negative integer.
+    """
     lim = _state["limit"]
     if lim is None:
         env = os.environ.get("FASTPLD_CACHE_BYTES")
@@ -252,9 +263,20 @@ def on_clear(fn) -> None:
 
 
 def clear_caches() -> None:
-    """Free everything fastpld keeps between calls, in every thread: plans, buffers, scratch arrays,
-    tables, loss objects and composed answers.  Values in use by a running composition are freed when
-    it ends.  Thread-safe; the bound stays as set."""
+    """Free everything fastpld keeps between calls, in every thread.
+
+    That is: FFT plans and their buffers, scratch arrays, DFT and binomial tables, the mechanisms'
+    loss objects (with their MGF grids) and composed answers.  Values in use by a running
+    composition are freed when it ends.  Thread-safe; the bound (:func:`cache_limit`) stays as set.
+    Results do not change: the next composition rebuilds what it needs (call it between timed runs).
+
+    Examples
+    --------
+    >>> import fastpld
+    >>> fastpld.clear_caches()
+    >>> fastpld.cache_info()["bytes"]
+    0
+    """
     with _lock:
         dropped = list(_entries.values())
         _entries.clear()
@@ -267,9 +289,15 @@ def clear_caches() -> None:
 
 
 def cache_info() -> dict:
-    """What is kept now: ``{"limit": bytes, "results_limit": bytes, "bytes": total, "entries": n,
-    "by_kind": {kind: bytes}}`` (kinds: ``plans`` (every workspace's plans and scratch arrays),
-    ``dft_tables``, ``losses``, ``results``, ``tables``)."""
+    """What fastpld keeps now.
+
+    Returns
+    -------
+    dict
+        ``{"limit": bytes, "results_limit": bytes, "bytes": total, "entries": n,
+        "by_kind": {kind: bytes}}``; the kinds are ``plans`` (every workspace's plans and scratch
+        arrays), ``dft_tables``, ``losses``, ``results`` and ``tables``.
+    """
     with _lock:
         names = {r.id: r.name for r in _regions.values()}
         by = {}
@@ -410,16 +438,46 @@ _slots = _Slots()
 
 
 def thread_limit() -> int:
-    """Threads that may compose at once, process-wide (:func:`set_thread_limit`, else
-    ``FASTPLD_MAX_THREADS``, else the CPUs this process may run on)."""
+    """Threads that may compose at once, process-wide.
+
+    Returns
+    -------
+    int
+        The limit set by :func:`set_thread_limit`, else ``FASTPLD_MAX_THREADS``, else the number of
+        CPUs this process may run on.
+
+    Raises
+    ------
+    ValueError
+        If ``FASTPLD_MAX_THREADS`` is not a positive integer.
+    """
     return _slots.get_limit()
 
 
 def set_thread_limit(n: int | None) -> None:
-    """Set how many threads may run composition work at once (``None``: back to the default).
+    """Set how many threads may run composition work at once, process-wide.
 
     Callers beyond the limit wait for a slot; a composition's second direction runs on a worker
     thread only when a slot is free, else on the calling thread.  Results do not depend on it.
+
+    Parameters
+    ----------
+    n : int or None
+        A positive limit, or ``None`` for the default (``FASTPLD_MAX_THREADS``, else the CPUs
+        available).
+
+    Raises
+    ------
+    ValueError
+        If ``n`` is not a positive integer or ``None``.
+
+    Examples
+    --------
+    >>> import fastpld
+    >>> fastpld.set_thread_limit(1)
+    >>> fastpld.thread_limit()
+    1
+    >>> fastpld.set_thread_limit(None)
     """
     if n is not None:
         if isinstance(n, (bool, np.bool_)) or not isinstance(n, (numbers.Integral, np.integer)) or int(n) < 1:
