@@ -52,11 +52,17 @@ class PrivacyLoss:
         part, conditioned on being finite.
     support : tuple of float
         Bounds ``(lo, hi)`` of the finite part (may be infinite).
+    psg_params : tuple or None
+        ``(q, v, sd, remove)`` when the loss is one direction of a Poisson-subsampled
+        Gaussian (:attr:`SubsampledLoss.psg_params`): the arguments of the compiled
+        subsampled-Gaussian kernels (``fastpld._kernels.psg_*``) that discretize it;
+        ``None`` for every other loss.
     """
 
     p_inf: float = 0.0
     support: tuple = (-math.inf, math.inf)
     is_discrete: bool = False
+    psg_params: tuple[float, float, float, bool] | None = None
 
     def log_mgf(self, s: np.ndarray) -> np.ndarray:
         """Upper bound on ``log E[exp(s Y)]`` of the finite part (``+inf`` if unknown)."""

@@ -47,6 +47,18 @@ class SubsampledLoss(ContinuousLoss):
         # the Gaussian pair has compiled kernels (CDF/SF/density, partial moments in L-space)
         self._psg = (self.q, pair.v, pair.sd, direction == "remove") if isinstance(pair, _GaussPair) else None
 
+    @property
+    def psg_params(self) -> tuple[float, float, float, bool] | None:
+        """``(q, v, sd, remove)`` of a Gaussian pair (``v = 1 / sigma^2``, ``sd = sqrt(v)``, ``remove``: the
+        direction), else ``None``.
+
+        The arguments of the subsampled-Gaussian kernels (:func:`fastpld._kernels.psg_eval`,
+        :func:`~fastpld._kernels.psg_moments`, :func:`~fastpld._kernels.psg_window`,
+        :func:`~fastpld._kernels.psg_leaf_full`): the discretisation and the planner take this fast path
+        when it is not ``None``.
+        """
+        return self._psg
+
     def cdf_shift(self, tmax: float) -> float:
         """Position error of the CDF for ``|t| <= tmax``: ``8 u (tmax + |log q| + |log(1-q)| + c + 2)``.
 
@@ -236,6 +248,15 @@ class SubsampledLoss(ContinuousLoss):
             self._std = float(math.sqrt(max(m2 - m1 * m1, 0.0)))
             self._mean = float(m1)
             return True
+        r = self._pair_expectation_moments()
+        if r is None:
+            return False
+        self._std = r[1]  # (before _mean, as in _moments: a thread that sees _mean set also sees _std)
+        self._mean = r[0]
+        return True
+
+    def _pair_expectation_moments(self):
+        """``(mean, std)`` from the pair's :meth:`_BasePair.expect` (any pair), or ``None`` if it has none."""
         lq1, lq = math.log1p(-self.q), math.log(self.q)
         g = lambda l: np.logaddexp(lq1, lq + l)
         g2 = lambda l: g(l) ** 2
@@ -244,19 +265,17 @@ class SubsampledLoss(ContinuousLoss):
             if self.direction == "remove":  # w ~ M = (1-q) P + q Q
                 eP, eQ = self.pair.expect(f, "P"), self.pair.expect(f, "Q")
                 if eP is None or eQ is None:
-                    return False
+                    return None
                 parts.append((1 - self.q) * eP + self.q * eQ)
             else:  # w ~ P, Y = -g(L)
                 eP = self.pair.expect(f, "P")
                 if eP is None:
-                    return False
+                    return None
                 parts.append(eP)
         m1, m2 = parts
         if self.direction == "add":
             m1 = -m1
-        self._mean = float(m1)
-        self._std = float(math.sqrt(max(m2 - m1 * m1, 0.0)))
-        return True
+        return float(m1), float(math.sqrt(max(m2 - m1 * m1, 0.0)))
 
     def _native_moments(self):
         """``(mean, std)`` by the compiled quadrature of :meth:`_pair_moments` (Gaussian pair), else ``None``.
