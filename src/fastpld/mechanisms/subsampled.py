@@ -8,7 +8,7 @@ import numpy as np
 from .. import _kernels
 from .base import ContinuousLoss, _U
 from .pairs import _BasePair, _GaussPair, _binomial_tables, _integer_chord, _log_binomial_moment
-from .quadrature import _GL_CACHE, _cdf_moments
+from .quadrature import _cdf_moments
 from .tails import _generic_window
 
 __all__ = ["SubsampledLoss", "subsampled_log_mgf_rows"]
@@ -286,14 +286,11 @@ class SubsampledLoss(ContinuousLoss):
         """
         r = getattr(self, "_fastpld_moments_native", None)
         if r is None:
-            if not (isinstance(self.pair, _GaussPair) and _kernels.HAVE_CORE and _kernels._core is not None
-                    and 0 < self.q < 1):
+            if not (isinstance(self.pair, _GaussPair) and 0 < self.q < 1):
                 return None
-            if 16 not in _GL_CACHE:
-                _GL_CACHE[16] = np.polynomial.legendre.leggauss(16)
-            x, w = _GL_CACHE[16]
-            r = self._fastpld_moments_native = _kernels._core.gauss_pair_moments(
-                self.pair.v, self.pair.sd, self.q, self.direction == "remove", x, w)
+            r = _kernels.gauss_pair_moments(self.pair.v, self.pair.sd, self.q, self.direction == "remove")
+            if r is not None:
+                self._fastpld_moments_native = r
         return r
 
     def mean(self):
