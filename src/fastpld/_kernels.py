@@ -10,8 +10,9 @@ tested.  A few kernels exist only compiled (:func:`psg_window`, :func:`psg_leaf`
 :func:`have_leaf`, and their callers run their own numpy code.  The cosine tables that both paths read
 are in :mod:`fastpld._dft_tables`.
 
-The ``numpy`` FFT backend does not come through here for its node powers: it keeps that reference
-code in :mod:`fastpld.compose`; the ``native`` backend calls these kernels.
+The node kernels of the ``native`` backend (:func:`finish_node`, :func:`lattice_power`,
+:func:`power_direct`, :func:`power_direct_bound`, :func:`lattice_terms`, :func:`series_input`) are
+compiled only: the ``numpy`` backend runs their reference code in :mod:`fastpld.compose` itself.
 """
 from __future__ import annotations
 
@@ -441,3 +442,46 @@ def series_eval(a: np.ndarray, cerr: np.ndarray, step, rho: float, fact_r1: floa
                           re, im, dz)
         return re, im, dz
     return _reference.series_eval(a, cerr, step, rho, fact_r1, K, re, im, dz)
+
+
+# --------------------------------------------------------------------------------------
+# Node kernels of the native backend (compiled only: the numpy backend runs its own code)
+# --------------------------------------------------------------------------------------
+def _compiled(name: str):
+    if _core is None:
+        raise RuntimeError(f"the compiled kernel _core.{name} is unavailable (fastpld._core is not built)")
+    return getattr(_core, name)
+
+
+def finish_node(out, shift, floor_, trim, scale=1.0):
+    """``_core.finish_node``: one pass over a node's output (roll, clip, trim, normalise); reference: the numpy
+    steps of :func:`fastpld.compose._run_node`."""
+    return _compiled("finish_node")(out, shift, floor_, trim, scale)
+
+
+def lattice_power(L, Phi, Q, dL, dP, up, u, N, Pc):
+    """``_core.lattice_power``: a lattice-spectrum node's power into ``Pc`` and its round-off sums; reference:
+    ``compose._lattice_amp`` and ``compose._lattice_power_numpy``."""
+    return _compiled("lattice_power")(L, Phi, Q, dL, dP, up, u, N, Pc)
+
+
+def power_direct(X, m, P, B, D, g, first, work=None, rdead=0.0, K=None):
+    """``_core.power_direct``: one input spectrum of a float64 node's direct power; reference:
+    ``compose._direct_power``."""
+    return _compiled("power_direct")(X, m, P, B, D, g, first, work, rdead, K)
+
+
+def power_direct_bound(B, D, g, msum, u, N, K=-1):
+    """``_core.power_direct_bound``: the round-off sums of the direct powers; reference: ``compose._direct_bound``."""
+    return _compiled("power_direct_bound")(B, D, g, msum, u, N, K)
+
+
+def lattice_terms(*args):
+    """``_core.lattice_terms`` (same arguments): one input's terms of ``compose._lattice_spectrum``, its reference."""
+    return _compiled("lattice_terms")(*args)
+
+
+def series_input(*args):
+    """``_core.series_input`` (same arguments): one input's low-frequency series terms; reference:
+    ``compose._series_input``."""
+    return _compiled("series_input")(*args)
