@@ -22,7 +22,7 @@ their atoms exactly.
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
@@ -30,6 +30,9 @@ from .. import _validation as V
 from .._lazy import lazy_module
 from .quadrature import _GL_CACHE, _gl_panels, _gl_panels_16_8
 from .tails import chernoff_tail_bound, chernoff_tail_quantile
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 special = lazy_module("scipy.special")
 
@@ -105,7 +108,7 @@ class DiscreteLoss(PrivacyLoss):
 
     is_discrete = True
 
-    def __init__(self, values, probabilities, p_inf: float = 0.0):
+    def __init__(self, values: ArrayLike, probabilities: ArrayLike, p_inf: float = 0.0) -> None:
         v = _real_vector("values", values)
         p = _real_vector("probabilities", probabilities)
         if v.size == 0 or v.shape != p.shape:
@@ -246,6 +249,11 @@ class Mechanism:
     """Base class: a mechanism knows its privacy losses per neighbouring direction."""
 
     def privacy_losses(self) -> Mapping[str, PrivacyLoss]:
+        """The privacy loss per neighbouring direction, ``{"add": loss, "remove": loss}``.
+
+        Symmetric mechanisms return the same object for both (it is then composed once); equal
+        mechanisms (frozen dataclasses, by value) share one loss object through the loss cache.
+        """
         raise NotImplementedError
 
     # frozen dataclass subclasses provide __eq__/__hash__ for merging identical events

@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
 from .. import _validation as V
-from .base import ContinuousLoss, DiscreteLoss, Mechanism, _real_vector
+from .base import ContinuousLoss, DiscreteLoss, Mechanism, PrivacyLoss, _real_vector
 
 __all__ = ["CustomCDF", "CustomPMF"]
 
@@ -72,11 +75,18 @@ class CustomCDF(Mechanism):
         Locations of point masses of the CDF.
     cdf_rel_error : float, default 1e-10
         Relative accuracy of ``cdf``/``sf``, charged in the certificate.
+
+    Raises
+    ------
+    ValueError
+        If a function is not callable, ``mean`` is not finite, ``std`` not finite and >= 0,
+        ``p_inf`` not in ``[0, 1)``, ``support`` not a pair ``lo < hi`` of reals, ``atoms`` not
+        finite reals, or ``cdf_rel_error`` not in ``(0, 1e-3]``.
     """
 
     def __init__(self, cdf: Callable, log_mgf: Callable, mean: float, std: float, *, sf: Callable | None = None,
-                 pdf: Callable | None = None, support=(-math.inf, math.inf), p_inf: float = 0.0, atoms=(),
-                 cdf_rel_error: float = 1e-10):
+                 pdf: Callable | None = None, support: tuple[float, float] = (-math.inf, math.inf),
+                 p_inf: float = 0.0, atoms: Sequence[float] = (), cdf_rel_error: float = 1e-10) -> None:
         if not callable(cdf):
             raise ValueError("cdf must be callable")
         if not callable(log_mgf):
@@ -102,7 +112,7 @@ class CustomCDF(Mechanism):
             raise ValueError(f"cdf_rel_error must be in (0, 1e-3], got {V.show(cdf_rel_error)}")
         self._loss = _CustomContinuous(cdf, sf, pdf, log_mgf, mean, std, (lo, hi), p_inf, atoms, rel)
 
-    def privacy_losses(self):
+    def privacy_losses(self) -> Mapping[str, PrivacyLoss]:
         return {"add": self._loss, "remove": self._loss}
 
 
@@ -117,9 +127,22 @@ class CustomPMF(Mechanism):
         Their probabilities; they sum to ``1 - p_inf``.
     p_inf : float, default 0
         Probability of an infinite privacy loss.
+
+    Raises
+    ------
+    ValueError
+        If the arrays are empty, of different lengths or not real, a value is not finite, a
+        probability is negative or not finite, ``p_inf`` is not in ``[0, 1)``, or the
+        probabilities do not sum to ``1 - p_inf`` (within ``1e-9``).
+
+    Examples
+    --------
+    >>> import fastpld
+    >>> mech = fastpld.CustomPMF([0.5, -0.5], [0.6, 0.4 - 1e-6], p_inf=1e-6)
+    >>> pld = fastpld.compose(mech, 10)
     """
 
-    def __init__(self, values, probabilities, p_inf: float = 0.0):
+    def __init__(self, values: ArrayLike, probabilities: ArrayLike, p_inf: float = 0.0) -> None:
         p_inf = V.probability("p_inf", p_inf, open_high=True)
         self._loss = DiscreteLoss(values, probabilities, p_inf)
         total = float(_real_vector("probabilities", probabilities).sum())
@@ -128,13 +151,13 @@ class CustomPMF(Mechanism):
             raise ValueError(f"probabilities must sum to 1 - p_inf = {1 - p_inf!r}, got {total!r}")
         self._key = (tuple(self._loss.values.tolist()), tuple(self._loss.probs.tolist()), p_inf)
 
-    def privacy_losses(self):
+    def privacy_losses(self) -> Mapping[str, PrivacyLoss]:
         return {"add": self._loss, "remove": self._loss}
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, CustomPMF) and other._key == self._key
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return hash(self._key)
 
 
