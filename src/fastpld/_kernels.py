@@ -268,7 +268,7 @@ def log_mgf_grid(p: np.ndarray, cen: float, s: np.ndarray, m: float, K: np.ndarr
 def log_binomial_moments(lm: np.ndarray, lf: np.ndarray, lq1: float, lq: float, orders: np.ndarray) -> np.ndarray:
     """``out[r] = log sum_{j <= a} exp(lf[a+1] - lf[j+1] - lf[a-j+1] + (a-j) lq1 + j lq + lm[j])``, ``a = orders[r]``.
 
-    The binomial Renyi moments of :func:`fastpld.mechanisms._log_binomial_moment`
+    The binomial Renyi moments of :func:`fastpld.mechanisms.pairs._log_binomial_moment`
     (``lm[j] = log E_P[e^(j L)]``, ``lf[i] = log((i-1)!)``, ``lq1 = log(1-q)``, ``lq = log q``).
     """
     lm = np.ascontiguousarray(lm, dtype=np.float64)
