@@ -29,9 +29,9 @@ def _stepwise(*args, **kw):
     loss = args[0]
     have, _kernels.have_leaf = _kernels.have_leaf, lambda: False
     window = D._psg_window
-    D._psg_window = lambda loss, tail: _kernels.psg_window(*loss._psg, float(tail), D._PSG_STEPS)
+    D._psg_window = lambda loss, tail: _kernels.psg_window(*loss.psg_params, float(tail), D._PSG_STEPS)
     # (and the partial mean's limits L = ginv(Y) through libm, as the fused leaf's psg_ginv, not numpy)
-    psg = getattr(loss, "_psg", None) is not None
+    psg = getattr(loss, "psg_params", None) is not None
     if psg:
         q = loss.q
         lq, ylo = math.log(q), math.log1p(-q)
@@ -104,7 +104,7 @@ def _libm_candidates(loss, tail):
     """The candidate ends of discretize._psg_window, ``g`` evaluated by Python's ``math`` (the C library
     that the compiled window calls, in the same order of operations), or ``None``."""
     from scipy import special
-    q, v, sd, remove = loss._psg
+    q, v, sd, remove = loss.psg_params
     logq = math.log(q)
 
     def g(l):
@@ -147,7 +147,7 @@ def test_fused_window_matches_the_numpy_window(sigma, q):
         loss = losses[direction]
         for tail in 10.0 ** np.arange(-300, -3, 1.75):
             tail = float(tail)
-            a = _kernels.psg_window(*loss._psg, tail, D._PSG_STEPS)
+            a = _kernels.psg_window(*loss.psg_params, tail, D._PSG_STEPS)
             b = D._psg_window(loss, tail)
             assert (a is None) == (b is None)
             cand = _libm_candidates(loss, tail)
@@ -155,13 +155,13 @@ def test_fused_window_matches_the_numpy_window(sigma, q):
                 continue
             # the compiled window: the libm replica's first candidates whose computed CDF / SF are <= tail
             lo, hi = (np.array(c) for c in cand)
-            F, _, _ = _kernels.psg_eval(lo, *loss._psg, want_pdf=False)
-            _, S, _ = _kernels.psg_eval(hi, *loss._psg, want_pdf=False)
+            F, _, _ = _kernels.psg_eval(lo, *loss.psg_params, want_pdf=False)
+            _, S, _ = _kernels.psg_eval(hi, *loss.psg_params, want_pdf=False)
             i, j = _first(F, lambda x: x <= tail), _first(S, lambda x: x <= tail)
             assert a == (lo[i], hi[j])
             # valid ends (by psg_eval, the evaluation both windows use to accept a candidate)
             for ends in (a, b):
-                F, S, _ = _kernels.psg_eval(np.array(ends), *loss._psg, want_pdf=False)
+                F, S, _ = _kernels.psg_eval(np.array(ends), *loss.psg_params, want_pdf=False)
                 assert F[0] <= tail and S[1] <= tail
             # the numpy ends are the same candidates to a few ulps, or the neighbouring ones
             for y, ys, k in ((b[0], lo, i), (b[1], hi, j)):

@@ -22,7 +22,9 @@ import pytest
 
 import fastpld as F
 from fastpld import _kernels
-from fastpld.mechanisms import GaussianLoss, LaplaceLoss, SubsampledLoss, _GaussPair, _LaplacePair
+from fastpld.mechanisms.losses import GaussianLoss, LaplaceLoss
+from fastpld.mechanisms.pairs import _GaussPair, _LaplacePair
+from fastpld.mechanisms.subsampled import SubsampledLoss
 
 mpmath = pytest.importorskip("mpmath")
 mp = mpmath.mp

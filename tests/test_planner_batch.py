@@ -210,7 +210,7 @@ def _reference_predict(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, bu
         if isinstance(o, C._Leaf):
             if not hetero:
                 cost += C._T_LEAF + C._T_LEAF_POINT * n
-            elif native and getattr(o.loss, "_psg", None) is not None:
+            elif native and getattr(o.loss, "psg_params", None) is not None:
                 cost += C._T_LEAF_PSG + C._T_LEAF_PSG_POINT * n
             else:
                 cost += C._T_LEAF_H + C._T_LEAF_H_POINT * n

@@ -1,15 +1,18 @@
-"""Kernel dispatch: the compiled core when built, numpy otherwise.
+"""Kernel dispatch: the compiled core when built, the numpy reference otherwise.
 
-Each function runs the Cython/C kernel of :mod:`fastpld._core` when it is
-available and otherwise a numpy implementation with the same results (up to
-the order of floating-point summation).  ``FASTPLD_PURE_PYTHON=1`` forces the
-numpy implementations (as msgpack does); tests also set ``_kernels._core = None``
-to run them in-process, so both paths stay tested.  The leaf kernels of the
-subsampled Gaussian live in :mod:`fastpld._leaf` and follow the same switch.
+Each function here converts its arguments once, then runs the Cython/C kernel of :mod:`fastpld._core`
+(or :mod:`fastpld._leaf`, the subsampled Gaussian's) when it is available and otherwise the function
+of the same name in :mod:`fastpld._reference`, with the same results up to the order of floating-point
+summation.  ``FASTPLD_PURE_PYTHON=1`` forces the references (as msgpack does); tests also set
+``_kernels._core = None`` (or ``_kernels._leaf = None``) to run them in-process, so both paths stay
+tested.  A few kernels exist only compiled (:func:`psg_window`, :func:`psg_leaf`, :func:`psg_leaf_full`,
+:func:`chernoff_window`, :func:`gauss_pair_moments`): they return ``None`` or are guarded by
+:func:`have_leaf`, and their callers run their own numpy code.  The cosine tables that both paths read
+are in :mod:`fastpld._dft_tables`.
 
-The ``numpy`` FFT backend does not come through here: it keeps the reference
-code inline in :mod:`fastpld.compose` and :mod:`fastpld.discretize`; the
-``native`` backend calls these kernels.
+The node kernels of the ``native`` backend (:func:`finish_node`, :func:`lattice_power`,
+:func:`power_direct`, :func:`power_direct_bound`, :func:`lattice_terms`, :func:`series_input`) are
+compiled only: the ``numpy`` backend runs their reference code in :mod:`fastpld.compose` itself.
 """
 from __future__ import annotations
 
@@ -18,9 +21,18 @@ import os
 
 import numpy as np
 
+from . import _reference
+from ._dft_tables import DFT_TABLE_ERR, DFT_TABLE_REL, dft_order, dft_table, sin2_table  # noqa: F401 (re-exported)
 from ._lazy import lazy_module
+from ._reference import (  # noqa: F401 (re-exported: compose and the tests read them here)
+    _TWO_PI_LD,
+    PSG_BIG_T,
+    polar_power,
+    quarter_angle,
+    subsampled_ginv,
+    turn_quarters,
+)
 
-signal = lazy_module("scipy.signal")
 special = lazy_module("scipy.special")
 
 _core = None
@@ -39,18 +51,13 @@ if _core is not None:
     except ImportError:  # pragma: no cover - depends on the build
         _leaf = None
 
-_TWO_PI_LD = 2 * np.longdouble("3.14159265358979323846264338327950288")
-_TWO_PI = 2 * np.pi
-
 
 def discounted_rcumsum(p: np.ndarray, factor: float) -> np.ndarray:
     """``out[j] = sum_{i >= j} p[i] factor^(i - j)``."""
     p = np.ascontiguousarray(p, dtype=np.float64)
     if _core is not None:
         return _core.discounted_rcumsum(p, float(factor))
-    if p.size == 0:
-        return p.copy()
-    return signal.lfilter([1.0], [1.0, -factor], p[::-1])[::-1]
+    return _reference.discounted_rcumsum(p, factor)
 
 
 def query_tables(p: np.ndarray, factor: float):
@@ -62,10 +69,7 @@ def query_tables(p: np.ndarray, factor: float):
     p = np.ascontiguousarray(p, dtype=np.float64)
     if _core is not None:
         return _core.query_tables(p, float(factor))
-    S1 = np.concatenate([np.cumsum(p[::-1])[::-1], [0.0]])
-    T = np.concatenate([discounted_rcumsum(p, factor), [0.0]])
-    dgrid = np.maximum(S1[1:] - factor * T[1:], 0.0)
-    return S1, T, dgrid
+    return _reference.query_tables(p, factor)
 
 
 def delta_bounds(p: np.ndarray, v0: float, h: float, S1: np.ndarray, T: np.ndarray, padc: float, es: float,
@@ -82,29 +86,7 @@ def delta_bounds(p: np.ndarray, v0: float, h: float, S1: np.ndarray, T: np.ndarr
     eps = np.ascontiguousarray(eps, dtype=np.float64)
     if _core is not None:
         return _core.delta_bounds(p, float(v0), float(h), S1, T, float(padc), float(es), float(ds), float(pinf), eps)
-    n = p.size
-    if n == 0:
-        raise ValueError("delta_bounds: invalid argument")
-    u = np.finfo(np.float64).eps / 2
-    pp = np.concatenate([[0.0], p, [0.0]])
-
-    def d_pad(x):
-        J = np.clip(np.floor((x - v0) / h), -1, n).astype(np.int64) + 1
-        J = np.minimum(J, n)
-        vJ = v0 + h * J
-        with np.errstate(over="ignore", under="ignore"):
-            w = np.exp(np.minimum(x - vJ, 0.0))
-        d = np.maximum(S1[J] - w * T[J], 0.0)
-        err = 8 * u * (np.abs(x) + abs(v0) + h * n + 1.0)
-        near = pp[J] * (x - (v0 + h * (J - 1)) <= err) + pp[J + 1] * (vJ - x <= err)
-        return d, padc * S1[J] + err * (w * T[J] + near)
-
-    du, pu = d_pad(eps - es)
-    dl, pl = d_pad(eps + es)
-    de, _ = d_pad(eps)
-    up = np.minimum(1.0, (pinf + (1 - pinf) * np.minimum(1.0, du + pu + ds)) * (1 + 8 * u))
-    lo = (pinf + (1 - pinf) * np.maximum(0.0, dl - pl - ds)) * (1 - 8 * u)
-    return lo, np.clip(pinf + (1 - pinf) * de, lo, up), up
+    return _reference.delta_bounds(p, v0, h, S1, T, padc, es, ds, pinf, eps)
 
 
 def bucket_masses(F: np.ndarray, S: np.ndarray, split: int):
@@ -117,15 +99,7 @@ def bucket_masses(F: np.ndarray, S: np.ndarray, split: int):
     S = np.ascontiguousarray(S, dtype=np.float64)
     if _core is not None:
         return _core.bucket_masses(F, S, int(split))
-    n = F.size - 1
-    if n < 1 or S.size != F.size or not 1 <= split <= n:
-        raise ValueError("bucket_masses: invalid argument")
-    q = np.empty(n, dtype=np.float64)
-    q[: split - 1] = np.diff(F[:split])
-    q[split:] = S[split:n] - S[split + 1:]
-    q[split - 1] = 1.0 - F[split - 1] - S[split]
-    np.maximum(q, 0.0, out=q)
-    return q, float(q.sum())
+    return _reference.bucket_masses(F, S, split)
 
 
 def normalise_mean(q: np.ndarray, total: float):
@@ -134,10 +108,7 @@ def normalise_mean(q: np.ndarray, total: float):
     if _core is not None:
         mi = _core.normalise_mean(q, float(total))
         return q, mi
-    if not total > 0:
-        raise ValueError("normalise_mean: no positive probability mass")
-    qn = q / total
-    return qn, float(np.dot(np.arange(qn.size), qn))
+    return _reference.normalise_mean(q, total)
 
 
 def leaf_roundoff(F, S, dens, tau: float, c0: float, limit: float):
@@ -149,43 +120,7 @@ def leaf_roundoff(F, S, dens, tau: float, c0: float, limit: float):
     dens = np.ascontiguousarray(dens, dtype=np.float64)
     if _core is not None:
         return _core.leaf_roundoff(F, S, dens, float(tau), float(c0), float(limit))
-    dev = tau * np.minimum(F, S) + c0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        move = np.where(dens > 0, dev / (0.5 * dens), np.inf)
-    small = move <= limit
-    widen = 2 * float(move[small].max()) if small.any() else 0.0
-    return widen, float(dev[~small].sum())
-
-
-#: above this loss value the subsampled losses' ``g^-1(t) = log(e^t - 1 + q) - log q`` is evaluated as
-#: ``t - log q`` (``e^t`` overflows at 709.78; the dropped ``log1p(-(1 - q) e^-t)`` is below 1e-304)
-PSG_BIG_T = 700.0
-
-
-def subsampled_ginv(t, q: float, want_dl: bool = False):
-    """``l = g^-1(t) = log(e^t - 1 + q) - log q`` (``-inf`` for ``t <= log(1 - q)``) and, if ``want_dl``,
-    ``dl/dt = e^t / (e^t - 1 + q)``, for every float ``t`` (the C leaf's ``psg_l``/``psg_dl``, same operations).
-
-    Three forms, none of which overflows or cancels: ``t > PSG_BIG_T``: ``t - log q`` and 1 (exact but for
-    terms below 1e-304); ``0 <= t <= PSG_BIG_T``: ``log(expm1(t) + q) - log q`` (two non-negative terms;
-    exactly 0 at 0); ``t < 0``: ``e^t - 1 + q = (1 - q) expm1(t - log(1 - q))``, so ``l = log(1 - q) + log(expm1(d)) - log q``
-    and ``dl/dt = (expm1(d) + 1) / expm1(d)`` with ``d = t - log(1 - q)`` (exact where ``t`` is near the
-    support's end: ``expm1(t) + q`` lost every digit there).  The one error this leaves is that of the
-    rounded ``log1p(-q)``: the values are those at a point within ``SubsampledLoss.cdf_shift`` of ``t``.
-    """
-    t = np.asarray(t, dtype=np.float64)
-    lq, ylo = math.log(q), math.log1p(-q)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        big, neg = t > PSG_BIG_T, t < 0
-        em1 = np.expm1(np.clip(t, 0.0, PSG_BIG_T))
-        arg = em1 + q
-        dn = np.expm1(np.minimum(t, 0.0) - ylo)
-        l = np.where(big, t - lq, np.where(neg, np.where(dn > 0, ylo + np.log(dn) - lq, -np.inf),
-                                           np.log(arg) - lq))
-        if not want_dl:
-            return l
-        dl = np.where(big, 1.0, np.where(neg, (dn + 1.0) / dn, (em1 + 1.0) / arg))
-    return l, dl
+    return _reference.leaf_roundoff(F, S, dens, tau, c0, limit)
 
 
 def psg_eval(t: np.ndarray, q: float, v: float, sd: float, remove: bool, want_pdf: bool = True,
@@ -204,29 +139,7 @@ def psg_eval(t: np.ndarray, q: float, v: float, sd: float, remove: bool, want_pd
                                  bool(want_cdf))
         shape = lambda a: None if a is None else a.reshape(t.shape)
         return shape(F), shape(S), shape(P)
-    if not (0 < q < 1 and v > 0 and sd > 0):
-        raise ValueError("psg_eval: invalid argument")
-    tt = t if remove else -t
-    l, dl = subsampled_ginv(tt, q, want_dl=True)  # (every float t: no overflow, no cancellation)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        zp = (l + v / 2) / sd
-        if remove:
-            zq = (l - v / 2) / sd
-            F = (1 - q) * special.ndtr(zp) + q * special.ndtr(zq)
-            S = (1 - q) * special.ndtr(-zp) + q * special.ndtr(-zq)
-        else:
-            top = t >= -math.log1p(-q)
-            F = np.where(top, 1.0, special.ndtr(-zp))
-            S = np.where(top, 0.0, special.ndtr(zp))
-        P = None
-        if want_pdf:
-            cden = 1.0 / (sd * math.sqrt(2 * math.pi))
-            dens = np.exp(-0.5 * zp * zp) * cden
-            if remove:
-                dens = (1 - q) * dens + q * (np.exp(-0.5 * zq * zq) * cden)
-            dens = dens * dl
-            P = np.where(np.isfinite(dens), dens, 0.0)
-    return F, S, P
+    return _reference.psg_eval(t, q, v, sd, remove, want_pdf)
 
 
 def _gl_rule(n):
@@ -253,36 +166,29 @@ def psg_moments(l_lo: float, l_hi: float, q: float, v: float, sd: float, remove:
     if _core is not None and _leaf is not None:
         return _leaf.psg_moments(float(l_lo), float(l_hi), float(q), float(v), float(sd), bool(remove),
                                  x16, w16, x8, w8)
-    if not (0 < q < 1 and v > 0 and sd > 0) or math.isnan(l_lo) or math.isnan(l_hi):
-        raise ValueError("psg_moments: invalid argument")
-    h = v / 2
-    lo, hi = max(-h - 40 * sd, l_lo), min(h + 40 * sd, l_hi)
-    if not hi > lo:
-        return 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
-    npan = max(1, math.ceil((hi - lo) / min(sd, 1.0)))
-    step = (hi - lo) / npan
-    a = lo + step * np.arange(npan, dtype=np.float64)
-    b = np.append(a[1:], hi)
-    mid, half = 0.5 * (a + b), 0.5 * (b - a)
-    lq1, lq = math.log1p(-q), math.log(q)
-    cden = 1.0 / (sd * math.sqrt(2 * math.pi))
-    out = []
-    res = {}
-    for n, (x, w) in ((16, (x16, w16)), (8, (x8, w8))):
-        l = mid[:, None] + half[:, None] * x[None, :]
-        zp = (l + h) / sd
-        dens = np.exp(-0.5 * zp * zp) * cden
-        if remove:
-            zq = (l - h) / sd
-            dens = (1 - q) * dens + q * (np.exp(-0.5 * zq * zq) * cden)
-        g = np.logaddexp(lq1, lq + l)
-        res[n] = (half * ((g * dens) @ w), half * ((g * g * dens) @ w),
-                  half * (np.abs(w * (g * dens)).sum(axis=1)), half * ((w * (g * g * dens)).sum(axis=1)))
-    for k in range(2):
-        i16, i8 = res[16][k], res[8][k]
-        rnd = float(res[16][2 + k].sum()) * (npan + 40) * (np.finfo(np.float64).eps / 2)
-        out += [float(i16.sum()), float(np.abs(i16 - i8).sum()), rnd]
-    return tuple(out)
+    return _reference.psg_moments(l_lo, l_hi, q, v, sd, remove, x16, w16, x8, w8)
+
+
+def psg_mean_sq(q: float, v: float, sd: float, remove: bool):
+    """``(I1, I2)`` of :func:`psg_moments` over the whole line (``E[g]``, ``E[g^2]``), bitwise its values.
+
+    The compiled kernel skips the 8-point check and the round-off sums that :meth:`mean` and
+    :meth:`std` do not use (the planner asks for them for every part of a long schedule).
+    """
+    if _core is not None and _leaf is not None and hasattr(_leaf, "psg_moments16"):
+        return _leaf.psg_moments16(-math.inf, math.inf, float(q), float(v), float(sd), bool(remove), *_GL16)
+    r = psg_moments(-math.inf, math.inf, q, v, sd, remove)
+    return r[0], r[3]
+
+
+def gauss_pair_moments(v: float, sd: float, q: float, remove: bool):
+    """``(mean, std)`` of the subsampled Gaussian's loss by the compiled quadrature (``_core.gauss_pair_moments``,
+    16-point Gauss-Legendre), or ``None`` without the compiled core: its numpy counterpart,
+    :meth:`fastpld.mechanisms.SubsampledLoss._pair_moments`, differs in the last bits, so callers keep the
+    two apart (any centre and scale give a valid truncation window)."""
+    if _core is None:
+        return None
+    return _core.gauss_pair_moments(float(v), float(sd), float(q), bool(remove), *_GL16)
 
 
 def have_leaf() -> bool:
@@ -337,29 +243,12 @@ def psg_leaf_full(q: float, v: float, sd: float, remove: bool, cre: float, tail:
                                min(int(max_buckets), 1 << 62), levels, x16, w16, x8, w8)
 
 
-def psg_mean_sq(q: float, v: float, sd: float, remove: bool):
-    """``(I1, I2)`` of :func:`psg_moments` over the whole line (``E[g]``, ``E[g^2]``), bitwise its values.
-
-    The compiled kernel skips the 8-point check and the round-off sums that :meth:`mean` and
-    :meth:`std` do not use (the planner asks for them for every part of a long schedule).
-    """
-    if _core is not None and _leaf is not None and hasattr(_leaf, "psg_moments16"):
-        return _leaf.psg_moments16(-math.inf, math.inf, float(q), float(v), float(sd), bool(remove), *_GL16)
-    r = psg_moments(-math.inf, math.inf, q, v, sd, remove)
-    return r[0], r[3]
-
-
 def pmf_moments(p: np.ndarray, cen: float):
     """``(total, mean, variance)`` of the weights ``p`` on the indices ``i - cen``."""
     p = np.ascontiguousarray(p, dtype=np.float64)
     if _core is not None:
         return _core.pmf_moments(p, float(cen))
-    idx = np.arange(p.size, dtype=np.float64) - cen
-    tot = float(p.sum())
-    if not tot > 0:
-        raise ValueError("pmf_moments: no positive probability mass")
-    mu = float(np.dot(idx, p) / tot)
-    return tot, mu, float(np.dot((idx - mu) ** 2, p) / tot)
+    return _reference.pmf_moments(p, cen)
 
 
 def mean_index(p: np.ndarray, compiled: bool = True) -> float:
@@ -367,8 +256,7 @@ def mean_index(p: np.ndarray, compiled: bool = True) -> float:
     ``compiled=False``: the numpy expression, as the numpy backend's nodes use it)."""
     if compiled and _core is not None and p.dtype == np.float64 and p.flags.c_contiguous:
         return _core.mean_index(p)
-    # (no np.dot: a BLAS dot wakes OpenBLAS's threads, milliseconds per call on a busy machine)
-    return float(np.sum(np.arange(p.size, dtype=np.float64) * p) / p.sum())
+    return _reference.mean_index(p)
 
 
 def log_mgf_grid(p: np.ndarray, cen: float, s: np.ndarray, m: float, K: np.ndarray) -> None:
@@ -378,20 +266,13 @@ def log_mgf_grid(p: np.ndarray, cen: float, s: np.ndarray, m: float, K: np.ndarr
     if _core is not None:
         _core.log_mgf_grid(p, float(cen), s, float(m), K)
         return
-    if not (p > 0).any():
-        raise ValueError("log_mgf_grid: no positive probability mass")
-    idx = np.arange(p.size, dtype=np.float64) - cen
-    with np.errstate(divide="ignore"):
-        logp = np.log(p)
-    M = s[:, None] * idx[None, :] + logp[None, :]
-    mx = M.max(axis=1)
-    K += m * (mx + np.log(np.exp(M - mx[:, None]).sum(axis=1)))
+    _reference.log_mgf_grid(p, cen, s, m, K)
 
 
 def log_binomial_moments(lm: np.ndarray, lf: np.ndarray, lq1: float, lq: float, orders: np.ndarray) -> np.ndarray:
     """``out[r] = log sum_{j <= a} exp(lf[a+1] - lf[j+1] - lf[a-j+1] + (a-j) lq1 + j lq + lm[j])``, ``a = orders[r]``.
 
-    The binomial Renyi moments of :func:`fastpld.mechanisms._log_binomial_moment`
+    The binomial Renyi moments of :func:`fastpld.mechanisms.pairs._log_binomial_moment`
     (``lm[j] = log E_P[e^(j L)]``, ``lf[i] = log((i-1)!)``, ``lq1 = log(1-q)``, ``lq = log q``).
     """
     lm = np.ascontiguousarray(lm, dtype=np.float64)
@@ -399,16 +280,7 @@ def log_binomial_moments(lm: np.ndarray, lf: np.ndarray, lq1: float, lq: float, 
     orders = np.ascontiguousarray(orders, dtype=np.int64)
     if _core is not None:
         return _core.log_binomial_moments(lm, lf, float(lq1), float(lq), orders)
-    if orders.size and orders.min() < 0:
-        raise ValueError("log_binomial_moments: invalid argument")
-    out = np.empty(orders.size)
-    for r, a in enumerate(orders.tolist()):
-        j = np.arange(a + 1)
-        with np.errstate(invalid="ignore"):
-            t = lf[a + 1] - lf[j + 1] - lf[a - j + 1] + np.where(a - j > 0, (a - j) * lq1, 0.0) + j * lq + lm[: a + 1]
-        mx = float(t.max())
-        out[r] = mx + math.log(float(np.exp(t - mx).sum())) if math.isfinite(mx) else mx
-    return out
+    return _reference.log_binomial_moments(lm, lf, lq1, lq, orders)
 
 
 def binomial_chord(x: np.ndarray, shift: int, lm: np.ndarray, lf: np.ndarray, lq1: float, lq: float,
@@ -419,17 +291,7 @@ def binomial_chord(x: np.ndarray, shift: int, lm: np.ndarray, lf: np.ndarray, lq
     x = np.ascontiguousarray(x, dtype=np.float64)
     if _core is not None:
         return _core.binomial_chord(x, int(shift), lm, lf, float(lq1), float(lq), memo)
-    lo = np.floor(x)
-    if x.size and not (lo.min() >= 0 and lo.max() + shift + 1 <= memo.size - 1):
-        raise ValueError("binomial_chord: invalid argument")
-    a = lo.astype(np.int64) + int(shift)
-    need = np.unique(np.concatenate([a, a + 1]))
-    need = need[np.isnan(memo[need])]
-    if need.size:
-        memo[need] = log_binomial_moments(lm, lf, lq1, lq, need)
-    w = x - lo
-    with np.errstate(invalid="ignore"):
-        return np.where(w == 0, memo[a], (1 - w) * memo[a] + w * memo[np.minimum(a + 1, memo.size - 1)])
+    return _reference.binomial_chord(x, shift, lm, lf, lq1, lq, memo)
 
 
 def chernoff_quantiles(kp: np.ndarray, kn: np.ndarray, s: np.ndarray, c: float, lt: float):
@@ -443,12 +305,7 @@ def chernoff_quantiles(kp: np.ndarray, kn: np.ndarray, s: np.ndarray, c: float, 
     s = np.ascontiguousarray(s, dtype=np.float64)
     if _core is not None:
         return _core.chernoff_quantiles(kp, kn, s, float(c), float(lt))
-    if s.size == 0:
-        return -math.inf, math.inf
-    with np.errstate(invalid="ignore", over="ignore"):
-        up = float(np.min((c * kp - lt) / s))
-        lo = -float(np.min((c * kn - lt) / s))
-    return (-math.inf if math.isnan(lo) else lo), (math.inf if math.isnan(up) else up)
+    return _reference.chernoff_quantiles(kp, kn, s, c, lt)
 
 
 def chernoff_window(ps, cens, ms, srel: np.ndarray, refine: np.ndarray, w: float):
@@ -467,9 +324,7 @@ def fold(p: np.ndarray, cen: int, out: np.ndarray) -> None:
     if _core is not None and p.dtype in (np.float64, np.longdouble) and p.flags.c_contiguous:
         _core.fold(p, int(cen), out)
         return
-    N = out.size
-    out[:] = 0
-    np.add.at(out, (np.arange(p.size) - cen) % N, p.astype(out.dtype))
+    _reference.fold(p, cen, out)
 
 
 def split(p: np.ndarray, offset: float, mesh_in: float, mesh_out: float, dtype):
@@ -488,109 +343,7 @@ def split(p: np.ndarray, offset: float, mesh_in: float, mesh_out: float, dtype):
         out = np.empty(m, dtype=dtype)
         _core.split(p, float(offset), float(mesh_in), float(mesh_out), j0, out, np.empty(m, dtype=dtype))
         return out, j0, tmax
-    t = (offset + mesh_in * np.arange(n, dtype=np.float64)) / mesh_out
-    j = np.floor(t)
-    theta = (t - j).astype(dtype)
-    jj = j.astype(np.int64) - j0
-    pd = p.astype(dtype, copy=False)
-    out = np.zeros(m, dtype=dtype)
-    np.add.at(out, jj, pd * (1 - theta))
-    up = np.zeros(m, dtype=dtype)
-    np.add.at(up, jj + 1, pd * theta)
-    return out + up, j0, tmax
-
-
-# --------------------------------------------------------------------------------------
-# Direct DFT of inputs with few buckets (compose._run_node, docs/roundoff.md section 3e)
-# --------------------------------------------------------------------------------------
-# Per component, every table entry is within 6 u of cos / sin of 2 pi r / N: the reduced angle
-# phi = (pi/2) a / N, |phi| <= pi/4, carries 3 roundings (<= 3.01 u |phi| <= 2.4 u absolute) and
-# cosl / sinl at most 2 ulp (<= 4 u |value| <= 2.9 u for sin's values <= 0.71, <= 2 u for cos's
-# values in [0.71, 1)); quarter turns are exact swaps and negations.  Float64 tables are the long
-# double ones rounded (within u64 of the exact values), not numpy's float64 sin / cos (whose SIMD
-# versions may err by up to 4 ulp).
-DFT_TABLE_ERR = 6.0
-# tables are kept in the process-wide store (fastpld.resources, least recently used first out): a long
-# double table of a 6k-point node costs ~1 ms of cosl / sinl and ~190 kB
-_DFT_TABLES = None  # the store's region, made on first use
-
-
-def _nbytes(v):
-    return sum(a.nbytes for a in (v if isinstance(v, tuple) else (v,)))
-
-
-def _dft_region():
-    global _DFT_TABLES
-    if _DFT_TABLES is None:
-        from . import resources
-        _DFT_TABLES = resources.region("dft_tables")
-    return _DFT_TABLES
-
-
-def _dft_cache_put(key, value):
-    _dft_region().put(key, value, _nbytes(value))
-
-
-def _dft_cache_get(key):
-    return _dft_region().get(key)
-
-
-_HALF_PI_LD = np.longdouble("1.57079632679489661923132169163975144")
-
-
-def _reduced_angles(n: int, M: int):
-    """``(q, phi)`` for ``2 pi r / M``, ``r = 0 .. n-1``: the nearest quarter turn ``q`` (mod 4; integers,
-    exact) and the long double angle ``phi = (pi/2) (4 r - q M) / M`` in ``[-pi/4, pi/4]`` (three roundings)."""
-    ld = np.dtype(np.longdouble)
-    r = np.arange(n, dtype=np.int64)
-    q = (4 * r + M // 2) // M
-    phi = ((4 * r - q * M).astype(ld) * _HALF_PI_LD) / ld.type(M)
-    return q & 3, phi
-
-
-def dft_table(N: int, dtype):
-    """``(c, s)``: ``cos`` and ``sin`` of ``2 pi r / N`` for ``r = 0 .. N-1`` in ``dtype`` (kept within
-    :func:`fastpld.set_cache_limit`).  Each entry comes from an angle reduced to ``[-pi/4, pi/4]`` exactly
-    (integer quarter turns), so it is within ``DFT_TABLE_ERR`` u of the exact value."""
-    dt = np.dtype(dtype)
-    key = (int(N), dt.char)
-    t = _dft_cache_get(key)
-    if t is not None:
-        return t
-    if dt != np.longdouble:
-        c, s = (x.astype(dt) for x in dft_table(N, np.longdouble))
-    else:
-        q, phi = _reduced_angles(N, N)
-        cp, sp = np.cos(phi), np.sin(phi)
-        c = np.select([q == 0, q == 1, q == 2], [cp, -sp, -cp], sp).astype(dt)
-        s = np.select([q == 0, q == 1, q == 2], [sp, cp, -sp], -cp).astype(dt)
-    c.setflags(write=False)
-    s.setflags(write=False)
-    _dft_cache_put(key, (c, s))
-    return c, s
-
-
-def dft_order(p: np.ndarray, cen: int, N: int, dtype):
-    """``(q, steps, err)`` for :func:`small_dft`: the non-zero masses in ascending order (in ``dtype``),
-    their offsets ``(j - cen) mod N`` and the bound ``err`` on ``|X~_k - X_k|`` at every frequency, in
-    units of ``u`` (of ``dtype``).
-
-    Summing in ascending order keeps the partial sums small until the largest masses come: a
-    sequential sum of products errs by at most ``u (sum |t_i| + sum_(i >= 2) |s_i|)`` per component
-    (first order; ``1.01`` covers the rest), with ``|s_i| <= P_i`` (ascending partial sums of
-    ``p``, table entries <= 1); the table adds ``DFT_TABLE_ERR u p_j`` and the cast of ``p`` into
-    ``dtype`` ``u p_j``; the complex modulus is at most ``sqrt 2`` times the componentwise bound.
-    """
-    p = np.asarray(p)
-    nz = np.flatnonzero(p)  # zero buckets add nothing (sparse inputs: the atoms of pure DP)
-    order = nz[np.argsort(p[nz], kind="stable")]
-    q = np.ascontiguousarray(p[order], dtype=dtype)
-    steps = np.ascontiguousarray((order.astype(np.int64) - int(cen)) % int(N))
-    pf = np.asarray(p[order], dtype=np.float64)
-    P = np.cumsum(pf)
-    S = float(P[-1]) if P.size else 0.0
-    err = math.sqrt(2.0) * (1.01 * (S + float(np.sum(P[1:]))) + (DFT_TABLE_ERR + 1.0) * S) * (1 + 1e-9)
-    return q, steps, err
+    return _reference.split(p, offset, mesh_in, mesh_out, dtype, j0, m), j0, tmax
 
 
 def small_dft(q: np.ndarray, steps: np.ndarray, N: int, out: np.ndarray) -> np.ndarray:
@@ -598,49 +351,11 @@ def small_dft(q: np.ndarray, steps: np.ndarray, N: int, out: np.ndarray) -> np.n
     summed sequentially over ``j`` in the given order, in ``out``'s precision (``q``'s dtype is its
     real part's).  ``n F`` operations: for inputs of a few buckets in a long FFT (error bound in
     :func:`dft_order`)."""
-    c, s = dft_table(N, q.dtype)
-    F = N // 2 + 1
     if _core is not None:
+        c, s = dft_table(N, q.dtype)
         _core.small_dft(q, steps, c, s, out.view(q.dtype))
         return out
-    re = np.zeros(F, dtype=q.dtype)
-    im = np.zeros(F, dtype=q.dtype)
-    k = np.arange(F, dtype=np.int64)
-    for qj, st in zip(q, steps):
-        r = (k * int(st)) % N
-        re = re + qj * c[r]
-        im = im - qj * s[r]
-    out.real = re
-    out.imag = im
-    return out
-
-
-# Relative error of every table entry (for the lattice spectra, which need it near zeros): an entry is
-# +-sinl(phi) or +-cosl(phi) of the reduced angle, |phi| <= pi/4 with relative error 3.01 u; sin moves
-# by at most 3.01 u (phi / sin phi) <= 3.35 u relative, cos by at most 3.01 u (pi/4) tan(phi) <= 2.4 u
-# relative; libm adds 2 ulp <= 4 u relative.  (Float64 tables: the long double values rounded, u64.)
-DFT_TABLE_REL = 7.5
-
-
-def sin2_table(N: int, dtype):
-    """``sin(pi r / N)^2`` for ``r = 0 .. N-1`` in ``dtype``, relatively accurate (``2 DFT_TABLE_REL + 1`` u):
-    the squares of the sines :func:`dft_table` ``(2 N)`` would hold, computed alone (cached with it)."""
-    dt = np.dtype(dtype)
-    key = (int(N), dt.char, "s2")
-    t = _dft_cache_get(key)
-    if t is not None:
-        return t
-    # sin(2 pi r / (2N)) as in dft_table(2 N): +-sin or +-cos of the reduced angle by the quarter turn
-    # (the sign goes in the square)
-    q, phi = _reduced_angles(N, 2 * N)
-    odd = (q & 1).astype(bool)
-    v = np.empty(N, dtype=np.longdouble)
-    v[odd] = np.cos(phi[odd])
-    v[~odd] = np.sin(phi[~odd])
-    t = (v * v).astype(dt)  # (float64: the long double square rounded once more, inside the bound)
-    t.setflags(write=False)
-    _dft_cache_put(key, t)
-    return t
+    return _reference.small_dft(q, steps, N, out)
 
 
 def table_sum(w: np.ndarray, steps: np.ndarray, tab: np.ndarray, F: int) -> np.ndarray:
@@ -652,45 +367,7 @@ def table_sum(w: np.ndarray, steps: np.ndarray, tab: np.ndarray, F: int) -> np.n
     if _core is not None:
         _core.table_sum(w, steps, tab, out)
         return out
-    N = tab.size
-    k = np.arange(F, dtype=np.int64)
-    acc = np.zeros(F, dtype=w.dtype)
-    for wj, st in zip(w, steps):
-        acc = acc + wj * tab[(k * int(st)) % N]
-    out[:] = acc
-    return out
-
-
-def quarter_angle(X):
-    """``(psi, q)`` with ``arg X = psi + q pi / 2`` (mod ``2 pi``), ``q`` in 0..3 and ``|psi| <= pi/4``:
-    ``psi`` is the ``atan2`` of ``X`` turned back by ``q`` quarter turns (an exact swap and negation),
-    so its rounding is relative to ``|psi|``, not to ``|arg X|`` (docs/roundoff.md, section 3e)."""
-    re, im = X.real, X.imag
-    q = np.where(np.abs(re) >= np.abs(im), np.where(re >= 0, 0, 2), np.where(im > 0, 1, 3)).astype(np.uint8)
-    xr = np.select([q == 0, q == 1, q == 2], [re, im, -re], -im)
-    xi = np.select([q == 0, q == 1, q == 2], [im, -re, -im], re)
-    return np.arctan2(xi, xr), q
-
-
-def turn_quarters(P, Q):
-    """``P * i^Q`` in place (exact: swaps and negations)."""
-    re, im = P.real.copy(), P.imag.copy()
-    Q = np.asarray(Q) & 3
-    P.real = np.select([Q == 0, Q == 1, Q == 2], [re, -im, -re], im)
-    P.imag = np.select([Q == 0, Q == 1, Q == 2], [im, re, -im], -re)
-    return P
-
-
-def polar_power(logmag, phase, quarter):
-    """``exp(logmag) e^(i phase) i^quarter``, 0 where ``logmag`` is not finite (the numpy reference of the
-    compiled polar evaluation, ``_core._polar``): the phase reduced mod 2 pi in its own precision (a long
-    double 2 pi for long double phases: a float64 one would add float64-size phase errors), the quarter
-    turns exact."""
-    ph = np.remainder(phase, _TWO_PI_LD if phase.dtype == np.longdouble else _TWO_PI)
-    with np.errstate(under="ignore", over="ignore", invalid="ignore"):
-        P = np.exp(logmag) * (np.cos(ph) + 1j * np.sin(ph))
-    P[~np.isfinite(logmag)] = 0
-    return turn_quarters(P, quarter)
+    return _reference.table_sum(w, steps, tab, F, out)
 
 
 def spectrum_terms(X, m, logmag, phase, quarter, lr64, lrg64, ph64, g, first, dead=None, rdead=0.0) -> None:
@@ -710,24 +387,7 @@ def spectrum_terms(X, m, logmag, phase, quarter, lr64, lrg64, ph64, g, first, de
         _core.spectrum_terms(X, float(m), logmag, phase, lr64, lrg64, ph64, float(g), bool(first), dead, float(rdead),
                              quarter, mq)
         return
-    if first:
-        dead[:] = 0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        a = np.abs(X)
-        ph, q = quarter_angle(X)
-        lr = np.log(a)
-        r = a.astype(np.float64)
-        lr64[:] = np.log(r)
-        lrg64[:] = np.log(r + g)
-    ph64[:] = ph.astype(np.float64)
-    if first:
-        logmag[:] = m * lr
-        phase[:] = m * ph
-        quarter[:] = (mq * q) & 3
-    else:
-        logmag += m * lr
-        phase += m * ph
-        quarter[:] = (quarter + mq * q) & 3
+    _reference.spectrum_terms(X, m, logmag, phase, quarter, lr64, lrg64, ph64, g, first, dead, mq)
 
 
 _EMPTY = np.zeros(0)
@@ -748,32 +408,7 @@ def power_fp(logmag, phase, quarter, LR, LRG, PH, ms, g, u, N, Pc, K=0, lp_low=N
     if _core is not None:
         return _core.power_fp(logmag, phase, LR, LRG, PH, ms, float(g), float(u), int(N), Pc, int(K), lp_low,
                               amp_low, dead, quarter)
-    Pc[:] = polar_power(logmag, phase, quarter)
-    with np.errstate(over="ignore", invalid="ignore"):
-        log_prod = 0.0
-        for c in range(ms.size):
-            log_prod = log_prod + ms[c] * LRG[c]
-        amp = 0.0
-        for c in range(ms.size):
-            amp = amp + ms[c] * g * np.exp(log_prod - LRG[c])
-        cond = 0.0
-        sum_lr = 0.0
-        for c in range(ms.size):
-            sum_lr = sum_lr + ms[c] * LR[c]
-            cond = cond + ms[c] * (np.abs(np.where(np.isfinite(LR[c]), LR[c], 0.0)) + np.abs(PH[c]))
-        # polar-power rounding, every maths-library call within 4 ulp (compose._polar_rel)
-        amp = amp + 1.01 * u * ((11 + ms.size) * cond + 8 * float(ms.sum()) + 40) * np.exp(sum_lr)
-        amp = np.where(np.isfinite(amp), amp, 0.0)
-        if K:
-            amp = np.array(amp, dtype=np.float64)
-            amp[:K] = amp_low[:K]
-            log_prod = np.array(log_prod, dtype=np.float64)
-            log_prod[:K] = lp_low[:K]
-        w = np.full(amp.shape, 2.0)
-        w[0] = 1.0
-        if N % 2 == 0:
-            w[-1] = 1.0
-        return float(np.sum(w * amp**2)), float(np.sum(w * np.exp(2 * log_prod))), 0.0
+    return _reference.power_fp(logmag, phase, quarter, LR, LRG, PH, ms, g, u, N, Pc, K, lp_low, amp_low)
 
 
 SERIES_BLOCK = 16  # the compiled pairwise sum's block length (enters the error bound)
@@ -793,39 +428,7 @@ def series_moments(p: np.ndarray, cen: int, d: float, R1: int, native: bool = Tr
     if native and _core is not None and p.dtype in (np.float64, np.longdouble) and p.flags.c_contiguous:
         _core.series_moments(p, int(cen), float(d), out)
         return out
-    n = p.size
-    s = (np.arange(n, dtype=np.float64) - cen).astype(np.longdouble) / np.longdouble(d)
-    n2 = 1 << max(0, (n - 1).bit_length())
-    A = np.zeros((R1, n2), dtype=np.longdouble)
-    pw = p.astype(np.longdouble)
-    for r in range(R1):
-        A[r, :n] = pw
-        pw = pw * s
-    while A.shape[1] > 1:
-        h = A.shape[1] // 2
-        A = A[:, :h] + A[:, h:]
-    out[:] = A[:, 0]
-    # M_0, M_1: pairwise TwoSum tree over exact terms (errors kept exactly, summed at the end)
-    x = p.astype(np.longdouble)
-    t = np.longdouble(4294967297.0) * x
-    hi = t - (t - x)
-    lo = x - hi
-    for r, terms in ((0, x), (1, np.concatenate([hi * s, lo * s]))):
-        if r >= R1:
-            break
-        m = 1 << max(0, (terms.size - 1).bit_length())
-        v = np.zeros(m, dtype=np.longdouble)
-        v[: terms.size] = terms
-        err = np.zeros(m, dtype=np.longdouble)
-        while v.size > 1:
-            h = v.size // 2
-            a, b = v[:h], v[h:]
-            sm = a + b
-            bb = sm - a
-            err = err[:h] + err[h:] + ((a - (sm - bb)) + (b - bb))
-            v = sm
-        out[r] = v[0] + err[0]
-    return out
+    return _reference.series_moments(p, cen, d, R1, out)
 
 
 def series_eval(a: np.ndarray, cerr: np.ndarray, step, rho: float, fact_r1: float, K: int, native: bool = True):
@@ -834,7 +437,6 @@ def series_eval(a: np.ndarray, cerr: np.ndarray, step, rho: float, fact_r1: floa
     ``a`` (float64 or long double, length ``R + 1``, ``R`` even) are the coefficients, ``cerr``
     their error weights; the evaluation runs in ``a``'s precision.
     """
-    W = a.dtype.type
     re = np.empty(K, dtype=a.dtype)
     im = np.empty(K, dtype=a.dtype)
     dz = np.empty(K)
@@ -843,22 +445,47 @@ def series_eval(a: np.ndarray, cerr: np.ndarray, step, rho: float, fact_r1: floa
         _core.series_eval(np.ascontiguousarray(a), cerr, np.array([step], dtype=a.dtype), float(rho), float(fact_r1),
                           re, im, dz)
         return re, im, dz
-    R = a.size - 1
-    phi = np.arange(K).astype(W) * W(step)
-    x = phi * phi
-    acc = np.full(K, a[R], dtype=a.dtype)
-    for r in range(R - 2, 1, -2):
-        acc = a[r] - x * acc
-    re[:] = x * acc
-    acc = np.full(K, a[R - 1], dtype=a.dtype)
-    for r in range(R - 3, 0, -2):
-        acc = a[r] - x * acc
-    im[:] = phi * acc
-    phf = phi.astype(np.float64)
-    err = np.zeros(K)
-    pw = np.ones(K)
-    for r in range(1, R + 1):
-        pw = pw * phf
-        err += cerr[r] * pw
-    dz[:] = 1.01 * (2 * err + 2 * 1.01 * (phf * rho * 1.001) ** (R + 1) / fact_r1)
-    return re, im, dz
+    return _reference.series_eval(a, cerr, step, rho, fact_r1, K, re, im, dz)
+
+
+# --------------------------------------------------------------------------------------
+# Node kernels of the native backend (compiled only: the numpy backend runs its own code)
+# --------------------------------------------------------------------------------------
+def _compiled(name: str):
+    if _core is None:
+        raise RuntimeError(f"the compiled kernel _core.{name} is unavailable (fastpld._core is not built)")
+    return getattr(_core, name)
+
+
+def finish_node(out, shift, floor_, trim, scale=1.0):
+    """``_core.finish_node``: one pass over a node's output (roll, clip, trim, normalise); reference: the numpy
+    steps of :func:`fastpld.compose._run_node`."""
+    return _compiled("finish_node")(out, shift, floor_, trim, scale)
+
+
+def lattice_power(L, Phi, Q, dL, dP, up, u, N, Pc):
+    """``_core.lattice_power``: a lattice-spectrum node's power into ``Pc`` and its round-off sums; reference:
+    ``compose._lattice_amp`` and ``compose._lattice_power_numpy``."""
+    return _compiled("lattice_power")(L, Phi, Q, dL, dP, up, u, N, Pc)
+
+
+def power_direct(X, m, P, B, D, g, first, work=None, rdead=0.0, K=None):
+    """``_core.power_direct``: one input spectrum of a float64 node's direct power; reference:
+    ``compose._direct_power``."""
+    return _compiled("power_direct")(X, m, P, B, D, g, first, work, rdead, K)
+
+
+def power_direct_bound(B, D, g, msum, u, N, K=-1):
+    """``_core.power_direct_bound``: the round-off sums of the direct powers; reference: ``compose._direct_bound``."""
+    return _compiled("power_direct_bound")(B, D, g, msum, u, N, K)
+
+
+def lattice_terms(*args):
+    """``_core.lattice_terms`` (same arguments): one input's terms of ``compose._lattice_spectrum``, its reference."""
+    return _compiled("lattice_terms")(*args)
+
+
+def series_input(*args):
+    """``_core.series_input`` (same arguments): one input's low-frequency series terms; reference:
+    ``compose._series_input``."""
+    return _compiled("series_input")(*args)

@@ -200,7 +200,7 @@ class NativeBackend(_fft.Backend):
         inv = _plan(N, dt, False)
         _, L, Phi, dL, dP, Q, up = lat
         # the power and its bound (compose._lattice_amp) in one pass
-        e2sq, p2sq = _kernels._core.lattice_power(L, Phi, Q, dL, dP, up, u, N, inv.input_array)
+        e2sq, p2sq = _kernels.lattice_power(L, Phi, Q, dL, dP, up, u, N, inv.input_array)
         inv.execute()
         out = inv.output_array if raw else inv.output_array * dt.type(1.0 / N)
         l1 = math.sqrt(e2sq) + 12.0 * u * math.ceil(math.log2(max(N, 2))) * math.sqrt(p2sq)
@@ -214,7 +214,6 @@ class NativeBackend(_fft.Backend):
         and the others' are at most ``(1 + g)^m <= e^10``; the frequencies past the earliest such
         cut (a suffix) are set to 0 and charged ``2 e^(10 - T)`` each in both norms.
         """
-        core = _kernels._core
         fwd = _plan(N, np.float64, True)
         inv = _plan(N, np.float64, False)
         F = N // 2 + 1
@@ -227,9 +226,9 @@ class NativeBackend(_fft.Backend):
         for c, (p, cen, m) in enumerate(ins):
             _forward(fwd, p, cen, N, None if dft is None else dft[c])
             rdead = max(math.exp(-dead_log / m) - g, 0.0) if skip else 0.0
-            K = core.power_direct(fwd.output_array, int(m), P, B, D, g, c == 0, work, rdead, K)
+            K = _kernels.power_direct(fwd.output_array, int(m), P, B, D, g, c == 0, work, rdead, K)
         P[K:] = 0
-        e2sq, p2sq = core.power_direct_bound(B, D, g, msum, u, N, K)
+        e2sq, p2sq = _kernels.power_direct_bound(B, D, g, msum, u, N, K)
         dead = (F - K) * max(2e-300, 2.0 * math.exp(10.0 - dead_log)) if K < F else 0.0
         inv.execute()
         out = inv.output_array if raw else inv.output_array * (1.0 / N)

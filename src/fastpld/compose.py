@@ -588,7 +588,7 @@ def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets
         if isinstance(o, _Leaf):
             if not hetero:
                 cost += _T_LEAF + _T_LEAF_POINT * n
-            elif native and getattr(o.loss, "_psg", None) is not None:
+            elif native and getattr(o.loss, "psg_params", None) is not None:
                 cost += _T_LEAF_PSG + _T_LEAF_PSG_POINT * n
             else:
                 cost += _T_LEAF_H + _T_LEAF_H_POINT * n

@@ -103,9 +103,9 @@ def truncation_window(loss: ContinuousLoss, tail: float, native: bool = False) -
     ``native``: the ladder's centre and scale may come from compiled moments (any centre and
     scale give a valid window; the ladder then starts from the same place).
     """
-    if getattr(loss, "_psg", None) is not None and tail < 1e-3:
+    if getattr(loss, "psg_params", None) is not None and tail < 1e-3:
         # (native: the same candidates and arithmetic in one compiled call)
-        r = (_kernels.psg_window(*loss._psg, tail, _PSG_STEPS) if native and _kernels.have_leaf()
+        r = (_kernels.psg_window(*loss.psg_params, tail, _PSG_STEPS) if native and _kernels.have_leaf()
              else _psg_window(loss, tail))
         if r is not None:
             return r
@@ -124,7 +124,7 @@ def _psg_window(loss, tail: float):
     dominates that tail, then a few steps outward; the first candidate whose *computed* CDF (or
     survival function) is at most ``tail`` is taken, as on the ladder, so any end returned is valid."""
     from scipy import special
-    q, v, sd, remove = loss._psg
+    q, v, sd, remove = loss.psg_params
 
     def g(l):
         # log(1 - q + q e^l), without overflow for large l
@@ -260,10 +260,10 @@ def _check_mu(mu, h, slack):
 
 def _discretize_continuous(loss: ContinuousLoss, h: float, tail: float, lattice: float, max_buckets: int,
                            native: bool = False, coarse: tuple[float, float] | None = None) -> GridPMF:
-    if native and tail < 1e-3 and getattr(loss, "_psg", None) is not None and not loss.atoms and _kernels.have_leaf():
+    if native and tail < 1e-3 and getattr(loss, "psg_params", None) is not None and not loss.atoms and _kernels.have_leaf():
         # the subsampled Gaussian: window and leaf below in one compiled call, the same operations
         # (None: the window or the range takes another branch below)
-        r = _kernels.psg_leaf_full(*loss._psg, loss.cdf_rel_error, tail, _PSG_STEPS, lattice, h, max_buckets,
+        r = _kernels.psg_leaf_full(*loss.psg_params, loss.cdf_rel_error, tail, _PSG_STEPS, lattice, h, max_buckets,
                                    _coarse_levels(h, tail, coarse))
         if r is not None:
             probs, offset, crange, tv, bias, truncated, mix, mu, slack = r
@@ -285,7 +285,7 @@ def _discretize_continuous(loss: ContinuousLoss, h: float, tail: float, lattice:
         raise BucketLimitError(
             f"discretising the privacy loss needs {n} buckets (mesh {h:.3g} over [{a0:.4g}, {b0:.4g}]), "
             f"more than max_buckets={max_buckets}; increase eps_error or max_buckets", n)
-    if native and getattr(loss, "_psg", None) is not None and _kernels.have_leaf():
+    if native and getattr(loss, "psg_params", None) is not None and _kernels.have_leaf():
         pmf = _psg_leaf(loss, h, tail, lat, i_lo, i_hi, n, coarse)
         if pmf is not None:
             return pmf
@@ -392,7 +392,7 @@ def _psg_leaf(loss, h: float, tail: float, lat: float, i_lo: int, i_hi: int, n: 
     if coarse is not None and n >= _COARSE_MIN_BUCKETS:  # (the filter of _coarse_cells)
         thr = _coarse_thresholds(h, float(coarse[0]), float(coarse[1]))
         levels = [(c, thr[c]) for c in _COARSE_LEVELS if c in thr and thr[c] > tail and 4 * c <= n]
-    q, v, sd, remove = loss._psg
+    q, v, sd, remove = loss.psg_params
     try:
         r = _kernels.psg_leaf(q, v, sd, remove, loss.cdf_rel_error, lat, h, i_lo, i_hi, levels)
     except ValueError as e:
@@ -489,7 +489,7 @@ def _coarse_cells(loss, lat: float, h: float, i_lo: int, i_hi: int, coarse, tail
     if not levels:
         return None
     end = i_hi + 1
-    psg = getattr(loss, "_psg", None)
+    psg = getattr(loss, "psg_params", None)
 
     def ev(idx):
         x = lat + (idx - 0.5) * h

@@ -226,7 +226,7 @@ def _integrals(loss, lo, h):
 def _panels(loss, lo, c0, c1):
     """5- and 4-point rules on the panels ``[lo + c0, lo + c1]`` (see :func:`_integrals`); the
     subsampled Gaussian's by the compiled ``fpld_psg_panels`` (same terms, sums in another order)."""
-    psg = getattr(loss, "_psg", None)
+    psg = getattr(loss, "psg_params", None)
     if psg is not None and _kernels._core is not None and _kernels._leaf is not None:
         return _kernels._leaf.psg_panels(*(np.ascontiguousarray(a, dtype=np.float64) for a in (lo, c0, c1)),
                                          float(psg[0]), float(psg[1]), float(psg[2]), bool(psg[3]),

@@ -1,0 +1,259 @@
+"""Base classes: privacy losses (discrete and continuous) and mechanisms.
+
+A mechanism with output distributions ``P`` (on a dataset) and ``Q`` (on a
+neighbour) has the privacy loss ``Y = log(Q(w) / P(w))`` with ``w ~ Q``; its
+privacy curve is ``delta(eps) = E[(1 - e^(eps - Y))_+]`` (mass of ``Y`` at
+``+inf`` counts fully).  Composition adds independent PRVs.
+
+Each mechanism exposes its PRV per neighbouring direction through
+:meth:`Mechanism.privacy_losses`, a mapping ``{"add": loss, "remove": loss}``.
+Symmetric mechanisms (Gaussian, Laplace, pure DP) return the same object for
+both directions, so it is composed once.
+
+A :class:`PrivacyLoss` describes the *finite part* of ``Y`` (a probability
+distribution) plus ``p_inf``, the mass at ``+inf``.  Continuous losses give a
+CDF and a survival function that stay accurate deep in the tails (they are
+evaluated separately, never as ``1 - cdf``), a density for the round-off
+certificate, partial first moments for the mean correction of Algorithm 1, and
+an upper bound on the cumulant generating function ``log E[e^(sY)]`` for
+Chernoff tail bounds of any number of self-compositions.  Discrete losses give
+their atoms exactly.
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Mapping
+
+import numpy as np
+
+from .. import _validation as V
+from .._lazy import lazy_module
+from .quadrature import _GL_CACHE, _gl_panels, _gl_panels_16_8
+from .tails import chernoff_tail_bound, chernoff_tail_quantile
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+special = lazy_module("scipy.special")
+
+__all__ = ["PrivacyLoss", "DiscreteLoss", "ContinuousLoss", "Mechanism"]
+
+_U = np.finfo(np.float64).eps / 2  # unit round-off of float64
+
+
+# --------------------------------------------------------------------------------------
+# Privacy losses
+# --------------------------------------------------------------------------------------
+class PrivacyLoss:
+    """Distribution of a privacy loss random variable (one direction).
+
+    Attributes
+    ----------
+    p_inf : float
+        Probability that the loss is ``+inf`` (e.g. the ``delta`` of an
+        (eps, delta)-DP mechanism).  Every other method describes the finite
+        part, conditioned on being finite.
+    support : tuple of float
+        Bounds ``(lo, hi)`` of the finite part (may be infinite).
+    psg_params : tuple or None
+        ``(q, v, sd, remove)`` when the loss is one direction of a Poisson-subsampled
+        Gaussian (:attr:`SubsampledLoss.psg_params`): the arguments of the compiled
+        subsampled-Gaussian kernels (``fastpld._kernels.psg_*``) that discretize it;
+        ``None`` for every other loss.
+    """
+
+    p_inf: float = 0.0
+    support: tuple = (-math.inf, math.inf)
+    is_discrete: bool = False
+    psg_params: tuple[float, float, float, bool] | None = None
+
+    def log_mgf(self, s: np.ndarray) -> np.ndarray:
+        """Upper bound on ``log E[exp(s Y)]`` of the finite part (``+inf`` if unknown)."""
+        raise NotImplementedError
+
+    def mean(self) -> float:
+        raise NotImplementedError
+
+    def std(self) -> float:
+        raise NotImplementedError
+    # Chernoff tail bounds ------------------------------------------------------------
+    def tail_bound(self, count: int, x: float, *, upper: bool = True) -> float:
+        """Rigorous bound on ``Pr[Y_1 + ... + Y_count >= x]`` (or ``<= x`` if ``upper=False``).
+
+        See :func:`fastpld.mechanisms.tails.chernoff_tail_bound`.
+        """
+        return chernoff_tail_bound(self, count, x, upper=upper)
+
+    def tail_quantile(self, count: int, tail: float, *, upper: bool = True) -> float:
+        """Smallest ``x`` (largest if ``upper=False``) with ``tail_bound(count, x) <= tail``.
+
+        See :func:`fastpld.mechanisms.tails.chernoff_tail_quantile`.
+        """
+        return chernoff_tail_quantile(self, count, tail, upper=upper)
+
+
+def _real_vector(name, value):
+    """``value`` as a flat float64 array, or ``ValueError`` naming ``name``."""
+    try:
+        raw = np.asarray(value)
+        if raw.dtype.kind not in "iufO":  # no bools, complex numbers or strings
+            raise TypeError
+        return np.asarray(raw, dtype=np.float64).ravel()
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be an array of real numbers, got {value!r}") from None
+
+
+class DiscreteLoss(PrivacyLoss):
+    """A privacy loss with finitely many finite values (plus mass at ``+inf``)."""
+
+    is_discrete = True
+
+    def __init__(self, values: ArrayLike, probabilities: ArrayLike, p_inf: float = 0.0) -> None:
+        v = _real_vector("values", values)
+        p = _real_vector("probabilities", probabilities)
+        if v.size == 0 or v.shape != p.shape:
+            raise ValueError("values and probabilities must be non-empty arrays of the same length")
+        if not np.all(np.isfinite(v)):
+            raise ValueError("values must be finite (put mass at +infinity into p_inf)")
+        if not np.all(np.isfinite(p)):
+            raise ValueError("probabilities must be finite (not NaN or infinite)")
+        if (p < 0).any():
+            raise ValueError("probabilities must be >= 0")
+        total = p.sum()
+        if not (abs(total - 1.0) <= 1e-9 or (p_inf > 0 and abs(total + p_inf - 1.0) <= 1e-9)):
+            raise ValueError(f"probabilities must sum to 1 (or to 1 - p_inf), got {V.show(total)}")
+        keep = p > 0
+        v, p = v[keep], p[keep]
+        order = np.argsort(v, kind="stable")
+        self.values = v[order]
+        self.probs = p[order] / p.sum()
+        self.p_inf = float(p_inf)
+        self.support = (float(self.values[0]), float(self.values[-1]))
+
+    def log_mgf(self, s):
+        s = np.asarray(s, dtype=np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):  # s v beyond the float range: +-inf, the right limit
+            out = special.logsumexp(np.multiply.outer(s, self.values), b=self.probs, axis=-1)
+        return np.where(np.isnan(out), np.inf, out)  # (inf - inf inside: unknown, so no bound)
+
+    def mean(self) -> float:
+        return float(np.dot(self.values, self.probs))
+
+    def std(self) -> float:
+        m = self.mean()
+        return float(math.sqrt(max(np.dot((self.values - m) ** 2, self.probs), 0.0)))
+
+    def __repr__(self):
+        return f"DiscreteLoss(n={self.values.size}, p_inf={self.p_inf})"
+
+
+class ContinuousLoss(PrivacyLoss):
+    """A privacy loss given by its CDF (possibly with atoms).
+
+    Subclasses implement :meth:`cdf`, :meth:`sf`, :meth:`pdf` (density of the
+    continuous part, used only for the round-off certificate) and
+    :meth:`log_mgf`; they may override :meth:`partial_mean` with a closed form.
+    ``atoms`` lists the locations of point masses.
+    """
+
+    atoms: tuple = ()
+    #: Relative accuracy of ``cdf``/``sf`` (in the tail region that matters),
+    #: used by the round-off certificate of the discretisation.
+    cdf_rel_error: float = 1e-12
+
+    def cdf(self, t):
+        raise NotImplementedError
+
+    def sf(self, t):
+        raise NotImplementedError
+
+    def pdf(self, t):
+        raise NotImplementedError
+
+    def cdf_shift(self, tmax: float) -> float:
+        """Bound on the *position* error of :meth:`cdf`/:meth:`sf` for ``|t| <= tmax`` (certificate).
+
+        The computed values at ``t`` are within ``cdf_rel_error`` (relative) of the exact ones at
+        some point within this distance of ``t``.  0 for losses whose argument is used as given;
+        losses that transform ``t`` first (the subsampled ones) round it, and near a steep CDF (a
+        near-atom) that rounding is not a small relative error of the value.
+        """
+        return 0.0
+
+    def partial_mean(self, edges: np.ndarray) -> tuple[float, float]:
+        """``E[Y; edges[0] < Y <= edges[-1]]`` and an error bound.
+
+        Generic version: Stieltjes integration by parts
+        ``int t dF = b F(b) - a F(a) - int_a^b F(t) dt`` with Gauss-Legendre on
+        the panels given by ``edges`` (the discretisation's own buckets, so the
+        panels are fine where the mass is).  Panels whose 8- and 16-point rules
+        disagree are split adaptively; the remaining disagreement, inflated
+        tenfold, is the error bound.
+        """
+        return self._partial_moments(edges)[:2]
+
+    def _partial_moments(self, edges, second=False):
+        """:meth:`partial_mean` and, if ``second``, ``int_a^b t F(t) dt`` on the panels ``edges``.
+
+        The second integral reuses the 16-point CDF values of the first level
+        (same nodes, same arithmetic as a separate Gauss-Legendre pass); it is
+        ``None`` when atoms split the panels.
+        """
+        edges = np.asarray(edges, dtype=np.float64)
+        a, b = float(edges[0]), float(edges[-1])
+        # split panels at atoms and at finite support ends, so that F is analytic on each panel:
+        # across a support end (e.g. log(1-q) of a subsampled loss) F is C-infinity but not
+        # analytic, and the 8- and 16-point rules can agree on a wrong value (error under-estimated)
+        breaks = [x for x in (*self.atoms, *self.support) if math.isfinite(x) and a < x < b]
+        pts = np.unique(np.concatenate([edges, breaks]))
+        lo, hi = pts[:-1], pts[1:]
+        total = 0.0
+        err = 0.0
+        tol = 1e-15
+        tf = None
+        for level in range(8):
+            if level == 0 and second and pts.size == edges.size:
+                i16, nodes, vals = _gl_panels(self.cdf, lo, hi, 16, keep=True)
+                half = 0.5 * (hi - lo)
+                tf = float(np.sum(half * ((nodes * vals) @ _GL_CACHE[16][1])))
+                i8 = _gl_panels(self.cdf, lo, hi, 8)
+            else:
+                i16, i8 = _gl_panels_16_8(self.cdf, lo, hi)
+            d = np.abs(i16 - i8)
+            # (absolute tolerance per unit length once b - a > 1: a fixed total would ask for accuracy
+            # below the round-off of the sum, 16 u (|a| + |b| + (b - a)), and split every panel)
+            bad = d > tol * np.maximum(hi - lo, 1e-300) / min(max(b - a, 1e-300), 1.0) * 1e3
+            if level == 7 or not bad.any():
+                total += float(i16.sum())
+                err += float(d.sum())
+                break
+            total += float(i16[~bad].sum())
+            err += float(d[~bad].sum())
+            lo, hi = lo[bad], hi[bad]
+            sub = np.linspace(0.0, 1.0, 5)
+            pts2 = lo[:, None] + (hi - lo)[:, None] * sub[None, :]
+            lo, hi = pts2[:, :-1].ravel(), pts2[:, 1:].ravel()
+        fa, fb = float(self.cdf(np.array([a]))[0]), float(self.cdf(np.array([b]))[0])
+        val = b * fb - a * fa - total
+        err = 10.0 * err + 16 * _U * (abs(b) + abs(a) + abs(total) + (b - a))
+        return float(val), float(err), tf
+
+    def mean(self) -> float:
+        raise NotImplementedError
+
+    def std(self) -> float:
+        raise NotImplementedError
+
+
+class Mechanism:
+    """Base class: a mechanism knows its privacy losses per neighbouring direction."""
+
+    def privacy_losses(self) -> Mapping[str, PrivacyLoss]:
+        """The privacy loss per neighbouring direction, ``{"add": loss, "remove": loss}``.
+
+        Symmetric mechanisms return the same object for both (it is then composed once); equal
+        mechanisms (frozen dataclasses, by value) share one loss object through the loss cache.
+        """
+        raise NotImplementedError
+
+    # frozen dataclass subclasses provide __eq__/__hash__ for merging identical events

@@ -1,0 +1,164 @@
+"""Mechanisms given by the user: the CDF of a continuous privacy loss, or the PMF of a discrete one."""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+from .. import _validation as V
+from .base import ContinuousLoss, DiscreteLoss, Mechanism, PrivacyLoss, _real_vector
+
+__all__ = ["CustomCDF", "CustomPMF"]
+
+
+class _CustomContinuous(ContinuousLoss):
+    def __init__(self, cdf, sf, pdf, log_mgf, mean, std, support, p_inf, atoms, rel_err):
+        self._cdf, self._sf, self._pdf, self._lm = cdf, sf, pdf, log_mgf
+        self._mean, self._std = mean, std
+        self.support = support
+        self.p_inf = p_inf
+        self.atoms = atoms
+        self.cdf_rel_error = rel_err
+
+    def cdf(self, t):
+        return np.asarray(self._cdf(np.asarray(t, dtype=np.float64)), dtype=np.float64)
+
+    def sf(self, t):
+        if self._sf is None:
+            return 1.0 - self.cdf(t)
+        return np.asarray(self._sf(np.asarray(t, dtype=np.float64)), dtype=np.float64)
+
+    def pdf(self, t):
+        if self._pdf is None:
+            t = np.asarray(t, dtype=np.float64)
+            h = 1e-6 * np.maximum(1.0, np.abs(t))
+            return np.maximum((self.cdf(t + h) - self.cdf(t - h)) / (2 * h), 0.0)
+        return np.asarray(self._pdf(np.asarray(t, dtype=np.float64)), dtype=np.float64)
+
+    def log_mgf(self, s):
+        s = np.asarray(s, dtype=np.float64)
+        if self._lm is None:
+            return np.full(s.shape, np.inf)
+        return np.asarray(self._lm(s), dtype=np.float64)
+
+    def mean(self):
+        return self._mean
+
+    def std(self):
+        return self._std
+
+
+class CustomCDF(Mechanism):
+    """A mechanism given by the CDF of its privacy loss and an MGF tail bound.
+
+    Parameters
+    ----------
+    cdf : callable
+        Vectorised CDF of the finite part of the privacy loss.
+    log_mgf : callable
+        Vectorised *upper bound* on ``log E[exp(s Y)]`` for real ``s`` (``inf``
+        where unknown); it is the tail bound used to size grids.
+    mean, std : float
+        Mean and standard deviation of the finite part (used for planning; the
+        mean correction uses the CDF).
+    sf : callable, optional
+        Survival function, accurate in the upper tail (default ``1 - cdf``).
+    pdf : callable, optional
+        Density of the continuous part (default: numerical derivative).
+    support : (float, float), optional
+    p_inf : float, default 0
+    atoms : tuple of float, optional
+        Locations of point masses of the CDF.
+    cdf_rel_error : float, default 1e-10
+        Relative accuracy of ``cdf``/``sf``, charged in the certificate.
+
+    Raises
+    ------
+    ValueError
+        If a function is not callable, ``mean`` is not finite, ``std`` not finite and >= 0,
+        ``p_inf`` not in ``[0, 1)``, ``support`` not a pair ``lo < hi`` of reals, ``atoms`` not
+        finite reals, or ``cdf_rel_error`` not in ``(0, 1e-3]``.
+    """
+
+    def __init__(self, cdf: Callable, log_mgf: Callable, mean: float, std: float, *, sf: Callable | None = None,
+                 pdf: Callable | None = None, support: tuple[float, float] = (-math.inf, math.inf),
+                 p_inf: float = 0.0, atoms: Sequence[float] = (), cdf_rel_error: float = 1e-10) -> None:
+        if not callable(cdf):
+            raise ValueError("cdf must be callable")
+        if not callable(log_mgf):
+            raise ValueError("log_mgf must be callable (an upper bound on the log MGF, used as tail bound)")
+        if sf is not None and not callable(sf):
+            raise ValueError("sf must be callable or None")
+        if pdf is not None and not callable(pdf):
+            raise ValueError("pdf must be callable or None")
+        mean = V.real_float("mean", mean)
+        std = V.nonnegative_float("std", std)
+        p_inf = V.probability("p_inf", p_inf, open_high=True)
+        if isinstance(support, (str, bytes)) or not hasattr(support, "__len__") or len(support) != 2:
+            raise ValueError(f"support must be a pair (lo, hi), got {support!r}")
+        lo = V.real_float("support[0]", support[0], allow_inf=True)
+        hi = V.real_float("support[1]", support[1], allow_inf=True)
+        if not lo < hi:
+            raise ValueError(f"support must satisfy lo < hi, got {support!r}")
+        if isinstance(atoms, (str, bytes)) or not hasattr(atoms, "__iter__"):
+            raise ValueError(f"atoms must be a sequence of real numbers, got {atoms!r}")
+        atoms = tuple(V.real_float(f"atoms[{i}]", a) for i, a in enumerate(atoms))
+        rel = V.positive_float("cdf_rel_error", cdf_rel_error)
+        if rel > 1e-3:
+            raise ValueError(f"cdf_rel_error must be in (0, 1e-3], got {V.show(cdf_rel_error)}")
+        self._loss = _CustomContinuous(cdf, sf, pdf, log_mgf, mean, std, (lo, hi), p_inf, atoms, rel)
+
+    def privacy_losses(self) -> Mapping[str, PrivacyLoss]:
+        return {"add": self._loss, "remove": self._loss}
+
+
+class CustomPMF(Mechanism):
+    """A mechanism whose privacy loss takes finitely many values.
+
+    Parameters
+    ----------
+    values : array_like
+        Finite privacy-loss values.
+    probabilities : array_like
+        Their probabilities; they sum to ``1 - p_inf``.
+    p_inf : float, default 0
+        Probability of an infinite privacy loss.
+
+    Raises
+    ------
+    ValueError
+        If the arrays are empty, of different lengths or not real, a value is not finite, a
+        probability is negative or not finite, ``p_inf`` is not in ``[0, 1)``, or the
+        probabilities do not sum to ``1 - p_inf`` (within ``1e-9``).
+
+    Examples
+    --------
+    >>> import fastpld
+    >>> mech = fastpld.CustomPMF([0.5, -0.5], [0.6, 0.4 - 1e-6], p_inf=1e-6)
+    >>> pld = fastpld.compose(mech, 10)
+    """
+
+    def __init__(self, values: ArrayLike, probabilities: ArrayLike, p_inf: float = 0.0) -> None:
+        p_inf = V.probability("p_inf", p_inf, open_high=True)
+        self._loss = DiscreteLoss(values, probabilities, p_inf)
+        total = float(_real_vector("probabilities", probabilities).sum())
+        # as documented: the finite masses and p_inf together make one distribution
+        if not abs(total + p_inf - 1.0) <= 1e-9:
+            raise ValueError(f"probabilities must sum to 1 - p_inf = {1 - p_inf!r}, got {total!r}")
+        self._key = (tuple(self._loss.values.tolist()), tuple(self._loss.probs.tolist()), p_inf)
+
+    def privacy_losses(self) -> Mapping[str, PrivacyLoss]:
+        return {"add": self._loss, "remove": self._loss}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CustomPMF) and other._key == self._key
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+
+# Loss objects are cached per mechanism value: building a subsampled loss computes moments.  They live in

@@ -1,0 +1,158 @@
+"""The privacy losses of the Gaussian and Laplace mechanisms (closed forms)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._lazy import lazy_module
+from .base import ContinuousLoss, _U
+
+special = lazy_module("scipy.special")
+
+__all__ = ["GaussianLoss", "LaplaceLoss"]
+
+_LOG_HALF = math.log(0.5)
+_NDTR_REL = 4096 * _U  # relative error assumed of scipy.special.ndtr at any z (GaussianLoss)
+
+
+class GaussianLoss(ContinuousLoss):
+    """Loss of the Gaussian mechanism: ``Y ~ N(mu^2/2, mu^2)``."""
+
+    # scipy's ndtr (and the exp(-z^2 / 2) of the density and partial mean) round z^2 before the exponential:
+    # relative error ~ (2 z^2 + 64) u in the tails, measured up to ~2100 u near z = -37 (ndtr underflows below
+    # 1e-300 from z = -37.5), 35 u for |z| <= 5 (docs/roundoff.md section 7)
+    cdf_rel_error = _NDTR_REL
+
+    def __init__(self, mu: float):
+        self.mu = float(mu)
+        self.m = 0.5 * self.mu**2
+        self.s = self.mu
+        self.support = (-math.inf, math.inf)
+
+    def cdf_shift(self, tmax: float) -> float:
+        """``(t - m) / s`` rounds twice, each time by at most ``u |t - m|`` in ``t``'s units."""
+        return 2 * _U * (tmax + abs(self.m))
+
+    # (a standardised argument beyond the float range is +-inf, where ndtr and the density are exact)
+    def cdf(self, t):
+        with np.errstate(over="ignore"):
+            return special.ndtr((np.asarray(t, dtype=np.float64) - self.m) / self.s)
+
+    def sf(self, t):
+        with np.errstate(over="ignore"):
+            return special.ndtr((self.m - np.asarray(t, dtype=np.float64)) / self.s)
+
+    def pdf(self, t):
+        with np.errstate(over="ignore"):
+            z = (np.asarray(t, dtype=np.float64) - self.m) / self.s
+            return np.exp(-0.5 * z * z) / (self.s * math.sqrt(2 * math.pi))
+
+    def partial_mean(self, edges):
+        a, b = float(edges[0]), float(edges[-1])
+        al, be = (a - self.m) / self.s, (b - self.m) / self.s
+        # mass via the tail that avoids cancellation
+        if al > 0:
+            mass = special.ndtr(-al) - special.ndtr(-be)
+        else:
+            mass = special.ndtr(be) - special.ndtr(al)
+        phi = lambda z: math.exp(-0.5 * z * z) / math.sqrt(2 * math.pi) if math.isfinite(z) else 0.0
+        val = self.m * mass + self.s * (phi(al) - phi(be))
+        err = _NDTR_REL * (abs(self.m) * mass + self.s * (phi(al) + phi(be)) + abs(val))
+        return float(val), float(err)
+
+    def log_mgf(self, s):
+        s = np.asarray(s, dtype=np.float64)
+        return s * self.m + 0.5 * s * s * self.s**2
+
+    def mean(self):
+        return self.m
+
+    def std(self):
+        return self.s
+
+    def __repr__(self):
+        return f"GaussianLoss(mu={self.mu})"
+
+
+class LaplaceLoss(ContinuousLoss):
+    """Loss of the Laplace mechanism with ``eps0 = sensitivity / scale``.
+
+    Atom ``1/2`` at ``+eps0``, atom ``e^(-eps0)/2`` at ``-eps0``, and on
+    ``(-eps0, eps0)`` the density ``e^((t - eps0)/2) / 4``.
+    """
+
+    cdf_rel_error = 64 * _U
+
+    def __init__(self, eps0: float):
+        self.e = float(eps0)
+        self.atoms = (-self.e, self.e)
+        self.support = (-self.e, self.e)
+
+    def cdf_shift(self, tmax: float) -> float:
+        """``t - eps0`` rounds by at most ``u |t - eps0|``; far from ``eps0`` that is no small relative
+        error of ``exp((t - eps0) / 2)`` (``|t - eps0| / 2`` times it), but it is a small move of ``t``."""
+        return 2 * _U * (tmax + self.e)
+
+    def cdf(self, t):
+        t = np.asarray(t, dtype=np.float64)
+        inside = 0.5 * np.exp((np.clip(t, -self.e, self.e) - self.e) / 2)
+        return np.where(t < -self.e, 0.0, np.where(t >= self.e, 1.0, inside))
+
+    def sf(self, t):
+        t = np.asarray(t, dtype=np.float64)
+        inside = 1.0 - 0.5 * np.exp((np.clip(t, -self.e, self.e) - self.e) / 2)
+        return np.where(t < -self.e, 1.0, np.where(t >= self.e, 0.0, inside))
+
+    def pdf(self, t):
+        t = np.asarray(t, dtype=np.float64)
+        inside = 0.25 * np.exp((np.clip(t, -self.e, self.e) - self.e) / 2)
+        return np.where((t > -self.e) & (t < self.e), inside, 0.0)
+
+    def _cont_moment(self, x1, x2):
+        # int_{x1}^{x2} t e^((t-e)/2)/4 dt = [e^((t-e)/2) (t - 2) / 2]
+        g = lambda x: 0.5 * math.exp((x - self.e) / 2) * (x - 2)
+        return g(x2) - g(x1)
+
+    def partial_mean(self, edges):
+        a, b = float(edges[0]), float(edges[-1])
+        val = 0.0
+        if a < -self.e <= b:
+            val += -self.e * 0.5 * math.exp(-self.e)
+        if a < self.e <= b:
+            val += self.e * 0.5
+        x1, x2 = max(a, -self.e), min(b, self.e)
+        if x2 > x1:
+            val += self._cont_moment(x1, x2)
+        return val, 64 * _U * (1 + abs(val) + self.e)
+
+    def log_mgf(self, s):
+        s = np.asarray(s, dtype=np.float64)
+        e = self.e
+        t1 = _LOG_HALF + s * e
+        t2 = _LOG_HALF - e * (1 + s)
+        a = (s + 0.5) * e
+        absa = np.abs(a)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            # log(2 sinh(a)/a) computed stably
+            log_sinhc = np.where(
+                absa > 1e-6, absa + np.log1p(-np.exp(-2 * absa)) - np.log(np.maximum(absa, 1e-300)), a * a / 6 + math.log(2.0)
+            )
+            log_sinhc = np.where(absa > 1e-6, log_sinhc, math.log(2.0) + a * a / 6)
+        # continuous part: (1/4) e^{-e/2} * 2 sinh(a)/(s + 1/2) = (e/4) e^{-e/2} * 2 sinh(a)/a
+        t3 = math.log(0.25 * e) - e / 2 + log_sinhc if e > 0 else np.full_like(s, -np.inf)
+        return np.logaddexp(np.logaddexp(t1, t2), t3)
+
+    def mean(self):
+        return self.partial_mean(np.array([-math.inf, math.inf]))[0]
+
+    def std(self):
+        k1 = self.mean()
+        # second moment: atoms + continuous part  int t^2 e^{(t-e)/2}/4 = [e^{(t-e)/2}(t^2 - 4t + 8)/2]
+        e = self.e
+        g = lambda x: 0.5 * math.exp((x - e) / 2) * (x * x - 4 * x + 8)
+        m2 = 0.5 * e * e + 0.5 * math.exp(-e) * e * e + g(e) - g(-e)
+        return math.sqrt(max(m2 - k1 * k1, 0.0))
+
+    def __repr__(self):
+        return f"LaplaceLoss(eps0={self.e})"
