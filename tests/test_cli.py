@@ -32,8 +32,26 @@ def test_cli_main_job_human_readable(capsys):
     assert main(["epsilon", "--sigma", "1.0", "--sampling-probability", "0.01", "--steps", "100",
                  "--delta", "1e-5"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("epsilon = ") and "certified:" in out[0] and "<= epsilon <=" in out[0]
+    # the headline is the certified upper bound (the number to quote), then both bounds
+    assert out[0].startswith("epsilon <= ") and "certified upper bound" in out[0] and "lower bound" in out[0]
+    up = float(out[0].split()[2])
+    lo = float(out[0].split("lower bound")[1].split(",")[0])
+    assert 0 < lo <= up
     assert "PoissonSubsampledGaussian" in out[1] and "100 steps" in out[1]
+
+
+def test_cli_relative_accuracy(capsys):
+    assert main(["epsilon", "--sigma", "1.0", "--sampling-probability", "0.01", "--steps", "1000",
+                 "--delta", "1e-5", "--rel-error", "1e-3", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    e = out["epsilon"]
+    assert e["lower"] <= e["upper"] <= e["lower"] * (1 + 1e-3)
+    assert out["parameters"]["rel_error"] == 1e-3 and out["parameters"]["method"].startswith("dominance")
+    assert main(["epsilon", "--sigma", "1.0", "--steps", "10", "--delta", "1e-5", "--rel-error", "2"]) == 2
+    assert "rel_error" in capsys.readouterr().err
+    assert main(["epsilon", "--sigma", "1.0", "--steps", "10", "--delta", "1e-5", "--rel-error", "1e-3",
+                 "--eps-error", "0.1"]) == 2
+    assert "not both" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("mech,name", [

@@ -124,9 +124,12 @@ def _add_mechanism(p):
 
 
 def _add_budget(p):
-    p.add_argument("--eps-error", type=float, default=0.1, help="certified epsilon error (default 0.1)")
+    p.add_argument("--eps-error", type=float, default=None, help="certified epsilon error (default 0.1)")
+    p.add_argument("--rel-error", type=float, default=None,
+                   help="accuracy relative to epsilon instead of --eps-error, e.g. 1e-3: the certified interval "
+                        "at most 0.1%% of epsilon wide (the dominance certificate)")
     p.add_argument("--delta-error", type=float, default=1e-10, help="certified delta error (default 1e-10)")
-    p.add_argument("--method", default="auto", help="auto, glw, two_stage or recursive")
+    p.add_argument("--method", default="auto", help="auto, glw, two_stage, recursive or dominance")
     _add_max_buckets(p)
     p.add_argument("--json", action="store_true", help="print JSON")
 
@@ -205,6 +208,14 @@ def _bounds_dict(b):
     return {"lower": float(b.lower), "estimate": float(b.estimate), "upper": float(b.upper)}
 
 
+def _accuracy(args) -> dict:
+    """``compose``'s accuracy arguments from ``--eps-error`` / ``--rel-error`` (compose checks them)."""
+    if getattr(args, "rel_error", None) is not None:
+        return {"rel_error": args.rel_error} if args.eps_error is None else {"rel_error": args.rel_error,
+                                                                             "eps_error": args.eps_error}
+    return {"eps_error": 0.1 if args.eps_error is None else args.eps_error}
+
+
 def _run_query(args):
     mech = _mechanism(args)
     V.positive_int("steps", args.steps)
@@ -212,20 +223,23 @@ def _run_query(args):
         V.probability("delta", args.delta, open_low=True)
     else:
         V.nonnegative_float("epsilon", args.epsilon)
-    pld = compose(mech, args.steps, eps_error=args.eps_error, delta_error=args.delta_error, method=args.method,
-                  max_buckets=args.max_buckets)
+    acc = _accuracy(args)
+    pld = compose(mech, args.steps, delta_error=args.delta_error, method=args.method, max_buckets=args.max_buckets,
+                  **acc)
     if args.command == "epsilon":
         b = pld.epsilon(args.delta)
         key, query = "epsilon", {"delta": args.delta}
     else:
         b = pld.delta(args.epsilon)
         key, query = "delta", {"epsilon": args.epsilon}
-    params = {"mechanism": repr(mech), "steps": args.steps, "eps_error": args.eps_error,
-              "delta_error": args.delta_error, "method": pld.method, **query}
+    params = {"mechanism": repr(mech), "steps": args.steps, **acc, "delta_error": args.delta_error,
+              "method": pld.method, **query}
     if args.json:
         print(json.dumps({key: _bounds_dict(b), "parameters": params}))
     else:
-        print(f"{key} = {b.estimate:.6g}  (certified: {b.lower:.6g} <= {key} <= {b.upper:.6g})")
+        # the number to quote is the certified upper bound: it is the headline
+        print(f"{key} <= {b.upper:.6g}  (certified upper bound; certified lower bound {b.lower:.6g}, "
+              f"estimate {b.estimate:.6g})")
         print(f"  {mech!r}, {args.steps} steps, method {pld.method}")
 
 
@@ -308,12 +322,13 @@ def _run_tradeoff(args):
     V.positive_int("steps", args.steps)
     fprs = _parse_fprs(args.fpr)
     ar = tuple(args.alpha_range) if args.alpha_range is not None else None
-    pld = compose(mech, args.steps, eps_error=args.eps_error, delta_error=args.delta_error, method=args.method)
+    acc = _accuracy(args)
+    pld = compose(mech, args.steps, delta_error=args.delta_error, method=args.method, **acc)
     tpr = pld.tpr(fprs)
     beta = pld.tradeoff(fprs)
     adv = pld.advantage()
     g = pld.gdp_mu(ar)
-    params = {"mechanism": repr(mech), "steps": args.steps, "eps_error": args.eps_error,
+    params = {"mechanism": repr(mech), "steps": args.steps, **acc,
               "delta_error": args.delta_error, "method": pld.method}
     if args.json:
         rows = [{"fpr": f, "tpr": _bounds_dict(type(tpr)(tpr.lower[i], tpr.estimate[i], tpr.upper[i])),
@@ -373,8 +388,8 @@ def _run_plot(args):
     axes = list(axes[0])
     out = {"output": args.output, "mechanism": repr(mech)}
     if args.steps is not None:
-        pld = compose(mech, args.steps, eps_error=args.eps_error, delta_error=args.delta_error, method=args.method,
-                      max_buckets=args.max_buckets)
+        pld = compose(mech, args.steps, delta_error=args.delta_error, method=args.method,
+                      max_buckets=args.max_buckets, **_accuracy(args))
         if args.tradeoff:
             from .plot import plot_tradeoff
             for scale in ("linear", "log"):
@@ -387,7 +402,9 @@ def _run_plot(args):
             ax.set_title(f"delta(eps) after {args.steps} steps\n{_describe(mech)}", fontsize="small")
         out["steps"] = args.steps
     if grid is not None:
-        b = epsilon_vs_steps(mech, grid, args.delta, eps_error=args.eps_error, delta_error=args.delta_error,
+        if args.rel_error is not None:
+            raise ValueError("--rel-error is not available for --steps-grid plots; give --eps-error")
+        b = epsilon_vs_steps(mech, grid, args.delta, eps_error=_accuracy(args)["eps_error"], delta_error=args.delta_error,
                              method=args.method, max_buckets=args.max_buckets)
         ax = plot_epsilon_vs_steps(mech, grid, args.delta, axes.pop(0), bounds=b, label="estimate")
         ax.set_title(f"epsilon at delta={args.delta:g}\n{_describe(mech)}", fontsize="small")
@@ -400,7 +417,7 @@ def _run_plot(args):
     finally:
         plt.close(fig)
     if args.json:
-        print(json.dumps({"plot": out, "parameters": {"eps_error": args.eps_error, "delta_error": args.delta_error}}))
+        print(json.dumps({"plot": out, "parameters": {**_accuracy(args), "delta_error": args.delta_error}}))
     else:
         print(f"wrote {args.output}")
 
