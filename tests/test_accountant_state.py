@@ -173,3 +173,25 @@ def test_stored_floats_read_back_exactly():
     back = fastpld.PrivacyAccountant.from_json(acc.to_json())
     assert back.history[0][0] == acc.history[0][0]
     assert back.history[0][0].sigma == sigma
+
+
+def test_relative_accuracy_is_kept_and_certified():
+    import json
+    import pickle
+    mech = fastpld.PoissonSubsampledGaussian(1.0, 0.01)
+    acc = fastpld.PrivacyAccountant(rel_error=1e-3, lookahead=0.0)
+    acc.compose(mech, 1000)
+    b = acc.get_epsilon(1e-5)
+    assert b.lower <= b.upper <= b.lower * (1 + 1e-3)
+    ref = fastpld.compose(mech, 1000, eps_error=0.01).epsilon(1e-5)  # an independent certificate
+    assert b.lower <= ref.upper and ref.lower <= b.upper
+    for again in (fastpld.PrivacyAccountant.from_json(acc.to_json()), pickle.loads(pickle.dumps(acc))):
+        assert again.rel_error == 1e-3 and again.eps_error is None
+        assert tuple(again.get_epsilon(1e-5)) == tuple(b)
+    assert "rel_error" in json.loads(acc.to_json())
+    with pytest.raises(ValueError, match="not both"):
+        fastpld.PrivacyAccountant(eps_error=0.1, rel_error=1e-3)
+    with pytest.raises(ValueError, match="rel_error"):
+        fastpld.PrivacyAccountant(rel_error=1e-3, method="glw")
+    with pytest.raises(ValueError, match="rel_error"):
+        fastpld.PrivacyAccountant(rel_error=0.0)

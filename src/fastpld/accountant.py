@@ -80,7 +80,10 @@ class PrivacyAccountant:
     Parameters
     ----------
     eps_error, delta_error : float
-        Error budget of every composition (see :func:`fastpld.compose`).
+        Error budget of every composition (see :func:`fastpld.compose`; ``eps_error`` defaults to 0.1).
+    rel_error : float, optional
+        The accuracy relative to epsilon instead of ``eps_error`` (see :func:`fastpld.compose`: the
+        certified interval of epsilon at most ``rel_error`` times it wide; the dominance certificate).
     method : str
         Composition method passed to :func:`fastpld.compose`.
     backend : str, optional
@@ -104,10 +107,19 @@ class PrivacyAccountant:
     ...     eps = acc.get_epsilon(1e-5).upper
     """
 
-    def __init__(self, eps_error: float = 0.1, delta_error: float = 1e-10, *, method: str = "auto",
-                 backend: str | None = None, max_buckets: int = DEFAULT_MAX_BUCKETS, cache_size: int = 8,
-                 lookahead: float = 1e-3):
-        self.eps_error = V.eps_error(eps_error)
+    def __init__(self, eps_error: float | None = None, delta_error: float = 1e-10, *, rel_error: float | None = None,
+                 method: str = "auto", backend: str | None = None, max_buckets: int = DEFAULT_MAX_BUCKETS,
+                 cache_size: int = 8, lookahead: float = 1e-3):
+        if rel_error is not None:
+            self.rel_error = V.rel_error(rel_error)
+            if eps_error is not None:
+                raise ValueError("give eps_error or rel_error, not both")
+            if method not in ("auto", "dominance"):
+                raise ValueError(f"rel_error applies to methods 'auto' and 'dominance', got method {method!r}")
+            self.eps_error = None
+        else:
+            self.rel_error = None
+            self.eps_error = V.eps_error(0.1 if eps_error is None else eps_error)
         self.delta_error = V.delta_error(delta_error)
         if not isinstance(method, str) or method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -162,8 +174,9 @@ class PrivacyAccountant:
             if hit is not None:
                 self._cache.move_to_end(state)
                 return hit
-        result = compose(list(state), eps_error=self.eps_error, delta_error=self.delta_error,
-                         method=self.method, backend=self.backend, max_buckets=self.max_buckets)
+        acc = {"rel_error": self.rel_error} if self.rel_error is not None else {"eps_error": self.eps_error}
+        result = compose(list(state), delta_error=self.delta_error, method=self.method, backend=self.backend,
+                         max_buckets=self.max_buckets, **acc)
         with self._lock:
             self._cache[state] = result
             self._cache.move_to_end(state)
@@ -251,6 +264,7 @@ class PrivacyAccountant:
             last = self._last
         history = [{"mechanism": mechanism_to_dict(m), "count": int(n)} for m, n in items]
         return {"format": STATE_FORMAT, "version": STATE_VERSION, "eps_error": self.eps_error,
+                **({"rel_error": self.rel_error} if self.rel_error is not None else {}),
                 "delta_error": self.delta_error, "method": self.method, "backend": self.backend,
                 "max_buckets": self.max_buckets, "cache_size": self._cache_size, "lookahead": self.lookahead,
                 "history": history,
@@ -269,7 +283,8 @@ class PrivacyAccountant:
                              f"reads versions up to {STATE_VERSION}), got {version!r}")
         fields = ("eps_error", "delta_error", "method", "backend", "max_buckets", "cache_size", "lookahead")
         known = {"format", "version", "history", "last", *fields}
-        check_fields("state", state, known, known)
+        check_fields("state", state, known | {"rel_error"}, known)  # (rel_error: only where it was asked)
+        fields = fields + (("rel_error",) if "rel_error" in state else ())
         for k in fields:
             if isinstance(state[k], bool):  # JSON true/false would pass the integer checks
                 raise ValueError(f"state.{k} has an invalid value {state[k]!r}")
@@ -318,12 +333,14 @@ class PrivacyAccountant:
         with self._lock:
             counts = list(self._counts.items())
             last = self._last
-        return {"version": STATE_VERSION, "eps_error": self.eps_error, "delta_error": self.delta_error,
+        return {"version": STATE_VERSION, "eps_error": self.eps_error, "rel_error": self.rel_error,
+                "delta_error": self.delta_error,
                 "method": self.method, "backend": self.backend, "max_buckets": self.max_buckets,
                 "cache_size": self._cache_size, "lookahead": self.lookahead, "counts": counts, "last": last}
 
     def __setstate__(self, st):
-        self.__init__(st["eps_error"], st["delta_error"], method=st["method"], backend=st["backend"],
+        self.__init__(st["eps_error"], st["delta_error"], rel_error=st.get("rel_error"), method=st["method"],
+                      backend=st["backend"],
                       max_buckets=st["max_buckets"], cache_size=st["cache_size"], lookahead=st["lookahead"])
         self._counts.update(st["counts"])
         self._last = st["last"]
@@ -373,5 +390,6 @@ class PrivacyAccountant:
 
     def __repr__(self):
         h = self.history
-        return (f"PrivacyAccountant(eps_error={self.eps_error}, delta_error={self.delta_error}, "
+        acc = f"rel_error={self.rel_error}" if self.rel_error is not None else f"eps_error={self.eps_error}"
+        return (f"PrivacyAccountant({acc}, delta_error={self.delta_error}, "
                 f"mechanisms={len(h)}, compositions={sum(c for _, c in h)})")
