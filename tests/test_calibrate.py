@@ -70,3 +70,21 @@ def test_tiny_target_is_bounded():
     # target epsilon 0.01: eps_error defaults to target/20, the grid stays within max_buckets
     s = fastpld.find_noise_multiplier(0.01, 1e-5, 0.01, 10)
     assert _eps(fastpld.PoissonSubsampledGaussian(s, 0.01), 10, 0.0005, 1e-8, 1e-5) <= 0.01
+
+
+def test_noise_multiplier_to_a_relative_accuracy():
+    # within ~0.1% of the smallest feasible sigma, never below it (checked by finer compositions)
+    import fastpld
+    s = fastpld.find_noise_multiplier(2.0, 1e-5, 0.02, 1000, rel_error=1e-3)
+    fine = lambda sig: fastpld.compose(fastpld.PoissonSubsampledGaussian(sig, 0.02), 1000,
+                                       rel_error=1e-4).epsilon(1e-5)
+    assert fine(s).upper <= 2.0
+    assert fine(s / (1 + 2.5e-3)).lower > 2.0
+    with pytest.raises(ValueError, match="not both"):
+        fastpld.find_noise_multiplier(2.0, 1e-5, 0.02, 1000, rel_error=1e-3, eps_error=0.01)
+    with pytest.raises(ValueError, match="rel_error"):
+        fastpld.find_noise_multiplier(2.0, 1e-5, 0.02, 1000, rel_error=-1.0)
+    q = fastpld.find_sampling_probability(2.0, 1e-5, 1.0, 1000, rel_error=1e-3)
+    assert fastpld.compose(fastpld.PoissonSubsampledGaussian(1.0, q), 1000, rel_error=1e-4).epsilon(1e-5).upper <= 2.0
+    p = fastpld.calibrate(lambda x: fastpld.Gaussian(x), 50, 1.0, 1e-6, rel_error=1e-3)
+    assert fastpld.compose(fastpld.Gaussian(p), 50, rel_error=1e-4).epsilon(1e-6).upper <= 1.0

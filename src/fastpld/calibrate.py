@@ -67,6 +67,18 @@ def _default_errors(target_epsilon, target_delta, eps_error, delta_error):
     return eps_error, tuple(des)
 
 
+def _relative(rel_error, eps_error, target_epsilon, rtol):
+    """``(rel_error, ee, rtol)``: a validated relative accuracy (``None`` if not asked), the absolute
+    epsilon error standing for it in the first guesses, and the search's tolerance (``rel_error``
+    itself unless ``rtol`` is given; else ``rtol`` or 1%)."""
+    if rel_error is None:
+        return None, None, (0.01 if rtol is None else rtol)
+    rel_error = V.rel_error(rel_error)
+    if eps_error is not None:
+        raise ValueError("give eps_error or rel_error, not both")
+    return rel_error, rel_error * target_epsilon / 2, (rel_error if rtol is None else rtol)
+
+
 def _targets(target_epsilon, target_delta):
     te = V.positive_float("target_epsilon", target_epsilon)
     td = V.probability("target_delta", target_delta, open_low=True, open_high=True)
@@ -203,10 +215,10 @@ def _search(ev, target, *, decreasing, guess, lower, upper, rtol, integer, name,
 
 def calibrate(make_mechanism: Callable[[float], Mechanism], count: int, target_epsilon: float | None = None,
               target_delta: float | None = None, bracket: tuple | None = None, *, decreasing: bool = True,
-              eps_error: float | None = None, delta_error: float | None = None, rtol: float = 0.01,
+              eps_error: float | None = None, delta_error: float | None = None, rtol: float | None = None,
               guess: float | None = None, method: str = "auto", max_buckets: int = DEFAULT_MAX_BUCKETS,
               target_tpr: float | None = None, at_fpr: float | None = None, target_mu: float | None = None,
-              alpha_range: tuple | None = None) -> float:
+              alpha_range: tuple | None = None, rel_error: float | None = None) -> float:
     """Find the parameter of ``make_mechanism`` at which ``count`` compositions meet the target.
 
     Parameters
@@ -230,7 +242,10 @@ def calibrate(make_mechanism: Callable[[float], Mechanism], count: int, target_e
         Composition errors; default ``min(0.1, target_epsilon / 20)`` and
         ``target_delta / 1000``.
     rtol : float
-        Relative width of the final bracket (default 1%).
+        Relative width of the final bracket (default 1%; ``rel_error`` when that is given).
+    rel_error : float, optional
+        Compose with this accuracy relative to epsilon instead of ``eps_error`` (see
+        :func:`fastpld.compose`; epsilon targets only).
     guess : float, optional
         Starting point (default: geometric middle of the bracket, or 1).
     method, max_buckets
@@ -260,13 +275,17 @@ def calibrate(make_mechanism: Callable[[float], Mechanism], count: int, target_e
         raise ValueError(f"make_mechanism must be callable, got {make_mechanism!r}")
     count = V.positive_int("count", count)
     attack = target_tpr is not None or at_fpr is not None or target_mu is not None
+    if attack and rel_error is not None:
+        raise ValueError("rel_error applies to epsilon targets; give eps_error for target_tpr / target_mu")
     if attack:  # an operational target (fastpld.fdp); the same search on its certified upper bound
+        rtol = 0.01 if rtol is None else rtol
         from .fdp import attack_target
         te, run, tname = attack_target(count, target_epsilon, target_delta, target_tpr, at_fpr, target_mu,
                                        alpha_range, eps_error, delta_error, max_buckets, method)
     else:
         te, td = _targets(target_epsilon, target_delta)
-        ee, de = _default_errors(te, td, eps_error, delta_error)
+        rel, ee_rel, rtol = _relative(rel_error, eps_error, te, rtol)
+        ee, de = _default_errors(te, td, eps_error if rel is None else ee_rel, delta_error)
     rtol = V.positive_float("rtol", rtol)
     if bracket is None:
         lower, upper = 1e-6, 1e6
@@ -288,7 +307,7 @@ def calibrate(make_mechanism: Callable[[float], Mechanism], count: int, target_e
         return mech
 
     if not attack:
-        run = _upper_epsilon(count, ee, de, td, max_buckets, method)
+        run = _upper_epsilon(count, ee, de, td, max_buckets, method, rel_error=rel)
     ev = _Evaluator(make, run)
     try:
         out = _search(ev, te, decreasing=decreasing, guess=guess, lower=lower, upper=upper,
@@ -335,7 +354,7 @@ def _psg_errors(te, td, eps_error, delta_error):
     return _default_errors(te, td, eps_error, delta_error)
 
 
-def _upper_epsilon(count, eps_error, delta_errors, target_delta, max_buckets, method="auto"):
+def _upper_epsilon(count, eps_error, delta_errors, target_delta, max_buckets, method="auto", rel_error=None):
     """``mechanism -> certified upper bound on epsilon(target_delta)`` after ``count`` compositions.
 
     ``delta_errors``: tried in turn while ``compose`` refuses the composition for its error
@@ -348,26 +367,31 @@ def _upper_epsilon(count, eps_error, delta_errors, target_delta, max_buckets, me
             mech, k = mech
         else:
             k = count
-        return _compose_widening(mech, k, eps_error, delta_errors, max_buckets, method).epsilon(target_delta).upper
+        return _compose_widening(mech, k, eps_error, delta_errors, max_buckets, method,
+                                 rel_error).epsilon(target_delta).upper
 
     return run
 
 
-def _compose_widening(mech, count, eps_error, delta_errors, max_buckets, method="auto"):
+def _compose_widening(mech, count, eps_error, delta_errors, max_buckets, method="auto", rel_error=None):
     """``compose`` with the first of ``delta_errors`` whose composition is not refused for its error
-    budget (the calibration's ladder, :func:`_default_errors`); the last refusal is raised."""
+    budget (the calibration's ladder, :func:`_default_errors`); the last refusal is raised.
+    ``rel_error``: composed with it instead of ``eps_error``."""
+    acc = {"rel_error": rel_error} if rel_error is not None else {"eps_error": eps_error}
     for i, de in enumerate(delta_errors):
         try:
-            return compose(mech, count, eps_error=eps_error, delta_error=de, method=method, max_buckets=max_buckets)
+            return compose(mech, count, delta_error=de, method=method, max_buckets=max_buckets, **acc)
         except _BudgetError:
             if i + 1 == len(delta_errors):
                 raise
 
 
 def find_noise_multiplier(target_epsilon: float, target_delta: float, sampling_probability: float, steps: int,
-                          *, eps_error: float | None = None, delta_error: float | None = None, rtol: float = 0.01,
-                          neighboring: str = "add_or_remove", max_buckets: int = DEFAULT_MAX_BUCKETS,
-                          sampler: Callable[[float, float], Mechanism] | None = None) -> float:
+                          *, eps_error: float | None = None, delta_error: float | None = None,
+                          rtol: float | None = None, neighboring: str = "add_or_remove",
+                          max_buckets: int = DEFAULT_MAX_BUCKETS,
+                          sampler: Callable[[float, float], Mechanism] | None = None,
+                          rel_error: float | None = None) -> float:
     """Smallest noise multiplier (within ``rtol``) for DP-SGD to be (target_epsilon, target_delta)-DP.
 
     DP-SGD with Poisson sampling rate ``sampling_probability`` for ``steps`` steps:
@@ -390,11 +414,15 @@ def find_noise_multiplier(target_epsilon: float, target_delta: float, sampling_p
         (the latter retried 10x and 100x larger, below ``target_delta / 10``, when :func:`fastpld.compose`
         refuses it).
     rtol : float
-        Relative width of the final bracket (default 1%).
+        Relative width of the final bracket (default 1%; ``rel_error`` when that is given).
     neighboring : {"add_or_remove", "remove", "add"}
         Neighbouring directions accounted, as in :class:`fastpld.PoissonSubsampledGaussian`.
     max_buckets : int
         Passed to :func:`fastpld.compose`.
+    rel_error : float, optional
+        Compose with this accuracy relative to epsilon instead of ``eps_error`` (see
+        :func:`fastpld.compose`; the dominance certificate): with ``rel_error=1e-3`` the answer is
+        within about 0.1% of the smallest feasible ``sigma``, never below it.
     sampler : callable, optional
         ``(sigma, sampling_probability) -> Mechanism``: the step for the batches actually drawn
         (e.g. ``lambda s, q: SubsampledWithoutReplacement(Gaussian(s), b, n)``), used instead of
@@ -431,7 +459,8 @@ def find_noise_multiplier(target_epsilon: float, target_delta: float, sampling_p
     te, td = _targets(target_epsilon, target_delta)
     q = V.probability("sampling_probability", sampling_probability, open_low=True)
     steps = V.positive_int("steps", steps)
-    ee, de = _psg_errors(te, td, eps_error, delta_error)
+    rel, ee_rel, rtol = _relative(rel_error, eps_error, te, rtol)
+    ee, de = _psg_errors(te, td, eps_error if rel is None else ee_rel, delta_error)
 
     if sampler is not None and not callable(sampler):
         raise ValueError(f"sampler must be callable (sigma, sampling_probability) -> Mechanism, got {sampler!r}")
@@ -444,7 +473,7 @@ def find_noise_multiplier(target_epsilon: float, target_delta: float, sampling_p
             return mech
         return PoissonSubsampledGaussian(sigma=s, sampling_probability=q, neighboring=neighboring)
 
-    run = _upper_epsilon(steps, ee, de, td, max_buckets)
+    run = _upper_epsilon(steps, ee, de, td, max_buckets, rel_error=rel)
 
     guess = _clt_sigma(max(te - ee, te / 2), td, q, steps)
     # local exponent of epsilon ~ sigma^(-a) in the same model, for the first jump
@@ -460,8 +489,8 @@ def find_noise_multiplier(target_epsilon: float, target_delta: float, sampling_p
 
 def find_sampling_probability(target_epsilon: float, target_delta: float, noise_multiplier: float, steps: int,
                               *, eps_error: float | None = None, delta_error: float | None = None,
-                              rtol: float = 0.01, neighboring: str = "add_or_remove",
-                              max_buckets: int = DEFAULT_MAX_BUCKETS) -> float:
+                              rtol: float | None = None, neighboring: str = "add_or_remove",
+                              max_buckets: int = DEFAULT_MAX_BUCKETS, rel_error: float | None = None) -> float:
     """Largest Poisson sampling rate (within ``rtol``) meeting the target for ``steps`` DP-SGD steps.
 
     Parameters
@@ -511,12 +540,13 @@ def find_sampling_probability(target_epsilon: float, target_delta: float, noise_
     te, td = _targets(target_epsilon, target_delta)
     sigma = V.positive_float("noise_multiplier", noise_multiplier)
     steps = V.positive_int("steps", steps)
-    ee, de = _psg_errors(te, td, eps_error, delta_error)
+    rel, ee_rel, rtol = _relative(rel_error, eps_error, te, rtol)
+    ee, de = _psg_errors(te, td, eps_error if rel is None else ee_rel, delta_error)
 
     def make(q):
         return PoissonSubsampledGaussian(sigma=sigma, sampling_probability=q, neighboring=neighboring)
 
-    run = _upper_epsilon(steps, ee, de, td, max_buckets)
+    run = _upper_epsilon(steps, ee, de, td, max_buckets, rel_error=rel)
 
     # GDP guess: q = mu / sqrt(T (e^(1/sigma^2) - 1))
     mu = _gaussian_mu(max(te - ee, te / 2), td)
