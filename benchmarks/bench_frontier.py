@@ -30,7 +30,6 @@ import time
 import warnings
 
 import fastpld
-from fastpld import mechanisms as _mechanisms
 
 DELTA = 1e-5
 WORKLOADS = [  # (q, sigma, k)

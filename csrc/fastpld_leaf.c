@@ -64,6 +64,23 @@ static inline double psg_dl(double tt, double em1, double q)
     return (em1 + 1.0) / em1;
 }
 
+/* The density of Y at tt = +-t (the sign of the direction) from psg_em1 / psg_l's em1 and l: the
+ * normal densities of L times dl/dt (0 where that is not finite). */
+static inline double psg_density(double tt, double em1, double l, double q, double h, double sd, double cden,
+                                 int remove)
+{
+    double dl = psg_dl(tt, em1, q); /* dl/dt = e^t / (e^t - 1 + q) */
+    double zp = (l + h) / sd, dens;
+    double dp = exp(-0.5 * zp * zp) * cden;
+    if (remove) {
+        double zq = (l - h) / sd;
+        dens = ((1 - q) * dp + q * (exp(-0.5 * zq * zq) * cden)) * dl;
+    } else {
+        dens = dp * dl;
+    }
+    return isfinite(dens) ? dens : 0.0;
+}
+
 int fpld_psg_eval(const double *t, ptrdiff_t n, double q, double v, double sd, int remove,
                   double *F, double *S, double *pdf)
 {
@@ -74,7 +91,7 @@ int fpld_psg_eval(const double *t, ptrdiff_t n, double q, double v, double sd, i
         double ti = t[i], tt = remove ? ti : -ti;
         double em1 = psg_em1(tt, ylo);
         double l = psg_l(tt, em1, q, logq, ylo); /* SubsampledLoss._ginv */
-        double zp = (l + h) / sd, dens;
+        double zp = (l + h) / sd;
         if (F || S) { /* (the normal probabilities only where asked: the density alone costs a third) */
             double pl, pu, f, s;
             ndtr_pair(zp, &pl, &pu);
@@ -95,17 +112,8 @@ int fpld_psg_eval(const double *t, ptrdiff_t n, double q, double v, double sd, i
             if (S)
                 S[i] = s;
         }
-        if (pdf) {
-            double dl = psg_dl(tt, em1, q); /* dl/dt = e^t / (e^t - 1 + q) */
-            double dp = exp(-0.5 * zp * zp) * cden;
-            if (remove) {
-                double zq = (l - h) / sd;
-                dens = ((1 - q) * dp + q * (exp(-0.5 * zq * zq) * cden)) * dl;
-            } else {
-                dens = dp * dl;
-            }
-            pdf[i] = isfinite(dens) ? dens : 0.0;
-        }
+        if (pdf)
+            pdf[i] = psg_density(tt, em1, l, q, h, sd, cden, remove);
     }
     return FPLD_OK;
 }
@@ -141,17 +149,7 @@ int fpld_psg_panels(const double *lo, const double *c0, const double *c1, ptrdif
         for (int j = 0; j < 9; j++) {
             double y = lo[i] + tn[j], tt = remove ? y : -y;
             double em1 = psg_em1(tt, ylo);
-            double l = psg_l(tt, em1, q, logq, ylo);
-            double zp = (l + h) / sd, dens, dl = psg_dl(tt, em1, q);
-            double dp = exp(-0.5 * zp * zp) * cden;
-            if (remove) {
-                double zq = (l - h) / sd;
-                dens = ((1 - q) * dp + q * (exp(-0.5 * zq * zq) * cden)) * dl;
-            } else {
-                dens = dp * dl;
-            }
-            if (!isfinite(dens))
-                dens = 0.0;
+            double dens = psg_density(tt, em1, psg_l(tt, em1, q, logq, ylo), q, h, sd, cden, remove);
             int r = j < 5 ? 0 : 1;
             double fw = (dens * half) * (j < 5 ? w5[j] : w4[j - 5]);
             I[r][0] += fw;
