@@ -142,3 +142,17 @@ def test_ledger_and_bad_input():
         FastPLDAccountant(R.REPLACE_SPECIAL)
     with pytest.raises(ValueError, match="eps_error"):
         FastPLDAccountant(eps_error=-1)
+
+
+def test_relative_accuracy():
+    event = dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(0.01, dpa.GaussianDpEvent(1.0)), 2000)
+    ours = FastPLDAccountant(rel_error=1e-3)
+    ours.compose(event)
+    b = ours.get_epsilon_bounds(1e-5)
+    assert b.lower <= b.upper <= b.lower * (1 + 1e-3)
+    ref = PLDAccountant(value_discretization_interval=1e-4)
+    ref.compose(event)
+    e_ref = ref.get_epsilon(1e-5)  # pessimistic: an upper bound a little above the truth
+    assert b.lower <= e_ref <= b.upper + SLACK_EPS
+    with pytest.raises(ValueError, match="not both"):
+        FastPLDAccountant(eps_error=0.01, rel_error=1e-3)

@@ -110,3 +110,17 @@ def test_privacy_engine_end_to_end():
     acc = fo.FastPLDAccountant()
     acc.history = [(opt2.noise_multiplier, 0.25, 8)]
     assert acc.get_epsilon(1e-5) <= 5.0
+
+
+def test_relative_accuracy():
+    ours = fo.FastPLDAccountant(rel_error=1e-3)
+    ref = PRVAccountant()
+    for acc in (ours, ref):
+        acc.history = [(1.0, 0.01, 2000)]
+    b = ours.get_epsilon_bounds(1e-5)
+    assert b.lower <= b.upper <= b.lower * (1 + 1e-3)
+    assert b.lower <= ref.get_epsilon(1e-5) + 2 * 0.01  # opacus PRV: an upper bound to within its eps_error
+    with pytest.raises(ValueError, match="not both"):
+        fo.FastPLDAccountant(eps_error=0.01, rel_error=1e-3)
+    with pytest.raises(ValueError, match="rel_error"):
+        fo.FastPLDAccountant(rel_error=2.0)

@@ -150,6 +150,9 @@ class FastPLDAccountant(PrivacyAccountant):
         Certified delta error; queries need ``target_delta`` well above it.
     method : str, default "auto"
         Composition method of :func:`fastpld.compose`.
+    rel_error : float, optional
+        Instead of ``eps_error``: the accuracy relative to epsilon (see :func:`fastpld.compose`;
+        ``1e-3``: the certified interval within 0.1% of epsilon, by the dominance certificate).
 
     Raises
     ------
@@ -159,12 +162,16 @@ class FastPLDAccountant(PrivacyAccountant):
     """
 
     def __init__(self, neighboring_relation: NeighboringRelation = NeighboringRelation.ADD_OR_REMOVE_ONE,
-                 eps_error: float = 0.01, delta_error: float = 1e-10, method: str = "auto"):
+                 eps_error: Optional[float] = None, delta_error: float = 1e-10, method: str = "auto", *,
+                 rel_error: Optional[float] = None):
         if neighboring_relation not in (NeighboringRelation.ADD_OR_REMOVE_ONE, NeighboringRelation.REPLACE_ONE):
             raise ValueError(
                 f"neighboring_relation must be ADD_OR_REMOVE_ONE or REPLACE_ONE, got {neighboring_relation!r}")
         super().__init__(neighboring_relation)
-        self._eps_error = V.eps_error(eps_error)
+        if rel_error is not None and eps_error is not None:
+            raise ValueError("give eps_error or rel_error, not both")
+        self._rel_error = None if rel_error is None else V.rel_error(rel_error)
+        self._eps_error = V.eps_error(0.01 if eps_error is None else eps_error)
         self._delta_error = V.delta_error(delta_error)
         self._method = method
         self._counts: dict[Mechanism, int] = {}
@@ -301,8 +308,9 @@ class FastPLDAccountant(PrivacyAccountant):
         if self._non_private or not self._counts:
             return None
         if self._pld is None:
-            self._pld = _compose(list(self._counts.items()), eps_error=self._eps_error,
-                                 delta_error=self._delta_error, method=self._method)
+            acc = {"rel_error": self._rel_error} if self._rel_error is not None else {"eps_error": self._eps_error}
+            self._pld = _compose(list(self._counts.items()), delta_error=self._delta_error, method=self._method,
+                                 **acc)
         return self._pld
 
     def get_epsilon_bounds(self, target_delta: float) -> Bounds:

@@ -48,6 +48,9 @@ class FastPLDAccountant(IAccountant):
     delta_error : float, optional
         Certified delta error; default ``delta / 1000`` at each query (as
         Opacus's ``PRVAccountant``).
+    rel_error : float, optional
+        Instead of ``eps_error``: the accuracy relative to epsilon (see :func:`fastpld.compose`;
+        ``1e-3``: the certified interval within 0.1% of epsilon, by the dominance certificate).
     sampler : callable, optional
         ``(noise_multiplier, sample_rate) -> Mechanism``: the mechanism of one step for the
         batches actually drawn, e.g. fixed-size batches of ``b`` from ``n`` records,
@@ -61,13 +64,16 @@ class FastPLDAccountant(IAccountant):
         It may be assigned directly (``get_noise_multiplier`` does).
     """
 
-    def __init__(self, eps_error: float = 0.01, delta_error: Optional[float] = None,
-                 sampler: Optional[Callable[[float, float], Mechanism]] = None):
+    def __init__(self, eps_error: Optional[float] = None, delta_error: Optional[float] = None,
+                 sampler: Optional[Callable[[float, float], Mechanism]] = None, *, rel_error: Optional[float] = None):
         super().__init__()
         if sampler is not None and not callable(sampler):
             raise ValueError(f"sampler must be callable (noise_multiplier, sample_rate) -> Mechanism, got {sampler!r}")
         self.sampler = sampler
-        self.eps_error = V.eps_error(eps_error)
+        if rel_error is not None and eps_error is not None:
+            raise ValueError("give eps_error or rel_error, not both")
+        self.rel_error = None if rel_error is None else V.rel_error(rel_error)
+        self.eps_error = V.eps_error(0.01 if eps_error is None else eps_error)
         self.delta_error = None if delta_error is None else V.delta_error(delta_error)
         self._cache: dict = {}
 
@@ -124,14 +130,16 @@ class FastPLDAccountant(IAccountant):
         fastpld.PrivacyLossDistribution or None
             ``None`` if no private step was taken.
         """
+        rel = self.rel_error if eps_error is None else None  # (an eps_error given here overrides)
         eps_error = self.eps_error if eps_error is None else V.eps_error(eps_error)
         events = self._events()
         if not events:
             return None
-        key = (tuple(events), eps_error, delta_error)
+        acc = {"rel_error": rel} if rel is not None else {"eps_error": eps_error}
+        key = (tuple(events), tuple(acc.items()), delta_error)
         pld = self._cache.get(key)
         if pld is None:
-            pld = _compose(events, eps_error=eps_error, delta_error=delta_error)
+            pld = _compose(events, delta_error=delta_error, **acc)
             self._cache = {key: pld}  # keep one: histories grow step by step
         return pld
 
