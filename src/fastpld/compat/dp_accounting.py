@@ -72,6 +72,8 @@ from ..mechanisms import (
 
 __all__ = ["FastPLDAccountant", "EpsilonDeltaDpEvent", "randomized_response_epsilon"]
 
+_DEFAULT_REL_ERROR = 1e-3  # the default accuracy: the certified interval within 0.1% of epsilon
+
 _CompositionErrorDetails = PrivacyAccountant.CompositionErrorDetails
 _NON_PRIVATE = object()  # marker: the event releases its input without noise
 _NO_OP = object()
@@ -143,9 +145,11 @@ class FastPLDAccountant(PrivacyAccountant):
     neighboring_relation : dp_accounting.NeighboringRelation, default ADD_OR_REMOVE_ONE
         ``ADD_OR_REMOVE_ONE`` or ``REPLACE_ONE`` (see the module docstring for
         what each supports).
-    eps_error : float, default 0.01
+    eps_error : float, optional
         Certified epsilon error of the composition: the returned upper bound is
-        at most about ``2 * eps_error`` above the true epsilon.
+        at most about ``2 * eps_error`` above the true epsilon.  By default (neither
+        ``eps_error`` nor ``rel_error``): ``rel_error=1e-3``, and ``eps_error=0.01``
+        for a composition the dominance certificate refuses.
     delta_error : float, default 1e-10
         Certified delta error; queries need ``target_delta`` well above it.
     method : str, default "auto"
@@ -170,7 +174,10 @@ class FastPLDAccountant(PrivacyAccountant):
         super().__init__(neighboring_relation)
         if rel_error is not None and eps_error is not None:
             raise ValueError("give eps_error or rel_error, not both")
-        self._rel_error = None if rel_error is None else V.rel_error(rel_error)
+        # by default: 0.1% of epsilon (the dominance certificate), eps_error 0.01 where it refuses
+        self._fallback = rel_error is None and eps_error is None
+        self._rel_error = _DEFAULT_REL_ERROR if self._fallback else (None if rel_error is None
+                                                                      else V.rel_error(rel_error))
         self._eps_error = V.eps_error(0.01 if eps_error is None else eps_error)
         self._delta_error = V.delta_error(delta_error)
         self._method = method
@@ -308,9 +315,21 @@ class FastPLDAccountant(PrivacyAccountant):
         if self._non_private or not self._counts:
             return None
         if self._pld is None:
-            acc = {"rel_error": self._rel_error} if self._rel_error is not None else {"eps_error": self._eps_error}
-            self._pld = _compose(list(self._counts.items()), delta_error=self._delta_error, method=self._method,
-                                 **acc)
+            events = list(self._counts.items())
+            if self._rel_error is None:
+                self._pld = _compose(events, eps_error=self._eps_error, delta_error=self._delta_error,
+                                     method=self._method)
+            else:
+                try:
+                    self._pld = _compose(events, rel_error=self._rel_error, delta_error=self._delta_error,
+                                         method=self._method)
+                except ValueError:
+                    if not self._fallback:
+                        raise
+                    # (refused by the dominance certificate -- its charges or its size -- or a method
+                    # that takes no rel_error: the coupling certificate at eps_error)
+                    self._pld = _compose(events, eps_error=self._eps_error, delta_error=self._delta_error,
+                                         method=self._method)
         return self._pld
 
     def get_epsilon_bounds(self, target_delta: float) -> Bounds:

@@ -36,15 +36,20 @@ __all__ = ["FastPLDAccountant", "register", "MECHANISM"]
 MECHANISM = "fastpld"
 
 
+_DEFAULT_REL_ERROR = 1e-3  # the default accuracy: the certified interval within 0.1% of epsilon
+
+
 class FastPLDAccountant(IAccountant):
     """Opacus ``IAccountant`` with certified bounds.
 
     Parameters
     ----------
-    eps_error : float, default 0.01
+    eps_error : float, optional
         Certified epsilon error of the composition (Opacus's ``PRVAccountant``
-        uses 0.01 too); the upper bound is at most about ``2 * eps_error``
-        above the true epsilon.
+        uses 0.01); the upper bound is at most about ``2 * eps_error``
+        above the true epsilon.  By default (neither ``eps_error`` nor ``rel_error``):
+        ``rel_error=1e-3``, and ``eps_error=0.01`` for a composition the dominance
+        certificate refuses.
     delta_error : float, optional
         Certified delta error; default ``delta / 1000`` at each query (as
         Opacus's ``PRVAccountant``).
@@ -72,7 +77,10 @@ class FastPLDAccountant(IAccountant):
         self.sampler = sampler
         if rel_error is not None and eps_error is not None:
             raise ValueError("give eps_error or rel_error, not both")
-        self.rel_error = None if rel_error is None else V.rel_error(rel_error)
+        # by default: 0.1% of epsilon (the dominance certificate), eps_error 0.01 where it refuses
+        self._fallback = rel_error is None and eps_error is None
+        self.rel_error = _DEFAULT_REL_ERROR if self._fallback else (None if rel_error is None
+                                                                     else V.rel_error(rel_error))
         self.eps_error = V.eps_error(0.01 if eps_error is None else eps_error)
         self.delta_error = None if delta_error is None else V.delta_error(delta_error)
         self._cache: dict = {}
@@ -139,7 +147,13 @@ class FastPLDAccountant(IAccountant):
         key = (tuple(events), tuple(acc.items()), delta_error)
         pld = self._cache.get(key)
         if pld is None:
-            pld = _compose(events, delta_error=delta_error, **acc)
+            try:
+                pld = _compose(events, delta_error=delta_error, **acc)
+            except ValueError:
+                if rel is None or not self._fallback:
+                    raise
+                # (refused by the dominance certificate: the coupling certificate at eps_error)
+                pld = _compose(events, eps_error=eps_error, delta_error=delta_error)
             self._cache = {key: pld}  # keep one: histories grow step by step
         return pld
 
