@@ -1,4 +1,4 @@
-"""Direct powers of float64 nodes without the low-frequency series (compose._direct_power).
+"""Direct powers of float64 nodes without the low-frequency series (composition.powers._direct_power).
 
 * Against exact powers (fixed point, 320 bits, convolved in long double): the output of a node
   of several inputs with small powers stays within its round-off bound, on both backends.

@@ -1,4 +1,4 @@
-"""The accurate low-frequency series of FFT nodes (compose._series_spectrum) against exact powers.
+"""The accurate low-frequency series of FFT nodes (composition.series._series_spectrum) against exact powers.
 
 A node raising a few-atom PMF ``p`` to a large power ``m`` is compared with the exact
 ``p^(*m)`` (normalised), computed in exact integer (fixed-point, 320-bit) arithmetic by repeated squaring.  The node's measured TV distance to it must stay below what the node

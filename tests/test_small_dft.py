@@ -25,7 +25,8 @@ import fastpld
 from fastpld import _fft, _kernels, resources
 from fastpld.discretize import GridPMF
 from oracles import exact_power, node_tv, pure_dp_delta
-from fastpld.composition import budget, execute, lattice as lattice_mod, node as node_mod, powers, precision as precision_mod
+from fastpld.composition import budget, execute, powers
+from fastpld.composition import lattice as lattice_mod, node as node_mod, precision as precision_mod
 
 DTYPES = [np.float64, np.longdouble]
 BACKENDS = [b for b in ("numpy", "native") if b in _fft.available_backends()]
@@ -131,7 +132,7 @@ def test_quarter_angle_and_turns():
 
 
 def _assert_lattice_close(a, b, u):
-    """Two evaluations of compose._lattice_spectrum's ``(F, L, Phi, dL, dPhi, Q, up)``: one with libm's
+    """Two evaluations of composition.lattice._lattice_spectrum's ``(F, L, Phi, dL, dPhi, Q, up)``: one with libm's
     log1p/log/asin/atan2/hypot (the compiled kernel), one with numpy's (SIMD kernels on AVX-512 machines),
     so not bit for bit.
 
@@ -163,7 +164,8 @@ def _assert_lattice_close(a, b, u):
 @pytest.mark.parametrize("dt", DTYPES)
 @pytest.mark.parametrize("skip", [None, 40.0])
 def test_lattice_spectrum_kernel_equals_reference(dt, skip):
-    # the compiled pass (_core.lattice_terms) against compose._lattice_spectrum's numpy code, within the bounds
+    # the compiled pass (_core.lattice_terms) against composition.lattice._lattice_spectrum's numpy code, within the
+    # bounds
     # of _assert_lattice_close, on inputs whose sum is not a float64 (a long double scalar argument would
     # silently become one); the compiled pass with scratch arrays bitwise equal to the compiled pass
     if _kernels._core is None:
@@ -229,8 +231,8 @@ def test_abs_rfft_is_the_modulus_of_the_folded_rfft(backend):
 
 @pytest.mark.parametrize("dt", DTYPES)
 def test_lattice_power_kernel_equals_reference(dt):
-    # _core.lattice_power (the power and its bound in one pass) against compose._lattice_amp and the numpy
-    # power of compose._lattice_power_numpy: the same powers bitwise, the bound's sums up to exp's last bits
+    # _core.lattice_power (the power and its bound in one pass) against composition.lattice._lattice_amp and the numpy
+    # power of composition.powers._lattice_power_numpy: the same powers bitwise, the bound's sums up to exp's last bits
     if _kernels._core is None:
         pytest.skip("compiled core not built")
     N = 3000
@@ -256,7 +258,7 @@ def test_lattice_power_kernel_equals_reference(dt):
         l1 = math.sqrt(e2sq) + 12.0 * u * math.ceil(math.log2(N)) * math.sqrt(p2sq)
         ref_l1, _, _ = powers._lattice_power_numpy(_fft.resolve("numpy"), lt, N, dt, u)
         assert l1 == pytest.approx(ref_l1, rel=1e-12, abs=0)
-    # the reference's power (compose._lattice_power_numpy's), before its inverse FFT: numpy's exp/cos/sin
+    # the reference's power (composition.powers._lattice_power_numpy's), before its inverse FFT: numpy's exp/cos/sin
     # (SIMD on AVX-512 machines) against libm's, so not bit for bit; each is within the polar evaluation's
     # charge 8 u (5 + |Phi| + |L|) e^L of exp(L) cis(Phi) i^Q (docs/roundoff.md 3f and 7), so the two within
     # twice that (a wrong quarter turn or phase moves them by ~|P|)

@@ -1,6 +1,6 @@
 """The dominance certificate: pessimistic and optimistic PLDs carried through evolving grids.
 
-The coupling certificate of :mod:`fastpld.compose` shifts epsilon by an Azuma-Hoeffding term over
+The coupling certificate of :mod:`fastpld.composition` shifts epsilon by an Azuma-Hoeffding term over
 every leaf copy, which forces leaf meshes of ``eps_error / sqrt(k)``.  This module certifies the
 same evolving-discretisation plans without any epsilon shift (``docs/dominance.md``):
 
