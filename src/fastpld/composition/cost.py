@@ -19,9 +19,8 @@ from .windows import _grid_stack, _mixed_node_windows, _single_windows, _tighten
 
 
 _LEAF_COST = 24.0  # a bucketed CDF point costs about this many FFT points (mesh shape weights)
-# time model of _predict, microseconds (fitted with native FFTs on a 2-core x86-64 machine)
-# (refitted 2026-11-26 on native runs with the low-frequency series: float64 nodes ~0.3 ms + 0.045 us
-# per point of a one-child node, long double ~1 ms + 0.18 us; leaves ~0.5-0.9 ms)
+# Time model of _predict, microseconds: fixed costs per node and leaf and costs per point, fitted on
+# native runs (the fits, their workloads and dates: docs/performance.md, "The planner's time model")
 _T_NODE = 300.0
 _T_NODE_LD = 700.0  # extra fixed cost of a long double node (series and kernels in long double)
 _T_LEAF = 500.0
@@ -29,16 +28,12 @@ _T_LEAF_POINT = 0.3
 _T_POINT_LD = 0.09  # per point of a long double node, per child FFT, at log2 N = 12
 _T_POINT_64 = 0.022
 # Heterogeneous plans (more than two distinct parts: blocks of many children with small powers)
-# mostly run direct-power float64 nodes, whose cost the terms above overstate ~2x and misshape:
-# fitted (2026-11-26, 1532 nodes of 1000 x 10, 50 x 100 and 200 x 5 subsampled Gaussian schedules
-# at block sizes 2 to 64) as a fixed cost, a cost per point of the children (fold and the window's
-# log-MGF sums) and per FFT point, within ~10% of the measured node time per plan.
+# mostly run direct-power float64 nodes, whose cost the terms above overstate and misshape: fitted
+# as a fixed cost, a cost per point of the children (fold and the window's log-MGF sums) and per FFT point
 _T_NODE_DIRECT = 270.0
 _T_CHILD_POINT = 0.010
 _T_POINT_DIRECT = 0.0051
-# and their leaves (same day, in those schedules and 50 x 100 Laplace and Gaussian ones): the
-# compiled subsampled-Gaussian leaf (coarse tails) ~30 us + 0.016-0.026 us per bucket, others
-# ~150-270 us at a few hundred buckets
+# and their leaves: the compiled subsampled-Gaussian leaf (coarse tails), and the others
 _T_LEAF_PSG = 30.0
 _T_LEAF_PSG_POINT = 0.02
 _T_LEAF_H = 150.0

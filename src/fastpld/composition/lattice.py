@@ -52,8 +52,8 @@ def _scratch(name, n, dtype):
     node's temporaries that are consumed before the node ends (the next request of ``name`` in this
     workspace, which one thread uses at a time, returns the same memory unless it was evicted).  Why:
     large temporaries allocated afresh per node come back as new pages whenever the C allocator has
-    returned its free memory to the system in between (a mixed workload does): Laplace at k = 2^30 after
-    other jobs took 256 page faults in its first node, ~1.5 ms of a 10 ms composition.  At most one array
+    returned its free memory to the system in between (a mixed workload does; docs/performance.md has the
+    page faults of Laplace at k = 2^30 after other jobs).  At most one array
     per name and workspace, each of at most ``_SCRATCH_MAX`` entries, kept within
     :func:`fastpld.set_cache_limit`."""
     dt = np.dtype(dtype)

@@ -194,15 +194,15 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
         dtypes = (np.float64, np.longdouble)
     else:
         dtypes = (np.longdouble,)
-        # the long double FFT is fastest on 2^a 3^b lengths (measured 31-38 ns per point near 8k
-        # against 42-50 with factors 5 and 7): worth up to 8% more points
+        # the long double FFT is fastest on 2^a 3^b lengths (docs/performance.md): worth up to 8%
+        # more points
         N2, c2, wrap2 = place(_fft.fast_length_23)
         if N2 <= 1.08 * N and N2 <= max_buckets:
             N, c, wrap = N2, c2, wrap2
     # accurate low-frequency spectra where a power's round-off amplification matters: only where
     # some power is large (with small powers the plain bound has no m-fold growth) and the inputs'
     # moments cost less than a few FFTs (a block of many wide children with small powers would pay
-    # (R + 3) n per child for nothing: measured 25% of a 200 x 10 heterogeneous composition)
+    # (R + 3) n per child for nothing: a quarter of a 200 x 10 heterogeneous composition, docs/performance.md)
     use_series = (est64 > 0.25 * allowance and mmax >= 8
                   and sum(p.size for p, _, _ in ins) * (_SERIES_R + 3) <= 2 * N * math.log2(N))
     dft_ok = est64 > 0.25 * allowance and _few_buckets(ins)

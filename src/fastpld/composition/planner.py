@@ -36,16 +36,16 @@ def _candidates(method, parts, arity=None):
         return [("recursive", arity)], merges
     if method == "recursive":
         return [("recursive", a) for a in (4, 8, 16, 32, 64)], merges
-    # auto: the cheapest predicted plan among those that can win.  Planning costs a fraction of
-    # a millisecond per candidate, so arities below 16 (many nodes, ~0.3 ms each; never the cheapest in
-    # the paper's workloads since the series) are left out.
+    # auto: the cheapest predicted plan among those that can win.  Every candidate costs planning
+    # time, so arities below 16 (many nodes, each with a fixed cost; never the cheapest in the paper's
+    # workloads since the series) are left out.
     # Since the low-frequency series (_series_spectrum), large powers stay in float64, so one
     # grid (glw) is a candidate up to 4096 copies and wide arities (256, 1024) are candidates
-    # (measured: PSG q=0.2 at k=2^10 from ~11 to ~8 ms, Laplace at 2^10 from 4.3 to 3.7 ms).
+    # (faster at k = 2^10 for the subsampled Gaussian and Laplace: docs/performance.md).
     kmax = max(c for _, c in parts)
     chains = [("glw", None)] if kmax <= 4096 else []
-    # (8192: where delta_error is near the round-off floor, fewer bottom instances are what certifies:
-    # Laplace at 2^30 and 1e-10, recursive(8192) 9.9 ms against two_stage's 15.5 ms)
+    # (8192: where delta_error is near the round-off floor, fewer bottom instances are what certifies,
+    # e.g. Laplace at 2^30 and delta_error 1e-10: docs/performance.md)
     chains += [("two_stage", None)] + [("recursive", a) for a in (16, 32, 64, 256, 1024, 8192) if a < kmax or a <= 64]
     return chains, merges
 
@@ -126,7 +126,7 @@ def _choose_plan(parts, method, arity, eps_az, log_term, budgets, native=False, 
                     evaluate(c, m)
         # recursive arities from the widest down; for a cheap composition (predicted below
         # _EARLY_STOP_US) stop once the predicted cost rises: the narrow arities' deep chains are
-        # the dearest to predict (~0.1 ms each), and the cost is only roughly unimodal in the
+        # the dearest to predict, and the cost is only roughly unimodal in the
         # arity, so a dearer composition, where a few percent outweigh the planning, tries them all
         prev = math.inf
         for c in sorted((c for c in chains if c[0] == "recursive"), key=lambda ch: -ch[1]):
@@ -158,8 +158,8 @@ def _choose_plan(parts, method, arity, eps_az, log_term, budgets, native=False, 
         else:
             c_best = chains[0]
         # the single root only while it can compete; block sizes by descent from _MERGE_START
-        # (the predicted cost is unimodal in the block size in practice; each evaluation of a
-        # 1000-part plan costs ~30 ms, so the search starts where the optimum usually is)
+        # (the predicted cost is unimodal in the block size in practice; an evaluation of a plan of
+        # many parts is dear, so the search starts where the optimum usually is)
         bs = sorted(b for b in merges if b is not None)
         # (and always when it is the only grouping, as for glw: a search must leave a candidate)
         if None in merges and (len(parts) <= 64 or not bs):

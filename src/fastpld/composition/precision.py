@@ -80,9 +80,8 @@ def _predicted_fp_dft(inst, msum, u, N=None, delta=None, mmax=None):
     return plain
 
 
-# the lattice spectra cost ~0.5 ms more than the DFT path on a 2^30 Laplace node (measured 4.1 vs 3.5 ms
-# for the whole composition at delta_error 1e-7): taken only where the DFT path's predicted charge would
-# take more than this share of delta_error
+# the lattice spectra cost more time than the DFT path (docs/performance.md): taken only where the DFT
+# path's predicted charge would take more than this share of delta_error
 _LATTICE_MIN_SHARE = 0.1
 
 
