@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 import fastpld
-from fastpld import _fft
+from fastpld import _fft, _fft_error
+from fastpld.composition import budget, node as node_mod, powers, precision, roundoff
 from fastpld.discretize import GridPMF
 from oracles import exact_power, node_tv
-from fastpld.composition import budget, node as node_mod, powers, precision, roundoff
 
 ULD = float(np.finfo(np.longdouble).eps) / 2
 U64 = float(np.finfo(np.float64).eps) / 2
@@ -149,14 +149,14 @@ def test_forward_error_terms():
     N = 1024
     g0 = 12 * U64 * 10
     # same precision, float64 inputs: the unchanged model
-    assert _fft._fwd_error([(p64, 5, 3)], N, np.float64, U64) == (g0, U64)
-    assert _fft._fwd_error([(pld, 5, 3)], N, np.longdouble, ULD) == (12 * ULD * 10, ULD)
+    assert _fft_error._fwd_error([(p64, 5, 3)], N, np.float64, U64) == (g0, U64)
+    assert _fft_error._fwd_error([(pld, 5, 3)], N, np.longdouble, ULD) == (12 * ULD * 10, ULD)
     # long double inputs rounded into a float64 buffer (one cast per entry, no folding here)
-    g, up = _fft._fwd_error([(pld, 5, 3)], N, np.float64, U64)
+    g, up = _fft_error._fwd_error([(pld, 5, 3)], N, np.float64, U64)
     assert up == U64 and g >= g0 + U64 and g <= g0 + 1.02 * U64
     # float64 forward in a long double node: float64 forward error and polar rounding
-    g, up = _fft._fwd_error([(pld, 5, 3)], N, np.float64, ULD)
+    g, up = _fft_error._fwd_error([(pld, 5, 3)], N, np.float64, ULD)
     assert up == U64 and g >= g0 + U64
     # folding a long input: one addition per extra wrap
-    g, _ = _fft._fwd_error([(np.full(3000, 1 / 3000, dtype=np.longdouble), 5, 3)], N, np.float64, ULD)
+    g, _ = _fft_error._fwd_error([(np.full(3000, 1 / 3000, dtype=np.longdouble), 5, 3)], N, np.float64, ULD)
     assert g >= g0 + 3 * U64

@@ -1,8 +1,7 @@
 """The ``native`` backend: cached pyFFTW plans and the compiled kernels of :mod:`fastpld._core`.
 
-Importing this module registers the backend with :mod:`fastpld._fft`; the
-import fails (and ``numpy`` stays the default) when pyFFTW or the compiled core
-is missing.
+:mod:`fastpld._fft` registers the backend on first use; importing this module fails
+(and ``numpy`` stays the default) when pyFFTW or the compiled core is missing.
 
 Plans.  One real-to-complex and one complex-to-real plan per (length, dtype),
 each owning aligned input/output buffers, are built once and reused across
@@ -23,8 +22,9 @@ import threading
 import numpy as np
 import pyfftw
 
-from . import _fft, _kernels, resources
-from ._fft import _MIXED_RATIO, _fwd_error, _low_e2
+from . import _kernels, resources
+from ._backend import Backend
+from ._fft_error import _MIXED_RATIO, _fwd_error, _low_e2
 
 if _kernels._core is None:  # not built, or FASTPLD_PURE_PYTHON=1
     raise ImportError("the compiled core fastpld._core is unavailable")
@@ -89,7 +89,7 @@ def _forward(fwd, p, cen, N, dft_in=None):
         fwd.execute()
 
 
-class NativeBackend(_fft.Backend):
+class NativeBackend(Backend):
     """pyFFTW plans reused per (length, dtype) and the compiled kernels."""
 
     name = "native"
@@ -133,7 +133,7 @@ class NativeBackend(_fft.Backend):
         charged ``2 e^(10 - dead_log)`` each (``dead_log`` >= 40; the caller sizes it so that
         all such charges together are negligible against its round-off allowance).
         ``fwd_dtype``: precision of the forward transforms (default ``dtype``): a long double
-        node may take float64 forward FFTs (see :func:`fastpld._fft._fwd_error`); the powers,
+        node may take float64 forward FFTs (see :func:`fastpld._fft_error._fwd_error`); the powers,
         the polar evaluation and the inverse FFT stay in ``dtype``.
         ``direct``: a float64 node without the series (``ser=None``) computes the powers as
         products (reference: :func:`fastpld.composition.powers._direct_power`) instead of in polar form.
@@ -236,5 +236,3 @@ class NativeBackend(_fft.Backend):
         l1 = math.sqrt(e2sq) + dead + g_inv * (math.sqrt(p2sq) + dead)
         return out, l1, l1 / math.sqrt(N)
 
-
-_fft.register_backend(NativeBackend())

@@ -11,7 +11,8 @@ import math
 
 import numpy as np
 
-from .. import _fft, _kernels, resources
+from .. import _kernels, resources
+from .._backend import NumpyBackend
 from .roundoff import _U64, _ULD, _rounding_gamma
 
 
@@ -98,7 +99,7 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None, abs_rfft=N
     is below ``e^-skip_log`` keep only ``up = -skip_log`` (``L = -inf``, ``dL = inf``: the power there is 0
     and its error at most ``e^up``), without the DFT, logarithms and angles; that bound comes from a float64
     FFT, ``abs_rfft(p, cen, N, out)`` (default numpy's; any FFT within the error model ``12 u log2 N``, the
-    backend's :meth:`fastpld._fft.Backend.abs_rfft`).  ``scratch`` (native only): the outputs are this
+    backend's :meth:`fastpld._backend.Backend.abs_rfft`).  ``scratch`` (native only): the outputs are this
     thread's :func:`_scratch` arrays, valid until its next lattice node.
     """
     W = np.dtype(dtype).type
@@ -143,7 +144,7 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None, abs_rfft=N
             # roundings of thr and of |X~|
             thr = (slow * math.exp(skip_below / m) - g64) * (1.0 - 1e-12)
             pre = _scratch("lat.pre", F, np.float64) if scratch else np.empty(F)
-            (abs_rfft or _fft.NumpyBackend().abs_rfft)(np.ascontiguousarray(p, dtype=np.float64), cen, N, pre)
+            (abs_rfft or NumpyBackend().abs_rfft)(np.ascontiguousarray(p, dtype=np.float64), cen, N, pre)
         if core is not None:
             core.lattice_terms(q, wt, steps, c_tab, s_tab, a, lags, s2, float(m), eta, u, slow, err0 * u, skip_below,
                                pre, thr, i == 0, L, Phi, Q, dL, dP, up, absL, absP)

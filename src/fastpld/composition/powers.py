@@ -10,7 +10,8 @@ import math
 
 import numpy as np
 
-from .. import _fft, _kernels
+from .. import _kernels
+from .._fft_error import _MIXED_RATIO, _fwd_error, _low_e2
 from .lattice import _lattice_amp
 from .roundoff import _fp_fft_bound
 
@@ -67,9 +68,9 @@ def _numpy_power(backend, ins, N, dtype, fdt, u, ser, low, g_extra, dft=None):
         logmag = m * lr if logmag is None else logmag + m * lr
         phase = m * ph if phase is None else phase + m * ph
         quarter = (quarter + (int(m) % 4) * q.astype(np.int64)) & 3
-    fwd = _fft._fwd_error(ins, N, fdt, u, ser, dft)
+    fwd = _fwd_error(ins, N, fdt, u, ser, dft)
     fp_l1, fp_linf, e2, p2 = _fp_fft_bound(specs, N, u, g_extra, low, fwd, detail=True)
-    if fdt is not dtype and e2 > _fft._MIXED_RATIO * (_fft._low_e2(low) + (fp_l1 - e2)):
+    if fdt is not dtype and e2 > _MIXED_RATIO * (_low_e2(low) + (fp_l1 - e2)):
         return _numpy_power(backend, ins, N, dtype, dtype, u, ser, low, g_extra)
     if ser is not None:
         logmag[:ser[0]] = ser[1]
@@ -98,7 +99,7 @@ def _direct_power(backend, ins, N, u, dft=None):
     trigonometric calls: the bound is of the polar form's size (both are dominated by the forward
     term) at a fraction of its cost (docs/roundoff.md, section 3d).
     """
-    g, _ = _fft._fwd_error(ins, N, np.float64, u, None, dft)
+    g, _ = _fwd_error(ins, N, np.float64, u, None, dft)
     P = B = D = None
     msum = 0
     for i, (p, cen, m) in enumerate(ins):

@@ -38,7 +38,7 @@ def _fp_fft_bound(specs, N, u, g_extra=0.0, low=None, fwd=None, detail=False):
     ``specs``: list of (X_computed, m).  ``low = (K, lp_low, amp_low)`` replaces the bound
     terms of the first ``K`` frequencies (accurate series, :func:`_series_spectrum`);
     ``g_extra`` widens the FFT error of the others (the series' scale).  ``fwd = (g, u_pol)``
-    (float64 forward FFTs in a long double node, :func:`fastpld._fft._fwd_error`): the forward
+    (float64 forward FFTs in a long double node, :func:`fastpld._fft_error._fwd_error`): the forward
     error and the polar rounding of the spectra; the inverse stays ``12 u log2 N`` with the node's ``u``.
     Returns (l1_bound, linf_bound), and with ``detail`` also the spectral error ``e2`` and ``||P||_2``.
     """
@@ -96,7 +96,7 @@ def _node_tv(removed, N, u):
     at most ``ceil(log2 N) + 19`` roundings, and one division per entry) moves every entry by a
     relative ``gamma_(ceil(log2 N) + 24)`` at most: half of that in total variation, charged in
     full.  (A long double output that a float64 FFT reads is rounded entrywise: charged to that
-    FFT's error, :func:`fastpld._fft._fwd_error`; the final result's cast in :func:`_execute`.)"""
+    FFT's error, :func:`fastpld._fft_error._fwd_error`; the final result's cast in :func:`_execute`.)"""
     lg = math.ceil(math.log2(max(N, 2)))
     tv = removed / (0.99 - removed) if removed < 0.5 else 1.0
     return tv + _rounding_gamma(lg + 24, u)
