@@ -94,7 +94,7 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None, abs_rfft=N
     component along ``X`` carries the large error and hardly moves the angle.  ``up``: a crude
     upper bound ``sum m log((|X~| + E) / S_low)`` on ``log|P|`` where ``x`` is near 1.
     ``L`` and ``Phi`` are in ``dtype`` (the node's precision); ``Q`` sums the quarter turns mod 4.
-    ``native``: the compiled kernel (``_core.lattice_terms``, one pass per input); this function's numpy
+    ``native``: the compiled kernel (``_kernels.lattice_terms``, one pass per input); this function's numpy
     code is its reference.  ``skip_log`` (single-input nodes): frequencies where a crude bound on ``|X|^m``
     is below ``e^-skip_log`` keep only ``up = -skip_log`` (``L = -inf``, ``dL = inf``: the power there is 0
     and its error at most ``e^up``), without the DFT, logarithms and angles; that bound comes from a float64
@@ -106,10 +106,10 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None, abs_rfft=N
     u = _U64 if W is np.float64 else _ULD
     F = N // 2 + 1
     cdt = np.clongdouble if W is np.longdouble else np.complex128
-    core = _kernels._core if native else None
+    compiled = native and _kernels._core is not None
     # (scratch: the kernel's first input assigns every entry, so they need no zeros)
     def array(name, dt):
-        return _scratch("lat." + name, F, dt) if core is not None and scratch else np.zeros(F, dtype=dt)
+        return _scratch("lat." + name, F, dt) if compiled and scratch else np.zeros(F, dtype=dt)
 
     L, Phi, Q = array("L", W), array("Phi", W), array("Q", np.uint8)
     dL, dP, up, absL, absP = (array(x, np.float64) for x in ("dL", "dP", "up", "absL", "absP"))
@@ -145,9 +145,9 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None, abs_rfft=N
             thr = (slow * math.exp(skip_below / m) - g64) * (1.0 - 1e-12)
             pre = _scratch("lat.pre", F, np.float64) if scratch else np.empty(F)
             (abs_rfft or NumpyBackend().abs_rfft)(np.ascontiguousarray(p, dtype=np.float64), cen, N, pre)
-        if core is not None:
-            core.lattice_terms(q, wt, steps, c_tab, s_tab, a, lags, s2, float(m), eta, u, slow, err0 * u, skip_below,
-                               pre, thr, i == 0, L, Phi, Q, dL, dP, up, absL, absP)
+        if compiled:
+            _kernels.lattice_terms(q, wt, steps, c_tab, s_tab, a, lags, s2, float(m), eta, u, slow, err0 * u,
+                                   skip_below, pre, thr, i == 0, L, Phi, Q, dL, dP, up, absL, absP)
             continue
         X = _kernels.small_dft(q, steps, N, np.empty(F, dtype=cdt))
         Ere = 1.01 * u * _kernels.table_sum(wt, steps, np.abs(c_tab), F).astype(np.float64)

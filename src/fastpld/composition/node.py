@@ -276,9 +276,9 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     trim = inst * trim_charge <= 0.25 * allowance
     if trim:
         removed += trim_charge
-    core = _kernels._core if backend.native else None
-    if core is not None:  # the steps below in one compiled pass (out: the plan's unscaled buffer, raw=True)
-        lin, a, tiny_mass, n_tiny = core.finish_node(out, c % N, float(floor), trim, 1.0 / N)
+    # the steps below in one compiled pass (out: the plan's unscaled buffer, raw=True)
+    if backend.native and _kernels._core is not None:
+        lin, a, tiny_mass, n_tiny = _kernels.finish_node(out, c % N, float(floor), trim, 1.0 / N)
         if n_tiny:
             removed += tiny_mass if lin.dtype == np.float64 else n_tiny * 1e-300
     else:

@@ -128,9 +128,9 @@ def _series_input(Mld, c, rho, d, m, n, N, K0, W, u, lev, two_pi, native=True):
         L = np.zeros(K0, dtype=W)
         P = np.zeros(K0, dtype=W)
         dL, dP, aL, aP = np.zeros(K0), np.zeros(K0), np.zeros(K0), np.zeros(K0)
-        Kc, d0 = _kernels._core.series_input(Mld, np.array([c], dtype=LD), float(rho), float(d), float(m), int(n),
-                                             int(N), fact_ld, fact, binom, hor_g, _SERIES_GC, float(u), float(uld),
-                                             int(lev), _FACT[R + 1], np.array([two_pi], dtype=W), L, P, dL, dP, aL, aP)
+        Kc, d0 = _kernels.series_input(Mld, np.array([c], dtype=LD), float(rho), float(d), float(m), int(n),
+                                       int(N), fact_ld, fact, binom, hor_g, _SERIES_GC, float(u), float(uld),
+                                       int(lev), _FACT[R + 1], np.array([two_pi], dtype=W), L, P, dL, dP, aL, aP)
         return Kc, d0, L, P, dL, dP, aL, aP
     k = np.arange(K0).astype(W)
     kk = np.arange(K0, dtype=np.int64)
