@@ -13,10 +13,10 @@ from . import _kernels
 class Backend:
     """Interface: real FFTs of a given length in float64 or long double.
 
-    ``native`` backends also provide ``convolve(ins, N, dtype, u)`` (the whole
-    Fourier-domain power of a node with its round-off bound, see
-    :class:`fastpld._native.NativeBackend`) and run the compiled kernels; the
-    numpy backend runs the reference code inline.
+    Every backend also computes a node's Fourier-domain power with its round-off bound
+    (:meth:`convolve`): the ``native`` one with cached plans and the compiled kernels
+    (:class:`fastpld._native.NativeBackend`), the numpy one with the reference code
+    (:func:`fastpld.composition.powers.numpy_convolve`).
     """
 
     name = "abstract"
@@ -34,6 +34,13 @@ class Backend:
         _kernels.fold(p, cen, buf)
         return np.abs(self.rfft(buf, n), out=out)
 
+    def convolve(self, ins, N, dtype, u, ser=None, low=None, dead_log=800.0, fwd_dtype=None, direct=False, dft=None,
+                 lat=None, raw=False):
+        """A node's power ``irfft(prod_c X_c^m_c)`` of its inputs ``ins`` (``(probs, centre_index, m)``) and its
+        round-off bound: ``(out, l1, linf)``.  The arguments are described at
+        :meth:`fastpld._native.NativeBackend.convolve`; every backend computes the same bound."""
+        raise NotImplementedError
+
 
 class NumpyBackend(Backend):
     name = "numpy"
@@ -43,3 +50,10 @@ class NumpyBackend(Backend):
 
     def irfft(self, X, n):
         return np.fft.irfft(X, n)
+
+    def convolve(self, ins, N, dtype, u, ser=None, low=None, dead_log=800.0, fwd_dtype=None, direct=False, dft=None,
+                 lat=None, raw=False):
+        # the reference code shares the round-off model of the composition (imported on first use: the
+        # composition package imports this module)
+        from .composition.powers import numpy_convolve
+        return numpy_convolve(self, ins, N, dtype, u, ser, low, dead_log, fwd_dtype, direct, dft, lat, raw)

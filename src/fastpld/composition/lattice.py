@@ -12,7 +12,6 @@ import math
 import numpy as np
 
 from .. import _kernels, resources
-from .._backend import NumpyBackend
 from .roundoff import _U64, _ULD, _rounding_gamma
 
 
@@ -67,6 +66,13 @@ def _scratch(name, n, dtype):
         a = np.empty(max(n, 1024), dtype=dt)
         ws.put(key, a, a.nbytes)
     return a[:n]
+
+
+def _numpy_abs_rfft(p, cen, N, out):
+    """``out[:] = |rfft(fold(p, cen), N)|`` with numpy's FFT (the numpy backend's ``abs_rfft``)."""
+    buf = np.empty(N)
+    _kernels.fold(p, cen, buf)
+    return np.abs(np.fft.rfft(buf, N), out=out)
 
 
 def _crude_up(m, r, e, slow):
@@ -144,7 +150,7 @@ def _lattice_spectrum(ins, dft, N, dtype, native=True, skip_log=None, abs_rfft=N
             # roundings of thr and of |X~|
             thr = (slow * math.exp(skip_below / m) - g64) * (1.0 - 1e-12)
             pre = _scratch("lat.pre", F, np.float64) if scratch else np.empty(F)
-            (abs_rfft or NumpyBackend().abs_rfft)(np.ascontiguousarray(p, dtype=np.float64), cen, N, pre)
+            (abs_rfft or _numpy_abs_rfft)(np.ascontiguousarray(p, dtype=np.float64), cen, N, pre)
         if compiled:
             _kernels.lattice_terms(q, wt, steps, c_tab, s_tab, a, lags, s2, float(m), eta, u, slow, err0 * u,
                                    skip_below, pre, thr, i == 0, L, Phi, Q, dL, dP, up, absL, absP)

@@ -14,7 +14,6 @@ from .. import _fft, _kernels
 from .._limits import BucketLimitError
 from ..discretize import GridPMF
 from .lattice import _lattice_spectrum
-from .powers import _direct_power, _lattice_power_numpy, _numpy_power
 from .precision import (_few_buckets, _has_atoms, _predicted_fp_dft, _predicted_fp_plain, _predicted_fp_series,
                         _use_lattice)
 from .roundoff import _U64, _ULD, _node_tv
@@ -135,7 +134,7 @@ def _chernoff_window(inputs, w, native=False):
     return math.floor(l_star) + 1, math.ceil(u_star) - 1, tail
 
 
-_DIRECT_MAX_POWER = 1 << 20  # direct powers' bound assumes M u <= 1e-10 (see _direct_power)
+_DIRECT_MAX_POWER = 1 << 20  # direct powers' bound assumes M u <= 1e-10 (see powers._direct_power)
 
 
 def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_nodes=None):
@@ -209,7 +208,6 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     for dtype in dtypes:
         u = _U64 if dtype is np.float64 else _ULD
         low = None
-        g_extra = 0.0
         # (not where the lattice spectra below take every frequency: few-bucket inputs, large powers and
         # a charge that matters)
         want_lat = dft_ok and _use_lattice(_predicted_fp_dft(inst, msum, u), mmax, budgets.delta)
@@ -217,7 +215,6 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
         if ser is not None:
             lp_low, amp_low = _series_amp(ser, u)
             low = (ser[0], lp_low, amp_low)
-            g_extra = ser[5]
         # a long double node whose large powers come from the series near frequency 0 takes float64
         # forward FFTs: elsewhere |X|^m is negligible, so the float64 forward error barely counts
         # (docs/roundoff.md, section 3c; the whole node falls back to long double where it does)
@@ -244,22 +241,13 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
         lat = None
         if dft is not None and want_lat:
             lat = _lattice_spectrum(ins, dft, N, dtype, backend.native, dead_log, backend.abs_rfft, scratch=True)
-            ser, low, g_extra = None, None, 0.0
+            ser, low = None, None
         # float64 without the series: powers as products (cheaper than the polar form, same size of bound)
         direct = dtype is np.float64 and ser is None and lat is None and msum <= _DIRECT_MAX_POWER
-        if direct:
-            if backend.native:
-                out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u, dead_log=dead_log, direct=True, dft=dft,
-                                                       raw=True)
-            else:
-                fp_l1, fp_linf, out = _direct_power(backend, ins, N, u, dft)
-        elif backend.native:  # cached plans, compiled placement/power/round-off kernels (same arithmetic)
-            out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u, ser=ser, low=low, dead_log=dead_log,
-                                                   fwd_dtype=fdt, dft=dft, lat=lat, raw=True)
-        elif lat is not None:
-            fp_l1, fp_linf, out = _lattice_power_numpy(backend, lat, N, dtype, u)
-        if not backend.native and not direct and lat is None:
-            fp_l1, fp_linf, out = _numpy_power(backend, ins, N, dtype, fdt, u, ser, low, g_extra, dft)
+        # the power and its round-off bound: the backend's (native: cached plans and compiled kernels; numpy:
+        # the reference code of composition.powers; the same arithmetic)
+        out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u, ser=ser, low=low, dead_log=dead_log, fwd_dtype=fdt,
+                                               direct=direct, dft=dft, lat=lat, raw=True)
         if ser is not None:  # the series' common scale, removed by the normalisation below
             fp_l1 *= 1 + 2 * ser[6]
             fp_linf *= 1 + 2 * ser[6]

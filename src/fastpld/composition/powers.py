@@ -133,3 +133,23 @@ def _direct_power(backend, ins, N, u, dft=None):
     out = backend.irfft(P, N)
     l1 = e2 + g_inv * p2
     return l1, l1 / math.sqrt(N), out
+
+
+def numpy_convolve(backend, ins, N, dtype, u, ser=None, low=None, dead_log=800.0, fwd_dtype=None, direct=False,
+                   dft=None, lat=None, raw=False):
+    """The numpy backend's node power (:meth:`fastpld._backend.NumpyBackend.convolve`), the reference of
+    ``NativeBackend.convolve`` with the same arguments: ``(out, l1, linf)``.
+
+    ``lat``: from the lattice spectra (:func:`_lattice_power_numpy`); ``direct``: by direct products
+    (:func:`_direct_power`); else in polar form (:func:`_numpy_power`, forward transforms in ``fwd_dtype``,
+    the series' scale ``ser[5]`` widening the FFT error of the other frequencies).  ``dead_log`` and ``raw``
+    concern the native backend only: no frequency is skipped, and ``out`` is scaled.
+    """
+    if lat is not None:
+        l1, linf, out = _lattice_power_numpy(backend, lat, N, dtype, u)
+    elif direct:
+        l1, linf, out = _direct_power(backend, ins, N, u, dft)
+    else:
+        fdt = dtype if fwd_dtype is None else fwd_dtype
+        l1, linf, out = _numpy_power(backend, ins, N, dtype, fdt, u, ser, low, ser[5] if ser is not None else 0.0, dft)
+    return out, l1, linf
