@@ -41,6 +41,13 @@ class Backend:
         :meth:`fastpld._native.NativeBackend.convolve`; every backend computes the same bound."""
         raise NotImplementedError
 
+    def finish_node(self, out, shift: int, floor: float, trim: bool, N: int):
+        """A node's output ``out`` of :meth:`convolve` rolled by ``-shift``, clipped at 0, its entries below
+        ``floor`` set to 0 (if ``trim``) and the positive ones below 1e-300 dropped, cut to its nonzero range
+        and normalised: ``(lin, first, dropped)`` with ``first`` the rolled index of ``lin[0]`` and ``dropped``
+        an upper bound on the mass of the dropped entries.  ``ValueError`` if no mass is left."""
+        raise NotImplementedError
+
 
 class NumpyBackend(Backend):
     name = "numpy"
@@ -57,3 +64,7 @@ class NumpyBackend(Backend):
         # composition package imports this module)
         from .composition.powers import numpy_convolve
         return numpy_convolve(self, ins, N, dtype, u, ser, low, dead_log, fwd_dtype, direct, dft, lat, raw)
+
+    def finish_node(self, out, shift, floor, trim, N):
+        from .composition.powers import numpy_finish_node
+        return numpy_finish_node(out, shift, floor, trim)

@@ -196,6 +196,13 @@ class NativeBackend(Backend):
         l1 = e2 + g_inv * p2
         return out, l1, l1 / math.sqrt(N)
 
+    def finish_node(self, out, shift, floor, trim, N):
+        """:meth:`fastpld._backend.Backend.finish_node` in one compiled pass (``out`` may be the inverse
+        plan's unscaled buffer of ``convolve(..., raw=True)``: scaled by ``1/N`` here)."""
+        lin, first, tiny_mass, n_tiny = _kernels.finish_node(out, shift, float(floor), trim, 1.0 / N)
+        dropped = (tiny_mass if lin.dtype == np.float64 else n_tiny * 1e-300) if n_tiny else 0.0
+        return lin, first, dropped
+
     def _convolve_lattice(self, lat, N, dt, u, raw=False):
         inv = _plan(N, dt, False)
         _, L, Phi, dL, dP, Q, up = lat

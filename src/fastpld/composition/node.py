@@ -264,29 +264,10 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     trim = inst * trim_charge <= 0.25 * allowance
     if trim:
         removed += trim_charge
-    # the steps below in one compiled pass (out: the plan's unscaled buffer, raw=True)
-    if backend.native and _kernels._core is not None:
-        lin, a, tiny_mass, n_tiny = _kernels.finish_node(out, c % N, float(floor), trim, 1.0 / N)
-        if n_tiny:
-            removed += tiny_mass if lin.dtype == np.float64 else n_tiny * 1e-300
-    else:
-        lin = np.roll(out, -(c % N)) if c % N else out
-        # exact result is non-negative: clipping only moves towards it
-        lin = np.maximum(lin, 0)
-        if trim:
-            lin = np.where(lin < floor, 0, lin)
-        # entries below float64's range would vanish when the next node casts to float64 for its
-        # Chernoff MGF: drop them here and charge their (tiny) mass
-        tiny = (lin > 0) & (lin < 1e-300)
-        if tiny.any():
-            removed += float(np.sum(lin[tiny]) if lin.dtype == np.float64 else tiny.sum() * 1e-300)
-            lin = np.where(tiny, 0, lin)
-        nz = np.flatnonzero(lin)
-        if nz.size == 0:
-            raise ValueError("composition lost all probability mass to round-off; increase eps_error or delta_error")
-        a = int(nz[0])
-        lin = lin[a:int(nz[-1]) + 1]
-        lin = lin / lin.sum()
+    # rolled to the window, clipped at 0, trimmed, cut and normalised by the backend (native: one compiled pass
+    # over the plan's unscaled buffer, raw=True); the entries below 1e-300 it dropped are charged
+    lin, a, dropped = backend.finish_node(out, c % N, floor, trim, N)
+    removed += dropped
     tv_fp = _node_tv(removed, N, u)
     # base_val = sum m_c (offset_c + cen_c h); entry j of lin is the index sum I' = c + a + j
     offset = base_val + (c + a) * h

@@ -153,3 +153,26 @@ def numpy_convolve(backend, ins, N, dtype, u, ser=None, low=None, dead_log=800.0
         fdt = dtype if fwd_dtype is None else fwd_dtype
         l1, linf, out = _numpy_power(backend, ins, N, dtype, fdt, u, ser, low, ser[5] if ser is not None else 0.0, dft)
     return out, l1, linf
+
+
+def numpy_finish_node(out, shift, floor, trim):
+    """The numpy backend's :meth:`fastpld._backend.Backend.finish_node` (the reference of the compiled
+    ``_kernels.finish_node``): ``(lin, first, dropped)``."""
+    lin = np.roll(out, -shift) if shift else out
+    # exact result is non-negative: clipping only moves towards it
+    lin = np.maximum(lin, 0)
+    if trim:
+        lin = np.where(lin < floor, 0, lin)
+    # entries below float64's range would vanish when the next node casts to float64 for its
+    # Chernoff MGF: drop them here and charge their (tiny) mass
+    tiny = (lin > 0) & (lin < 1e-300)
+    dropped = 0.0
+    if tiny.any():
+        dropped = float(np.sum(lin[tiny]) if lin.dtype == np.float64 else tiny.sum() * 1e-300)
+        lin = np.where(tiny, 0, lin)
+    nz = np.flatnonzero(lin)
+    if nz.size == 0:
+        raise ValueError("composition lost all probability mass to round-off; increase eps_error or delta_error")
+    first = int(nz[0])
+    lin = lin[first:int(nz[-1]) + 1]
+    return lin / lin.sum(), first, dropped
