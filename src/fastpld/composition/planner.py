@@ -1,4 +1,10 @@
-"""TODO"""
+"""The plan search: candidate plans for a composition and the cheapest predicted ones, ranked.
+
+Candidates are a chain shape per part (``glw``, ``two_stage``, ``recursive`` with an arity) and a grouping
+of distinct parts into blocks; each is built (:mod:`.plan`) and predicted (:mod:`.cost`).  Small problems
+try every combination, large ones search chain and grouping in turn.  :func:`fastpld.composition.api.compose`
+executes the ranked plans in order until one certifies.
+"""
 from __future__ import annotations
 
 import math
