@@ -12,7 +12,7 @@ from .. import mechanisms as _mechanisms
 from .._limits import BucketLimitError
 from ..curve import DirectionResult, PrivacyLossDistribution
 from ..mechanisms import Mechanism
-from .budget import _BudgetError, _Budgets, _EPS_RESERVE
+from .budget import _BudgetError, _Budgets
 from .execute import _execute, _refusal, _roundoff_floor
 from .grids import _cumulant_grids
 from .plan import _plan_name
@@ -186,8 +186,8 @@ def _compose_parts(dir_parts, events, eps_err, delta_err, method, arity, max_buc
         from ..dominance import compose_dominance  # (a certificate of its own; imported where used)
         return compose_dominance(dir_parts, events, eps_err, delta_err, be, arity, max_buckets, threads, rel_error)
     budgets = _Budgets.split(eps_err, delta_err)
-    log_term = math.log(2.0 / budgets.eta)
-    eps_az = eps_err * (1 - _EPS_RESERVE)
+    log_term = budgets.log_term
+    eps_az = budgets.eps_azuma
     def run(ranked):
         # the cheapest predicted plan first; if its measured round-off/wrap charges do not fit
         # delta_error (the prediction cannot see, e.g., the spectral peaks of lattice PMFs), or it

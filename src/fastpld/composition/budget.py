@@ -27,6 +27,10 @@ _EPS_RESERVE = 0.03
 
 @dataclass
 class _Budgets:
+    """How a composition's ``eps_error`` (``eps``) and ``delta_error`` (``delta``) are to be spent: the
+    caps of the Azuma failure probability ``eta``, truncation, wrap-around and round-off (``fp``); the
+    planner's share of ``eps`` and the Azuma term's logarithm follow from them."""
+
     eps: float
     delta: float
     eta: float
@@ -40,6 +44,16 @@ class _Budgets:
         return cls(eps=eps, delta=delta, eta=_SHARE_ETA * delta, trunc=_SHARE_TRUNC * delta,
                    wrap=_SHARE_WRAP * delta, fp=_SHARE_FP * delta)
 
+    @property
+    def eps_azuma(self) -> float:
+        """The part of ``eps`` the planned meshes' Azuma term may take (less ``_EPS_RESERVE``)."""
+        return self.eps * (1 - _EPS_RESERVE)
+
+    @property
+    def log_term(self) -> float:
+        """``log(2 / eta)``: the Azuma term's logarithm at the planned failure probability."""
+        return math.log(2.0 / self.eta)
+
 
 _COARSE_SHARE = 0.01  # share of eps_error the leaves' coarse tails may add to the discretisation term
 
@@ -50,7 +64,7 @@ def _coarse_spec(plan, budgets):
     each leaf copy may add ``budget`` to its log-MGF there, i.e. ``_COARSE_SHARE`` of eps_error
     over all leaf copies.  Only a heuristic for the cells: :func:`_mixed_azuma` certifies."""
     copies = sum(plan.instances[id(o)] for o in plan.order if isinstance(o, _Leaf))
-    lam = 2 * math.log(2.0 / budgets.eta) / (budgets.eps * (1 - _EPS_RESERVE))
+    lam = 2 * budgets.log_term / budgets.eps_azuma
     return lam, _COARSE_SHARE * budgets.eps * lam / max(copies, 1)
 
 
