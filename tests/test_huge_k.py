@@ -14,7 +14,8 @@ import pytest
 
 import fastpld
 from fastpld import _fft
-from fastpld.composition import api, budget, cost, execute as execute_mod, grids, node as node_mod, plan as plan_mod, precision
+from fastpld.composition import api, budget, cost, grids, precision
+from fastpld.composition import execute as execute_mod, node as node_mod, plan as plan_mod
 
 SIGMA_2_30 = 27687.062681226034  # benchmarks/data/noise_params.json: delta(1.0) = 1e-6 at k = 2^30
 SIGMA_2_10 = 27.095139504226402

@@ -10,7 +10,8 @@ import pytest
 
 import fastpld
 from fastpld import mechanisms as M
-from fastpld.composition import api, budget, cost as cost_mod, grids as grids_mod, plan as plan_mod, planner, precision, roundoff, series as series_mod
+from fastpld.composition import api, budget, planner, precision, roundoff
+from fastpld.composition import cost as cost_mod, grids as grids_mod, plan as plan_mod, series as series_mod
 
 
 def _same(a, b):

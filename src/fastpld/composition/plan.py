@@ -196,7 +196,8 @@ def _merge_order(parts, native=False):
     """Order of the parts in grouped plans: similar parts side by side keep the narrow blocks narrow
     (order does not affect correctness).  Key: upper Chernoff quantile of each part at a moderate
     tail, from the cached MGF grids."""
-    kp = np.array([_cumulant_grid(loss, native)[0] for loss, _ in parts]) * np.array([float(c) for _, c in parts])[:, None]
+    kp = (np.array([_cumulant_grid(loss, native)[0] for loss, _ in parts])
+          * np.array([float(c) for _, c in parts])[:, None])
     with np.errstate(invalid="ignore", over="ignore"):
         size = np.min((kp + 20.0) / _S_GRID, axis=1).tolist()  # (Python floats: numpy scalars sort slowly)
     return sorted(range(len(parts)), key=lambda i: (size[i], parts[i][1]))
