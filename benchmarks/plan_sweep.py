@@ -14,10 +14,10 @@ compared bitwise (hex).  Planning only (about a minute); nothing is executed.
 """
 import sys, math, pickle, time, warnings
 import numpy as np
-from fastpld.composition import api, budget, plan as plan_mod, planner
 warnings.simplefilter("ignore")
 
 def ser_plan(plan, parts):
+    from fastpld.composition import plan as plan_mod
     idx = {id(o): i for i, o in enumerate(plan.order)}
     lidx = {id(l): i for i, (l, _) in enumerate(parts)}
     objs = []
@@ -60,7 +60,7 @@ def schedules(quick=False):
     return out
 
 def dump(path, quick=False):
-    import fastpld
+    from fastpld.composition import api, budget, planner
     from fastpld import mechanisms as M
     res = {}
     t0 = time.process_time()
