@@ -115,7 +115,7 @@ def compose(mechanism, count: int | None = None, *, eps_error: float | None = No
         ``dominance``: the recursive plan on a dominating and a dominated PMF, certified
         without an epsilon shift (``docs/dominance.md``); there ``eps_error`` is the accuracy
         asked of each bound of ``epsilon(delta)`` (checked at deltas 1e-3 .. 1e-9) and
-        ``arity`` defaults to 16.
+        ``arity`` defaults to 64 (256 where its round-off does not fit ``delta_error``).
     backend : {"native", "numpy"}, optional
         FFT backend (default: :func:`fastpld.get_backend`).
     arity : int, optional
