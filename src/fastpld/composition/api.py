@@ -27,6 +27,8 @@ DEFAULT_MAX_BUCKETS = 1 << 23
 
 
 def _normalise_events(mechanism, count):
+    """``[(mechanism, count)]`` of :func:`compose`'s first two arguments, checked (``ValueError`` naming the
+    argument)."""
     if isinstance(mechanism, Mechanism):
         if count is None:
             raise ValueError("count is required when composing a single mechanism")

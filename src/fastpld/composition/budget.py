@@ -125,6 +125,7 @@ def _eta_check(budgets, tv, v_lo, eps_limit):
 
 
 def _check_tv(budgets, tv_trunc, tv_wrap, tv_fp):
+    """Raise :class:`_BudgetError` once the delta charges leave no failure probability for the Azuma term."""
     if not budgets.delta - (tv_trunc + tv_wrap + tv_fp) > 0:
         raise _BudgetError(
             f"delta_error={budgets.delta:.3g} is too small for this composition: round-off alone costs "

@@ -54,6 +54,7 @@ def _predict(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache=None, budgets
 
 
 def _predict_impl(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets, native=False):
+    """:func:`_predict` (under its ``errstate``)."""
     if wcache is None:
         wcache = {}
     widths = {g: 0.0 for g in plan.groups}

@@ -19,6 +19,8 @@ from .grids import _S_GRID, _cumulant_grid
 
 
 class _Leaf:
+    """A leaf: one copy of ``loss`` discretised (Algorithm 1) on the mesh of ``group``."""
+
     __slots__ = ("loss", "group", "count", "_atoms")
 
     def __init__(self, loss, group, count):
@@ -26,6 +28,8 @@ class _Leaf:
 
 
 class _Node:
+    """A node: the convolution of its ``children`` (``(object, multiplicity)``) on the mesh of ``group``."""
+
     __slots__ = ("children", "group", "count", "label", "_atoms")
 
     def __init__(self, children, group, label):
@@ -36,6 +40,9 @@ class _Node:
 
 
 class _Plan:
+    """A plan tree: its objects in topological order (children first), each object's number of instances
+    (copies in the composed result), its mesh groups and sizes."""
+
     def __init__(self, root, method, params, n_parts=1):
         self.root = root
         self.method = method
@@ -204,6 +211,7 @@ def _merge_order(parts, native=False):
 
 
 def _leaf_parts(node):
+    """``[(loss, copies)]``: the leaves' losses under ``node`` and how many copies of each it sums."""
     acc = {}
     stack = [(node, 1)]
     while stack:

@@ -29,6 +29,7 @@ def _polar_rel(cond, msum, C, u):
 
 
 def _rounding_gamma(k, u):
+    """Higham's ``gamma_k = k u / (1 - k u)``: the relative error bound of ``k`` roundings of unit ``u``."""
     return k * u / (1.0 - k * u)
 
 

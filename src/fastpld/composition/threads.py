@@ -23,6 +23,7 @@ _POOL_MAX = 64  # worker threads at most (each job holds a compute slot: as many
 
 
 def _after_fork_in_child():
+    """A forked child's pool starts afresh (the parent's threads do not exist in it)."""
     # the parent's lock may have been held by another thread at the fork, and the executor's
     # threads do not exist here: start afresh
     global _pool_lock
