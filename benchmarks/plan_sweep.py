@@ -12,16 +12,17 @@ compared bitwise (hex).  Planning only (about a minute); nothing is executed.
     PYTHONPATH=/path/to/new/src python benchmarks/plan_sweep.py dump new.pkl
     python benchmarks/plan_sweep.py cmp old.pkl new.pkl
 """
-import sys, math, pickle, importlib, time, warnings
+import sys, math, pickle, time, warnings
 import numpy as np
 warnings.simplefilter("ignore")
 
-def ser_plan(C, plan, parts):
+def ser_plan(plan, parts):
+    from fastpld.composition import plan as plan_mod
     idx = {id(o): i for i, o in enumerate(plan.order)}
     lidx = {id(l): i for i, (l, _) in enumerate(parts)}
     objs = []
     for o in plan.order:
-        if isinstance(o, C._Leaf):
+        if isinstance(o, plan_mod._Leaf):
             objs.append(("L", o.group, o.count, lidx[id(o.loss)]))
         else:
             objs.append(("N", o.group, o.label, o.count, tuple((idx[id(c)], m) for c, m in o.children)))
@@ -59,9 +60,8 @@ def schedules(quick=False):
     return out
 
 def dump(path, quick=False):
-    import fastpld
+    from fastpld.composition import api, budget, planner
     from fastpld import mechanisms as M
-    C = importlib.import_module("fastpld.compose")
     res = {}
     t0 = time.process_time()
     plan_t = 0.0
@@ -72,22 +72,22 @@ def dump(path, quick=False):
                     if quick and (ee, de) == (0.01, 1e-8):
                         continue
                     M._LOSS_CACHE.clear()
-                    b = C._Budgets(eps=ee, delta=de, eta=C._SHARE_ETA * de, trunc=C._SHARE_TRUNC * de,
-                                   wrap=C._SHARE_WRAP * de, fp=C._SHARE_FP * de)
-                    lt = math.log(2.0 / b.eta); eaz = ee * (1 - C._EPS_RESERVE)
-                    events = C._normalise_events(ev, None)
+                    b = budget._Budgets(eps=ee, delta=de, eta=budget._SHARE_ETA * de, trunc=budget._SHARE_TRUNC * de,
+                                   wrap=budget._SHARE_WRAP * de, fp=budget._SHARE_FP * de)
+                    lt = math.log(2.0 / b.eta); eaz = ee * (1 - budget._EPS_RESERVE)
+                    events = api._normalise_events(ev, None)
                     reuse = None
-                    for d, parts in C._direction_parts(events).items():
+                    for d, parts in api._direction_parts(events).items():
                         t = time.process_time()
                         if reuse is None:
-                            r = C._choose_plan(parts, "auto", None, eaz, lt, b, nat)
+                            r = planner._choose_plan(parts, "auto", None, eaz, lt, b, nat)
                         else:
-                            r = C._choose_plan(parts, reuse[0], reuse[1], eaz, lt, b, nat, merge=reuse[2])
+                            r = planner._choose_plan(parts, reuse[0], reuse[1], eaz, lt, b, nat, merge=reuse[2])
                         plan_t += time.process_time() - t
                         p = r[0][1]
                         if reuse is None:
                             reuse = (p.method, p.params[0].get("arity"), p.params[0].get("merge"))
-                        res[(name, ee, de, nat, d)] = [(float(c).hex(), ser_plan(C, pl, parts),
+                        res[(name, ee, de, nat, d)] = [(float(c).hex(), ser_plan(pl, parts),
                                                         tuple(sorted((g, float(v).hex()) for g, v in m.items())))
                                                        for c, pl, m in r]
     with open(path, "wb") as f:

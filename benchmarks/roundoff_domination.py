@@ -35,7 +35,7 @@ def main():
             if len(inputs) == 1 and inputs[0][1] == 1:
                 continue
             ref, off, _, _ = T._reference(inputs)
-            # the node centres each input at its mean index (as in compose._run_node)
+            # the node centres each input at its mean index (as in composition.node._run_node)
             cen = sum(m * int(round(float(np.dot(np.arange(p.probs.size), np.asarray(p.probs, dtype=float))
                                           / float(np.sum(p.probs))))) for p, m in inputs)
             c, _ = info["window"]

@@ -12,7 +12,7 @@ import pytest
 
 import fastpld
 from fastpld import _answers, _native, resources
-C = __import__("fastpld.compose", fromlist=["_compose_parts"])  # (the module: fastpld.compose is the function)
+from fastpld.composition import api
 
 
 @pytest.fixture
@@ -28,14 +28,14 @@ def answers():
 def count_compositions(monkeypatch):
     calls = []
     lock = threading.Lock()
-    real = C._compose_parts
+    real = api._compose_parts
 
     def spy(*a, **k):
         with lock:
             calls.append(1)
         return real(*a, **k)
 
-    monkeypatch.setattr(C, "_compose_parts", spy)
+    monkeypatch.setattr(api, "_compose_parts", spy)
     return calls
 
 
@@ -262,7 +262,7 @@ def test_clear_caches_frees_every_threads_workspace():
 def test_thread_limit_bounds_concurrent_compositions(monkeypatch):
     active, peak = [0], [0]
     lock = threading.Lock()
-    real = C._compose_parts
+    real = api._compose_parts
 
     def spy(*a, **k):
         with lock:
@@ -274,7 +274,7 @@ def test_thread_limit_bounds_concurrent_compositions(monkeypatch):
             with lock:
                 active[0] -= 1
 
-    monkeypatch.setattr(C, "_compose_parts", spy)
+    monkeypatch.setattr(api, "_compose_parts", spy)
     fastpld.set_thread_limit(1)
     try:
         assert fastpld.thread_limit() == 1

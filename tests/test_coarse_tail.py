@@ -10,6 +10,7 @@ from fastpld import mechanisms as M
 from fastpld.discretize import _coarse_cells, discretize_loss, tail_mix_log_mgf, truncation_window
 from fastpld.mechanisms.tails import _generic_window
 from oracles import gaussian_delta, gaussian_epsilon
+from fastpld.composition import budget, execute
 
 
 def test_mix_bound_without_coarse_regions_is_hoeffding():
@@ -103,19 +104,17 @@ def test_heterogeneous_gaussians_with_coarse_tails_against_gdp(monkeypatch):
 
 def test_schedule_with_coarse_tails_agrees_with_all_fine_leaves():
     # the same plan with and without coarse tails: overlapping certified intervals, close estimates
-    import importlib
-    C = importlib.import_module("fastpld.compose")
     events = [(fastpld.PoissonSubsampledGaussian(1.0, float(q)), 30) for q in np.linspace(0.005, 0.02, 16)]
     M._LOSS_CACHE.clear()
     co = fastpld.compose(events, eps_error=0.1, delta_error=1e-8)
     assert co.directions["remove"].certificate["coarse_leaves"] > 0
-    orig = C._coarse_spec
+    orig = budget._coarse_spec
     try:
-        C._coarse_spec = lambda plan, budgets: None
+        execute._coarse_spec = lambda plan, budgets: None
         M._LOSS_CACHE.clear()
         fine = fastpld.compose(events, eps_error=0.1, delta_error=1e-8)
     finally:
-        C._coarse_spec = orig
+        execute._coarse_spec = orig
     assert fine.directions["remove"].certificate["coarse_leaves"] == 0
     a, b = co.epsilon(1e-5), fine.epsilon(1e-5)
     assert a.lower <= b.upper and b.lower <= a.upper

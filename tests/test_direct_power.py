@@ -1,4 +1,4 @@
-"""Direct powers of float64 nodes without the low-frequency series (compose._direct_power).
+"""Direct powers of float64 nodes without the low-frequency series (composition.powers._direct_power).
 
 * Against exact powers (fixed point, 320 bits, convolved in long double): the output of a node
   of several inputs with small powers stays within its round-off bound, on both backends.
@@ -11,15 +11,14 @@
 """
 from __future__ import annotations
 
-import importlib
 
 import numpy as np
 import pytest
 
 from fastpld import _fft, _kernels
 from oracles import exact_power
+from fastpld.composition import powers
 
-C = importlib.import_module("fastpld.compose")
 U64 = float(np.finfo(np.float64).eps) / 2
 BACKENDS = [b for b in ("numpy", "native") if b in _fft.available_backends()]
 needs_native = pytest.mark.skipif("native" not in BACKENDS, reason="native backend not built")
@@ -58,7 +57,7 @@ def _run(backend, ins, N, dead_log=800.0):
     if be.native:
         out, l1, _ = be.convolve(ins, N, np.float64, U64, dead_log=dead_log, direct=True)
     else:
-        l1, _, out = C._direct_power(be, ins, N, U64)
+        l1, _, out = powers._direct_power(be, ins, N, U64)
     return np.asarray(out), l1
 
 
@@ -98,7 +97,7 @@ def test_direct_bound_against_polar_bound(case):
     be = _fft.resolve("numpy")
     N = _fft.fast_length(sum((p.size - 1) * m for p, _, m in ins) + 1)
     _, l1 = _run("numpy", ins, N)
-    polar, _, _ = C._numpy_power(be, ins, N, np.float64, np.float64, U64, None, None, 0.0)
+    polar, _, _ = powers._numpy_power(be, ins, N, np.float64, np.float64, U64, None, None, 0.0)
     assert 0.5 * polar <= l1 <= 1.5 * polar
 
 

@@ -7,7 +7,6 @@
 """
 from __future__ import annotations
 
-import importlib
 import math
 
 import numpy as np
@@ -15,8 +14,9 @@ import pytest
 
 import fastpld
 from fastpld import _fft
+from fastpld.composition import api, budget, cost, grids, precision
+from fastpld.composition import execute as execute_mod, node as node_mod, plan as plan_mod
 
-C = importlib.import_module("fastpld.compose")
 SIGMA_2_30 = 27687.062681226034  # benchmarks/data/noise_params.json: delta(1.0) = 1e-6 at k = 2^30
 SIGMA_2_10 = 27.095139504226402
 
@@ -24,14 +24,14 @@ SIGMA_2_10 = 27.095139504226402
 def test_grids_extend_only_where_gaussian():
     big = fastpld.PoissonSubsampledGaussian(SIGMA_2_30, 0.2).privacy_losses()["remove"]
     small = fastpld.PoissonSubsampledGaussian(SIGMA_2_10, 0.2).privacy_losses()["remove"]
-    i = int(np.searchsorted(C._S_ABS, 512.0, side="right"))
-    kp, kn = C._k_grid(big, False)
+    i = int(np.searchsorted(grids._S_GRID, 512.0, side="right"))
+    kp, kn = grids._cumulant_grid(big, False)
     assert np.all(np.isfinite(kp[i:])) and np.all(np.isfinite(kn[i:]))
-    kp, kn = C._k_grid(small, False)
+    kp, kn = grids._cumulant_grid(small, False)
     assert np.all(np.isinf(kp[i:])) and np.all(np.isinf(kn[i:]))  # K(512) is not Gaussian: unchanged
     mu, sd = big.mean(), big.std()
     for copies, tail in ((1024, 1e-18), (2**20, 1e-14)):
-        lo, hi = C._est_window([(big, copies)], tail, False)
+        lo, hi = grids._est_window([(big, copies)], tail, False)
         half = math.sqrt(copies) * sd * math.sqrt(2 * math.log(1 / tail))
         assert half <= hi - copies * mu <= 1.1 * half
         assert half <= copies * mu - lo <= 1.1 * half
@@ -51,14 +51,14 @@ def test_fast_length_23():
 
 def test_precision_weight():
     loss = fastpld.PoissonSubsampledGaussian(SIGMA_2_30, 0.2).privacy_losses()["remove"]
-    plan = C._build_plan([(loss, 2**30)], "recursive", 1024)
+    plan = plan_mod._build_plan([(loss, 2**30)], "recursive", 1024)
     de = 1e-10
-    b = C._Budgets(eps=0.1, delta=de, eta=0.4 * de, trunc=0.2 * de, wrap=0.2 * de, fp=0.15 * de)
-    w = {o.label: C._precision_weight(o, plan, b) for o in plan.order if isinstance(o, C._Node)}
+    b = budget._Budgets(eps=0.1, delta=de, eta=0.4 * de, trunc=0.2 * de, wrap=0.2 * de, fp=0.15 * de)
+    w = {o.label: cost._precision_weight(o, plan, b) for o in plan.order if isinstance(o, plan_mod._Node)}
     assert w["root"] == 1.0  # a pass-through
-    ws = sorted(C._precision_weight(o, plan, b) for o in plan.order if isinstance(o, C._Node) and o.label != "root")
+    ws = sorted(cost._precision_weight(o, plan, b) for o in plan.order if isinstance(o, plan_mod._Node) and o.label != "root")
     # the two lower levels are long double with float64 forward FFTs, the top one float64
-    assert ws[0] == 1.0 and ws[1] == ws[2] == pytest.approx((C._T_POINT_64 + C._T_POINT_LD) / (2 * C._T_POINT_64))
+    assert ws[0] == 1.0 and ws[1] == ws[2] == pytest.approx((cost._T_POINT_64 + cost._T_POINT_LD) / (2 * cost._T_POINT_64))
 
 
 @pytest.fixture(scope="module")
@@ -86,11 +86,10 @@ def test_refused_plans_stop_early_with_the_same_answer(monkeypatch):
     # round-off of the first node's lattice powers (~9e-8) leaves too little delta for the cheaper
     # plans' meshes; each is stopped after the node that makes the refusal certain, and the answer
     # is the one without the early stop
-    C = importlib.import_module("fastpld.compose")
-    monkeypatch.setattr(C, "_DFT_MAX_N", 0)
+    monkeypatch.setattr(precision, "_DFT_MAX_N", 0)
     mech, k = fastpld.Laplace(138694.82633119353), 2**30
     ran, refused = [], []
-    run_node, execute = C._run_node, C._execute
+    run_node, execute = node_mod._run_node, execute_mod._execute
 
     def count(node, *a, **kw):
         ran[-1] += 1
@@ -100,17 +99,17 @@ def test_refused_plans_stop_early_with_the_same_answer(monkeypatch):
         ran.append(0)
         try:
             return execute(plan, *a, **kw)
-        except C._EtaError:
+        except budget._EtaError:
             refused.append((ran[-1], plan.n_nodes))
             raise
 
-    monkeypatch.setattr(C, "_run_node", count)
-    monkeypatch.setattr(C, "_execute", spy)
+    monkeypatch.setattr(execute_mod, "_run_node", count)
+    monkeypatch.setattr(api, "_execute", spy)
     fast = fastpld.compose(mech, k, eps_error=0.1, delta_error=1e-7, threads=1)
     # stopped before the plan's last node where the charges make it certain early (recursive(64) after its
     # first node; recursive(8192)'s first nodes leave it open until its last)
     assert refused and any(r < n for r, n in refused)
-    monkeypatch.setattr(C, "_eta_check", lambda *a: None)
+    monkeypatch.setattr(execute_mod, "_eta_check", lambda *a: None)
     slow = fastpld.compose(mech, k, eps_error=0.1, delta_error=1e-7, threads=1)
     assert fast.method == slow.method
     np.testing.assert_array_equal(fast.directions["remove"].pmf.probs, slow.directions["remove"].pmf.probs)

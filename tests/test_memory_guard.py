@@ -5,6 +5,7 @@ import tracemalloc
 import pytest
 
 import fastpld
+from fastpld.composition import execute, node as node_mod
 
 SIZE = re.compile(r"needs (an FFT of )?[0-9.e+]+ buckets.*max_buckets=\d+")
 
@@ -66,15 +67,13 @@ def test_consumed_results_are_released(monkeypatch):
     # a grouped heterogeneous plan: every leaf's PMF is consumed by a first-level block, so none
     # may still be alive when the root runs (they were all kept to the end: ~76 MB at 1000 x 10)
     import gc
-    import importlib
     import weakref
 
     import numpy as np
 
-    C = importlib.import_module("fastpld.compose")  # (fastpld.compose is the function)
 
     refs, alive_at_root = [], []
-    leaf, run_node = C.discretize_loss, C._run_node
+    leaf, run_node = execute.discretize_loss, node_mod._run_node
 
     def leaf_spy(*a, **k):
         pmf = leaf(*a, **k)
@@ -88,8 +87,8 @@ def test_consumed_results_are_released(monkeypatch):
             refs.clear()
         return run_node(node, *a, **k)
 
-    monkeypatch.setattr(C, "discretize_loss", leaf_spy)
-    monkeypatch.setattr(C, "_run_node", node_spy)
+    monkeypatch.setattr(execute, "discretize_loss", leaf_spy)
+    monkeypatch.setattr(execute, "_run_node", node_spy)
     ev = [(fastpld.PoissonSubsampledGaussian(1.0, float(q)), 10) for q in np.linspace(0.005, 0.02, 80)]
     pld = fastpld.compose(ev, eps_error=0.1, delta_error=1e-8, threads=1)
     assert all("blocks" in d.method for d in pld.directions.values())

@@ -12,7 +12,6 @@
 """
 from __future__ import annotations
 
-import importlib
 import math
 from types import SimpleNamespace
 
@@ -20,11 +19,11 @@ import numpy as np
 import pytest
 
 import fastpld
-from fastpld import _fft
+from fastpld import _fft, _fft_error
+from fastpld.composition import budget, node as node_mod, powers, precision, roundoff
 from fastpld.discretize import GridPMF
 from oracles import exact_power, node_tv
 
-C = importlib.import_module("fastpld.compose")
 ULD = float(np.finfo(np.longdouble).eps) / 2
 U64 = float(np.finfo(np.float64).eps) / 2
 BACKENDS = [b for b in ("numpy", "native") if b in _fft.available_backends()]
@@ -34,28 +33,28 @@ BACKENDS = [b for b in ("numpy", "native") if b in _fft.available_backends()]
 def _no_direct_dft(monkeypatch):
     # the few-atom inputs here would take direct DFTs (section 3e), which run in the node's precision:
     # this module checks the float64 forward FFT path, so it keeps the FFTs
-    monkeypatch.setattr(C, "_DFT_MAX_N", 0)
+    monkeypatch.setattr(precision, "_DFT_MAX_N", 0)
 
 
 def _node(p, m, backend, spy):
     pmf = GridPMF(np.asarray(p, dtype=np.float64), 0.0, 1.0)
-    budgets = C._Budgets(eps=0.1, delta=1.0, eta=0.0, trunc=0.0, wrap=1e-30, fp=1e-16)
+    budgets = budget._Budgets(eps=0.1, delta=1.0, eta=0.0, trunc=0.0, wrap=1e-30, fp=1e-16)
     node = SimpleNamespace(label="test")
-    return C._run_node(node, [(pmf, m)], 1, budgets, 1, _fft.resolve(backend), 1 << 22)
+    return node_mod._run_node(node, [(pmf, m)], 1, budgets, 1, _fft.resolve(backend), 1 << 22)
 
 
 @pytest.fixture
 def forward_spy(monkeypatch):
     """Records the forward precision of every node (both backends)."""
     seen = []
-    orig = C._numpy_power
+    orig = powers._numpy_power
 
     def numpy_spy(backend, ins, N, dtype, fdt, *a):
         out = orig(backend, ins, N, dtype, fdt, *a)
         seen.append(np.dtype(fdt).name)
         return out
 
-    monkeypatch.setattr(C, "_numpy_power", numpy_spy)
+    monkeypatch.setattr(powers, "_numpy_power", numpy_spy)  # (numpy_convolve's call and its own fallback)
     if "native" in _fft.available_backends():
         be = _fft.resolve("native")
         conv = type(be).convolve
@@ -88,7 +87,7 @@ def test_mixed_node_falls_back_where_the_forward_error_counts(forward_spy, monke
     p, m = [0.5, 0.0, 0.0, 0.0, 0.5], 400
     out, info = _node(p, m, backend, forward_spy)
     assert forward_spy[-2:] == [np.dtype(np.longdouble).name, "float64"]  # tried, then redone in long double
-    monkeypatch.setattr(C, "_MIXED_FORWARD", False)
+    monkeypatch.setattr(node_mod, "_MIXED_FORWARD", False)
     out2, info2 = _node(p, m, backend, forward_spy)
     assert info["fp"] == info2["fp"]
     np.testing.assert_array_equal(np.asarray(out.probs), np.asarray(out2.probs))
@@ -101,7 +100,7 @@ def test_mixed_composition_against_long_double(forward_spy, monkeypatch):
     mech, count, kw = WORKLOAD
     a = fastpld.compose(mech, count, backend="numpy", **kw)
     assert "float64" in forward_spy and all(s.precision == "longdouble" for s in a.stages if s.kind != "leaf")
-    monkeypatch.setattr(C, "_MIXED_FORWARD", False)
+    monkeypatch.setattr(node_mod, "_MIXED_FORWARD", False)
     b = fastpld.compose(mech, count, backend="numpy", **kw)
     for d in a.directions:
         x, y = a.directions[d], b.directions[d]
@@ -137,10 +136,10 @@ def test_node_tv_charge():
         for N in (64, 10**5):
             lg = math.ceil(math.log2(N))
             for e in (0.0, 1e-17, 1e-13, 1e-6):
-                t = C._node_tv(e, N, u)
+                t = roundoff._node_tv(e, N, u)
                 assert t >= e / 0.99 + (lg + 24) * u
                 assert t <= 1.02 * e + (lg + 25) * u
-    assert C._node_tv(0.6, 100, U64) == 1.0 + C._gamma(31, U64)
+    assert roundoff._node_tv(0.6, 100, U64) == 1.0 + roundoff._rounding_gamma(31, U64)
 
 
 def test_forward_error_terms():
@@ -149,14 +148,14 @@ def test_forward_error_terms():
     N = 1024
     g0 = 12 * U64 * 10
     # same precision, float64 inputs: the unchanged model
-    assert _fft._fwd_error([(p64, 5, 3)], N, np.float64, U64) == (g0, U64)
-    assert _fft._fwd_error([(pld, 5, 3)], N, np.longdouble, ULD) == (12 * ULD * 10, ULD)
+    assert _fft_error._fwd_error([(p64, 5, 3)], N, np.float64, U64) == (g0, U64)
+    assert _fft_error._fwd_error([(pld, 5, 3)], N, np.longdouble, ULD) == (12 * ULD * 10, ULD)
     # long double inputs rounded into a float64 buffer (one cast per entry, no folding here)
-    g, up = _fft._fwd_error([(pld, 5, 3)], N, np.float64, U64)
+    g, up = _fft_error._fwd_error([(pld, 5, 3)], N, np.float64, U64)
     assert up == U64 and g >= g0 + U64 and g <= g0 + 1.02 * U64
     # float64 forward in a long double node: float64 forward error and polar rounding
-    g, up = _fft._fwd_error([(pld, 5, 3)], N, np.float64, ULD)
+    g, up = _fft_error._fwd_error([(pld, 5, 3)], N, np.float64, ULD)
     assert up == U64 and g >= g0 + U64
     # folding a long input: one addition per extra wrap
-    g, _ = _fft._fwd_error([(np.full(3000, 1 / 3000, dtype=np.longdouble), 5, 3)], N, np.float64, ULD)
+    g, _ = _fft_error._fwd_error([(np.full(3000, 1 / 3000, dtype=np.longdouble), 5, 3)], N, np.float64, ULD)
     assert g >= g0 + 3 * U64

@@ -7,7 +7,6 @@
   1e-6 (see ``test_backends_agree`` for why not closer), and the exact oracles hold on both;
 * compose from many threads at once (per-thread plans) gives the serial answers.
 """
-import importlib
 import math
 import os
 import subprocess
@@ -20,6 +19,7 @@ import pytest
 import fastpld
 from fastpld import _fft, _kernels
 from oracles import gaussian_delta, pure_dp_delta
+from fastpld.composition import api, budget, grids, lattice, node, planner, series
 
 NATIVE = "native" in fastpld.available_backends()
 needs_native = pytest.mark.skipif(not NATIVE, reason="compiled core or pyFFTW unavailable")
@@ -102,7 +102,7 @@ def test_dead_frequencies_charged(dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("N", [64, 63])
 def test_spectrum_power_and_roundoff_match(pure, dtype, N):
-    from fastpld.compose import _fp_fft_bound
+    from fastpld.composition.roundoff import _fp_fft_bound
     rng = np.random.default_rng(N)
     cdt = np.clongdouble if dtype is np.longdouble else np.complex128
     specs = []
@@ -220,15 +220,14 @@ def test_planning_kernels_match(pure, q):
 def test_native_planning_matches_numpy(make):
     """The compiled planning grids give the numpy planner's plans (same choice, meshes to round-off)."""
     from fastpld import mechanisms
-    C = sys.modules["fastpld.compose"]
-    budgets = C._Budgets(eps=0.1, delta=1e-10, eta=4e-11, trunc=2e-11, wrap=2e-11, fp=1.5e-11)
+    budgets = budget._Budgets(eps=0.1, delta=1e-10, eta=4e-11, trunc=2e-11, wrap=2e-11, fp=1.5e-11)
 
     def plans(native):
         mechanisms._LOSS_CACHE.clear()  # cold: each backend fills its own grids
         out = []
-        for parts in C._direction_parts([(make(), 4096)]).values():
-            g = C._k_grid(parts[0][0], native)
-            ranked = C._choose_plan(parts, "auto", None, 0.097, math.log(2 / budgets.eta), budgets, native)
+        for parts in api._direction_parts([(make(), 4096)]).values():
+            g = grids._cumulant_grid(parts[0][0], native)
+            ranked = planner._choose_plan(parts, "auto", None, 0.097, math.log(2 / budgets.eta), budgets, native)
             out.append((g, [(cost, p.method, p.params, meshes) for cost, p, meshes in ranked]))
         return out
 
@@ -247,7 +246,6 @@ def test_native_planning_matches_numpy(make):
 @needs_native
 def test_compiled_chernoff_window_matches_search(monkeypatch):
     """The compiled node window search returns exactly the Python search's window and tail bounds."""
-    C = sys.modules["fastpld.compose"]
     rng = np.random.default_rng(11)
     cases = []
     for _ in range(25):
@@ -267,10 +265,10 @@ def test_compiled_chernoff_window_matches_search(monkeypatch):
             p /= p.sum()
             ins.append((p, int(round(float(np.dot(np.arange(n), p)))), int(rng.integers(1, 100))))
         cases.append((ins, 10.0 ** -rng.uniform(3, 25)))
-    compiled = [C._chernoff_window(ins, w, True) for ins, w in cases]
+    compiled = [node._chernoff_window(ins, w, True) for ins, w in cases]
     monkeypatch.setattr(_kernels, "chernoff_window", lambda *a: None)  # the Python search, compiled kernels
     for (ins, w), a in zip(cases, compiled):
-        b = C._chernoff_window(ins, w, True)
+        b = node._chernoff_window(ins, w, True)
         assert a[:2] == b[:2]
         for x in (0, a[0] - 3, a[1] + 3, 10**6, -10**6):
             assert a[2](x, True) == b[2](x, True) and a[2](x, False) == b[2](x, False)
@@ -506,15 +504,14 @@ def test_compose_from_many_threads():
 def test_series_kernels_match(pure, dtype):
     """Compiled moments and series evaluation against their numpy references, in the node's precision
     (a long double scalar must reach the kernel without passing through double)."""
-    C = importlib.import_module("fastpld.compose")
     rng = np.random.default_rng(11)
     p = (rng.random(700) ** 4).astype(dtype)
     p /= p.sum()
     cen = int(round(float(np.dot(np.arange(p.size), p.astype(np.float64)))))
     ins = [(p, cen, 4096), (p[::-1].copy(), p.size - 1 - cen, 3)]
-    a = C._series_spectrum(ins, 1 << 16, dtype)
-    b = C._series_spectrum(ins, 1 << 16, dtype, native=False)
-    assert pure(lambda: C._series_spectrum(ins, 1 << 16, dtype))[0] == b[0]
+    a = series._series_spectrum(ins, 1 << 16, dtype)
+    b = series._series_spectrum(ins, 1 << 16, dtype, native=False)
+    assert pure(lambda: series._series_spectrum(ins, 1 << 16, dtype))[0] == b[0]
     assert a[0] == b[0]
     u = float(np.finfo(dtype).eps)
     for x, y in zip(a[1:3], b[1:3]):
@@ -582,7 +579,6 @@ def test_finish_node_scale_is_numpys_product(dtype):
 def test_convolve_raw_is_the_unscaled_plan_output(dtype):
     """``convolve(raw=True)`` returns the inverse plan's buffer before the 1/N: times 1/N it is the scaled
     output bitwise, with the same bounds (polar, direct-power and lattice paths)."""
-    C = importlib.import_module("fastpld.compose")
     be = _fft.resolve("native")
     u = float(np.finfo(dtype).eps) / 2
     rng = np.random.default_rng(9)
@@ -593,7 +589,7 @@ def test_convolve_raw_is_the_unscaled_plan_output(dtype):
     cases = [dict(ins=[(p, 150, 7)]), dict(ins=[(q, 1, 64)], direct=dtype is np.float64)]
     lat_ins = [(q, 1, 512)]
     dft = [_kernels.dft_order(q, 1, N, dtype)]
-    cases.append(dict(ins=lat_ins, dft=dft, lat=C._lattice_spectrum(lat_ins, dft, N, dtype, True, 40.0)))
+    cases.append(dict(ins=lat_ins, dft=dft, lat=lattice._lattice_spectrum(lat_ins, dft, N, dtype, True, 40.0)))
     for kw in cases:
         ins = kw.pop("ins")
         out, l1, linf = be.convolve(ins, N, dtype, u, **kw)

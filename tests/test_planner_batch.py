@@ -4,17 +4,14 @@
 sums of a whole plan: each against the straightforward per-loss / per-node computation.)
 """
 import math
-import sys
 
 import numpy as np
 import pytest
 
 import fastpld
 from fastpld import mechanisms as M
-
-
-def _C():
-    return sys.modules["fastpld.compose"]
+from fastpld.composition import api, budget, planner, precision, roundoff
+from fastpld.composition import cost as cost_mod, grids as grids_mod, plan as plan_mod, series as series_mod
 
 
 def _same(a, b):
@@ -38,8 +35,7 @@ def _losses(mechs):
 
 @pytest.mark.parametrize("native", [True, False])
 def test_log_mgf_rows_equal_per_loss(native):
-    C = _C()
-    s = C._S_ABS
+    s = grids_mod._S_GRID
     sc = np.where(s <= 512, s, np.nan)
     grid = np.concatenate([sc, -sc, [0.0, -0.5, -1.0, 1e4, -1e4]])
     M._LOSS_CACHE.clear()
@@ -53,9 +49,8 @@ def test_log_mgf_rows_equal_per_loss(native):
 
 def _reference_grid(loss, native):
     """_k_grid as before the batch: per loss, moments always computed (no far test)."""
-    C = _C()
     native = bool(native) and isinstance(loss, M.SubsampledLoss)
-    s = C._S_ABS
+    s = grids_mod._S_GRID
     lmgf = (lambda x: loss.log_mgf(x, native=True)) if native else loss.log_mgf
     with np.errstate(over="ignore", invalid="ignore"):
         sc = np.where(s <= 512, s, np.nan)
@@ -63,15 +58,14 @@ def _reference_grid(loss, native):
     kp, kn = both[:s.size], both[s.size:]
     kp = np.where(np.isnan(kp), np.inf, kp)
     kn = np.where(np.isnan(kn), np.inf, kn)
-    return C._gauss_extend(loss, kp, kn, far=False)
+    return grids_mod._gauss_extend(loss, kp, kn, far=False)
 
 
 @pytest.mark.parametrize("native", [True, False])
 def test_k_grids_equal_reference(native):
-    C = _C()
     M._LOSS_CACHE.clear()
     mechs = _mechanisms() + [fastpld.Gaussian(7.0), fastpld.Laplace(30.0)]
-    grids = C._k_grids(_losses(mechs), native)
+    grids = grids_mod._cumulant_grids(_losses(mechs), native)
     M._LOSS_CACHE.clear()
     ref = [_reference_grid(loss, native) for loss in _losses(mechs)]
     extended = 0
@@ -82,35 +76,34 @@ def test_k_grids_equal_reference(native):
     # the per-loss path (with the far test) agrees too
     M._LOSS_CACHE.clear()
     for loss, (x, y) in zip(_losses(mechs), ref):
-        a, b = C._k_grid(loss, native)
+        a, b = grids_mod._cumulant_grid(loss, native)
         assert _same(a, x) and _same(b, y)
 
 
 def test_far_from_gauss_only_where_the_test_fails():
     """Wherever _far_from_gauss says so, _gauss_extend's moment test fails (so skipping it is exact)."""
-    C = _C()
     M._LOSS_CACHE.clear()
     losses = _losses(_mechanisms(7)) + [fastpld.Gaussian(3.0).privacy_losses()["add"]]
     grids = [_reference_grid(loss, True) for loss in losses]
     raw = []
     for loss in losses:
-        s = C._S_ABS
+        s = grids_mod._S_GRID
         with np.errstate(over="ignore", invalid="ignore"):
             sc = np.where(s <= 512, s, np.nan)
             lm = loss.log_mgf(np.concatenate([sc, -sc]), native=True) if isinstance(loss, M.SubsampledLoss) \
                 else loss.log_mgf(np.concatenate([sc, -sc]))
         raw.append((np.where(np.isnan(lm[:s.size]), np.inf, lm[:s.size]),
                     np.where(np.isnan(lm[s.size:]), np.inf, lm[s.size:])))
-    far = C._far_from_gauss(np.array([r[0] for r in raw]), np.array([r[1] for r in raw]))
+    far = grids_mod._far_from_gauss(np.array([r[0] for r in raw]), np.array([r[1] for r in raw]))
     assert far.sum() >= len(losses) // 2  # it spares most subsampled losses their moments
-    i = C._I512
+    i = grids_mod._IDX_S512
     for f, loss, (kp, kn), g in zip(far, losses, raw, grids):
         if not f:
             continue
         assert _same(g[0], kp) and _same(g[1], kn)
         mu, sd = loss.mean(), loss.std()
         for k, sign in ((kp, 1.0), (kn, -1.0)):
-            g0 = sign * C._S_ABS[i] * mu + 0.5 * (C._S_ABS[i] * sd) ** 2
+            g0 = sign * grids_mod._S_GRID[i] * mu + 0.5 * (grids_mod._S_GRID[i] * sd) ** 2
             assert not (math.isfinite(k[i]) and g0 > 0) or abs(k[i] - g0) / g0 > 1.0001e-3
 
 
@@ -131,7 +124,6 @@ def test_sequential_row_sums():
 
 def _reference_predict(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, budgets, native):
     """_predict_impl as it was, node by node (the oracle of the array passes)."""
-    C = _C()
     a = plan.copies_per_group()
     widths = {g: 0.0 for g in plan.groups}
     node_w, single, agg = {}, {}, {}
@@ -141,18 +133,18 @@ def _reference_predict(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, bu
         key = (id(loss), copies, lt)
         r = wcache.get(key)
         if r is None:
-            r = wcache[key] = C._est_window([(loss, copies)], math.exp(lt), native)
+            r = wcache[key] = grids_mod._est_window([(loss, copies)], math.exp(lt), native)
         return r
 
     hetero = plan.n_parts > 2
 
     def grids(loss):
-        kp, kn = C._k_grid(loss, native)
+        kp, kn = grids_mod._cumulant_grid(loss, native)
         if not hetero:
             return kp, kn
-        if isinstance(loss, C.SubsampledLoss):  # (_hetero_stack)
-            s = C._S_ABS
-            quad = 1.25 * kp[C._I1] * (s * (s - 1.0) / 2.0)
+        if isinstance(loss, M.SubsampledLoss):  # (_hetero_stack)
+            s = grids_mod._S_GRID
+            quad = 1.25 * kp[grids_mod._IDX_S1] * (s * (s - 1.0) / 2.0)
             kn = np.where(np.isfinite(quad), np.minimum(kn, quad), kn)
         return kp, kn
 
@@ -168,10 +160,10 @@ def _reference_predict(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, bu
 
     for o in plan.order:
         inst = plan.instances[id(o)]
-        if isinstance(o, C._Leaf):
+        if isinstance(o, plan_mod._Leaf):
             lo, hi = window_single(o.loss, 1, trunc_tail / max(inst, 1))
             w = hi - lo
-            widths[o.group] += C._LEAF_COST * w
+            widths[o.group] += cost_mod._LEAF_COST * w
             single[id(o)] = (o.loss, 1)
         else:
             tail = wrap_tail / max(inst, 1)
@@ -190,11 +182,11 @@ def _reference_predict(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, bu
                     lo_s += m * clo
                     hi_s += m * chi
                 agg[id(o)] = (kp, kn, lo_s, hi_s)
-                lo, hi = C._agg_window(kp, kn, lo_s, hi_s, tail, native)
+                lo, hi = grids_mod._window_from_grids(kp, kn, lo_s, hi_s, tail, native)
                 if not (math.isfinite(lo) and math.isfinite(hi)):
-                    lo, hi = C._est_window(C._leaf_parts(o), tail, native)
+                    lo, hi = grids_mod._est_window(plan_mod._leaf_parts(o), tail, native)
             w = hi - lo
-            widths[o.group] += w * (len(o.children) + 1) * C._precision_weight(o, plan, budgets)
+            widths[o.group] += w * (len(o.children) + 1) * cost_mod._precision_weight(o, plan, budgets)
         node_w[id(o)] = w
     shape = {g: (max(widths[g], 1e-300) / max(a[g], 1)) ** (1.0 / 3.0) for g in plan.groups}
     denom = sum(a[g] * shape[g] ** 2 for g in plan.groups)
@@ -207,34 +199,34 @@ def _reference_predict(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, bu
     for o in plan.order:
         n = node_w[id(o)] / meshes[o.group] + 1
         sizes[id(o)] = n
-        if isinstance(o, C._Leaf):
+        if isinstance(o, plan_mod._Leaf):
             if not hetero:
-                cost += C._T_LEAF + C._T_LEAF_POINT * n
+                cost += cost_mod._T_LEAF + cost_mod._T_LEAF_POINT * n
             elif native and getattr(o.loss, "psg_params", None) is not None:
-                cost += C._T_LEAF_PSG + C._T_LEAF_PSG_POINT * n
+                cost += cost_mod._T_LEAF_PSG + cost_mod._T_LEAF_PSG_POINT * n
             else:
-                cost += C._T_LEAF_H + C._T_LEAF_H_POINT * n
+                cost += cost_mod._T_LEAF_H + cost_mod._T_LEAF_H_POINT * n
         else:
             nn = max(n, 2.0)
             lg = math.ceil(math.log2(nn))
             inst = plan.instances[id(o)]
             msum = sum(m for _, m in o.children)
             mmax = max(m for _, m in o.children)
-            est64, est_ser, ld, mixed = C._predicted_precision(inst, msum, mmax, lg, o, allowance, node_allowance)
+            est64, est_ser, ld, mixed = precision._predicted_precision(inst, msum, mmax, lg, o, allowance, node_allowance)
             if ld:
-                fp_pred += (C._fp64_series(inst, msum, lg, mmax, False, C._ULD)
-                            if est_ser < est64 else C._fp_plain(inst, msum, lg, C._ULD))
+                fp_pred += (precision._predicted_fp_series(inst, msum, lg, mmax, False, roundoff._ULD)
+                            if est_ser < est64 else precision._predicted_fp_plain(inst, msum, lg, roundoff._ULD))
             elif est64 > 0.25 * allowance:
                 fp_pred += 2.5 * est_ser
-            per_point = C._point_cost(len(o.children), ld, mixed)
+            per_point = cost_mod._point_cost(len(o.children), ld, mixed)
             if ld and est_ser <= node_allowance:
-                per_point += C._T_POINT_64
+                per_point += cost_mod._T_POINT_64
             child_pts = sum(sizes[id(c)] for c, _ in o.children)
-            series = est64 > 0.25 * allowance and mmax >= 8 and child_pts * (C._SERIES_R + 3) <= 2 * nn * math.log2(nn)
+            series = est64 > 0.25 * allowance and mmax >= 8 and child_pts * (series_mod._SERIES_R + 3) <= 2 * nn * math.log2(nn)
             if hetero and not ld and not series:
-                cost += C._T_NODE_DIRECT + C._T_CHILD_POINT * child_pts + C._T_POINT_DIRECT * nn * (len(o.children) + 1) * lg / 12
+                cost += cost_mod._T_NODE_DIRECT + cost_mod._T_CHILD_POINT * child_pts + cost_mod._T_POINT_DIRECT * nn * (len(o.children) + 1) * lg / 12
             else:
-                cost += C._T_NODE + (C._T_NODE_LD if ld else 0.0) + nn * (len(o.children) + 1) * per_point * lg / 12
+                cost += cost_mod._T_NODE + (cost_mod._T_NODE_LD if ld else 0.0) + nn * (len(o.children) + 1) * per_point * lg / 12
     if fp_pred > 0.9 * (budgets.delta - budgets.eta):
         cost = 1e15 * (1 + fp_pred / budgets.delta)
     return meshes, cost, sizes
@@ -242,21 +234,20 @@ def _reference_predict(plan, eps_az, log_term, wrap_tail, trunc_tail, wcache, bu
 
 @pytest.mark.parametrize("native", [True, False])
 def test_predict_equals_per_node_reference(native):
-    C = _C()
     de = 1e-9
-    b = C._Budgets.split(0.1, de)
-    log_term, eps_az = math.log(2 / b.eta), 0.1 * (1 - C._EPS_RESERVE)
+    b = budget._Budgets.split(0.1, de)
+    log_term, eps_az = math.log(2 / b.eta), 0.1 * (1 - budget._EPS_RESERVE)
     M._LOSS_CACHE.clear()
     r = np.random.default_rng(5)
     mechs = _mechanisms(11) + [fastpld.Gaussian(float(s)) for s in (9.0, 40.0)] + [fastpld.Laplace(80.0)]
     events = [(m, int(r.integers(1, 300))) for m in mechs] + [(mechs[0], 5)]
-    parts = C._direction_parts(C._normalise_events(events, None))["remove"]
+    parts = api._direction_parts(api._normalise_events(events, None))["remove"]
     for chain in (("glw", None), ("two_stage", None), ("recursive", 16)):
         for merge in (None, 2, 5, 16):
-            plan = C._build_plan(parts, chain[0], chain[1], merge, native)
+            plan = plan_mod._build_plan(parts, chain[0], chain[1], merge, native)
             n = plan.n_nodes + plan.n_leaves
             args = (plan, eps_az, log_term, b.wrap / n, b.trunc / n)
-            meshes, cost, sizes = C._predict(*args, {}, b, native)
+            meshes, cost, sizes = cost_mod._predict(*args, {}, b, native)
             with np.errstate(invalid="ignore", over="ignore"):
                 ref = _reference_predict(*args, {}, b, native)
             assert meshes == ref[0] and cost == ref[1]
@@ -267,22 +258,21 @@ def test_predict_equals_per_node_reference(native):
 def test_choose_plan_candidates_equal_fresh_builds(n):
     """Every ranked candidate (shared grids, merge order and window memo) equals its plan built and
     predicted alone; the sampled chain ranking (many parts) and the full product (few) both."""
-    C = _C()
     de = 1e-8
-    b = C._Budgets.split(0.1, de)
-    log_term, eps_az = math.log(2 / b.eta), 0.1 * (1 - C._EPS_RESERVE)
+    b = budget._Budgets.split(0.1, de)
+    log_term, eps_az = math.log(2 / b.eta), 0.1 * (1 - budget._EPS_RESERVE)
     M._LOSS_CACHE.clear()
     r = np.random.default_rng(n)
     events = [(fastpld.PoissonSubsampledGaussian(float(r.uniform(0.7, 3)), float(r.uniform(1e-3, 0.1))),
                int(np.exp(r.uniform(0, 6)))) for _ in range(n)]
-    for parts in C._direction_parts(C._normalise_events(events, None)).values():
-        ranked = C._choose_plan(parts, "auto", None, eps_az, log_term, b, True)
+    for parts in api._direction_parts(api._normalise_events(events, None)).values():
+        ranked = planner._choose_plan(parts, "auto", None, eps_az, log_term, b, True)
         assert len(ranked) >= 2
         for cost, plan, meshes in ranked:
             arity = next((p["arity"] for p in plan.params if "arity" in p), 16)  # (small counts: any)
-            fresh = C._build_plan(parts, plan.method, arity, plan.params[0].get("merge"), True)
+            fresh = plan_mod._build_plan(parts, plan.method, arity, plan.params[0].get("merge"), True)
             k = fresh.n_nodes + fresh.n_leaves
-            m2, c2, _ = C._predict(fresh, eps_az, log_term, b.wrap / k, b.trunc / k, {}, b, True)
+            m2, c2, _ = cost_mod._predict(fresh, eps_az, log_term, b.wrap / k, b.trunc / k, {}, b, True)
             assert (c2, m2) == (cost, meshes)
             assert [(type(o).__name__, o.group, o.count) for o in fresh.order] == \
                 [(type(o).__name__, o.group, o.count) for o in plan.order]

@@ -1,6 +1,5 @@
 """Planner and calibration at their limits (issue 17, section 3): every case answers against an exact
 reference or refuses with the exact error, and a refusal comes from the limit that binds."""
-import importlib
 import math
 import warnings
 
@@ -12,8 +11,8 @@ import fastpld
 from fastpld import _fft
 from fastpld._limits import BucketLimitError
 from oracles import gaussian_epsilon, pure_dp_delta
+from fastpld.composition import api, planner
 
-C = importlib.import_module("fastpld.compose")
 
 
 def _contains(b, exact):
@@ -46,7 +45,7 @@ def test_huge_pure_dp_is_refused_by_max_buckets(monkeypatch):
     def no_execution(*a, **k):
         raise AssertionError("a plan predicted far beyond max_buckets was executed")
 
-    monkeypatch.setattr(C, "_execute", no_execution)
+    monkeypatch.setattr(api, "_execute", no_execution)
     with pytest.raises(BucketLimitError, match="max_buckets=8388608"):
         fastpld.compose(fastpld.PureDP(0.6895157771384961), 1336249, eps_error=1e-3)
 
@@ -72,7 +71,7 @@ def test_many_gaussians_refused_from_the_prediction(monkeypatch, method):
     def no_execution(*a, **k):
         raise AssertionError("a plan predicted beyond max_buckets was executed")
 
-    monkeypatch.setattr(C, "_execute", no_execution)
+    monkeypatch.setattr(api, "_execute", no_execution)
     events = [(fastpld.Gaussian(1 + i * 1e-4), 1) for i in range(268)]
     pattern = r"needs an FFT of \d+ buckets \(the planner's prediction.* more than max_buckets=8388608"
     with pytest.raises(BucketLimitError, match=pattern):
@@ -91,7 +90,7 @@ def test_auto_answers_what_a_candidate_certifies():
 
 def test_auto_falls_through_refusals_at_execution(monkeypatch):
     # without refusals from the prediction the too-large plans run until their first step too large
-    monkeypatch.setattr(C, "_PEAK_SLACK", math.inf)
+    monkeypatch.setattr(planner, "_PEAK_SLACK", math.inf)
     k, mb = 48765, 838860
     pld = fastpld.compose(fastpld.Gaussian(2.44), k, eps_error=0.1, max_buckets=mb)
     assert _contains(pld.epsilon(1e-6), gaussian_epsilon(1e-6, math.sqrt(k) / 2.44))
@@ -182,6 +181,6 @@ def test_delta_error_below_the_round_off_floor_refused_without_execution(monkeyp
     def no_execution(*a, **k):
         raise AssertionError("a plan below its round-off floor was executed")
 
-    monkeypatch.setattr(C, "_execute", no_execution)
+    monkeypatch.setattr(api, "_execute", no_execution)
     with pytest.raises(ValueError, match="delta_error=1e-88 is too small"):
         fastpld.compose(fastpld.RandomizedResponse(0.22), 10**6, eps_error=2.0, delta_error=1e-88)

@@ -8,7 +8,6 @@
   (the "moved edges" model of :mod:`fastpld.discretize`).
 * Upper bounds stay upper bounds at delta 1e-12 (Gaussian oracle, delta_error 1e-14).
 """
-import importlib
 import math
 
 import mpmath
@@ -16,8 +15,7 @@ import numpy as np
 import pytest
 
 import fastpld
-
-C = importlib.import_module("fastpld.compose")
+from fastpld.composition import execute, node as node_mod, precision
 from fastpld.discretize import discretize_loss, truncation_window
 from oracles import gaussian_delta, gaussian_epsilon
 
@@ -76,14 +74,14 @@ def _tv_to_reference(out, inputs):
 
 def _run_with_spy(monkeypatch, mech, count, kw):
     records = []
-    orig = C._run_node
+    orig = node_mod._run_node
 
     def spy(node, inputs, *args, **kwargs):
         out, info = orig(node, inputs, *args, **kwargs)
         records.append((list(inputs), out, dict(info)))
         return out, info
 
-    monkeypatch.setattr(C, "_run_node", spy)
+    monkeypatch.setattr(execute, "_run_node", spy)
     pld = fastpld.compose(mech, count, backend="numpy", **kw)
     monkeypatch.undo()
     return pld, records
@@ -106,7 +104,7 @@ def test_node_roundoff_dominated(monkeypatch, name):
 def test_whole_composition_float64_vs_long_double(monkeypatch, name):
     mech, count, kw = WORKLOADS[name]
     p64 = fastpld.compose(mech, count, backend="numpy", **kw)
-    monkeypatch.setattr(C, "_U64", 1.0)  # every node's float64 charge "does not fit": all nodes in long double
+    monkeypatch.setattr(precision, "_U64", 1.0)  # every node's float64 charge "does not fit": all nodes in long double
     pld = fastpld.compose(mech, count, backend="numpy", **kw)
     monkeypatch.undo()
     assert all(s.precision == "longdouble" for s in pld.stages if s.kind != "leaf")

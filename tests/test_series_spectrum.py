@@ -1,4 +1,4 @@
-"""The accurate low-frequency series of FFT nodes (compose._series_spectrum) against exact powers.
+"""The accurate low-frequency series of FFT nodes (composition.series._series_spectrum) against exact powers.
 
 A node raising a few-atom PMF ``p`` to a large power ``m`` is compared with the exact
 ``p^(*m)`` (normalised), computed in exact integer (fixed-point, 320-bit) arithmetic by repeated squaring.  The node's measured TV distance to it must stay below what the node
@@ -7,7 +7,6 @@ must actually be in use, and its charge must be far below the plain FFT's ``m``-
 """
 from __future__ import annotations
 
-import importlib
 import math
 from types import SimpleNamespace
 
@@ -17,22 +16,22 @@ import pytest
 from fastpld import _fft
 from fastpld.discretize import GridPMF
 from oracles import exact_power, node_tv
+from fastpld.composition import budget, node as node_mod, precision as precision_mod, roundoff, series
 
-C = importlib.import_module("fastpld.compose")
 
 
 @pytest.fixture(autouse=True)
 def _series_not_lattice(monkeypatch):
     # few-atom inputs would take direct DFTs and the lattice spectra (docs/roundoff.md 3e-3f, checked in
     # test_small_dft.py); this module checks the low-frequency series, so they keep the FFT path
-    monkeypatch.setattr(C, "_DFT_MAX_N", 0)
+    monkeypatch.setattr(precision_mod, "_DFT_MAX_N", 0)
 
 
 def _node(p, m, dtype_budget, backend):
     pmf = GridPMF(np.asarray(p, dtype=np.float64), 0.0, 1.0)
-    budgets = C._Budgets(eps=0.1, delta=1.0, eta=0.0, trunc=0.0, wrap=1e-30, fp=dtype_budget)
+    budgets = budget._Budgets(eps=0.1, delta=1.0, eta=0.0, trunc=0.0, wrap=1e-30, fp=dtype_budget)
     node = SimpleNamespace(label="test")
-    return C._run_node(node, [(pmf, m)], 1, budgets, 1, _fft.resolve(backend), 1 << 22)
+    return node_mod._run_node(node, [(pmf, m)], 1, budgets, 1, _fft.resolve(backend), 1 << 22)
 
 
 CASES = [
@@ -62,7 +61,7 @@ def test_series_node_within_its_charge(exact, case, fp_budget, precision, backen
     charged = info["fp"] + info["wrap"]
     assert tv <= charged, (tv, info)
     # the plain FFT bound would charge ~ m * 12 u log2 N per frequency near 0
-    u = C._U64 if precision == "float64" else C._ULD
+    u = roundoff._U64 if precision == "float64" else roundoff._ULD
     plain = m * 12 * u * math.ceil(math.log2(info["N"]))
     assert info["fp"] < plain, (info["fp"], plain)
 
@@ -75,7 +74,7 @@ def test_series_matches_fft_spectrum():
     cen = int(round(float(np.dot(np.arange(p.size), p))))
     N = 1 << 14
     m = 3
-    ser = C._series_spectrum([(p, cen, m)], N, np.longdouble)
+    ser = series._series_spectrum([(p, cen, m)], N, np.longdouble)
     K, L, P, dL, dP = ser[:5]
     buf = np.zeros(N, dtype=np.longdouble)
     buf[(np.arange(p.size) - cen) % N] = p

@@ -14,7 +14,6 @@
 """
 from __future__ import annotations
 
-import importlib
 import math
 from types import SimpleNamespace
 
@@ -23,11 +22,12 @@ import numpy as np
 import pytest
 
 import fastpld
-from fastpld import _fft, _kernels
+from fastpld import _fft, _kernels, resources
 from fastpld.discretize import GridPMF
 from oracles import exact_power, node_tv, pure_dp_delta
+from fastpld.composition import budget, execute, powers
+from fastpld.composition import lattice as lattice_mod, node as node_mod, precision as precision_mod
 
-C = importlib.import_module("fastpld.compose")
 DTYPES = [np.float64, np.longdouble]
 BACKENDS = [b for b in ("numpy", "native") if b in _fft.available_backends()]
 
@@ -132,7 +132,7 @@ def test_quarter_angle_and_turns():
 
 
 def _assert_lattice_close(a, b, u):
-    """Two evaluations of compose._lattice_spectrum's ``(F, L, Phi, dL, dPhi, Q, up)``: one with libm's
+    """Two evaluations of composition.lattice._lattice_spectrum's ``(F, L, Phi, dL, dPhi, Q, up)``: one with libm's
     log1p/log/asin/atan2/hypot (the compiled kernel), one with numpy's (SIMD kernels on AVX-512 machines),
     so not bit for bit.
 
@@ -164,7 +164,8 @@ def _assert_lattice_close(a, b, u):
 @pytest.mark.parametrize("dt", DTYPES)
 @pytest.mark.parametrize("skip", [None, 40.0])
 def test_lattice_spectrum_kernel_equals_reference(dt, skip):
-    # the compiled pass (_core.lattice_terms) against compose._lattice_spectrum's numpy code, within the bounds
+    # the compiled pass (_core.lattice_terms) against composition.lattice._lattice_spectrum's numpy code, within the
+    # bounds
     # of _assert_lattice_close, on inputs whose sum is not a float64 (a long double scalar argument would
     # silently become one); the compiled pass with scratch arrays bitwise equal to the compiled pass
     if _kernels._core is None:
@@ -180,34 +181,34 @@ def test_lattice_spectrum_kernel_equals_reference(dt, skip):
         ins.append((p, cen, m))
         dft.append(_kernels.dft_order(p, cen, N, dt))
     for k in (1, 2):
-        a = C._lattice_spectrum(ins[:k], dft[:k], N, dt, native=True, skip_log=skip)
+        a = lattice_mod._lattice_spectrum(ins[:k], dft[:k], N, dt, native=True, skip_log=skip)
         a = (a[0],) + tuple(np.array(x, copy=True) for x in a[1:])
-        b = C._lattice_spectrum(ins[:k], dft[:k], N, dt, native=False, skip_log=skip)
+        b = lattice_mod._lattice_spectrum(ins[:k], dft[:k], N, dt, native=False, skip_log=skip)
         _assert_lattice_close(a, b, _u(dt))
         # the thread's scratch arrays (garbage before the call: every entry is assigned) give the same
         for name in ("L", "Phi", "Q", "dL", "dP", "up", "absL", "absP", "pre"):
-            w = C._scratch("lat." + name, N // 2 + 1, np.uint8 if name == "Q" else dt if name in ("L", "Phi") else np.float64)
+            w = lattice_mod._scratch("lat." + name, N // 2 + 1, np.uint8 if name == "Q" else dt if name in ("L", "Phi") else np.float64)
             w[:] = 7
-        c = C._lattice_spectrum(ins[:k], dft[:k], N, dt, native=True, skip_log=skip, scratch=True)
+        c = lattice_mod._lattice_spectrum(ins[:k], dft[:k], N, dt, native=True, skip_log=skip, scratch=True)
         for x, y in zip(c[1:], a[1:]):  # the same kernel: bitwise
             assert np.array_equal(np.asarray(x), np.asarray(y))
-        assert np.shares_memory(c[1], C._scratch("lat.L", N // 2 + 1, dt))
+        assert np.shares_memory(c[1], lattice_mod._scratch("lat.L", N // 2 + 1, dt))
 
 
 def test_scratch_reuse_and_bounds():
-    a = C._scratch("test.x", 5000, np.float64)
-    b = C._scratch("test.x", 3000, np.float64)
+    a = lattice_mod._scratch("test.x", 5000, np.float64)
+    b = lattice_mod._scratch("test.x", 3000, np.float64)
     assert a.size == 5000 and b.size == 3000 and np.shares_memory(a, b)
-    c = C._scratch("test.x", 3000, np.longdouble)  # another dtype: a new array
+    c = lattice_mod._scratch("test.x", 3000, np.longdouble)  # another dtype: a new array
     assert c.dtype == np.longdouble and not np.shares_memory(c, a)
-    big = C._scratch("test.big", C._SCRATCH_MAX + 1, np.float64)  # too large to keep
-    assert big.size == C._SCRATCH_MAX + 1 and ("scratch", "test.big") not in C.resources.workspace()
+    big = lattice_mod._scratch("test.big", lattice_mod._SCRATCH_MAX + 1, np.float64)  # too large to keep
+    assert big.size == lattice_mod._SCRATCH_MAX + 1 and ("scratch", "test.big") not in resources.workspace()
     import threading
     other = []
-    t = threading.Thread(target=lambda: other.append(C._scratch("test.x", 5000, np.float64)))
+    t = threading.Thread(target=lambda: other.append(lattice_mod._scratch("test.x", 5000, np.float64)))
     t.start()
     t.join()
-    assert not np.shares_memory(other[0], C._scratch("test.x", 5000, np.longdouble))
+    assert not np.shares_memory(other[0], lattice_mod._scratch("test.x", 5000, np.longdouble))
     assert not np.shares_memory(other[0], a)
 
 
@@ -230,8 +231,8 @@ def test_abs_rfft_is_the_modulus_of_the_folded_rfft(backend):
 
 @pytest.mark.parametrize("dt", DTYPES)
 def test_lattice_power_kernel_equals_reference(dt):
-    # _core.lattice_power (the power and its bound in one pass) against compose._lattice_amp and the numpy
-    # power of compose._lattice_power_numpy: the same powers bitwise, the bound's sums up to exp's last bits
+    # _core.lattice_power (the power and its bound in one pass) against composition.lattice._lattice_amp and the numpy
+    # power of composition.powers._lattice_power_numpy: the same powers bitwise, the bound's sums up to exp's last bits
     if _kernels._core is None:
         pytest.skip("compiled core not built")
     N = 3000
@@ -239,7 +240,7 @@ def test_lattice_power_kernel_equals_reference(dt):
     p /= p.sum()
     ins = [(p, 2, 1021)]
     dft = [_kernels.dft_order(p, 2, N, dt)]
-    lat = C._lattice_spectrum(ins, dft, N, dt, native=True, skip_log=40.0)
+    lat = lattice_mod._lattice_spectrum(ins, dft, N, dt, native=True, skip_log=40.0)
     assert np.isinf(np.asarray(lat[1], dtype=np.float64)).any() and np.isfinite(np.asarray(lat[1], np.float64)).any()
     u = _u(dt)
     cdt = np.clongdouble if np.dtype(dt) == np.longdouble else np.complex128
@@ -249,15 +250,15 @@ def test_lattice_power_kernel_equals_reference(dt):
     skipped = (lat[0], np.full_like(lat[1], -np.inf)) + tuple(lat[2:])
     for lt in (skipped, lat):
         e2sq, p2sq = _kernels._core.lattice_power(lt[1], lt[2], lt[5], lt[3], lt[4], lt[6], u, N, Pc)
-        lp, amp = C._lattice_amp(lt, u)
+        lp, amp = lattice_mod._lattice_amp(lt, u)
         w = np.full(amp.size, 2.0)
         w[0] = w[-1] = 1.0  # (N even)
         assert e2sq == pytest.approx(float(np.sum(w * amp**2)), rel=1e-12, abs=0)
         assert p2sq == pytest.approx(float(np.sum(w * np.exp(2 * lp))), rel=1e-12, abs=0)
         l1 = math.sqrt(e2sq) + 12.0 * u * math.ceil(math.log2(N)) * math.sqrt(p2sq)
-        ref_l1, _, _ = C._lattice_power_numpy(_fft.resolve("numpy"), lt, N, dt, u)
+        ref_l1, _, _ = powers._lattice_power_numpy(_fft.resolve("numpy"), lt, N, dt, u)
         assert l1 == pytest.approx(ref_l1, rel=1e-12, abs=0)
-    # the reference's power (compose._lattice_power_numpy's), before its inverse FFT: numpy's exp/cos/sin
+    # the reference's power (composition.powers._lattice_power_numpy's), before its inverse FFT: numpy's exp/cos/sin
     # (SIMD on AVX-512 machines) against libm's, so not bit for bit; each is within the polar evaluation's
     # charge 8 u (5 + |Phi| + |L|) e^L of exp(L) cis(Phi) i^Q (docs/roundoff.md 3f and 7), so the two within
     # twice that (a wrong quarter turn or phase moves them by ~|P|)
@@ -282,7 +283,7 @@ def test_skipped_frequencies_within_their_bound(dt):
     p /= p.sum()
     dft = [_kernels.dft_order(p, 2, N, dt)]
     for native in ([True, False] if _kernels._core is not None else [False]):
-        F, L, Phi, dL, dP, Q, up = C._lattice_spectrum([(p, 2, m)], dft, N, dt, native=native, skip_log=skip_log)
+        F, L, Phi, dL, dP, Q, up = lattice_mod._lattice_spectrum([(p, 2, m)], dft, N, dt, native=native, skip_log=skip_log)
         dead = ~np.isfinite(np.asarray(L, dtype=np.float64))
         assert dead.any() and (~dead).any()
         assert np.all(up[dead] == -skip_log)
@@ -308,9 +309,9 @@ def _lattice(eps_mid=1e-5):
 
 def _run(p, m, fp_budget, backend):
     pmf = GridPMF(np.asarray(p, dtype=np.float64), 0.0, 1.0)
-    budgets = C._Budgets(eps=0.1, delta=fp_budget, eta=0.0, trunc=0.0, wrap=1e-30, fp=fp_budget)
+    budgets = budget._Budgets(eps=0.1, delta=fp_budget, eta=0.0, trunc=0.0, wrap=1e-30, fp=fp_budget)
     node = SimpleNamespace(label="test")
-    return C._run_node(node, [(pmf, m)], 1, budgets, 1, _fft.resolve(backend), 1 << 22)
+    return node_mod._run_node(node, [(pmf, m)], 1, budgets, 1, _fft.resolve(backend), 1 << 22)
 
 
 # (powers not multiples of 4: the quarter turns of the phase matter)
@@ -328,7 +329,7 @@ def exact_ld():
 def test_lattice_node_within_its_charge(exact_ld, monkeypatch, case, precision, backend):
     p, m = LATTICE_CASES[case]
     # float64: a budget above the plain FFT estimate (float64 is tried, the round-off matters)
-    fp_budget = 2 * C._fp_plain(1, m, 13) if precision == "float64" else 1e-16
+    fp_budget = 2 * precision_mod._predicted_fp_plain(1, m, 13) if precision == "float64" else 1e-16
     out, info = _run(p, m, fp_budget, backend)
     assert info["dft"] and info["lattice"]
     assert np.dtype(info["dtype"]).name == ("float64" if precision == "float64" else np.dtype(np.longdouble).name)
@@ -337,7 +338,7 @@ def test_lattice_node_within_its_charge(exact_ld, monkeypatch, case, precision, 
     assert tv <= info["fp"] + info["wrap"], (tv, info)
     # the same node with FFTs (and the low-frequency series) charges more: in long double many times
     # more; in float64 both are near the inverse FFT's floor (or the FFT node no longer fits float64)
-    monkeypatch.setattr(C, "_DFT_MAX_N", 0)
+    monkeypatch.setattr(precision_mod, "_DFT_MAX_N", 0)
     _, info_fft = _run(p, m, fp_budget, backend)
     assert not info_fft["dft"] and not info_fft["lattice"]
     if info_fft["dtype"] == info["dtype"]:
@@ -373,7 +374,7 @@ def test_laplace_2_30_first_node_charges(delta_error, arity, lattice, limit):
     # with the lattice spectra (taken where that would be more than a tenth of delta_error) ~3e-10,
     # so that the cheap recursive plans are certified at delta_error 1e-9
     seen = []
-    run_node = C._run_node
+    run_node = node_mod._run_node
 
     def spy(node, inputs, inst, *a, **kw):
         out, info = run_node(node, inputs, inst, *a, **kw)
@@ -381,7 +382,7 @@ def test_laplace_2_30_first_node_charges(delta_error, arity, lattice, limit):
         return out, info
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(C, "_run_node", spy)
+    mp.setattr(execute, "_run_node", spy)
     try:
         pld = fastpld.compose(fastpld.Laplace(138694.82633119353), 2**30, eps_error=0.1, delta_error=delta_error,
                               method="recursive", arity=arity, threads=1)
@@ -399,7 +400,7 @@ def test_laplace_2_30_first_node_charges(delta_error, arity, lattice, limit):
 @pytest.mark.parametrize("delta_error,lattice", [(1e-9, False), (1e-11, True)])
 def test_pure_dp_2_20_through_direct_dfts(delta_error, lattice):
     seen = []
-    run_node = C._run_node
+    run_node = node_mod._run_node
 
     def spy(node, inputs, inst, *a, **kw):
         out, info = run_node(node, inputs, inst, *a, **kw)
@@ -408,7 +409,7 @@ def test_pure_dp_2_20_through_direct_dfts(delta_error, lattice):
 
     eps0, k = 0.002, 2**20
     mp = pytest.MonkeyPatch()
-    mp.setattr(C, "_run_node", spy)
+    mp.setattr(execute, "_run_node", spy)
     try:
         pld = fastpld.compose(fastpld.PureDP(eps0), k, eps_error=0.05, delta_error=delta_error, method="recursive",
                               arity=1024, threads=1)

@@ -14,7 +14,8 @@ from .accountant import PrivacyAccountant
 from .batch import answer_many
 from .calibrate import calibrate, find_noise_multiplier, find_sampling_probability, find_steps
 from .calibrate import CalibrationWarning
-from .compose import compose, default_threads
+from .composition.api import compose
+from .composition.threads import default_threads
 from .curve import Bounds, PrivacyLossDistribution, StageInfo
 from .resources import cache_info, cache_limit, clear_caches, set_cache_limit, set_thread_limit, thread_limit
 from .mechanisms import (

@@ -18,7 +18,7 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc
 cnp.import_array()
 
 cdef double _TWO_PI = 2.0 * 3.141592653589793  # the float64 value numpy uses (2 * np.pi)
-# long double nodes reduce phases by a long double 2 pi (compose._TWO_PI_LD): a float64 2 pi
+# long double nodes reduce phases by a long double 2 pi (composition.series._TWO_PI_LD): a float64 2 pi
 # would add float64-size phase errors that the long double round-off charge does not cover
 cdef long double _TWO_PI_L = 2.0 * acosl(-1.0)
 
@@ -338,7 +338,7 @@ cdef int _finish_node(const real_out[::1] out, Py_ssize_t shift, double floor_, 
             last[0] = j
     if first[0] < 0:
         return FPLD_ENOMASS
-    # Neumaier-compensated sum: error <= 2 u + O(N u^2), below what compose._node_tv charges for the
+    # Neumaier-compensated sum: error <= 2 u + O(N u^2), below what composition.roundoff._node_tv charges for the
     # normalising sum (it allows numpy's pairwise sum, ceil(log2 N) + 19 roundings)
     for j in range(first[0], last[0] + 1):
         t = s + lin[j]
@@ -361,7 +361,7 @@ def finish_node(const real_out[::1] out, Py_ssize_t shift, double floor_, bint t
 
     Returns ``(lin, first, tiny_mass, n_tiny)``: ``lin`` the normalised entries ``first ..`` of
     the rolled array, ``tiny_mass``/``n_tiny`` the dropped sub-1e-300 entries' sum and count.
-    Same result as the numpy steps of :func:`fastpld.compose._run_node` up to the rounding of the sum.
+    Same result as the numpy steps of :func:`fastpld.composition.node._run_node` up to the rounding of the sum.
     """
     cdef Py_ssize_t first = -1, last = -1, n_tiny = 0
     cdef double tiny = 0.0
@@ -523,7 +523,7 @@ def spectrum_terms(const cplx[::1] X, double m, real_out[::1] logmag, real_out[:
 
 
 cdef inline double _crude_up(double m, double r, double e, double slow) noexcept nogil:
-    """compose._crude_up: ``m log((r + e) / slow)`` rounded upwards (hypot, log within 4 ulp)."""
+    """composition.lattice._crude_up: ``m log((r + e) / slow)`` rounded upwards (hypot, log within 4 ulp)."""
     cdef double x = m * log((r + e) * (1 + 16 * 1.1102230246251565e-16) / slow)
     return x + 10 * 1.1102230246251565e-16 * fabs(x)
 
@@ -602,8 +602,8 @@ cdef int _power_fp(const real_out[::1] logmag, const real_out[::1] phase, const 
         else:
             Pc[k].real = 0
             Pc[k].imag = 0
-        # round-off bound (compose._fp_fft_bound), float64; the first K frequencies come from
-        # the accurate low-frequency series (compose._series_spectrum) with their own bound
+        # round-off bound (composition.roundoff._fp_fft_bound), float64; the first K frequencies come from
+        # the accurate low-frequency series (composition.series._series_spectrum) with their own bound
         if k < K:
             amp = amp_low[k]
             log_prod = lp_low[k]
@@ -623,7 +623,7 @@ cdef int _power_fp(const real_out[::1] logmag, const real_out[::1] phase, const 
             sum_lr = sum_lr + ms[c] * LR[c, k]
             lrc = LR[c, k] if isfinite(LR[c, k]) else 0.0
             cond = cond + ms[c] * (fabs(lrc) + fabs(PH[c, k]))
-        # polar-power rounding, every maths-library call within 4 ulp (compose._polar_rel)
+        # polar-power rounding, every maths-library call within 4 ulp (composition.roundoff._polar_rel)
         amp = amp + 1.01 * u * ((11 + C) * cond + 8 * msum + 40) * exp(sum_lr)
         if not isfinite(amp):
             amp = 0.0
@@ -671,7 +671,8 @@ cdef int _lattice_power(const real_out[::1] L, const real_out[::1] Phi, const un
         w = 1.0 if (k == 0 or (N % 2 == 0 and k == F - 1)) else 2.0
         lf = <double>L[k]
         # |exact power| <= e^up (the crude bound); exp is 0 below -746 anyway (spared its underflow path);
-        # the skipped frequencies share one up (compose._lattice_spectrum): computed once per run of equal ones
+        # the skipped frequencies share one up (composition.lattice._lattice_spectrum): computed once per run of
+        # equal ones
         if up[k] != up_c:
             up_c = up[k]
             ea_c = exp(up_c) if up_c > -746.0 else 0.0
@@ -687,7 +688,7 @@ cdef int _lattice_power(const real_out[::1] L, const real_out[::1] Phi, const un
         _polar(L[k], Phi[k], Q[k], two_pi, &pr, &pi_)
         Pc[k].real = pr
         Pc[k].imag = pi_
-        # the bound (compose._lattice_amp): the smaller of the fine and the crude one
+        # the bound (composition.lattice._lattice_amp): the smaller of the fine and the crude one
         pol = 8.0 * u * (5.0 + fabs(<double>Phi[k]) + fabs(lf))
         mag = exp(lf)
         fine = 1.01 * mag * (expm1(dL[k]) + exp(dL[k]) * dP[k] + pol)
@@ -706,10 +707,10 @@ cdef int _lattice_power(const real_out[::1] L, const real_out[::1] Phi, const un
 
 def lattice_power(const real_out[::1] L, const real_out[::1] Phi, const unsigned char[::1] Q, const double[::1] dL,
                   const double[::1] dP, const double[::1] up, double u, Py_ssize_t N, cplx[::1] Pc):
-    """The power of a lattice-spectrum node (compose._lattice_spectrum's ``L, Phi, Q, dL, dP, up``) into ``Pc``
-    and its round-off bound in one pass: ``(sum w amp^2, sum w e^(2 lp))`` with ``(lp, amp)`` of
-    compose._lattice_amp at every frequency (reference: compose._lattice_amp and compose._lattice_power_numpy;
-    equal powers, and sums equal up to libm's ``exp`` against numpy's)."""
+    """The power of a lattice-spectrum node (composition.lattice._lattice_spectrum's ``L, Phi, Q, dL, dP, up``)
+    into ``Pc`` and its round-off bound in one pass: ``(sum w amp^2, sum w e^(2 lp))`` with ``(lp, amp)`` of
+    composition.lattice._lattice_amp at every frequency (reference: composition.lattice._lattice_amp and
+    composition.powers._lattice_power_numpy; equal powers, and sums equal up to libm's ``exp`` against numpy's)."""
     cdef double e2 = 0.0, p2 = 0.0
     cdef int status
     with nogil:
@@ -748,7 +749,7 @@ def power_direct(const double complex[::1] X, Py_ssize_t m, double complex[::1] 
 
 def power_direct_bound(const double[::1] B, const double[::1] D, double g, double msum, double u, Py_ssize_t N,
                        Py_ssize_t K=-1):
-    """``(sum_k w_k amp_k^2, sum_k w_k B_k^2)`` for the direct powers (compose._direct_bound):
+    """``(sum_k w_k amp_k^2, sum_k w_k B_k^2)`` for the direct powers (composition.powers._direct_power):
     ``amp = (g D B + 4.01 (M - 1) u B) (1 + 1e-9) + M 1e-300`` (forward error propagated through
     the product; the products' rounding; the bound's own rounding and underflow), over the
     first ``K`` frequencies (default: all)."""
@@ -830,7 +831,8 @@ cdef int _lattice_terms(const real_out[::1] q, const real_out[::1] wt, const cnp
     if _start_steps(steps, N, r) != FPLD_OK or _start_steps(lags, N2, r + n) != FPLD_OK:
         return FPLD_EINVAL
     for j in range(n):
-        S = S + q[j]  # (sequential, as compose._lattice_spectrum: a Python long double argument would be a double)
+        # (sequential, as composition.lattice._lattice_spectrum: a Python long double argument would be a double)
+        S = S + q[j]
     for k in range(F):
         if use_pre:
             # the caller's crude bound (from a float64 FFT): dead frequencies need nothing else
@@ -954,7 +956,7 @@ def lattice_terms(const real_out[::1] q, const real_out[::1] wt, const cnp.int64
                   real_out[::1] Phi,
                   unsigned char[::1] Q, double[::1] dL, double[::1] dP, double[::1] up, double[::1] absL,
                   double[::1] absP):
-    """One input's terms of compose._lattice_spectrum at every frequency, in one pass (its numpy reference):
+    """One input's terms of composition.lattice._lattice_spectrum at every frequency, in one pass (its numpy reference):
     the direct DFT with its error bound (``1.01 u sum_j wt_j |table entry|``), ``1 - |X / S|^2`` from the
     lag sums, ``m/2 log1p``, the quarter-turn angle and every bound; ``first`` assigns, otherwise accumulates.  With ``first``, frequencies whose crude
     bound ``m log((|X~| + e0) / slow)`` (``e0``: the DFT's a-priori error) is below ``skip_below`` get
@@ -1016,7 +1018,7 @@ def small_dft(const real_out[::1] q, const cnp.int64_t[::1] steps, const real_ou
 
 
 # ---------------------------------------------------------------------------------------
-# accurate low-frequency spectra (compose._series_spectrum): scaled power moments
+# accurate low-frequency spectra (composition.series._series_spectrum): scaled power moments
 # ---------------------------------------------------------------------------------------
 cdef enum:
     _MOM_BLOCK = 16
@@ -1136,7 +1138,7 @@ cdef int _series_eval(const real_out[::1] a, const double[::1] cerr, real_out st
 
 def series_eval(const real_out[::1] a, const double[::1] cerr, const real_out[::1] step, double rho, double fact_r1,
                 real_out[::1] re, real_out[::1] im, double[::1] dz):
-    """Horner evaluation of the low-frequency series (``compose._series_spectrum``) at ``phi_k = k step``.
+    """Horner evaluation of the low-frequency series (``composition.series._series_spectrum``) at ``phi_k = k step``.
 
     ``re = sum_(r even >= 2) (-1)^(r/2+1) a_r phi^r``, ``im = sum_(r odd) (-1)^((r-1)/2) a_r phi^r`` and
     ``dz = 1.01 (2 sum_r cerr_r phi^r + 2.02 (1.001 phi rho)^(R+1) / fact_r1)``.  ``step`` is a
@@ -1163,7 +1165,7 @@ def series_input(const long double[::1] M, const long double[::1] cl, double rho
                  const double[::1] hor_g, const double[::1] gc, double u, double uld, Py_ssize_t lev, double fact_r1,
                  const real_out[::1] two_pi_a, real_out[::1] L, real_out[::1] P, double[::1] dL, double[::1] dP,
                  double[::1] absL, double[::1] absP):
-    """One input's low-frequency series terms (compiled ``compose._series_input``; same formulas).
+    """One input's low-frequency series terms (compiled ``composition.series._series_input``; same formulas).
 
     ``M``: the ``R + 3`` scaled moments; ``cl``: the expansion point ``c`` (one element, long
     double); ``two_pi_a``: ``2 pi`` in the working precision (one element).  Writes
@@ -1199,7 +1201,7 @@ def series_input(const long double[::1] M, const long double[::1] cl, double rho
         mu0 = <double>mu0l
         g2 = _gam(<double>(2 * n + 2), uld)
         d0 = 1.02 * (uld + g2 * g2) * mu0
-        # moment error bounds (compose._series_input)
+        # moment error bounds (composition.series._series_input)
         for i in range(R + 3):
             gi = _gam(<double>(i + lev), uld)
             if i % 2 == 0:

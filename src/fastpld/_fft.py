@@ -1,59 +1,21 @@
 """FFT backends behind one switch.
 
-``numpy`` (pocketfft; float64 and long double) is the reference.  ``native``
-(registered by :mod:`fastpld._native` when the compiled core and pyFFTW load)
+``numpy`` (pocketfft; float64 and long double, :mod:`fastpld._backend`) is the reference.
+``native`` (:mod:`fastpld._native`, registered here when the compiled core and pyFFTW load)
 reuses cached pyFFTW plans.  Select with :func:`set_backend`, the ``backend=``
 keyword of :func:`fastpld.compose`, or the environment variable
 ``FASTPLD_BACKEND``.
 """
 from __future__ import annotations
 
-import math
 import os
 import threading
 import warnings
 from bisect import bisect_left
 
-import numpy as np
-
-from . import _kernels
+from ._backend import Backend, NumpyBackend
 
 __all__ = ["set_backend", "get_backend", "available_backends", "fast_length", "Backend"]
-
-
-class Backend:
-    """Interface: real FFTs of a given length in float64 or long double.
-
-    ``native`` backends also provide ``convolve(ins, N, dtype, u)`` (the whole
-    Fourier-domain power of a node with its round-off bound, see
-    :class:`fastpld._native.NativeBackend`) and run the compiled kernels; the
-    numpy backend runs the reference code inline.
-    """
-
-    name = "abstract"
-    native = False
-
-    def rfft(self, x: np.ndarray, n: int) -> np.ndarray:
-        raise NotImplementedError
-
-    def irfft(self, X: np.ndarray, n: int) -> np.ndarray:
-        raise NotImplementedError
-
-    def abs_rfft(self, p: np.ndarray, cen: int, n: int, out: np.ndarray) -> np.ndarray:
-        """``out[:] = |rfft(fold(p, cen), n)|`` (float64 ``p``, ``out`` of ``n // 2 + 1``), returned."""
-        buf = np.empty(n)
-        _kernels.fold(p, cen, buf)
-        return np.abs(self.rfft(buf, n), out=out)
-
-
-class NumpyBackend(Backend):
-    name = "numpy"
-
-    def rfft(self, x, n):
-        return np.fft.rfft(x, n)
-
-    def irfft(self, X, n):
-        return np.fft.irfft(X, n)
 
 
 _BACKENDS: dict[str, Backend] = {"numpy": NumpyBackend()}
@@ -95,9 +57,11 @@ def _load_native() -> None:
     if "native" in _BACKENDS or _native_error[0] is not None:
         return
     try:
-        from . import _native  # noqa: F401  (registers itself)
+        from ._native import NativeBackend
     except Exception as exc:  # pragma: no cover - depends on the build
         _native_error[0] = exc
+        return
+    register_backend(NativeBackend())
 
 
 def _native_unavailable(stacklevel: int) -> Backend:
@@ -264,57 +228,3 @@ _FAST_23 = [n for n in _FAST if n % 5 and n % 7]
 def fast_length_23(n: int) -> int:
     """Smallest even ``2^a 3^b >= n``, at least 2 (the long double FFT's fastest lengths)."""
     return _smallest_even(_FAST_23, n, lambda m: _smallest_c2a(m, (2 * 3 ** b for b in range(40))))
-
-
-# --------------------------------------------------------------------------------------
-# Forward-transform error of a node (shared by the native kernel path and the numpy reference)
-# --------------------------------------------------------------------------------------
-_U64 = float(np.finfo(np.float64).eps) / 2
-
-# A long double node with float64 forward FFTs falls back to long double forward FFTs when the
-# float64 forward error adds more than this multiple of the long double floor to the spectral error.
-_MIXED_RATIO = 1.0
-
-
-def _fwd_error(ins, N, fwd_dtype, u, ser=None, dft=None):
-    """``(g, u_pol)``: componentwise error of each computed input spectrum and the unit round-off
-    charged to the polar decomposition ``|X|, arg X`` (docs/roundoff.md, section 3).
-
-    Same precision throughout (``fwd_dtype`` is the node's): ``g = 12 u ceil(log2 N)`` plus the
-    series' scale ``ser[5]``, ``u_pol = u`` (unchanged model); a float64 node reading long double
-    inputs adds their rounding into its buffer (below).  Float64 forward FFTs in a long
-    double node (section 3c): the model's float64 ``g``, plus the rounding of placing the long
-    double input into the float64 buffer (one cast and at most ``ceil(n / N) - 1`` folding
-    additions per entry: ``gamma_(ceil(n/N))`` relative, so at most that times ``||p||_1`` per
-    frequency); ``|X|`` and ``arg X`` are then float64 values, so the polar evaluation is
-    charged at float64's ``u`` (an upper bound for its long double ``exp``, ``cos``, ``sin``).
-
-    ``dft``: the inputs' spectra come from :func:`fastpld._kernels.small_dft` in the node's
-    precision (``fwd_dtype`` is the node's): ``g`` is the largest of their bounds
-    (:func:`fastpld._kernels.dft_order`, cast included) instead of the FFT's (section 3e).
-    """
-    lg = math.ceil(math.log2(max(N, 2)))
-    extra = ser[5] if ser is not None else 0.0
-    if dft is not None:
-        return max(err for _, _, err in dft) * u + extra, u
-    if np.dtype(fwd_dtype) != np.dtype(np.float64):
-        return 12.0 * u * lg + extra, u
-    cast = 0.0
-    if any(np.asarray(p).dtype != np.float64 for p, _, _ in ins):
-        # long double inputs rounded into the float64 buffer (a float64 node after a long double one)
-        folds = max(-(-np.asarray(p).size // N) for p, _, _ in ins)
-        cast = folds * _U64 / (1 - folds * _U64) * 1.01  # gamma_folds, inputs normalised (||p||_1 <= 1.01)
-    if u == _U64:
-        return 12.0 * u * lg + cast + extra, u
-    return 12.0 * _U64 * lg + cast + extra, _U64
-
-
-def _low_e2(low):
-    """``sqrt(sum_k w_k amp_k^2)`` over the series frequencies (``low = (K, lp, amp)``), else 0."""
-    if not low:
-        return 0.0
-    K, _, amp = low
-    a = np.asarray(amp[:K], dtype=np.float64)
-    if a.size == 0:
-        return 0.0
-    return math.sqrt(2.0 * float(np.dot(a, a)) - float(a[0]) ** 2)

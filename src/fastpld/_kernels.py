@@ -12,7 +12,8 @@ are in :mod:`fastpld._dft_tables`.
 
 The node kernels of the ``native`` backend (:func:`finish_node`, :func:`lattice_power`,
 :func:`power_direct`, :func:`power_direct_bound`, :func:`lattice_terms`, :func:`series_input`) are
-compiled only: the ``numpy`` backend runs their reference code in :mod:`fastpld.compose` itself.
+compiled only: the ``numpy`` backend runs their reference code in :mod:`fastpld.composition` itself
+(``lattice``, ``powers``, ``node``, ``series``).
 """
 from __future__ import annotations
 
@@ -297,7 +298,7 @@ def binomial_chord(x: np.ndarray, shift: int, lm: np.ndarray, lf: np.ndarray, lq
 def chernoff_quantiles(kp: np.ndarray, kn: np.ndarray, s: np.ndarray, c: float, lt: float):
     """``(lo, up)`` with ``up = min_i (c kp_i - lt) / s_i`` and ``lo = -min_i (c kn_i - lt) / s_i``.
 
-    The planner's Chernoff quantiles (:func:`fastpld.compose._chernoff_quantiles`): ``+inf``
+    The planner's Chernoff quantiles (:func:`fastpld.composition.grids._chernoff_quantiles`): ``+inf``
     entries drop out of the minimum; a NaN side (or an empty grid) gives ``-inf`` / ``+inf``.
     """
     kp = np.ascontiguousarray(kp, dtype=np.float64)
@@ -309,7 +310,7 @@ def chernoff_quantiles(kp: np.ndarray, kn: np.ndarray, s: np.ndarray, c: float, 
 
 
 def chernoff_window(ps, cens, ms, srel: np.ndarray, refine: np.ndarray, w: float):
-    """Window ``(lo, hi, sp, Kp, sn, Kn)`` of :func:`fastpld.compose._chernoff_window` in one
+    """Window ``(lo, hi, sp, Kp, sn, Kn)`` of :func:`fastpld.composition.node._chernoff_window` in one
     compiled call (its coarse-to-fine search, the same kernels and arithmetic), or ``None``
     without the compiled core or for more than 64 inputs (the caller then runs the search itself)."""
     if _core is None or not 0 < len(ps) <= 64:
@@ -395,10 +396,11 @@ _EMPTY = np.zeros(0)
 
 def power_fp(logmag, phase, quarter, LR, LRG, PH, ms, g, u, N, Pc, K=0, lp_low=None, amp_low=None, dead=None):
     """Write the polar power ``exp(logmag) e^(i phase) i^quarter`` into ``Pc``; return the weighted sums
-    ``(sum_k w_k amp_k^2, sum_k w_k P_k^2)`` of the round-off bound of :func:`fastpld.compose._fp_fft_bound`.
+    ``(sum_k w_k amp_k^2, sum_k w_k P_k^2)`` of the round-off bound of
+    :func:`fastpld.composition.roundoff._fp_fft_bound`.
 
     For ``k < K`` the bound terms are ``amp_low[k]`` and ``exp(lp_low[k])`` (the accurate
-    low-frequency series of :func:`fastpld.compose._series_spectrum`).
+    low-frequency series of :func:`fastpld.composition.series._series_spectrum`).
     """
     ms = np.ascontiguousarray(ms, dtype=np.float64)
     lp_low = _EMPTY if lp_low is None else np.ascontiguousarray(lp_low, dtype=np.float64)
@@ -459,33 +461,35 @@ def _compiled(name: str):
 
 def finish_node(out, shift, floor_, trim, scale=1.0):
     """``_core.finish_node``: one pass over a node's output (roll, clip, trim, normalise); reference: the numpy
-    steps of :func:`fastpld.compose._run_node`."""
+    steps of :func:`fastpld.composition.node._run_node`."""
     return _compiled("finish_node")(out, shift, floor_, trim, scale)
 
 
 def lattice_power(L, Phi, Q, dL, dP, up, u, N, Pc):
     """``_core.lattice_power``: a lattice-spectrum node's power into ``Pc`` and its round-off sums; reference:
-    ``compose._lattice_amp`` and ``compose._lattice_power_numpy``."""
+    ``composition.lattice._lattice_amp`` and ``composition.powers._lattice_power_numpy``."""
     return _compiled("lattice_power")(L, Phi, Q, dL, dP, up, u, N, Pc)
 
 
 def power_direct(X, m, P, B, D, g, first, work=None, rdead=0.0, K=None):
     """``_core.power_direct``: one input spectrum of a float64 node's direct power; reference:
-    ``compose._direct_power``."""
+    ``composition.powers._direct_power``."""
     return _compiled("power_direct")(X, m, P, B, D, g, first, work, rdead, K)
 
 
 def power_direct_bound(B, D, g, msum, u, N, K=-1):
-    """``_core.power_direct_bound``: the round-off sums of the direct powers; reference: ``compose._direct_bound``."""
+    """``_core.power_direct_bound``: the round-off sums of the direct powers; reference:
+    ``composition.powers._direct_power``."""
     return _compiled("power_direct_bound")(B, D, g, msum, u, N, K)
 
 
 def lattice_terms(*args):
-    """``_core.lattice_terms`` (same arguments): one input's terms of ``compose._lattice_spectrum``, its reference."""
+    """``_core.lattice_terms`` (same arguments): one input's terms of ``composition.lattice._lattice_spectrum``,
+    its reference."""
     return _compiled("lattice_terms")(*args)
 
 
 def series_input(*args):
     """``_core.series_input`` (same arguments): one input's low-frequency series terms; reference:
-    ``compose._series_input``."""
+    ``composition.series._series_input``."""
     return _compiled("series_input")(*args)

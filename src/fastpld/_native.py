@@ -1,8 +1,7 @@
 """The ``native`` backend: cached pyFFTW plans and the compiled kernels of :mod:`fastpld._core`.
 
-Importing this module registers the backend with :mod:`fastpld._fft`; the
-import fails (and ``numpy`` stays the default) when pyFFTW or the compiled core
-is missing.
+:mod:`fastpld._fft` registers the backend on first use; importing this module fails
+(and ``numpy`` stays the default) when pyFFTW or the compiled core is missing.
 
 Plans.  One real-to-complex and one complex-to-real plan per (length, dtype),
 each owning aligned input/output buffers, are built once and reused across
@@ -23,8 +22,9 @@ import threading
 import numpy as np
 import pyfftw
 
-from . import _fft, _kernels, resources
-from ._fft import _MIXED_RATIO, _fwd_error, _low_e2
+from . import _kernels, resources
+from ._backend import Backend
+from ._fft_error import _MIXED_RATIO, _fwd_error, _low_e2
 
 if _kernels._core is None:  # not built, or FASTPLD_PURE_PYTHON=1
     raise ImportError("the compiled core fastpld._core is unavailable")
@@ -89,7 +89,7 @@ def _forward(fwd, p, cen, N, dft_in=None):
         fwd.execute()
 
 
-class NativeBackend(_fft.Backend):
+class NativeBackend(Backend):
     """pyFFTW plans reused per (length, dtype) and the compiled kernels."""
 
     name = "native"
@@ -128,19 +128,19 @@ class NativeBackend(_fft.Backend):
         """``irfft(prod_c rfft(fold(p_c))^m_c)`` and its round-off bound ``(out, l1, linf)``.
 
         ``ins``: list of ``(probs, centre_index, m)``.  Same arithmetic as the reference
-        in :func:`fastpld.compose._run_node` / :func:`fastpld.compose._fp_fft_bound`, except
+        in :func:`fastpld.composition.node._run_node` / :func:`fastpld.composition.roundoff._fp_fft_bound`, except
         that frequencies where one input's power is below ``e^-dead_log`` are set to 0 and
         charged ``2 e^(10 - dead_log)`` each (``dead_log`` >= 40; the caller sizes it so that
         all such charges together are negligible against its round-off allowance).
         ``fwd_dtype``: precision of the forward transforms (default ``dtype``): a long double
-        node may take float64 forward FFTs (see :func:`fastpld._fft._fwd_error`); the powers,
+        node may take float64 forward FFTs (see :func:`fastpld._fft_error._fwd_error`); the powers,
         the polar evaluation and the inverse FFT stay in ``dtype``.
         ``direct``: a float64 node without the series (``ser=None``) computes the powers as
-        products (reference: :func:`fastpld.compose._direct_power`) instead of in polar form.
+        products (reference: :func:`fastpld.composition.powers._direct_power`) instead of in polar form.
         ``dft``: per input ``(q, steps, err)`` of :func:`fastpld._kernels.dft_order`; the spectra come
         from direct DFTs (:func:`fastpld._kernels.small_dft`, in ``dtype``) instead of forward FFTs.
-        ``lat``: :func:`fastpld.compose._lattice_spectrum` of the node: the power and its bound at every
-        frequency come from it, no forward transform (reference: ``compose._lattice_power_numpy``).
+        ``lat``: :func:`fastpld.composition.lattice._lattice_spectrum` of the node: the power and its bound at every
+        frequency come from it, no forward transform (reference: ``composition.powers._lattice_power_numpy``).
         ``raw``: ``out`` is the inverse plan's own output buffer, not yet multiplied by ``1/N`` (for
         ``_core.finish_node(..., scale=1/N)``, which reads it before this thread's next transform of
         that length and precision): no copy of the node's output.
@@ -180,7 +180,7 @@ class NativeBackend(_fft.Backend):
                                     dead, max(rdead, 0.0))
             ms[c] = m
         K = 0
-        if ser is not None:  # accurate low-frequency series (compose._series_spectrum)
+        if ser is not None:  # accurate low-frequency series (composition.series._series_spectrum)
             K = ser[0]
             logmag[:K] = ser[1]
             phase[:K] = ser[2]
@@ -196,10 +196,20 @@ class NativeBackend(_fft.Backend):
         l1 = e2 + g_inv * p2
         return out, l1, l1 / math.sqrt(N)
 
+    def finish_node(self, out, shift, floor, trim, N):
+        """:meth:`fastpld._backend.Backend.finish_node` in one compiled pass (``out`` may be the inverse
+        plan's unscaled buffer of ``convolve(..., raw=True)``: scaled by ``1/N`` here)."""
+        if _kernels._core is None:  # (tests run this backend with every kernel replaced by its reference)
+            from .composition.powers import numpy_finish_node
+            return numpy_finish_node(out * out.dtype.type(1.0 / N), shift, floor, trim)
+        lin, first, tiny_mass, n_tiny = _kernels.finish_node(out, shift, float(floor), trim, 1.0 / N)
+        dropped = (tiny_mass if lin.dtype == np.float64 else n_tiny * 1e-300) if n_tiny else 0.0
+        return lin, first, dropped
+
     def _convolve_lattice(self, lat, N, dt, u, raw=False):
         inv = _plan(N, dt, False)
         _, L, Phi, dL, dP, Q, up = lat
-        # the power and its bound (compose._lattice_amp) in one pass
+        # the power and its bound (composition.lattice._lattice_amp) in one pass
         e2sq, p2sq = _kernels.lattice_power(L, Phi, Q, dL, dP, up, u, N, inv.input_array)
         inv.execute()
         out = inv.output_array if raw else inv.output_array * dt.type(1.0 / N)
@@ -207,7 +217,7 @@ class NativeBackend(_fft.Backend):
         return out, l1, l1 / math.sqrt(N)
 
     def _convolve_direct(self, ins, N, u, dead_log=800.0, dft=None, raw=False):
-        """``convolve`` of a float64 node by direct powers (reference: compose._direct_power).
+        """``convolve`` of a float64 node by direct powers (reference: composition.powers._direct_power).
 
         Dead frequencies as in the polar path: past an input's last frequency where its power
         ``(|X| + g)^m`` is at least ``e^-T`` (``T = dead_log``), that power alone is below ``e^-T``
@@ -236,5 +246,3 @@ class NativeBackend(_fft.Backend):
         l1 = math.sqrt(e2sq) + dead + g_inv * (math.sqrt(p2sq) + dead)
         return out, l1, l1 / math.sqrt(N)
 
-
-_fft.register_backend(NativeBackend())

@@ -9,10 +9,10 @@ arrive converted by the dispatch (contiguous, the kernel's dtypes); outputs pass
 place, as the kernels do.
 
 The fused leaf kernels (``_leaf.psg_window``, ``psg_leaf``, ``psg_leaf_full``) and the compiled
-Chernoff window have their references in :mod:`fastpld.discretize` and :mod:`fastpld.compose` (the
+Chernoff window have their references in :mod:`fastpld.discretize` and :mod:`fastpld.composition.node` (the
 numpy code those modules run themselves); the native backend's node kernels (``lattice_terms``,
 ``lattice_power``, ``power_direct``, ``finish_node``, ``series_input``) have theirs in
-:mod:`fastpld.compose`.
+:mod:`fastpld.composition` (``lattice``, ``powers``, ``node``, ``series``).
 """
 from __future__ import annotations
 
@@ -405,7 +405,7 @@ def power_fp(logmag, phase, quarter, LR, LRG, PH, ms, g, u, N, Pc, K, lp_low, am
         for c in range(ms.size):
             sum_lr = sum_lr + ms[c] * LR[c]
             cond = cond + ms[c] * (np.abs(np.where(np.isfinite(LR[c]), LR[c], 0.0)) + np.abs(PH[c]))
-        # polar-power rounding, every maths-library call within 4 ulp (compose._polar_rel)
+        # polar-power rounding, every maths-library call within 4 ulp (composition.roundoff._polar_rel)
         amp = amp + 1.01 * u * ((11 + ms.size) * cond + 8 * float(ms.sum()) + 40) * np.exp(sum_lr)
         amp = np.where(np.isfinite(amp), amp, 0.0)
         if K:

@@ -63,7 +63,7 @@ from collections import OrderedDict
 
 from . import _validation as V
 from ._serialize import check_fields, mechanism_from_dict, mechanism_to_dict
-from .compose import DEFAULT_MAX_BUCKETS, METHODS, compose
+from .composition.api import DEFAULT_MAX_BUCKETS, METHODS, compose
 from .curve import Bounds, PrivacyLossDistribution
 from .mechanisms import Mechanism
 

@@ -37,7 +37,8 @@ from typing import Callable
 
 from . import _validation as V
 from ._lazy import lazy_module
-from .compose import DEFAULT_MAX_BUCKETS, _BudgetError, compose
+from .composition.api import DEFAULT_MAX_BUCKETS, compose
+from .composition.budget import _BudgetError
 from .mechanisms import Mechanism, PoissonSubsampledGaussian
 
 special = lazy_module("scipy.special")

@@ -40,8 +40,7 @@ import math
 import sys
 
 from . import _validation as V
-from . import compose
-from .compose import DEFAULT_MAX_BUCKETS
+from .composition.api import DEFAULT_MAX_BUCKETS, compose
 from .mechanisms import (
     ApproxDP,
     Gaussian,

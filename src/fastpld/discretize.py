@@ -2,7 +2,7 @@
 
 Both produce a :class:`GridPMF`: probabilities ``p[i]`` at the values
 ``offset + i * mesh``.  Alongside the PMF they return what the certificate in
-:mod:`fastpld.compose` needs:
+:mod:`fastpld.composition` needs:
 
 * ``coupling_range`` -- the length of the interval that ``Y - Y_tilde`` lies in
   for every copy (``h`` for Algorithm 1, widened by the round-off of the CDF,
@@ -45,7 +45,7 @@ and ``e^y <= 1 + y + y^2 e^|y| / 2`` give, for every real ``lam``,
 (:func:`tail_mix_log_mgf`; without coarse regions this is Hoeffding's ``e^(x_f)``).  The
 region masses ``p_R`` are the normalised computed cell masses (the coupling's
 own), inflated for their summation; moving mass from the fine region to a coarse
-one only increases the bound.  :mod:`fastpld.compose` multiplies these MGF bounds
+one only increases the bound.  :mod:`fastpld.composition` multiplies these MGF bounds
 over the independent leaf copies and the re-discretisations' Hoeffding factors
 and optimises the Chernoff bound over ``lam``.
 
@@ -586,7 +586,7 @@ def rediscretize(pmf: GridPMF, mesh: float, dtype=np.float64, *, native: bool = 
     mass to ``j h`` and ``(v/h - j)`` to ``(j+1) h``, so ``E[Y_tilde | Y] = Y``
     and ``Y_tilde - Y`` lies in an interval of length ``h``.  This conditional
     mean-zero property makes all re-discretisation errors of a plan one
-    martingale (see :mod:`fastpld.compose`).  ``native``: the compiled split
+    martingale (see :mod:`fastpld.composition`).  ``native``: the compiled split
     kernel (same products, sums in index order).
     """
     p = np.asarray(pmf.probs)

@@ -1,6 +1,6 @@
 """The dominance certificate: pessimistic and optimistic PLDs carried through evolving grids.
 
-The coupling certificate of :mod:`fastpld.compose` shifts epsilon by an Azuma-Hoeffding term over
+The coupling certificate of :mod:`fastpld.composition` shifts epsilon by an Azuma-Hoeffding term over
 every leaf copy, which forces leaf meshes of ``eps_error / sqrt(k)``.  This module certifies the
 same evolving-discretisation plans without any epsilon shift (``docs/dominance.md``):
 
@@ -24,12 +24,15 @@ perturbation of at most that much, by linearity of the composed curve in each fa
 from __future__ import annotations
 
 import functools
-import importlib
 import math
 
 import numpy as np
 
 from . import _validation as V
+from .composition.budget import _BudgetError, _Budgets
+from .composition.execute import _execute
+from .composition.plan import _build_plan
+from .composition.threads import _run_jobs
 from .curve import Bounds, DirectionResult, PrivacyLossDistribution, _pack, _Query
 from .discretize import GridPMF, truncation_window
 
@@ -615,20 +618,19 @@ def compose_dominance(dir_parts, events, eps_error: float, delta_error: float, b
     ``events`` per direction); see :func:`fastpld.compose`.  ``rel_error``: the accuracy asked is
     relative (the certified width of ``epsilon(delta)`` at most ``rel_error`` times it, see
     :func:`_allowed_width`); ``eps_error`` is then only the planner's first guess."""
-    compose_mod = importlib.import_module("fastpld.compose")
     if rel_error is not None:
         eps_error = rel_error * max(_epsilon_guess(dir_parts), _REL_FLOOR) / 2
     if arity is not None:
-        return _compose_dominance(compose_mod, dir_parts, events, eps_error, delta_error, backend, arity,
-                                  max_buckets, threads, rel_error)
+        return _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity, max_buckets, threads,
+                                  rel_error)
     # the default arity first; where its nodes' round-off does not fit delta_error (many copies: the
     # first node's charge counts once per instance), larger ones: fewer instances of each node
     first = None
     for a in _ARITIES:
         try:
-            return _compose_dominance(compose_mod, dir_parts, events, eps_error, delta_error, backend, a,
-                                      max_buckets, threads, rel_error)
-        except compose_mod._BudgetError as exc:
+            return _compose_dominance(dir_parts, events, eps_error, delta_error, backend, a, max_buckets, threads,
+                                      rel_error)
+        except _BudgetError as exc:
             first = first or exc
     raise first
 
@@ -662,13 +664,12 @@ def _allowed_width(eps_error: float, rel_error: float | None, eps_lower: float) 
 _REL_FLOOR = 0.01  # epsilons below this are held to rel_error * _REL_FLOOR, absolute
 
 
-def _compose_dominance(compose_mod, dir_parts, events, eps_error, delta_error, backend, arity, max_buckets,
-                       threads, rel_error=None):
-    budgets = compose_mod._Budgets(eps=eps_error, delta=delta_error, eta=delta_error, trunc=0.3 * delta_error,
-                                   wrap=0.3 * delta_error, fp=0.4 * delta_error)
+def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity, max_buckets, threads,
+                       rel_error=None):
+    budgets = _Budgets(eps=eps_error, delta=delta_error, eta=delta_error, trunc=0.3 * delta_error,
+                       wrap=0.3 * delta_error, fp=0.4 * delta_error)
     # many distinct parts: grouped into blocks (one mesh group per level), as the coupling planner does
-    plans = [(name, parts, compose_mod._build_plan(parts, "recursive", arity,
-                                                   merge=_MERGE if len(parts) > _MERGE else None))
+    plans = [(name, parts, _build_plan(parts, "recursive", arity, merge=_MERGE if len(parts) > _MERGE else None))
              for name, parts in dir_parts]
     # The planner's model of the shifts (leaf_mesh) is good to a factor of a few only, so a pilot
     # composition on meshes _PILOT_SCALE times coarser measures the discretisation width, and the
@@ -683,9 +684,9 @@ def _compose_dominance(compose_mod, dir_parts, events, eps_error, delta_error, b
             meshes = dominance_meshes(plan, h1)
             p_inf = -math.expm1(sum(c * math.log1p(-loss.p_inf) for loss, c in parts))
             for upper in (True, False):
-                jobs.append(functools.partial(_run_chain, compose_mod, plan, meshes, budgets, backend, max_buckets,
-                                              p_inf, upper, arity, memo))
-        out = compose_mod._run_jobs(jobs, threads, 0.0)
+                jobs.append(functools.partial(_run_chain, plan, meshes, budgets, backend, max_buckets, p_inf, upper,
+                                              arity, memo))
+        out = _run_jobs(jobs, threads, 0.0)
         upper = {name: out[2 * i] for i, (name, _, _) in enumerate(plans)}
         lower = {name: out[2 * i + 1] for i, (name, _, _) in enumerate(plans)}
         return DominancePLD(upper, lower, eps_error, delta_error, tuple(events), backend.name)
@@ -693,7 +694,7 @@ def _compose_dominance(compose_mod, dir_parts, events, eps_error, delta_error, b
     try:
         pld = attempt(_PILOT_SCALE)
         scale = _PILOT_SCALE
-    except compose_mod._BudgetError:
+    except _BudgetError:
         # (the pilot's coarse lattice may be charged more round-off: a lattice-like PMF's spectral
         # peaks; the planner's meshes then, refusals of which are the caller's)
         scale = 1.0
@@ -711,11 +712,11 @@ def _compose_dominance(compose_mod, dir_parts, events, eps_error, delta_error, b
     return pld
 
 
-def _run_chain(compose_mod, plan, meshes, budgets, backend, max_buckets, p_inf, upper, arity, memo):
+def _run_chain(plan, meshes, budgets, backend, max_buckets, p_inf, upper, arity, memo):
     leaf_fn, split_fn = (ctd_leaf, ctd_split) if upper else (dominated_leaf, dominated_split)
     leaf_fn = functools.partial(leaf_fn, memo=memo)
-    final, _, _, stages, cert = compose_mod._execute(plan, meshes, budgets, backend, max_buckets,
-                                                     leaf_fn=leaf_fn, split_fn=split_fn)
+    final, _, _, stages, cert = _execute(plan, meshes, budgets, backend, max_buckets, leaf_fn=leaf_fn,
+                                         split_fn=split_fn)
     charges = (cert["truncation"] + cert["wrap"] + cert["roundoff"]) * (1 + 8 * _U)
     cert = {"truncation": cert["truncation"], "wrap": cert["wrap"], "roundoff": cert["roundoff"],
             "log_mass": cert["log_mass"], "log_rel": cert["log_rel"], "bound": "upper" if upper else "lower"}
@@ -755,7 +756,7 @@ class DominancePLD(PrivacyLossDistribution):
     def _coupling(self) -> PrivacyLossDistribution:
         pld = self.__dict__.get("_coupling_pld")
         if pld is None:
-            from .compose import compose
+            from .composition.api import compose
             pld = compose(list(self.events), eps_error=self.eps_error, delta_error=self.delta_error,
                           backend=self.backend)
             self._coupling_pld = pld

@@ -524,7 +524,7 @@ def attack_target(count, target_epsilon, target_delta, target_tpr, at_fpr, targe
     factor ``e^eps_error``), ``delta_error = min(1e-10,
     (target_tpr - at_fpr) / 1000)`` for TPR and ``1e-12`` for mu.
     """
-    from .compose import compose
+    from .composition.api import compose
 
     if target_epsilon is not None or target_delta is not None:
         raise ValueError("give either target_epsilon/target_delta or an attack target (target_tpr with at_fpr, "

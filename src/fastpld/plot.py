@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from . import _validation as V
-from .compose import DEFAULT_MAX_BUCKETS, compose
+from .composition.api import DEFAULT_MAX_BUCKETS, compose
 from .curve import Bounds, PrivacyLossDistribution
 from .mechanisms import Mechanism
 

@@ -45,7 +45,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from . import _validation as V
 from .calibrate import _compose_widening, _default_errors, find_noise_multiplier, find_sampling_probability, find_steps
-from .compose import DEFAULT_MAX_BUCKETS, METHODS, compose
+from .composition.api import DEFAULT_MAX_BUCKETS, METHODS, compose
 from .mechanisms import (
     ApproxDP,
     CustomPMF,

@@ -56,7 +56,7 @@ from dp_accounting import dp_event
 from dp_accounting.privacy_accountant import NeighboringRelation, PrivacyAccountant
 
 from .. import _validation as V
-from ..compose import compose as _compose
+from ..composition.api import compose as _compose
 from ..curve import Bounds, PrivacyLossDistribution
 from ..samplers import SubsampledWithoutReplacement, TruncatedPoissonSubsampled
 from ..mechanisms import (

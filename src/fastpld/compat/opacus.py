@@ -26,7 +26,7 @@ from typing import Callable, Optional
 from opacus.accountants import IAccountant, register_accountant
 
 from .. import _validation as V
-from ..compose import compose as _compose
+from ..composition.api import compose as _compose
 from ..curve import Bounds, PrivacyLossDistribution
 from ..mechanisms import Mechanism, PoissonSubsampledGaussian
 

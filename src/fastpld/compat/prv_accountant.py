@@ -35,7 +35,7 @@ from typing import Sequence, Union
 import numpy as np
 
 from .. import _validation as V
-from ..compose import compose as _compose
+from ..composition.api import compose as _compose
 from ..curve import PrivacyLossDistribution
 from ..mechanisms import ApproxDP, Gaussian, Laplace, Mechanism, PoissonSubsampledGaussian, PureDP
 

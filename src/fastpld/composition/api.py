@@ -1,0 +1,278 @@
+"""The public :func:`compose`: argument checks, the kept answers, and the search for the cheapest
+plan that certifies.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from .. import _answers, _fft, resources
+from .. import _validation as V
+from .. import mechanisms as _mechanisms
+from .._limits import BucketLimitError
+from ..curve import DirectionResult, PrivacyLossDistribution
+from ..mechanisms import Mechanism
+from .budget import _BudgetError, _Budgets
+from .execute import _execute, _refusal, _roundoff_floor
+from .grids import _cumulant_grids
+from .plan import _plan_name
+from .planner import _choose_plan
+from .threads import _run_jobs, _try_submit, default_threads
+
+
+__all__ = ["compose", "METHODS", "DEFAULT_MAX_BUCKETS"]
+
+METHODS = ("auto", "glw", "two_stage", "recursive", "dominance")
+DEFAULT_MAX_BUCKETS = 1 << 23
+
+
+def _normalise_events(mechanism, count):
+    """``[(mechanism, count)]`` of :func:`compose`'s first two arguments, checked (``ValueError`` naming the
+    argument)."""
+    if isinstance(mechanism, Mechanism):
+        if count is None:
+            raise ValueError("count is required when composing a single mechanism")
+        return [(mechanism, V.positive_int("count", count))]
+    if count is not None:
+        raise ValueError("count must not be given with a list of (mechanism, count) pairs")
+    if isinstance(mechanism, (str, bytes)) or not isinstance(mechanism, Sequence) and not hasattr(mechanism, "__iter__"):
+        raise ValueError(f"mechanism must be a Mechanism or a list of (mechanism, count) pairs, got {mechanism!r}")
+    events = []
+    for i, item in enumerate(mechanism):
+        if not (isinstance(item, (tuple, list)) and len(item) == 2):
+            raise ValueError(f"events[{i}] must be a (mechanism, count) pair, got {item!r}")
+        mech, c = item
+        if not isinstance(mech, Mechanism):
+            raise ValueError(f"events[{i}][0] must be a Mechanism, got {mech!r}")
+        events.append((mech, V.positive_int(f"events[{i}] count", c)))
+    if not events:
+        raise ValueError("events must not be empty")
+    return events
+
+
+def _direction_parts(events):
+    """Per direction, the list of (loss, count) with identical losses merged.
+
+    Each distinct mechanism is asked for its losses once (equal mechanisms share the answer): the
+    parts do not depend on what the loss cache evicts in between."""
+    memo = {}
+    maps = []
+    for mech, c in events:
+        try:
+            losses = memo.get(mech)
+            if losses is None:
+                losses = memo[mech] = mech.privacy_losses()
+        except TypeError:  # an unhashable mechanism
+            losses = mech.privacy_losses()
+        maps.append(losses)
+    symmetric = all(m["add"] is m["remove"] for m in maps)
+    names = ("remove",) if symmetric else ("remove", "add")
+    dirs = {}
+    for d in names:
+        acc = {}
+        for (mech, c), losses in zip(events, maps):
+            loss = losses[d]
+            key = id(loss)
+            if key in acc:
+                acc[key] = (loss, acc[key][1] + c)
+            else:
+                acc[key] = (loss, c)
+        dirs[d] = list(acc.values())
+    return dirs
+
+
+_PREFETCH_MIN_PARTS = 32
+
+
+def compose(mechanism, count: int | None = None, *, eps_error: float | None = None, delta_error: float = 1e-10,
+            rel_error: float | None = None, method: str = "auto", backend: str | None = None,
+            arity: int | None = None, max_buckets: int = DEFAULT_MAX_BUCKETS,
+            threads: int | None = None) -> PrivacyLossDistribution:
+    """Compose privacy loss distributions with certified error.
+
+    Parameters
+    ----------
+    mechanism : Mechanism or list of (Mechanism, int)
+        One mechanism composed ``count`` times, or a heterogeneous list of
+        ``(mechanism, count)`` pairs.
+    count : int, optional
+        Number of compositions of a single ``mechanism``.
+    eps_error, delta_error : float
+        Target errors: the result ``Z`` satisfies ``|Y - Z| <=_delta_error eps_error``
+        for the exact composed privacy loss ``Y``, so that
+        ``delta_Z(eps + eps_error) - delta_error <= delta(eps) <= delta_Z(eps - eps_error) + delta_error``.
+        ``eps_error`` defaults to 0.1 (unless ``rel_error`` is given).
+    rel_error : float, optional
+        The accuracy asked relative to epsilon instead of ``eps_error`` (give one of them): the
+        certified interval of ``epsilon(delta)`` at most ``rel_error`` times epsilon wide (so both
+        bounds within ``rel_error`` of the truth, relative), checked at deltas 1e-3 .. 1e-9, for
+        epsilons of at least 0.01 (below: ``rel_error * 0.01``, absolute).  The width counts the
+        discretisation; where ``delta`` is within a few orders of ``delta_error`` the delta charges
+        widen it further.  Certified by dominance: ``method`` "auto" or "dominance".
+    method : {"auto", "glw", "two_stage", "recursive", "dominance"}
+        ``glw``: one fine grid (Gopi-Lee-Wutschitz); ``two_stage``: Algorithm 2;
+        ``recursive``: Algorithm 3 for any ``k`` (``arity`` chooses the branching;
+        default: the cheapest of several); ``auto``: the cheapest predicted plan (with
+        ``eps_error``; with ``rel_error``: the dominance certificate).
+        ``dominance``: the recursive plan on a dominating and a dominated PMF, certified
+        without an epsilon shift (``docs/dominance.md``); there ``eps_error`` is the accuracy
+        asked of each bound of ``epsilon(delta)`` (checked at deltas 1e-3 .. 1e-9) and
+        ``arity`` defaults to 64 (256 where its round-off does not fit ``delta_error``).
+    backend : {"native", "numpy"}, optional
+        FFT backend (default: :func:`fastpld.get_backend`).
+    arity : int, optional
+        Branching factor of the recursive method.
+    max_buckets : int
+        Refuse (``ValueError``) before allocating an FFT or a discretisation
+        larger than this.
+    threads : int, optional
+        ``1`` runs everything on the calling thread; ``2`` or more lets the two directions
+        (add and remove) of an asymmetric composition run concurrently, the second on a
+        process-wide worker thread when a compute slot is free (the compiled kernels and FFTs
+        release the GIL; at most :func:`fastpld.thread_limit` threads compose at once, process-wide).
+        Default: :func:`default_threads`.  The result does not depend on it.
+
+    Returns
+    -------
+    PrivacyLossDistribution
+        Query with ``delta(eps)`` and ``epsilon(delta)``; both return
+        ``Bounds(lower, estimate, upper)``.  Answers are kept (see :func:`fastpld.set_cache_limit`):
+        a repeated question returns a copy of the kept answer, bitwise the same as a fresh
+        composition; its arrays are shared and read-only.
+    """
+    events = _normalise_events(mechanism, count)
+    if rel_error is not None:
+        rel_error = V.rel_error(rel_error)
+        if eps_error is not None:
+            raise ValueError("give eps_error or rel_error, not both")
+        if method not in ("auto", "dominance"):
+            raise ValueError(f"rel_error applies to methods 'auto' and 'dominance' (the dominance certificate); "
+                             f"method {method!r} takes an absolute eps_error")
+        method = "dominance"
+    eps_err = V.eps_error(0.1 if eps_error is None else eps_error)
+    delta_err = V.delta_error(delta_error)
+    if not isinstance(method, str) or method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if arity is not None:
+        arity = V.positive_int("arity", arity)
+        if arity < 2:
+            raise ValueError(f"arity must be >= 2, got {arity}")
+        if method not in ("recursive", "auto", "dominance"):
+            raise ValueError("arity applies to methods 'recursive' and 'dominance' only")
+    max_buckets = V.positive_int("max_buckets", max_buckets)
+    threads = default_threads() if threads is None else V.positive_int("threads", threads)
+    be = _fft.resolve(backend)
+
+    dir_parts = list(_direction_parts(events).items())
+
+    def compute():
+        with resources.compute_slot():
+            pld = _compose_parts(dir_parts, events, eps_err, delta_err, method, arity, max_buckets, threads, be,
+                                 rel_error)
+        _mechanisms._refresh_sizes(m for m, _ in events)  # (their MGF grids and tables grew)
+        return pld
+
+    key = (tuple((name, tuple(parts)) for name, parts in dir_parts), eps_err, delta_err, method, arity, be.name,
+           max_buckets) + ((("rel_error", rel_error),) if rel_error is not None else ())
+    try:
+        hash(key)
+        loss_keys = {_mechanisms._loss_key(m) for m, _ in events}
+    except TypeError:  # a custom loss or mechanism that cannot be a key: composed every time
+        return compute()
+    return _answers.answer(key, compute, events, loss_keys)
+
+
+def _compose_parts(dir_parts, events, eps_err, delta_err, method, arity, max_buckets, threads, be, rel_error=None):
+    """:func:`compose` of validated arguments (``dir_parts``: :func:`_direction_parts` of ``events``)."""
+    if method == "dominance":
+        from ..dominance import compose_dominance  # (a certificate of its own; imported where used)
+        return compose_dominance(dir_parts, events, eps_err, delta_err, be, arity, max_buckets, threads, rel_error)
+    budgets = _Budgets.split(eps_err, delta_err)
+    log_term = budgets.log_term
+    eps_az = budgets.eps_azuma
+    def run(ranked):
+        # the cheapest predicted plan first; if its measured round-off/wrap charges do not fit
+        # delta_error (the prediction cannot see, e.g., the spectral peaks of lattice PMFs), or it
+        # needs more than max_buckets, the next ones, so that the answer is the fastest plan that
+        # certifies, and a refusal means that no candidate certifies
+        # (a plan whose measured charges leave too little failure probability for its meshes --
+        # the round-off of large powers of lattice PMFs is ~5x the prediction -- stops as soon as
+        # that is certain, instead of after the plan's last node).
+        # A plan predicted to need more than max_buckets (by more than the prediction's error) is
+        # refused without executing it.
+        budget_errors, size_errors = [], []
+        for _, plan, meshes in ranked:
+            peak = getattr(plan, "peak", 0.0)
+            if peak > max_buckets * getattr(plan, "peak_slack", math.inf):
+                what = (f"composition needs an FFT of {peak:.0f} buckets" if plan.peak_node and math.isfinite(peak)
+                        else f"discretising the privacy loss needs {peak:.4g} buckets")
+                size_errors.append(BucketLimitError(
+                    f"{what} (the planner's prediction for the largest step of the {_plan_name(plan)} plan), more "
+                    f"than max_buckets={max_buckets}; increase eps_error or max_buckets", peak))
+                continue
+            floor = _roundoff_floor(plan)
+            if floor * (1 - 1e-6) >= budgets.delta:
+                budget_errors.append(_BudgetError(
+                    f"delta_error={budgets.delta:.3g} is too small for this composition: the {_plan_name(plan)} plan's "
+                    f"node normalisations alone are charged at least {floor:.3g} of round-off; increase delta_error"))
+                continue
+            try:
+                final, eps_spent, delta_spent, stages, cert = _execute(plan, meshes, budgets, be, max_buckets,
+                                                                       eps_limit=eps_err)
+                if eps_spent > eps_err:
+                    raise _BudgetError(
+                        f"the certified eps error {eps_spent:.4g} exceeds eps_error={eps_err:.4g} (round-off and "
+                        f"truncation left delta {cert['eta']:.3g} for the discretisation term; mean-correction "
+                        f"bias {cert['bias']:.3g}); increase eps_error or delta_error"
+                    )
+                return plan, final, eps_spent, delta_spent, stages, cert
+            except _BudgetError as exc:
+                budget_errors.append(exc)
+            except BucketLimitError as exc:
+                size_errors.append(exc)
+        raise _refusal(budget_errors, size_errors, max_buckets)
+
+    def finish(name, parts, out):
+        plan, final, eps_spent, delta_spent, stages, cert = out
+        p_inf_log = sum(c * math.log1p(-loss.p_inf) for loss, c in parts)
+        return DirectionResult(final, -math.expm1(p_inf_log), eps_spent, delta_spent, tuple(stages), cert,
+                               _plan_name(plan))
+
+    def shape(plan):
+        return plan.method, plan.params[0].get("arity"), plan.params[0].get("merge")
+
+    name0, parts0 = dir_parts[0]
+    # many distinct parts: the second direction's MGF grids (~0.1 ms per part) are computed on a
+    # worker thread while this one plans the first direction
+    prefetch = None
+    if len(dir_parts) == 2 and threads > 1 and len(dir_parts[1][1]) >= _PREFETCH_MIN_PARTS:
+        prefetch = _try_submit(lambda: _cumulant_grids([loss for loss, _ in dir_parts[1][1]], be.native))
+    try:
+        ranked0 = _choose_plan(parts0, method, arity, eps_az, log_term, budgets, be.native)
+    finally:
+        if prefetch is not None:
+            prefetch.result()
+    jobs = [lambda: finish(name0, parts0, run(ranked0))]
+    if len(dir_parts) == 2:
+        name1, parts1 = dir_parts[1]
+        # The add and remove losses of one mechanism have the same shape of plan: for auto, the
+        # second direction predicts only the first one's top-ranked chain and grouping (its meshes
+        # are still predicted for its own loss), and ranks every candidate only if that plan is
+        # refused.  (The top-ranked plan, not the one the first direction ends up executing: the
+        # second direction does not wait for the first, and its answer does not depend on threads.)
+        reuse = shape(ranked0[0][1]) if method == "auto" and arity is None else None
+
+        def second():
+            refused = None
+            if reuse is not None:
+                try:
+                    return finish(name1, parts1, run(_choose_plan(parts1, reuse[0], reuse[1], eps_az, log_term,
+                                                                  budgets, be.native, merge=reuse[2])))
+                except (_BudgetError, BucketLimitError):
+                    refused = reuse
+            ranked = _choose_plan(parts1, method, arity, eps_az, log_term, budgets, be.native)
+            return finish(name1, parts1, run([r for r in ranked if shape(r[1]) != refused] or ranked))
+
+        jobs.append(second)
+    directions = dict(zip([name for name, _ in dir_parts], _run_jobs(jobs, threads, ranked0[0][0])))
+    return PrivacyLossDistribution(directions, eps_err, delta_err, tuple(events), be.name)

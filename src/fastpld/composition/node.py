@@ -1,0 +1,276 @@
+"""One node of a plan: its wrap-around window, its precision and its convolution.
+
+:func:`_chernoff_window` bounds the window of the inputs' index sum from their exact MGFs (the
+wrap-around charge); :func:`_run_node` chooses the FFT length and precision, runs the power on the
+backend and trims and normalises the result, charging its measured round-off.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import _fft, _kernels
+from .._limits import BucketLimitError
+from ..discretize import GridPMF
+from .lattice import _lattice_spectrum
+from .precision import (_few_buckets, _has_atoms, _predicted_fp_dft, _predicted_fp_plain, _predicted_fp_series,
+                        _use_lattice)
+from .roundoff import _U64, _ULD, _node_tv
+from .series import _SERIES_R, _series_amp, _series_spectrum
+
+
+# long double nodes with the low-frequency series take float64 forward FFTs (docs/roundoff.md, 3c)
+_MIXED_FORWARD = True
+
+
+# Chernoff s-grid (in units of 1/sd of the index sum): a coarse grid, then a refinement around
+# the optimum of each side.  s -> (K(s) + c) / s is unimodal (its derivative's numerator
+# s K'(s) - K(s) - c increases, K being convex), so the optimum lies between the coarse
+# neighbours of the best coarse point, and the refinement reaches the spacing of a 56-point
+# grid over the same range with ~13 MGF evaluations per side instead of 56.  Any s > 0 gives a
+# valid bound: the grid only decides how tight the window and the wrap charge are.
+_S_REL = np.geomspace(0.02, 80.0, 12)
+_S_REFINE = (_S_REL[1] / _S_REL[0]) ** (np.array([-4, -3, -2, -1, 1, 2, 3, 4]) / 5.0)
+
+
+def _chernoff_window(inputs, w, native=False):
+    """Window of the linear index sum and helpers for exact tail bounds.
+
+    ``inputs``: list of (probs, centre_index, m).  Returns (lo, hi, tailfun) where
+    ``tailfun(x, upper)`` bounds ``Pr[I >= x]`` / ``Pr[I <= x]``.  ``native``: the
+    moments and the log-MGF grid come from the compiled kernels (same sums), and the whole
+    search below runs in one compiled call when the core is built (same steps, same result).
+    """
+    if native:
+        r = _kernels.chernoff_window([p for p, _, _ in inputs], [cen for _, cen, _ in inputs],
+                                     [m for _, _, m in inputs], _S_REL, _S_REFINE, w)
+        if r is not None:
+            lo_n, hi_n, sp_n, Kp_n, sn_n, Kn_n = r
+
+            def tail_n(x, upper):
+                e = Kp_n - sp_n * x if upper else Kn_n - sn_n * x
+                return float(min(1.0, math.exp(min(0.0, float(e.min())))))
+
+            return lo_n, hi_n, tail_n
+    sd2 = 0.0
+    ks = []
+    for p, cen, m in inputs:
+        pf = np.asarray(p, dtype=np.float64)
+        if native:
+            sd2 += m * _kernels.pmf_moments(pf, cen)[2]
+            ks.append((pf, cen, m))
+            continue
+        idx = np.arange(pf.size, dtype=np.float64) - cen
+        tot = pf.sum()
+        mu = float(np.dot(idx, pf) / tot)
+        sd2 += m * float(np.dot((idx - mu) ** 2, pf) / tot)
+        with np.errstate(divide="ignore"):
+            logp = np.log(pf)
+        ks.append((logp, idx, m))
+    sd = math.sqrt(sd2) if sd2 > 0 else 1.0
+
+    def log_mgf(s_all):
+        """Exact log-MGF of the index sum at ``s_all`` (plus a round-off margin)."""
+        K = np.zeros_like(s_all)
+        for a, idx, m in ks:
+            if native:
+                _kernels.log_mgf_grid(a, idx, s_all, m, K)
+                continue
+            M = s_all[:, None] * idx[None, :] + a[None, :]
+            mx = M.max(axis=1)
+            K += m * (mx + np.log(np.exp(M - mx[:, None]).sum(axis=1)))
+        return K + 1e-9 * (1 + np.abs(K))  # round-off margin on the log-MGF
+
+    lw = math.log(2.0 / w)
+    s = _S_REL / sd
+    last = s.size - 1
+    # coarse points first around the optimum of a Gaussian sum (s sd = sqrt(2 log(2/w))), then
+    # outwards on a side while its best point is at the edge of what was evaluated (unimodal)
+    k0 = int(round(math.log(math.sqrt(2 * lw) / _S_REL[0]) / math.log(_S_REL[1] / _S_REL[0])))
+    k0 = min(max(k0, 2), last - 2)
+    Kp_d, Kn_d = {}, {}
+    need_u = need_l = list(range(k0 - 2, k0 + 3))
+    while need_u or need_l:
+        K = log_mgf(np.concatenate([s[need_u], -s[need_l]]))
+        Kp_d.update(zip(need_u, K[: len(need_u)]))
+        Kn_d.update(zip(need_l, K[len(need_u):]))
+        iu = min(Kp_d, key=lambda i: (Kp_d[i] + lw) / s[i])
+        il = max(Kn_d, key=lambda i: (Kn_d[i] + lw) / -s[i])
+        need_u = ([j for j in (iu - 1, iu - 2) if j >= 0 and j not in Kp_d]
+                  + [j for j in (iu + 1, iu + 2) if j <= last and j not in Kp_d])
+        need_l = ([j for j in (il - 1, il - 2) if j >= 0 and j not in Kn_d]
+                  + [j for j in (il + 1, il + 2) if j <= last and j not in Kn_d])
+        if iu - 1 in Kp_d or iu == 0:
+            need_u = [j for j in need_u if j > iu]
+        if iu + 1 in Kp_d or iu == last:
+            need_u = [j for j in need_u if j < iu]
+        if il - 1 in Kn_d or il == 0:
+            need_l = [j for j in need_l if j > il]
+        if il + 1 in Kn_d or il == last:
+            need_l = [j for j in need_l if j < il]
+    ku, kl = sorted(Kp_d), sorted(Kn_d)
+    Kp = np.array([Kp_d[i] for i in ku])
+    Kn = np.array([Kn_d[i] for i in kl])
+    s_u, s_l = s[ku], s[kl]
+    # refine each side around its best coarse point (staying between its coarse neighbours)
+    ru = s[iu] * _S_REFINE[(4 if iu == 0 else 0):(4 if iu == last else 8)]
+    rl = s[il] * _S_REFINE[(4 if il == 0 else 0):(4 if il == last else 8)]
+    Kr = log_mgf(np.concatenate([ru, -rl]))
+    sp = np.concatenate([s_u, ru])
+    sn = -np.concatenate([s_l, rl])
+    Kp = np.concatenate([Kp, Kr[: ru.size]])
+    Kn = np.concatenate([Kn, Kr[ru.size:]])
+
+    def tail(x, upper):
+        if upper:
+            e = Kp - sp * x
+        else:
+            e = Kn - sn * x
+        return float(min(1.0, math.exp(min(0.0, float(e.min())))))
+
+    u_star = float(np.min((Kp + lw) / sp))
+    l_star = float(np.max((Kn + lw) / sn))
+    return math.floor(l_star) + 1, math.ceil(u_star) - 1, tail
+
+
+_DIRECT_MAX_POWER = 1 << 20  # direct powers' bound assumes M u <= 1e-10 (see powers._direct_power)
+
+
+def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_nodes=None):
+    """Convolve the node's inputs; returns (GridPMF, info dict)."""
+    h = inputs[0][0].mesh
+    # centre each input at its mean index (keeps phases small in the powers)
+    ins = []
+    base_val = 0.0
+    full = 1
+    for pmf, m in inputs:
+        p = np.asarray(pmf.probs)
+        pf = np.asarray(p, dtype=np.float64)  # (a copy only for long double inputs)
+        cen = int(round(_kernels.mean_index(pf, backend.native)))
+        ins.append((p, cen, m))
+        base_val += m * (pmf.offset + cen * h)
+        full += m * (p.size - 1)
+    w_per = budgets.wrap / (n_objects * inst)
+    if len(ins) == 1 and ins[0][2] == 1:
+        p, cen, m = ins[0]
+        return GridPMF(p, inputs[0][0].offset, h), {"N": p.size, "wrap": 0.0, "fp": 0.0, "dtype": p.dtype,
+                                                   "window": (0, p.size - 1), "series": 0, "dft": False,
+                                                   "lattice": False}
+    lo_full = -sum(m * cen for _, cen, m in ins)
+    lo, hi, tail = _chernoff_window(ins, w_per, backend.native)
+    need = hi - lo + 1
+
+    def place(length):
+        # FFT length, window start and wrap-around bound for FFT lengths from `length`
+        if need >= full:
+            return length(full), lo_full, 0.0
+        n_fft = length(need)
+        if n_fft >= full:
+            return length(full), lo_full, 0.0
+        start = lo - (n_fft - need) // 2
+        return n_fft, start, tail(start + n_fft, True) + tail(start - 1, False)
+
+    N, c, wrap = place(_fft.fast_length)
+    if N > max_buckets:
+        raise BucketLimitError(
+            f"composition needs an FFT of {N} buckets at mesh {h:.3g} (node {node.label}), more than "
+            f"max_buckets={max_buckets}; increase eps_error or max_buckets", N)
+    # precision: long double where the float64 round-off charge would not fit.  Nodes whose
+    # predicted float64 charge is small run in float64; those within the node's share of the
+    # round-off budget (budgets.fp / nodes: leaves and re-discretisations charge ~u per copy)
+    # try float64 and are redone in long double only if the measured charge exceeds that share.
+    # (The precision only decides how much is charged; every node charges its own measured bound.)
+    allowance = budgets.fp / n_objects
+    node_allowance = budgets.fp / n_nodes if n_nodes else allowance
+    msum = sum(m for _, _, m in ins)
+    mmax = max(m for _, _, m in ins)
+    lg = math.ceil(math.log2(N))
+    est64 = _predicted_fp_plain(inst, msum, lg)
+    if est64 <= 0.25 * allowance:
+        dtypes = (np.float64,)
+    elif _predicted_fp_series(inst, msum, lg, mmax, _has_atoms(node)) <= node_allowance:
+        dtypes = (np.float64, np.longdouble)
+    else:
+        dtypes = (np.longdouble,)
+        # the long double FFT is fastest on 2^a 3^b lengths (docs/performance.md): worth up to 8%
+        # more points
+        N2, c2, wrap2 = place(_fft.fast_length_23)
+        if N2 <= 1.08 * N and N2 <= max_buckets:
+            N, c, wrap = N2, c2, wrap2
+    # accurate low-frequency spectra where a power's round-off amplification matters: only where
+    # some power is large (with small powers the plain bound has no m-fold growth) and the inputs'
+    # moments cost less than a few FFTs (a block of many wide children with small powers would pay
+    # (R + 3) n per child for nothing: a quarter of a 200 x 10 heterogeneous composition, docs/performance.md)
+    use_series = (est64 > 0.25 * allowance and mmax >= 8
+                  and sum(p.size for p, _, _ in ins) * (_SERIES_R + 3) <= 2 * N * math.log2(N))
+    dft_ok = est64 > 0.25 * allowance and _few_buckets(ins)
+    for dtype in dtypes:
+        u = _U64 if dtype is np.float64 else _ULD
+        low = None
+        # (not where the lattice spectra below take every frequency: few-bucket inputs, large powers and
+        # a charge that matters)
+        want_lat = dft_ok and _use_lattice(_predicted_fp_dft(inst, msum, u), mmax, budgets.delta)
+        ser = _series_spectrum(ins, N, dtype, backend.native) if use_series and not want_lat else None
+        if ser is not None:
+            lp_low, amp_low = _series_amp(ser, u)
+            low = (ser[0], lp_low, amp_low)
+        # a long double node whose large powers come from the series near frequency 0 takes float64
+        # forward FFTs: elsewhere |X|^m is negligible, so the float64 forward error barely counts
+        # (docs/roundoff.md, section 3c; the whole node falls back to long double where it does)
+        # (not for lattice-like inputs, whose spectral peaks past the series' range make it fall back)
+        fdt = (np.float64 if (dtype is np.longdouble and ser is not None and _MIXED_FORWARD and not _has_atoms(node))
+               else dtype)
+        # inputs of a few buckets (the leaves of lattice-like losses at large k): direct DFTs, whose
+        # error does not grow with log N and whose ascending sums keep it near the largest masses'
+        # (docs/roundoff.md, section 3e); only where the round-off matters and the bound is at most
+        # half the FFT's (the forward transforms then run in the node's precision)
+        dft = None
+        if dft_ok:
+            dft = [_kernels.dft_order(p, cen, N, dtype) for p, cen, _ in ins]
+            if not want_lat and max(e for _, _, e in dft) > 6.0 * lg:  # (the lattice spectra need no such gain)
+                dft = None
+            else:
+                fdt = dtype
+        # (native) frequencies whose product is below e^(10 - T) are skipped and charged 2 e^(10 - T)
+        # each (see convolve): T such that all N/2 + 1 such charges, over the node's copies (x inst)
+        # and into total variation (x 4), stay below 1e-6 of the node's round-off allowance
+        dead_log = min(800.0, max(40.0, 10.0 + math.log(4.0 * (N // 2 + 1) * inst / (1e-6 * allowance))))
+        # large powers of such inputs: accurate log-magnitudes and phases at every frequency (section 3f),
+        # in place of the low-frequency series
+        lat = None
+        if dft is not None and want_lat:
+            lat = _lattice_spectrum(ins, dft, N, dtype, backend.native, dead_log, backend.abs_rfft, scratch=True)
+            ser, low = None, None
+        # float64 without the series: powers as products (cheaper than the polar form, same size of bound)
+        direct = dtype is np.float64 and ser is None and lat is None and msum <= _DIRECT_MAX_POWER
+        # the power and its round-off bound: the backend's (native: cached plans and compiled kernels; numpy:
+        # the reference code of composition.powers; the same arithmetic)
+        out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u, ser=ser, low=low, dead_log=dead_log, fwd_dtype=fdt,
+                                               direct=direct, dft=dft, lat=lat, raw=True)
+        if ser is not None:  # the series' common scale, removed by the normalisation below
+            fp_l1 *= 1 + 2 * ser[6]
+            fp_linf *= 1 + 2 * ser[6]
+        if len(dtypes) == 1 or dtype is np.longdouble or inst * _node_tv(fp_l1, N, u) <= node_allowance:
+            break
+    # removed = l1 bound on what clipping, trimming and dropping leave between lin and the exact
+    # (unnormalised) result; the charge follows from it after the normalisation (_node_tv)
+    removed = fp_l1
+    # drop round-off-level entries where the charge fits (keeps next windows tight); the
+    # charge is N * floor >= the mass removed, not the mass itself, so that it does not depend
+    # on which backend's noise happens to fall below the floor (bounds agree across backends)
+    floor = fp_linf
+    trim_charge = N * floor
+    trim = inst * trim_charge <= 0.25 * allowance
+    if trim:
+        removed += trim_charge
+    # rolled to the window, clipped at 0, trimmed, cut and normalised by the backend (native: one compiled pass
+    # over the plan's unscaled buffer, raw=True); the entries below 1e-300 it dropped are charged
+    lin, a, dropped = backend.finish_node(out, c % N, floor, trim, N)
+    removed += dropped
+    tv_fp = _node_tv(removed, N, u)
+    # base_val = sum m_c (offset_c + cen_c h); entry j of lin is the index sum I' = c + a + j
+    offset = base_val + (c + a) * h
+    info = {"N": N, "wrap": wrap, "fp": tv_fp, "dtype": dtype, "window": (c, c + N - 1),
+            "series": ser[0] if ser is not None else 0, "dft": dft is not None, "lattice": lat is not None}
+    return GridPMF(lin, offset, h), info

@@ -1,0 +1,103 @@
+"""Round-off bounds of a node: the FFT power's error and the total variation it is charged.
+
+docs/roundoff.md has the model (sections 3 and 7); :func:`_fp_fft_bound` is the plain polar power's
+bound, :func:`_node_tv` turns an l1 bound on a node's unnormalised output into its charge.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import _kernels
+
+
+_U64 = np.finfo(np.float64).eps / 2
+_ULD = float(np.finfo(np.longdouble).eps) / 2
+
+
+def _polar_rel(cond, msum, C, u):
+    """Relative error of a polar power ``prod_c X_c^m_c = exp(L) cis(Phi) i^Q`` from the rounding of its
+    evaluation (docs/roundoff.md sections 3 and 7): ``cond = sum_c m_c (|log|X_c|| + |psi_c|)``,
+    ``msum = sum_c m_c``, ``C`` inputs, every maths-library call (``|X|``, ``log``, ``atan2``, ``exp``,
+    ``cos``, ``sin``) within 4 ulp (8 u relative): ``m log|X|`` errs by ``m (8 u + 9 u |log|X||)``, ``m psi``
+    by ``9 u m |psi|``, the sums over inputs by ``(C - 1) u`` of their terms' magnitudes, ``exp`` and
+    ``cis`` by ``8 u`` each, the products by ``1.5 u``, the reduction mod ``2 pi`` by ``20 u + 2.6 u |Phi|``
+    (at most 2 ulp in ``2 pi`` per multiple, one rounding): ``u ((11 + C) cond + 8 msum + 37.5)`` to first
+    order, and 1.01 for the higher orders (the relative error is far below 0.02)."""
+    return 1.01 * u * ((11 + C) * cond + 8 * msum + 40)
+
+
+def _rounding_gamma(k, u):
+    """Higham's ``gamma_k = k u / (1 - k u)``: the relative error bound of ``k`` roundings of unit ``u``."""
+    return k * u / (1.0 - k * u)
+
+
+def _fp_fft_bound(specs, N, u, g_extra=0.0, low=None, fwd=None, detail=False):
+    """Bound on ||computed - exact||_1 of irfft(prod X_c^m_c) (see module docstring).
+
+    ``specs``: list of (X_computed, m).  ``low = (K, lp_low, amp_low)`` replaces the bound
+    terms of the first ``K`` frequencies (accurate series, :func:`_series_spectrum`);
+    ``g_extra`` widens the FFT error of the others (the series' scale).  ``fwd = (g, u_pol)``
+    (float64 forward FFTs in a long double node, :func:`fastpld._fft_error._fwd_error`): the forward
+    error and the polar rounding of the spectra; the inverse stays ``12 u log2 N`` with the node's ``u``.
+    Returns (l1_bound, linf_bound), and with ``detail`` also the spectral error ``e2`` and ``||P||_2``.
+    """
+    g = 12.0 * u * math.ceil(math.log2(max(N, 2))) + g_extra
+    g_inv = g
+    if fwd is not None:
+        g_inv = 12.0 * u * math.ceil(math.log2(max(N, 2)))
+        g, u = fwd
+    log_prod = 0.0
+    amp = 0.0
+    logs = []
+    for X, m in specs:
+        r = np.abs(X).astype(np.float64)
+        with np.errstate(divide="ignore"):
+            lr = np.log(r)
+            lrg = np.log(r + g)
+        logs.append((lr, lrg, m, _kernels.quarter_angle(X)[0].astype(np.float64)))  # psi: arg X mod pi/2
+        log_prod = log_prod + m * lrg
+    # derivative term: sum_c m_c (r_c+g)^(m_c-1) g prod_{c' != c} (r_c'+g)^(m_c')
+    with np.errstate(over="ignore", invalid="ignore"):
+        for lr, lrg, m, ph in logs:
+            amp = amp + m * g * np.exp(log_prod - lrg)
+        # rounding of the power itself (polar form, every maths-library call within 4 ulp = 8 u, docs/roundoff.md
+        # section 7): relative error <= 1.01 u ((11 + C) sum m (|log r| + |psi|) + 8 sum m + 40)
+        prod_r = np.exp(sum(m * lr for lr, _, m, _ in logs))
+        cond = sum(m * (np.abs(np.where(np.isfinite(lr), lr, 0.0)) + np.abs(ph)) for lr, _, m, ph in logs)
+        amp = amp + _polar_rel(cond, sum(m for *_, m, _ in logs), len(logs), u) * prod_r
+    amp = np.where(np.isfinite(amp), amp, 0.0)
+    if low is not None:
+        K, lp_low, amp_low = low
+        amp = np.array(amp, dtype=np.float64)
+        amp[:K] = amp_low
+        log_prod = np.array(log_prod, dtype=np.float64)
+        log_prod[:K] = lp_low
+    w = np.full(amp.shape, 2.0)
+    w[0] = 1.0
+    if N % 2 == 0:
+        w[-1] = 1.0
+    e2 = math.sqrt(float(np.sum(w * amp**2)))
+    p2 = math.sqrt(float(np.sum(w * np.exp(2 * log_prod))))  # >= ||P||_2 (full spectrum)
+    l2 = (e2 + g_inv * p2) / math.sqrt(N)
+    if detail:
+        return e2 + g_inv * p2, l2, e2, p2
+    return e2 + g_inv * p2, l2
+
+
+def _node_tv(removed, N, u):
+    """Total variation charged for one node instance whose clipped, trimmed output is within
+    ``removed`` (l1) of the exact unnormalised result ``y`` (docs/roundoff.md, section 3).
+
+    With ``a`` the clipped output, ``||a - y||_1 <= E`` and ``S = sum a``, ``|S - sum y| <= E``:
+    ``||a / S - y / sum y||_1 <= E / S + |sum y - S| / S <= 2 E / S``, so the total variation
+    (half the l1 distance) is at most ``E / S`` with ``S >= sum y - E >= 0.99 - E`` (the inputs'
+    sums are 1 up to their last roundings).  The normalisation itself (numpy's pairwise sum,
+    at most ``ceil(log2 N) + 19`` roundings, and one division per entry) moves every entry by a
+    relative ``gamma_(ceil(log2 N) + 24)`` at most: half of that in total variation, charged in
+    full.  (A long double output that a float64 FFT reads is rounded entrywise: charged to that
+    FFT's error, :func:`fastpld._fft_error._fwd_error`; the final result's cast in :func:`_execute`.)"""
+    lg = math.ceil(math.log2(max(N, 2)))
+    tv = removed / (0.99 - removed) if removed < 0.5 else 1.0
+    return tv + _rounding_gamma(lg + 24, u)
