@@ -138,7 +138,7 @@ def test_leaves_with_thin_tail_cells_bracket_the_mechanism(sigma, q, monkeypatch
         eps = np.linspace(-0.5, 3.0, 701)
         c_up, c_lo = _bracket_leaves(loss, h, D.ctd_leaf(loss, h, 1e-14), D.dominated_leaf(loss, h, 1e-14), eps)
         # the merged cells cost next to nothing in accuracy: the gap between the leaves as with fine cells only
-        monkeypatch.setattr(D, "_BLOCK", 1 << 40)
+        monkeypatch.setattr(D.leaves, "_BLOCK", 1 << 40)  # (the module that reads it)
         f_up, f_lo = _bracket_leaves(loss, h, D.ctd_leaf(loss, h, 1e-14), D.dominated_leaf(loss, h, 1e-14), eps)
         monkeypatch.undo()
         assert np.max(c_up - c_lo) <= np.max(f_up - f_lo) * 1.001 + 1e-9

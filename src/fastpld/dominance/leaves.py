@@ -1,0 +1,368 @@
+"""The dominance certificate's leaves: a mechanism's privacy loss on a lattice, dominating
+(connect-the-dots, :func:`ctd_leaf`) or dominated (merged cells moved down by the balanced split,
+:func:`dominated_leaf`), with their quadrature, thin-tail cells and error charges
+(``docs/dominance.md``, "The upper (dominating) chain", "The lower (dominated) chain", "Thin tails")."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import _kernels
+from ..discretize import GridPMF, truncation_window
+from ..mechanisms import ContinuousLoss, DiscreteLoss, SubsampledLoss
+from .splits import _balanced_split
+
+_U = np.finfo(np.float64).eps / 2  # unit roundoff
+
+# Gauss-Legendre nodes/weights on [-1, 1]: the 5-point rule of the leaves and the 4-point rule that
+# checks it (an error of ten times their disagreement is charged, as for the partial means)
+_GL5 = np.polynomial.legendre.leggauss(5)
+_GL4 = np.polynomial.legendre.leggauss(4)
+_GL_RULES = tuple(np.ascontiguousarray(a, dtype=np.float64) for a in (*_GL5, *_GL4))
+
+
+def _check_size(n, h, a, b, max_buckets):
+    if n > max_buckets:
+        raise ValueError(
+            f"discretising the privacy loss needs {n} buckets (mesh {h:.3g} over [{a:.4g}, {b:.4g}]), more than "
+            f"max_buckets={max_buckets}; increase the accuracy target or max_buckets")
+
+
+def _atom_masses(loss: ContinuousLoss, atoms):
+    """Masses of the atoms of a continuous loss and an error bound of each: the jumps of its CDF (a
+    right-continuous closed form; the leaves check that atoms and density fill the window), or, for
+    a subsampled loss, from its pair's closed forms."""
+    if not atoms:
+        return np.zeros(0), np.zeros(0)
+    pair = getattr(loss, "pair", None)
+    if isinstance(loss, SubsampledLoss) and tuple(atoms) == tuple(loss.atoms) and len(pair.atoms) == len(atoms):
+        # a subsampled loss's atoms are the images of its pair's: their masses from the pair's own
+        # CDFs (closed forms), where the loss's CDF through g^-1 may round across the atom
+        x = np.asarray(pair.atoms, dtype=np.float64)
+        jp = np.asarray(pair.cdf_P(x), dtype=np.float64) - np.asarray(pair.cdf_P(x, strict=True), dtype=np.float64)
+        if loss.direction == "remove":
+            below = np.nextafter(x, -np.inf)
+            jq = np.asarray(pair.cdf_Q(x), dtype=np.float64) - np.asarray(pair.cdf_Q(below), dtype=np.float64)
+            m = (1 - loss.q) * jp + loss.q * jq
+        else:
+            m = jp
+        m = np.maximum(m, 0.0)
+        return m, 16 * _U * m + 1e-300
+    y = np.asarray(atoms, dtype=np.float64)
+    below = np.nextafter(y, -np.inf)
+    m = np.maximum(np.asarray(loss.cdf(y), dtype=np.float64) - np.asarray(loss.cdf(below), dtype=np.float64), 0.0)
+    return m, 8 * loss.cdf_rel_error * m + 1e-300
+
+
+def _continuous_grid(loss: ContinuousLoss, h: float, tail: float, max_buckets: int, native: bool):
+    """The leaf's lattice (mesh ``h``) over the window, the atoms inside it, and the tails cut off."""
+    a0, b0 = truncation_window(loss, tail, native)
+    atoms = [x for x in loss.atoms if a0 < x <= b0]
+    # the heaviest atom on a grid point (its split is then exact; with the planner's mesh, all are)
+    lat = (atoms[int(np.argmax(_atom_masses(loss, atoms)[0]))] if atoms else 0.0)
+    i_lo = math.floor((a0 - lat) / h)
+    i_hi = math.ceil((b0 - lat) / h)
+    n = i_hi - i_lo + 1
+    _check_size(n, h, a0, b0, max_buckets)
+    e = lat + h * np.arange(i_lo, i_hi + 1, dtype=np.float64)
+    out = np.asarray(loss.cdf(e[:1]), dtype=np.float64)[0] + np.asarray(loss.sf(e[-1:]), dtype=np.float64)[0]
+    # (the CDF is computed at a point within cdf_shift of the window's end: the mass in between, at
+    # most that distance times the density there, is charged too)
+    shift = loss.cdf_shift(max(abs(float(e[0])), abs(float(e[-1]))))
+    dens = float(np.max(np.asarray(loss.pdf(np.array([e[0], e[-1]])), dtype=np.float64)))
+    truncated = float(out) * (1 + 8 * loss.cdf_rel_error) + 4 * shift * dens
+    return e, atoms, truncated
+
+
+def _leaf_data(loss, h: float, tail: float, max_buckets: int, native: bool, memo: dict | None):
+    """:func:`_continuous_grid` and :func:`_integrals` of a leaf.  ``memo`` (one composition's, shared
+    by its two chains, dropped with it) keeps them for the other chain's leaf of the same loss and mesh."""
+    key = (id(loss), float(h), float(tail))
+    hit = memo.get(key) if memo is not None else None
+    if hit is None or hit[0] is not loss:
+        e, atoms, truncated = _continuous_grid(loss, h, tail, max_buckets, native)
+        starts, sizes = _tail_blocks(loss, e, h)
+        hit = (loss, e, atoms, truncated, (starts, sizes), _integrals(loss, e[starts], h * sizes))
+        if memo is not None:
+            memo[key] = hit
+    return hit[1:]
+
+
+_BLOCK = 32  # lattice intervals per cell where the window's tails are thin (see _tail_blocks)
+_BLOCK_SHARE = 1e-3  # a thin tail's mass times its cells' width, against the h^2 of the fine cells
+
+
+def _tail_blocks(loss, e, h: float):
+    """The leaf's cells: ``(starts, sizes)`` in lattice intervals, every interval ``(e_j, e_(j+1)]`` in
+    exactly one cell.  Where the mass beyond a stretch of ``_BLOCK`` intervals (towards the window's
+    nearer end) is at most ``_BLOCK_SHARE h / _BLOCK``, the stretch is one cell; elsewhere each interval
+    is its own.  Connect-the-dots (and the dominated leaf's merge) hold on any cells made of lattice
+    intervals; a cell of width ``w`` moves its mass by at most ``w``, so these cells move the loss by
+    at most ``_BLOCK_SHARE h^2`` in mean, a thousandth of the fine cells' ``h^2 / 12``, while the
+    window's thin tails -- most of it for a small sampling rate -- cost a 32nd of the quadrature."""
+    n = e.size - 1
+    M = _BLOCK
+    nb = n // M
+    if nb < 3:
+        return np.arange(n, dtype=np.int64), np.ones(n, dtype=np.int64)
+    edges = e[np.arange(nb + 1) * M]  # block b is [edges[b], edges[b + 1]]; the last partial block stays fine
+    tau = _BLOCK_SHARE * h / M
+    with np.errstate(all="ignore"):
+        above = np.asarray(loss.sf(edges[:-1]), dtype=np.float64)  # mass beyond the block, upwards
+        below = np.asarray(loss.cdf(edges[1:]), dtype=np.float64)  # and downwards
+    # (the CDF's rounding: its relative error is the loss's cdf_rel_error, far below the margin here)
+    coarse = ((above <= tau) | (below <= tau)) & np.isfinite(above) & np.isfinite(below)
+    if not coarse.any():
+        return np.arange(n, dtype=np.int64), np.ones(n, dtype=np.int64)
+    fine = np.ones(n, dtype=bool)
+    fine[:nb * M] = np.repeat(~coarse, M)
+    starts = np.flatnonzero(fine | (np.arange(n) % M == 0))
+    sizes = np.where(fine[starts], 1, M).astype(np.int64)
+    return starts.astype(np.int64), sizes
+
+
+def _integrals(loss, lo, h):
+    """Per interval ``(lo_j, lo_j + h]`` of the continuous part: the masses ``int f``,
+    ``int (1 - e^(lo_j - y)) f`` and ``int e^(lo_j - y) f`` by 5-point rules, and error
+    bounds of each (ten times the 4-point rules' disagreement, plus rounding).  Each interval is
+    integrated over its part inside the support (the density need not be smooth across a support
+    end), and intervals whose rules disagree by more than ``_REFINE_REL`` relative are split into
+    8, 64, then 512 panels (near a support end the density of a subsampled loss is steep)."""
+    s_lo, s_hi = getattr(loss, "support", (-math.inf, math.inf))
+    c0 = np.clip(lo, s_lo, s_hi) - lo
+    c1 = np.clip(lo + h, s_lo, s_hi) - lo
+    c1 = np.maximum(c1, c0)
+    a, a_err, n, n_err, b, b_err = _panels(loss, lo, c0, c1)
+    # an interval holding a support end, or within one mesh of it: the integral in u = log(distance
+    # to the end), where the density of a subsampled loss is smooth (f(y) dy = f(end +- e^u) e^u du),
+    # on panels of width _U_STEP from the interval's far edge down to e^-45 of its distance (clipped
+    # at its near edge); what lies closer to the end is bounded by the CDF (or survival function)
+    done = np.zeros(lo.size, dtype=bool)
+    for side in (0, 1):
+        near_end = (lo - h < s_lo) if side == 0 else (lo + 2 * h > s_hi)
+        bad = np.flatnonzero(near_end & (c1 > c0) & ((a_err > _REFINE_REL * a) | (n_err > _REFINE_REL * n)
+                                                       | (b_err > _REFINE_REL * b)))
+        if bad.size == 0:
+            continue
+        # offsets (from lo) of the end, and the distances of the interval's far and near edges from it
+        end = (s_lo - lo[bad]) if side == 0 else (s_hi - lo[bad])
+        d_far = (c1[bad] - end) if side == 0 else (end - c0[bad])
+        d_near = np.maximum((c0[bad] - end) if side == 0 else (end - c1[bad]), 0.0)
+        with np.errstate(divide="ignore"):
+            u_near = np.log(d_near / d_far)  # (-inf where the end is inside)
+        u = -_U_STEP * np.arange(int(45 / _U_STEP) + 1)  # 0 .. -45 (relative to log d_far)
+        top = np.maximum(u[None, :-1], u_near[:, None])  # each panel clipped at the near edge
+        bot = np.maximum(u[None, 1:], u_near[:, None])
+        half = 0.5 * (top - bot)
+        res = []
+        for x, w in (_GL5, _GL4):
+            uu = bot[:, :, None] + half[:, :, None] * (1.0 + x)[None, None, :]
+            d = d_far[:, None, None] * np.exp(uu)
+            t = end[:, None, None] + (d if side == 0 else -d)  # offsets from lo
+            f = np.asarray(loss.pdf((lo[bad, None, None] + t).ravel()), dtype=np.float64).reshape(t.shape)
+            f = f * d * half[:, :, None]  # dy = d du
+            res.append(((f * w).sum(axis=(1, 2)), (f * -np.expm1(-t) * w).sum(axis=(1, 2)),
+                        (f * np.exp(-t) * w).sum(axis=(1, 2))))
+        (a5, n5, b5), (a4, n4, b4) = res
+        inner = end + (d_far if side == 0 else -d_far) * math.exp(-45.0)
+        if side == 0:
+            rest = np.asarray(loss.cdf(lo[bad] + inner), dtype=np.float64)
+        else:
+            rest = np.asarray(loss.sf(lo[bad] + inner), dtype=np.float64)
+        rest = np.where(np.isfinite(u_near) & (u_near > -45.0), 0.0, np.maximum(rest, 0.0) * (1 + 1e-6))
+        a[bad], a_err[bad] = a5, 10.0 * np.abs(a5 - a4) + 16 * _U * a5 + rest
+        n[bad], n_err[bad] = n5, 10.0 * np.abs(n5 - n4) + 16 * _U * n5 + rest
+        b[bad], b_err[bad] = b5, 10.0 * np.abs(b5 - b4) + 16 * _U * b5 + rest
+        done[bad] = True
+    for level in range(1, 4):
+        bad = np.flatnonzero(~done & ((a_err > _REFINE_REL * a) | (n_err > _REFINE_REL * n) | (b_err > _REFINE_REL * b)))
+        if bad.size == 0:
+            break
+        m = 8 ** level
+        if bad.size * m > _REFINE_MAX_PANELS:
+            break  # (bounded work and memory: the coarser rules' error bounds stand, charged as they are)
+        k = np.arange(m + 1) / m
+        edges = c0[bad, None] + (c1[bad] - c0[bad])[:, None] * k[None, :]
+        sub = _panels(loss, np.repeat(lo[bad], m), edges[:, :-1].ravel(), edges[:, 1:].ravel())
+        for arr, val in zip((a, a_err, n, n_err, b, b_err), sub):
+            arr[bad] = val.reshape(-1, m).sum(axis=1)
+    return a, a_err, n, n_err, b, b_err
+
+
+def _panels(loss, lo, c0, c1):
+    """5- and 4-point rules on the panels ``[lo + c0, lo + c1]`` (see :func:`_integrals`); the
+    subsampled Gaussian's by the compiled ``fpld_psg_panels`` (same terms, sums in another order)."""
+    psg = getattr(loss, "psg_params", None)
+    if psg is not None and _kernels._core is not None and _kernels._leaf is not None:
+        return _kernels._leaf.psg_panels(*(np.ascontiguousarray(a, dtype=np.float64) for a in (lo, c0, c1)),
+                                         float(psg[0]), float(psg[1]), float(psg[2]), bool(psg[3]),
+                                         *_GL_RULES)
+    half = 0.5 * (c1 - c0)
+    res = []
+    for gl in (_GL5, _GL4):
+        x, w = gl
+        t = c0[:, None] + half[:, None] * (1.0 + x[None, :])
+        y = lo[:, None] + t
+        f = np.asarray(loss.pdf(y.ravel()), dtype=np.float64).reshape(y.shape) * half[:, None]
+        fw = f * w[None, :]
+        res.append((fw.sum(axis=1), (fw * -np.expm1(-t)).sum(axis=1), (fw * np.exp(-t)).sum(axis=1)))
+    (a5, n5, b5), (a4, n4, b4) = res
+    err = lambda x5, x4: 10.0 * np.abs(x5 - x4) + 16 * _U * x5
+    return a5, err(a5, a4), n5, err(n5, n4), b5, err(b5, b4)
+
+
+def _check_window(total, truncated, err):
+    """The leaf's masses (density and atoms) must add up to the window's mass from the CDF: a
+    mechanism whose CDF, density and atoms disagree is refused rather than answered wrong."""
+    window = 1.0 - truncated
+    if not abs(total - window) <= 1e-9 + 2 * err:
+        raise ValueError(
+            f"the mechanism's density and atoms hold {total:.12g} of the window's mass {window:.12g} (from its "
+            "CDF): its cdf, pdf and atoms are inconsistent (for a custom mechanism check that they describe the "
+            "same distribution)")
+
+
+def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bool = False, *,
+             memo: dict | None = None) -> GridPMF:
+    """Connect-the-dots leaf: a PMF on a lattice of mesh ``h`` whose privacy curve dominates ``loss``'s.
+
+    Each interval ``(e_j, e_j + h]`` of the window sends ``int (1 - e^(e_j - y)) dF(y) / (1 - e^-h)``
+    of its mass to ``e_j + h`` and the rest to ``e_j``: the chord of the interval's privacy curve.
+    The continuous part's integrals are 5-point Gauss-Legendre rules per interval; the upper share
+    is raised by its error bound (only more pessimistic), and the error bounds of the masses are
+    charged as total variation (``tv``, with their normalisation: twice their sum).  Atoms are split
+    exactly.  The window's tails are cut off and charged (``truncated``), as in Algorithm 1.
+    """
+    if isinstance(loss, DiscreteLoss):
+        return _discrete_leaf(loss, h, max_buckets, upper=True)
+    e, atoms, truncated, (starts, sizes), (a, a_err, nu, nu_err, _, _) = _leaf_data(loss, h, tail, max_buckets,
+                                                                                  native, memo)
+    n = e.size
+    den = -math.expm1(-h)
+    # (a cell of m intervals: its chord between its end points, e^-(m h) exact to a few u, the
+    # upper share's relative 4 u covers it)
+    up = np.minimum((nu + nu_err) / np.where(sizes == 1, den, -np.expm1(-h * sizes)) * (1 + 4 * _U), a)
+    p = np.zeros(n)
+    p[starts] += a - up
+    p[starts + sizes] += up
+    # the masses' errors: relative (a factor e^(+-rel) on every mass, which composes into a factor on
+    # the curve: charged as such) where they are below _REL_CAP, total variation elsewhere (the
+    # far tails, where the rules' relative error grows)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(a > 0, a_err / a, np.inf)
+    small = r <= _REL_CAP
+    rel = float(r[small].max()) if small.any() else 0.0
+    err = float(a_err[~small].sum())
+    if atoms:
+        m, m_err = _atom_masses(loss, atoms)
+        err += float(m_err.sum())
+        for y, ma in zip(atoms, m):
+            j = int(np.clip(np.searchsorted(e, y, side="left") - 1, 0, n - 2))  # e_j < y <= e_{j+1}
+            w = min(1.0, -math.expm1(-(y - e[j])) / den + 8 * _U * (abs(y) + 1) / h)
+            p[j] += ma * (1 - w)
+            p[j + 1] += ma * w
+    total = float(p.sum())
+    if not total > 0:
+        raise ValueError("the discretisation window holds no probability mass; the mechanism parameters are degenerate")
+    _check_window(total, truncated, err)
+    tv = 2 * err / total
+    pmf = GridPMF(p / total, float(e[0]), h, tv=tv, truncated=truncated)
+    # (the entries: a difference and a sum of two products, the sum, the normalisation)
+    pmf.rel = 2 * (rel + 4 * _U) + (math.log2(n) + 8) * _U  # (np.sum is pairwise)
+    return pmf
+
+
+def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bool = False, *,
+                   memo: dict | None = None) -> GridPMF:
+    """A PMF on a lattice of mesh ``h`` whose privacy curve is at most ``loss``'s (the lower chain).
+
+    Each interval of the window is merged into one atom that keeps its masses under both
+    distributions of the pair (post-processing, hence dominated); the masses come from 5-point
+    Gauss-Legendre rules per interval, the first lowered and the second raised by their error
+    bounds, so that the atom's mass and loss are only lower.  The atoms are then moved onto the
+    lattice by :func:`_balanced_split`.  The PMF is normalised for the FFTs; ``mass`` (<= 1) is the
+    fraction of the window's mass it kept.
+    """
+    if isinstance(loss, DiscreteLoss):
+        return _discrete_leaf(loss, h, max_buckets, upper=False)
+    e, atoms, truncated, (starts, sizes), (a5, a_err, _, _, b5, b_err) = _leaf_data(loss, h, tail, max_buckets,
+                                                                                    native, memo)
+    a = np.maximum(a5 - a_err, 0.0)  # A-mass, rounded down
+    b = b5 + b_err  # B-mass times e^lo, rounded up
+    ok = (a > 0) & (b > 0)
+    # the atom's offset from lo: log(A / B), with A rounded down and B up (its loss only lower)
+    s = np.clip(np.log(a[ok] / b[ok]) - 4 * _U, 0.0, h * sizes[ok])
+    j0 = starts[ok]
+    big = sizes[ok] > 1
+    if big.any():
+        # a merged cell of several intervals: its atom lies in interval j0 + k of the cell; the offset
+        # from that interval's start, lowered by its rounding (the loss only lower)
+        k = np.minimum(np.floor(s[big] / h), sizes[ok][big] - 1)
+        sb = s[big] - k * h
+        s[big] = np.clip(sb - 4 * _U * (s[big] + h), 0.0, h * (1 - 4 * _U))
+        j0 = j0.copy()
+        j0[big] += k.astype(np.int64)
+    idx, ms, ss = [j0], [a[ok]], [s]
+    if atoms:
+        m, m_err = _atom_masses(loss, atoms)
+        m = np.maximum(m - m_err, 0.0)  # rounded down
+        for y, ma in zip(atoms, m):
+            j = int(np.clip(np.searchsorted(e, y, side="right") - 1, 0, e.size - 1))  # e_j <= y
+            idx.append(np.array([j]))
+            ms.append(np.array([ma]))
+            ss.append(np.array([max(0.0, y - e[j] - 8 * _U * (abs(y) + 1))]))
+    j = np.concatenate(idx)
+    sj = np.concatenate(ss)
+    order = np.lexsort((sj, j))
+    out = _balanced_split(j[order], sj[order], np.concatenate(ms)[order], h, e.size)
+    # the window's mass, from the CDF at its ends (relative error <= 8 cdf_rel_error: the mass kept is
+    # lowered by it)
+    window = 1.0 - truncated / (1 + 8 * loss.cdf_rel_error)
+    if not window > 0 or not out.sum() > 0:
+        raise ValueError("the discretisation window holds no probability mass; the mechanism parameters are degenerate")
+    kept = float(out.sum())
+    pmf = GridPMF(out / kept, float(e[0]), h, truncated=truncated)
+    # (kept: a sum of n positive terms; the division: u per entry; both only lower the mass claimed)
+    pmf.mass = min(kept / window * (1 - 16 * loss.cdf_rel_error - (e.size + 8) * 2 * _U), 1.0)
+    return pmf
+
+
+_U_STEP = 0.125  # width of the panels in log(distance) at a support end
+_REL_CAP = 1e-10  # a leaf mass's relative error above this is charged as total variation instead
+_REFINE_REL = 1e-13  # an interval whose rules disagree by more (relative) is integrated on finer panels
+_REFINE_MAX_PANELS = 1 << 21  # at most this many finer panels per refinement level (~0.1 GB, ~0.2 s)
+
+
+def _discrete_leaf(loss: DiscreteLoss, h: float, max_buckets: int, upper: bool) -> GridPMF:
+    v = np.asarray(loss.values, dtype=np.float64)
+    pr = np.asarray(loss.probs, dtype=np.float64)
+    lat = float(v[0])
+    span = (float(v[-1]) - lat) / h + 2
+    _check_size(span, h, lat, float(v[-1]), max_buckets)
+    t = (v - lat) / h
+    # grid index at or below each atom; an atom within rounding of a grid point counts as on it
+    # (moving mass up by |d| changes the curve by at most mass * |d|: charged)
+    j = np.floor(t + 8 * _U * (np.abs(t) + 1)).astype(np.int64)
+    d = v - (lat + j * h)
+    noise = np.minimum(d, 0.0)
+    d = np.maximum(d, 0.0)
+    tv_pos = float(np.sum(pr * -noise)) + 8 * _U * v.size
+    n = int(j[-1]) + 2
+    p = np.zeros(n)
+    if upper:
+        w = np.where(d > 0, np.minimum(1.0, -np.expm1(-np.maximum(d, 0.0)) / -math.expm1(-h) + 8 * _U), 0.0)
+        np.add.at(p, j, pr * (1 - w))
+        np.add.at(p, j + 1, pr * w)
+    else:
+        np.add.at(p, j, pr)
+    p /= p.sum()
+    pmf = GridPMF(p, lat, h, tv=tv_pos)
+    # (the products, the sums into each entry and the normalisation: relative rounding; the
+    # dominating leaf charges it as a factor, the dominated one lowers its mass by it)
+    r = (math.log2(n) + 8 + np.max(np.bincount(j, minlength=n))) * 2 * _U
+    if upper:
+        pmf.rel = r
+    else:
+        pmf.mass = 1.0 - r
+    return pmf

@@ -1,0 +1,161 @@
+"""The dominance certificate's re-discretisations: connect-the-dots onto a coarser lattice (dominating)
+and the balanced split (dominated), with the compiled balanced split's numpy reference
+(``docs/dominance.md``, facts 3-5)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import _kernels
+from ..discretize import GridPMF
+
+_dom = None  # the compiled balanced split (FASTPLD_PURE_PYTHON=1 or no build: the reference below)
+if _kernels._core is not None:
+    try:
+        from .. import _dominance as _dom  # type: ignore[no-redef]
+    except ImportError:  # pragma: no cover - depends on the build
+        _dom = None
+
+_U = np.finfo(np.float64).eps / 2  # unit roundoff
+
+_MARGIN = 1e-12  # relative margin of every balance against the rounding of its terms
+
+
+def _balanced_split(j, s, a, H, n, cell=4):
+    """Atoms of mass ``a`` at ``j H + s`` (``0 <= s < H``, sorted) onto the lattice points ``0..n-1``
+    (times ``H``), dominated; returns the masses per point (summing to at most ``a.sum()``).
+
+    The points are taken in increasing order.  Point ``g`` receives every atom left below it, then
+    atoms (or, for the last one, a fraction) of its interval ``[g H, (g + 1) H)`` until its
+    *balance* ``sum a (1 - e^(g H - y))`` over what it received is >= 0: the merged atom (a
+    post-processing of the pair, hence dominated) then has loss >= ``g H``, and it is moved down onto
+    the point keeping its mass under the second distribution (``A = e^(g H) B``, which only lowers
+    the curve).  Where the support is sparse (atoms further apart than ``H``), a cell takes atoms past
+    the next point; the points in between receive nothing.  Balances are made exactly zero (up to a relative margin against rounding), so no
+    mass is lost but at the ends of the support (a cell its interval cannot balance sends all but
+    the atoms on its point to the point below, where its balance is positive): the first cell also takes the lower half of its
+    interval (an atom on the midpoint half), whose positive balance is lost; starting the cells'
+    boundaries at the midpoints keeps them there (the boundaries' offsets follow a neutral
+    recursion, so a bad start would persist).  A cell that its interval cannot balance goes to the
+    point below, where its balance is positive.  ``cell`` bounds the atoms per cell for the rounding
+    of the sums (the result is lowered by it).
+    """
+    j = np.ascontiguousarray(j, dtype=np.int64)
+    s = np.ascontiguousarray(s, dtype=np.float64)
+    a = np.ascontiguousarray(a, dtype=np.float64)
+    out = (_dom.balanced_split(j, s, a, float(H), int(n), _MARGIN) if _dom is not None
+           else _balanced_split_py(j, s, a, float(H), int(n), _MARGIN))
+    return out * (1 - 8 * _U * (cell + 3))
+
+
+def _balanced_split_py(j, s, a, H, n, margin):
+    """Reference of the compiled kernel :func:`fastpld._dominance.balanced_split` (same operations)."""
+    out = np.zeros(n)
+    m = a.size
+    i = 0
+    r = 1.0
+    started = False
+    for g in range(n):
+        bal = neg = acc = acc0 = 0.0
+        first = not started
+        while i < m and j[i] < g:
+            x = (g - j[i]) * H - s[i]
+            c = r * a[i] * math.expm1(x)
+            bal -= c
+            neg += c
+            acc += r * a[i] * math.exp(x)
+            i += 1
+            r = 1.0
+        while i < m and j[i] >= g:
+            x = (j[i] - g) * H + s[i]  # y - point >= 0 (atoms past the next point: a sparse support)
+            if x == 0.0:
+                acc0 += r * a[i]
+                i += 1
+                r = 1.0
+                continue
+            need = margin * neg - bal
+            if need <= 0.0:
+                if first and x <= 0.5 * H * (1 + 1e-9):  # the first cell: the lower half of its interval
+                    f = r if x < 0.5 * H * (1 - 1e-9) else 0.5 * r  # (an atom on the midpoint: half)
+                    bal += f * a[i] * -math.expm1(-x)
+                    acc += f * a[i] * math.exp(-x)
+                    r -= f
+                    if r > 0.0:
+                        break
+                    i += 1
+                    r = 1.0
+                    continue
+                break
+            c = r * a[i] * -math.expm1(-x)
+            if c > need:
+                f = need / (a[i] * -math.expm1(-x))
+                acc += f * a[i] * math.exp(-x)
+                r -= f
+                bal += f * a[i] * -math.expm1(-x)
+                break
+            bal += c
+            acc += r * a[i] * math.exp(-x)
+            i += 1
+            r = 1.0
+        if acc + acc0 > 0.0:
+            started = True
+        if bal >= 0.5 * margin * neg:  # (the target was margin * neg: up to its rounding)
+            out[g] += acc + acc0
+        else:  # atoms on the point stay; the rest goes down (g > 0: the first cell has nothing below)
+            out[g] += acc0
+            out[g - 1] += acc * math.exp(-H)
+    return out
+
+
+def _split_prep(pmf: GridPMF, mesh: float):
+    p = np.asarray(pmf.probs, dtype=np.float64)
+    cast = _U if np.asarray(pmf.probs).dtype != np.float64 else 0.0  # (a long double node's cast: relative)
+    i = np.arange(p.size, dtype=np.float64)
+    t = (pmf.offset + pmf.mesh * i) / mesh
+    # absolute error of t: of the sum offset + mesh i (relative to its terms), of the division
+    slack = 8 * _U * ((abs(pmf.offset) + pmf.mesh * i) / mesh + np.abs(t) + 2)
+    return p, t, slack, cast
+
+
+def ctd_split(pmf: GridPMF, mesh: float, native: bool = False) -> GridPMF:
+    """Connect-the-dots re-discretisation onto the lattice ``mesh * Z`` (dominates ``pmf``)."""
+    p, t, slack, cast = _split_prep(pmf, mesh)
+    j = np.floor(t).astype(np.int64)
+    theta = np.clip(t - j, 0.0, 1.0)
+    den = -math.expm1(-mesh)
+    # share sent up, raised by its rounding and by the position error of t (pessimistic)
+    w = -np.expm1(-theta * mesh) / den
+    w = np.minimum(1.0, w + 8 * _U + slack * mesh / den)
+    j0 = int(j[0])
+    m = int(j[-1]) - j0 + 2
+    out = np.zeros(m)
+    np.add.at(out, j - j0, p * (1 - w))
+    np.add.at(out, j - j0 + 1, p * w)
+    ratio = mesh / pmf.mesh
+    res = GridPMF(out, j0 * mesh, mesh)
+    # every output entry is a sum of at most ratio + 2 positive products: relative rounding
+    res.rel = cast + 2 * (ratio + 3) * _U
+    return res
+
+
+def dominated_split(pmf: GridPMF, mesh: float, native: bool = False) -> GridPMF:
+    """Re-discretisation onto ``mesh * Z`` dominated by ``pmf`` (:func:`_balanced_split`)."""
+    p, t, slack, cast = _split_prep(pmf, mesh)
+    # atoms within rounding of a lattice point sit on it (moved up by at most slack * mesh: the
+    # curve moves by at most that mass times it, charged); the others at their exact offset, rounded down
+    r = np.rint(t)
+    on = np.abs(t - r) <= slack
+    tv = float(np.sum(p[on] * slack[on])) * mesh
+    t = np.where(on, r, t - slack)
+    j = np.floor(t).astype(np.int64)
+    s = np.where(on, 0.0, np.clip((t - j) * mesh, 0.0, mesh))
+    ratio = mesh / pmf.mesh
+    j0 = int(j[0])
+    m = int(j[-1]) - j0 + 2
+    out = _balanced_split(j - j0, s, p, mesh, m, cell=int(ratio) + 2)
+    total = float(out.sum())
+    res = GridPMF(out / total, j0 * mesh, mesh, tv=tv)
+    # (the output was lowered by its rounding; the sums, the cast and the division only lower the mass claimed)
+    res.mass = min(total / float(p.sum()) * (1 - 2 * cast - 2 * (out.size + p.size + 4) * _U), 1.0)
+    return res
