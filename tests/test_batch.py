@@ -252,6 +252,8 @@ def test_bad_arguments():
         batch.run({"ask": "epsilon"})
     with pytest.raises(ValueError, match="mp_context"):
         batch.run(QUESTIONS, mp_context="thread")
+    with pytest.raises(ValueError, match="mp_context"):
+        batch.run(QUESTIONS, mp_context=3)
     with pytest.raises(ValueError, match="not both"):
         batch.run(QUESTIONS, serial=True, client="tcp://127.0.0.1:1")
     assert batch.answer_many([], serial=True) == [] and batch.answer_many([], workers=1) == []
