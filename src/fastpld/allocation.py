@@ -168,8 +168,9 @@ def _conv(a: np.ndarray, b: np.ndarray, n_out: int, mode: str):
         nfft = sfft.next_fast_len(L, real=True)
         # in long double (x87 80-bit: u ~ 5.4e-20), so that the round-off charged below stays far
         # under the deltas asked for; the result is rounded to float64 (one more relative u)
-        ald, bld = a.astype(np.longdouble), b.astype(np.longdouble)
-        c = np.asarray(sfft.irfft(sfft.rfft(ald, nfft) * sfft.rfft(bld, nfft), nfft)[:L], dtype=np.float64)
+        fa = sfft.rfft(a.astype(np.longdouble), nfft)
+        fb = fa if b is a else sfft.rfft(b.astype(np.longdouble), nfft)  # (a square: one transform)
+        c = np.asarray(sfft.irfft(fa * fb, nfft)[:L], dtype=np.float64)
         # normwise error of FFT-based convolution: |fl(F x) - F x|_2 <= eta |F x|_2 with
         # eta = 12 u log2 N (the bound used for fastpld's FFT nodes), |F a|_inf <= |a|_1 <= 1; the
         # result's l2 error is then at most 3 (eta + 2u)(|a|_2 + |b|_2)(1 + eta sqrt(N)), and its l1
@@ -280,9 +281,9 @@ def _mesh(span: float, points: int) -> float:
 
 def _remove_loss(loss: PrivacyLoss, t: int, upper: bool, points: int) -> DiscreteLoss:
     """The remove loss ``log((L_A + R)/t)`` of one epoch (dominating if ``upper``, else dominated)."""
-    mean_b = 1.0 - 0.0  # E_B[L] <= 1
-    second = _moment(loss, 1.0, math.inf)  # E_A[L] = E_B[L^2]
-    var_b = second - 0.0 if math.isfinite(second) else None
+    mean_b = 1.0  # E_B[L] <= 1
+    second = _moment(loss, 1.0, math.inf)  # E_A[L] = E_B[L^2], a bound on the variance under B
+    var_b = second if math.isfinite(second) else None
     r_tail = lambda lam: float(_remove_cdf(loss, np.array([lam]))[0][0])  # noqa: E731
     w = 1.0 - loss.p_inf
     # B[L > lam] <= A[L > lam] / lam: the cap of one copy under B (for the upper bound the copies
@@ -293,44 +294,43 @@ def _remove_loss(loss: PrivacyLoss, t: int, upper: bool, points: int) -> Discret
     r_max = (t - 1) * mean_b + 12.0 * math.sqrt((t - 1) * var_b) + 30.0 * math.sqrt(var_b) + 1.0
     if upper:
         r_max = max(r_max, (t - 1) * mean_b + cap_b)
-    if True:
-        h = _mesh(r_max, points // 2)
-        n_r = int(math.ceil(r_max / h))
-        lam_fine = h * np.arange(n_r + 1, dtype=np.float64)
-        cap_a = _cap(lambda lam: w - r_tail(lam), lam_fine[-1], _TAIL)
-        geo = _geometric(lam_fine[-1], cap_a)
-        x = np.concatenate([lam_fine, geo])
-        g_lo, g_hi = _remove_cdf(loss, x)
-        if upper:
-            a, a_inf = _round_up(g_lo, w)  # A': masses at x (x_0 = 0 gets none), the rest at +inf
-            a[0] = 0.0
-            # B': the canonical pair's B, a / x at x, the rest at 0 (a valid pair: E_A'[1/L] <= E_A[1/L] <= 1)
-            bq = np.zeros_like(a)
-            bq[1:] = a[1:] / x[1:]
-            b_fine = bq[: n_r + 1].copy()
-            b_fine[0] = max(0.0, 1.0 - math.fsum(bq) * (1 + 4 * _U))  # (each a / x within u)
-            # (B' beyond the lattice: R = +inf, charged below as missing mass)
-            b_fine = _trim(b_fine, "drop")
-            b_err = 1e-14
-        else:
-            gh_next = np.concatenate([g_hi[1:], [w]])
-            a = _round_down(gh_next, w)  # A rounded down; beyond the last point capped to it
-            a_inf = float(loss.p_inf)
-            # a stochastically smaller law of L under B: a lower bound of each bucket's A-mass over its
-            # upper end, placed at its lower end; the rest at 0
-            bucket = np.maximum(g_lo[1:] - g_hi[:-1], 0.0)
-            bl = bucket / x[1:]
-            b_fine = np.zeros(n_r + 1)
-            fine_b = bl[:n_r]  # buckets (x_(k-1), x_k], k = 1..n_r, to x_(k-1)
-            b_fine[:n_r] += fine_b
-            b_fine[n_r] += float(bl[n_r:].sum())  # coarse buckets capped down to the lattice's end
-            b_fine[0] += max(0.0, 1.0 - math.fsum(b_fine) * (1 + 4 * _U))
-            b_fine = _trim(b_fine, "clamp")
-            b_err = 1e-14
-        mode = "drop" if upper else "clamp"
-        r, r_err = _power(b_fine, t - 1, n_r, mode, b_err)
-        r_err += 1e-14 * t
-        r_total = float(r.sum())
+    h = _mesh(r_max, points // 2 - 1)
+    n_r = int(math.ceil(r_max / h))
+    lam_fine = h * np.arange(n_r + 1, dtype=np.float64)
+    cap_a = _cap(lambda lam: w - r_tail(lam), lam_fine[-1], _TAIL)
+    geo = _geometric(lam_fine[-1], cap_a)
+    x = np.concatenate([lam_fine, geo])
+    g_lo, g_hi = _remove_cdf(loss, x)
+    if upper:
+        a, a_inf = _round_up(g_lo, w)  # A': masses at x (x_0 = 0 gets none), the rest at +inf
+        a[0] = 0.0
+        # B': the canonical pair's B, a / x at x, the rest at 0 (a valid pair: E_A'[1/L] <= E_A[1/L] <= 1)
+        bq = np.zeros_like(a)
+        bq[1:] = a[1:] / x[1:]
+        b_fine = bq[: n_r + 1].copy()
+        b_fine[0] = max(0.0, 1.0 - math.fsum(bq) * (1 + 4 * _U))  # (each a / x within u)
+        # (B' beyond the lattice: R = +inf, charged below as missing mass)
+        b_fine = _trim(b_fine, "drop")
+        b_err = 1e-14  # (l1 error of these masses: each within a few u, their sum exact to u)
+    else:
+        gh_next = np.concatenate([g_hi[1:], [w]])
+        a = _round_down(gh_next, w)  # A rounded down; beyond the last point capped to it
+        a_inf = float(loss.p_inf)
+        # a stochastically smaller law of L under B: a lower bound of each bucket's A-mass over its
+        # upper end, placed at its lower end; the rest at 0
+        bucket = np.maximum(g_lo[1:] - g_hi[:-1], 0.0)
+        bl = bucket / x[1:]
+        b_fine = np.zeros(n_r + 1)
+        fine_b = bl[:n_r]  # buckets (x_(k-1), x_k], k = 1..n_r, to x_(k-1)
+        b_fine[:n_r] += fine_b
+        b_fine[n_r] += float(bl[n_r:].sum())  # coarse buckets capped down to the lattice's end
+        b_fine[0] += max(0.0, 1.0 - math.fsum(b_fine) * (1 + 4 * _U))
+        b_fine = _trim(b_fine, "clamp")
+        b_err = 1e-14  # (as above)
+    mode = "drop" if upper else "clamp"
+    r, r_err = _power(b_fine, t - 1, n_r, mode, b_err)
+    r_err += 1e-14 * t
+    r_total = float(r.sum())
     a_fine = a[: n_r + 1]
     a_geo = a[n_r + 1:]
     n_s = 2 * n_r
@@ -393,7 +393,7 @@ def _add_loss(loss: PrivacyLoss, t: int, upper: bool, points: int) -> DiscreteLo
     else:
         # capping S' at s_max only raises the losses below -log(s_max / t) (< 0)
         s_max = min(s_max, max(cap, t + 1.0))
-    h = _mesh(s_max, points)
+    h = _mesh(s_max, points - 1)
     n_s = int(math.ceil(s_max / h))
     lam = h * np.arange(n_s + 1, dtype=np.float64)
     g_lo, g_hi = _add_cdf(loss, lam)
