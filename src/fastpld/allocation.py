@@ -49,7 +49,10 @@ _NEIGHBOURING = ("add_or_remove", "remove", "add")
 _BOUNDS = ("upper", "lower")
 # lattice points of the sum (the mesh is the sum's range over this); at most _MAX_POINTS
 _POINTS = 1 << 20
-_MAX_POINTS = 1 << 22
+_MAX_POINTS = 1 << 21
+# a mesh above _FINE_MESH takes _MAX_POINTS; above _MAX_MESH the answer would be too loose: refused
+_FINE_MESH = 0.02
+_MAX_MESH = 0.25
 # probability left beyond the caps of one copy (charged: +inf for upper bounds)
 _TAIL = 1e-17
 # mesh of the geometric grid of the remove loss's heavy coordinate beyond the lattice
@@ -273,10 +276,21 @@ def _geometric(lo: float, hi: float) -> np.ndarray:
     return lo * _GEO_RATIO ** np.arange(1, n + 1)
 
 
-def _mesh(span: float, points: int) -> float:
+def _mesh(span: float, points: int) -> tuple[float, int]:
+    """``(mesh, points)`` for a lattice over ``[0, span]``: finer (up to :data:`_MAX_POINTS`) when coarse,
+    refused when the mesh would exceed :data:`_MAX_MESH` (the sums' scale is ``E[L] <= 1`` per copy)."""
     if not (math.isfinite(span) and span > 0):
         raise ValueError(f"random allocation: the base privacy loss has no finite range (got {span!r})")
-    return span / points
+    if span / points > _FINE_MESH and 2 * (points + 1) <= _MAX_POINTS:
+        points = 2 * (points + 1) - 1  # (twice the entries; FFT-friendly lengths kept)
+    h = span / points
+    if not h <= _MAX_MESH:
+        raise ValueError(
+            f"mechanism: random allocation of this base needs a lattice of mesh {h:.4g} (> {_MAX_MESH}) for the "
+            f"sums of likelihood ratios over [0, {span:.4g}]: the base's privacy loss has too heavy a tail (e.g. "
+            "too little noise for its sensitivity, or a pure-DP epsilon far above 1) for a certified answer that "
+            "is not vacuous; a PoissonSubsampled base at rate 1/num_steps is not a bound for it either")
+    return h, points
 
 
 def _remove_loss(loss: PrivacyLoss, t: int, upper: bool, points: int) -> DiscreteLoss:
@@ -294,7 +308,7 @@ def _remove_loss(loss: PrivacyLoss, t: int, upper: bool, points: int) -> Discret
     r_max = (t - 1) * mean_b + 12.0 * math.sqrt((t - 1) * var_b) + 30.0 * math.sqrt(var_b) + 1.0
     if upper:
         r_max = max(r_max, (t - 1) * mean_b + cap_b)
-    h = _mesh(r_max, points // 2 - 1)
+    h, _ = _mesh(r_max, points // 2 - 1)
     n_r = int(math.ceil(r_max / h))
     lam_fine = h * np.arange(n_r + 1, dtype=np.float64)
     cap_a = _cap(lambda lam: w - r_tail(lam), lam_fine[-1], _TAIL)
@@ -393,7 +407,7 @@ def _add_loss(loss: PrivacyLoss, t: int, upper: bool, points: int) -> DiscreteLo
     else:
         # capping S' at s_max only raises the losses below -log(s_max / t) (< 0)
         s_max = min(s_max, max(cap, t + 1.0))
-    h = _mesh(s_max, points - 1)
+    h, _ = _mesh(s_max, points - 1)
     n_s = int(math.ceil(s_max / h))
     lam = h * np.arange(n_s + 1, dtype=np.float64)
     g_lo, g_hi = _add_cdf(loss, lam)
@@ -421,6 +435,94 @@ def _add_loss(loss: PrivacyLoss, t: int, upper: bool, points: int) -> DiscreteLo
     out = _allocation_loss(vals, s[1:], p_inf, h, True)
     out.lower_slack = missing
     return out
+
+
+_MAX_COMBOS = 2_000_000
+
+
+def _count_vectors(n: int, m: int) -> np.ndarray | None:
+    """All vectors of ``m`` non-negative integers summing to ``n`` (``None`` if more than :data:`_MAX_COMBOS`)."""
+    if math.comb(n + m - 1, m - 1) > _MAX_COMBOS:
+        return None
+    rows = np.zeros((1, 0), dtype=np.int64)
+    left = np.array([n], dtype=np.int64)
+    for _ in range(m - 1):
+        reps = left + 1
+        idx = np.repeat(np.arange(rows.shape[0]), reps)
+        c = np.concatenate([np.arange(r) for r in reps]) if reps.size else np.zeros(0, dtype=np.int64)
+        rows = np.column_stack([rows[idx], c])
+        left = left[idx] - c
+    return np.column_stack([rows, left])
+
+
+def _multinomial(n: int, log_w: np.ndarray):
+    """``(counts, log pmf)`` of the multinomial law of ``n`` draws with log-probabilities ``log_w``."""
+    counts = _count_vectors(n, log_w.size)
+    if counts is None:
+        return None, None, None
+    with np.errstate(invalid="ignore"):
+        terms = np.where(counts > 0, counts * log_w[None, :], 0.0)
+    g = special.gammaln(counts + 1)
+    lp = special.gammaln(n + 1) - g.sum(axis=1) + terms.sum(axis=1)
+    # absolute error of each log pmf: the terms' roundings (a few u of their magnitudes), and the
+    # weights' own (each log w within ~4 u (m + 1) of the exact, times n draws)
+    err = 8 * _U * (special.gammaln(n + 1) + g.sum(axis=1) + np.abs(terms).sum(axis=1)) + 4 * _U * (log_w.size + 1) * n
+    return counts, lp, err
+
+
+def _exact_discrete(rem: DiscreteLoss, add: DiscreteLoss, t: int, upper: bool):
+    """Exact epoch losses for a discrete base with few atoms (multinomial enumeration), or ``None``.
+
+    Remove: ``log((L_A + R)/t)``, ``R`` a sum of ``t - 1`` draws of ``L`` under the canonical ``B`` of the
+    remove loss; add: ``-log(S'/t)``, ``S'`` a sum of ``t`` draws of ``e^(-Y_add)``.  The masses' rounding
+    is charged: scaled down by ``1 - 1e-11``, the rest at ``+inf`` (upper) or at the lowest value (lower).
+    """
+    out = {}
+    # remove: canonical pair
+    w = 1.0 - rem.p_inf
+    lam_a = np.exp(rem.values)
+    log_b = np.log(rem.probs) + math.log(w) - rem.values
+    b_zero = max(0.0, 1.0 - float(np.exp(special.logsumexp(log_b))))
+    lam_b = lam_a
+    if b_zero > 1e-15:
+        lam_b = np.concatenate([lam_b, [0.0]])
+        log_b = np.concatenate([log_b, [math.log(b_zero)]])
+    log_b = log_b - special.logsumexp(log_b)  # (renormalised: the charge below covers it)
+    counts, lp, err = _multinomial(t - 1, log_b)
+    if counts is None or counts.shape[0] * rem.values.size > _MAX_COMBOS:
+        return None
+    r = counts @ lam_b
+    s_vals = np.add.outer(lam_a, r).ravel()
+    s_mass = np.exp(np.add.outer(np.log(rem.probs) + math.log(w), lp)).ravel()
+    rel = np.add.outer(np.full(rem.values.size, 8 * _U), err).ravel()
+    out["remove"] = _exact_loss(np.log(s_vals / t), s_mass, rel, rem.p_inf, upper)
+    # add: sums of t copies of e^(-Y)
+    lam = np.exp(-add.values)
+    log_q = np.log(add.probs) + math.log1p(-add.p_inf)
+    if add.p_inf > 0:
+        lam = np.concatenate([lam, [0.0]])
+        log_q = np.concatenate([log_q, [math.log(add.p_inf)]])
+    counts, lp, err = _multinomial(t, log_q)
+    if counts is None:
+        return None
+    sv = counts @ lam
+    zero = sv <= 0  # S' = 0: loss +inf
+    p_inf = float(np.exp(lp[zero] + err[zero]).sum()) if upper else float(np.exp(lp[zero] - err[zero]).sum())
+    with np.errstate(divide="ignore"):
+        out["add"] = _exact_loss(-np.log(sv[~zero] / t), np.exp(lp[~zero]), err[~zero], p_inf, upper)
+    return out
+
+
+def _exact_loss(values, masses, rel, p_inf, upper):
+    # each mass lowered by its error bound (e^-err); what is missing goes to +inf (upper) or to the lowest
+    # value (lower; the enumeration's lowest value is the true lowest)
+    masses = masses * np.exp(-(np.asarray(rel) + 4 * _U))
+    if upper:
+        return _allocation_loss(values, masses, max(p_inf, 1.0 - float(masses.sum()) - 0.0), 0.0, False)
+    lowest = int(np.argmin(values))
+    masses = masses.copy()
+    masses[lowest] += max(0.0, 1.0 - p_inf - float(masses.sum()))
+    return _allocation_loss(values, masses, p_inf, 0.0, True)
 
 
 class AllocationLoss(_ManyAtomLoss):
@@ -452,7 +554,9 @@ class AllocationLoss(_ManyAtomLoss):
 def _snap(values, masses, dominated):
     """Values moved onto multiples of :data:`_VALUE_MESH`: up for a dominating loss, down for a dominated one
     (monotone coupling: the curve only rises, resp. falls), atoms on the same point merged."""
-    q = values / _VALUE_MESH
+    # (values computed in floating point are moved by their rounding bound first, in the same direction)
+    slack = 16 * _U * (np.abs(values) + 1.0)
+    q = (values - slack if dominated else values + slack) / _VALUE_MESH
     k = np.floor(q) if dominated else np.ceil(q)
     v = k * _VALUE_MESH
     # (the products are rounded: one more step where they landed on the wrong side)
@@ -551,6 +655,10 @@ class RandomAllocation(Mechanism):
     def _losses(self, upper: bool):
         base = self.mechanism.privacy_losses()
         t = self.num_steps
+        if isinstance(base["remove"], DiscreteLoss) and isinstance(base["add"], DiscreteLoss):
+            exact = _exact_discrete(base["remove"], base["add"], t, upper)
+            if exact is not None:
+                return exact
         rem = _remove_loss(base["remove"], t, upper, _POINTS)
         add = _add_loss(base["add"], t, upper, _POINTS)
         return {"remove": rem, "add": add}
