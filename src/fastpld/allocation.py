@@ -475,7 +475,8 @@ def _exact_discrete(rem: DiscreteLoss, add: DiscreteLoss, t: int, upper: bool):
 
     Remove: ``log((L_A + R)/t)``, ``R`` a sum of ``t - 1`` draws of ``L`` under the canonical ``B`` of the
     remove loss; add: ``-log(S'/t)``, ``S'`` a sum of ``t`` draws of ``e^(-Y_add)``.  The masses' rounding
-    is charged: scaled down by ``1 - 1e-11``, the rest at ``+inf`` (upper) or at the lowest value (lower).
+    is charged: each mass lowered by its error bound, the rest at ``+inf`` (upper) or at the lowest value
+    (lower).  The values are rounded in the certified direction by :func:`_snap`.
     """
     out = {}
     # remove: canonical pair
