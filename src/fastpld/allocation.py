@@ -52,6 +52,8 @@ _POINTS = 1 << 20
 _MAX_POINTS = 1 << 21
 # a mesh above _FINE_MESH takes _MAX_POINTS; above _MAX_MESH the answer would be too loose: refused
 _FINE_MESH = 0.02
+# (the dominated losses' bias is first order in the mesh, the dominating ones' mostly 1/t of it)
+_FINE_MESH_LOWER = 0.002
 _MAX_MESH = 0.25
 # probability left beyond the caps of one copy (charged: +inf for upper bounds)
 _TAIL = 1e-17
@@ -276,12 +278,12 @@ def _geometric(lo: float, hi: float) -> np.ndarray:
     return lo * _GEO_RATIO ** np.arange(1, n + 1)
 
 
-def _mesh(span: float, points: int) -> tuple[float, int]:
+def _mesh(span: float, points: int, fine: float | None = None) -> tuple[float, int]:
     """``(mesh, points)`` for a lattice over ``[0, span]``: finer (up to :data:`_MAX_POINTS`) when coarse,
     refused when the mesh would exceed :data:`_MAX_MESH` (the sums' scale is ``E[L] <= 1`` per copy)."""
     if not (math.isfinite(span) and span > 0):
         raise ValueError(f"random allocation: the base privacy loss has no finite range (got {span!r})")
-    if span / points > _FINE_MESH and 2 * (points + 1) <= _MAX_POINTS:
+    if span / points > (_FINE_MESH if fine is None else fine) and 2 * (points + 1) <= _MAX_POINTS:
         points = 2 * (points + 1) - 1  # (twice the entries; FFT-friendly lengths kept)
     h = span / points
     if not h <= _MAX_MESH:
@@ -308,7 +310,7 @@ def _remove_loss(loss: PrivacyLoss, t: int, upper: bool, points: int) -> Discret
     r_max = (t - 1) * mean_b + 12.0 * math.sqrt((t - 1) * var_b) + 30.0 * math.sqrt(var_b) + 1.0
     if upper:
         r_max = max(r_max, (t - 1) * mean_b + cap_b)
-    h, _ = _mesh(r_max, points // 2 - 1)
+    h, _ = _mesh(r_max, points // 2 - 1, _FINE_MESH if upper else _FINE_MESH_LOWER)
     n_r = int(math.ceil(r_max / h))
     lam_fine = h * np.arange(n_r + 1, dtype=np.float64)
     cap_a = _cap(lambda lam: w - r_tail(lam), lam_fine[-1], _TAIL)
@@ -407,7 +409,7 @@ def _add_loss(loss: PrivacyLoss, t: int, upper: bool, points: int) -> DiscreteLo
     else:
         # capping S' at s_max only raises the losses below -log(s_max / t) (< 0)
         s_max = min(s_max, max(cap, t + 1.0))
-    h, _ = _mesh(s_max, points - 1)
+    h, _ = _mesh(s_max, points - 1, _FINE_MESH if upper else _FINE_MESH_LOWER)
     n_s = int(math.ceil(s_max / h))
     lam = h * np.arange(n_s + 1, dtype=np.float64)
     g_lo, g_hi = _add_cdf(loss, lam)
