@@ -1,7 +1,8 @@
 """Random allocation (balls-in-bins): time and epsilon for t steps per epoch, 10 epochs.
 
 fastpld: ``compose(RandomAllocation(Gaussian(sigma), t), epochs)`` -- the certified upper bound with
-the default (coupling) method, and both certified bounds with ``method="dominance"``; times from
+the default (coupling) method, both certified bounds with ``method="dominance"``, and the certified
+lower bound of the dominated losses (``bound="lower"``, default method); times from
 scratch (loss and answer caches cleared), median of ``--repeat`` runs.  Peer, side by side: the
 ``PLD_accounting`` package (Feldman and Shenfeld's PLD accountant for random allocation), its
 ``gaussian_allocation_epsilon_range`` (one run: it is the slowest; by default only at t = 100: at
@@ -53,6 +54,9 @@ def main():
                                                             delta_error=DELTA_ERROR).epsilon(DELTA),
             "fastpld both (dominance)": lambda: fastpld.compose(mech, EPOCHS, method="dominance", eps_error=EPS_ERROR,
                                                                 delta_error=DELTA_ERROR).epsilon(DELTA),
+            "fastpld lower (bound='lower')": lambda: fastpld.compose(
+                fastpld.RandomAllocation(fastpld.Gaussian(SIGMA), t, bound="lower"), EPOCHS, eps_error=EPS_ERROR,
+                delta_error=DELTA_ERROR).epsilon(DELTA),
             "Poisson q = 1/t, fastpld upper": lambda: fastpld.compose(
                 fastpld.PoissonSubsampledGaussian(SIGMA, 1.0 / t), EPOCHS * t, eps_error=EPS_ERROR,
                 delta_error=DELTA_ERROR).epsilon(DELTA),
