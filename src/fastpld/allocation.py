@@ -63,6 +63,9 @@ _GEO_RATIO = 1.0 + 2.0 ** -9
 _R_LEVELS = 64
 # mesh of the epoch loss's values (rounded onto it, in the certified direction): fewer atoms
 _VALUE_MESH = 2.0 ** -13
+# probability of each far tail of an epoch loss merged into one atom (or, upper tail of a dominating
+# loss, sent to +inf)
+_TAIL_MERGE = 1e-20
 # largest number of steps per epoch
 _MAX_STEPS = 10 ** 6
 
@@ -571,11 +574,38 @@ def _snap(values, masses, dominated):
     return (idx + k0) * _VALUE_MESH, w[idx]
 
 
+def _merge_tails(values, masses, dominated):
+    """Atoms in the far tails (at most :data:`_TAIL_MERGE` of probability each side) merged, in the
+    certified direction: for a dominating loss the low tail into the first atom above it and the high
+    tail to ``+inf`` (returned as extra mass at infinity); for a dominated loss the high tail into the
+    last atom below it and the low tail into the lowest atom.  Fewer atoms: the discretisations of
+    :mod:`fastpld.compose` charge round-off per atom."""
+    n = values.size
+    if n < 3:
+        return values, masses, 0.0
+    lo = int(np.searchsorted(np.cumsum(masses), _TAIL_MERGE, side="right"))  # atoms [0, lo) hold <= tail
+    hi = n - int(np.searchsorted(np.cumsum(masses[::-1]), _TAIL_MERGE, side="right"))  # [hi, n) too
+    lo, hi = min(lo, n - 1), max(hi, 1)
+    if lo >= hi:
+        return values, masses, 0.0
+    v, m = values[lo:hi].copy(), masses[lo:hi].copy()
+    low, high = float(masses[:lo].sum()), float(masses[hi:].sum())
+    if dominated:
+        m[-1] += high
+        if lo > 0:
+            return np.concatenate([values[:1], v]), np.concatenate([[low], m]), 0.0
+        return v, m, 0.0
+    m[0] += low
+    return v, m, high
+
+
 def _allocation_loss(values, masses, p_inf, h, dominated):
     masses = np.maximum(np.asarray(masses, dtype=np.float64), 0.0)
     keep = masses > 0
     values, masses = np.asarray(values, dtype=np.float64)[keep], masses[keep]
     values, masses = _snap(values, masses, dominated)
+    values, masses, extra_inf = _merge_tails(values, masses, dominated)
+    p_inf = p_inf + extra_inf
     total = float(masses.sum())
     if not total > 0:
         raise ValueError("random allocation: the epoch's privacy loss has no finite part")
