@@ -7,12 +7,16 @@ epoch), delta = 1e-5, 1 to 100 epochs.  Samplers (fastpld):
 * fixed-size batches, replace-one: ``SubsampledWithoutReplacement(Gaussian(1), 256, 60000)``;
 * fixed-size batches, add/remove: ``..., neighboring="add_or_remove"``;
 * truncated Poisson, cap 384 (mean 256 + 8 standard deviations) and cap 290 (+2.1 sd, truncated in
-  2% of the steps): ``TruncatedPoissonSubsampled``.
+  2% of the steps): ``TruncatedPoissonSubsampled``;
+* random allocation (balls-in-bins: each record in one of the 234 steps of an epoch):
+  ``RandomAllocation(Gaussian(1), 234)``, one mechanism per epoch.
 
 Peers, side by side in one run: dp_accounting's PLD accountant (Poisson; truncated Poisson, its
 own bound of arXiv 2508.15089) and RDP accountant (Poisson; without replacement, replace-one:
 Wang, Balle, Kasiviswanathan 2019, which takes the noise relative to the replace-one sensitivity,
-so it is run at noise 0.5 to describe the same mechanism as fastpld's shift-2 base at noise 1).
+so it is run at noise 0.5 to describe the same mechanism as fastpld's shift-2 base at noise 1), and
+the ``PLD_accounting`` package (Feldman and Shenfeld; random allocation, its upper bound, up to 10
+epochs: one run each).
 fastpld reports its certified upper bound (eps_error 0.01, delta_error 1e-10); times are medians
 of ``--repeat`` runs from scratch (fastpld's loss cache cleared).  Then the noise multiplier each
 sampler needs for epsilon 3 at delta 1e-5 after 10 epochs (``find_noise_multiplier(sampler=)``).
@@ -48,6 +52,10 @@ SAMPLERS = {
     f"truncated Poisson (cap {CAP_TIGHT})": lambda s: fastpld.TruncatedPoissonSubsampled(fastpld.Gaussian(s), Q, N,
                                                                                          CAP_TIGHT),
 }
+# one mechanism per epoch: composed `epochs` times
+EPOCH_SAMPLERS = {
+    "random allocation (balls-in-bins)": lambda s: fastpld.RandomAllocation(fastpld.Gaussian(s), STEPS_PER_EPOCH),
+}
 
 
 def _timed(fn, repeat):
@@ -63,6 +71,11 @@ def _timed(fn, repeat):
 def _fastpld(name, steps):
     mech = SAMPLERS[name](SIGMA)
     return fastpld.compose(mech, steps, eps_error=EPS_ERROR, delta_error=DELTA_ERROR).epsilon(DELTA).upper
+
+
+def _fastpld_epochs(name, epochs):
+    mech = EPOCH_SAMPLERS[name](SIGMA)
+    return fastpld.compose(mech, epochs, eps_error=EPS_ERROR, delta_error=DELTA_ERROR).epsilon(DELTA).upper
 
 
 def _peers(steps):
@@ -95,6 +108,14 @@ def _peers(steps):
     for cap in (CAP, CAP_TIGHT):
         out[(f"truncated Poisson (cap {cap})", "dp_accounting PLD")] = lambda cap=cap: pld(
             dpa.TruncatedSubsampledGaussianDpEvent(N, Q, cap, SIGMA))
+    try:  # Feldman and Shenfeld's PLD accountant for random allocation (its certified upper bound)
+        import PLD_accounting as pa
+    except ImportError:  # pragma: no cover
+        return out
+    epochs = steps // STEPS_PER_EPOCH
+    if epochs <= 10:  # (minutes per run beyond)
+        out[("random allocation (balls-in-bins)", "PLD_accounting")] = lambda: pa.gaussian_allocation_epsilon_range(
+            delta=DELTA, sigma=SIGMA, num_steps=STEPS_PER_EPOCH, num_selected=1, num_epochs=epochs)[0]
     return out
 
 
@@ -116,9 +137,14 @@ def main():
             rows.append({"epochs": e, "steps": steps, "sampler": name, "accountant": "fastpld (certified upper)",
                          "epsilon": eps, "time": t})
             print(f"{e:4d} epochs  {name:30s} fastpld  eps={eps:9.4f}  {t * 1e3:9.1f} ms", flush=True)
+        for name in EPOCH_SAMPLERS:
+            eps, t = _timed(lambda: _fastpld_epochs(name, e), repeat)
+            rows.append({"epochs": e, "steps": steps, "sampler": name, "accountant": "fastpld (certified upper)",
+                         "epsilon": eps, "time": t})
+            print(f"{e:4d} epochs  {name:30s} fastpld  eps={eps:9.4f}  {t * 1e3:9.1f} ms", flush=True)
         for (name, peer), fn in _peers(steps).items():
             # dp_accounting's PLD at 100 epochs takes minutes per run: one run each
-            eps, t = _timed(fn, 1 if "PLD" in peer else repeat)
+            eps, t = _timed(fn, 1 if "PLD" in peer else repeat)  # (PLD_accounting too: one run)
             rows.append({"epochs": e, "steps": steps, "sampler": name, "accountant": peer, "epsilon": eps,
                          "time": t})
             print(f"{e:4d} epochs  {name:30s} {peer:32s} eps={eps:9.4f}  {t * 1e3:9.1f} ms", flush=True)
@@ -128,6 +154,12 @@ def main():
         for name, make in SAMPLERS.items():
             t0 = time.perf_counter()
             s = fastpld.find_noise_multiplier(3.0, DELTA, Q, steps, sampler=lambda s, q, make=make: make(s))
+            t = time.perf_counter() - t0
+            noise.append({"sampler": name, "epochs": 10, "sigma": s, "time": t})
+            print(f"noise for eps 3 after 10 epochs  {name:30s} sigma={s:.4f}  ({t:.1f} s)", flush=True)
+        for name, make in EPOCH_SAMPLERS.items():  # one mechanism per epoch: 10 of them
+            t0 = time.perf_counter()
+            s = fastpld.find_noise_multiplier(3.0, DELTA, Q, 10, sampler=lambda s, q, make=make: make(s))
             t = time.perf_counter() - t0
             noise.append({"sampler": name, "epochs": 10, "sigma": s, "time": t})
             print(f"noise for eps 3 after 10 epochs  {name:30s} sigma={s:.4f}  ({t:.1f} s)", flush=True)

@@ -31,6 +31,7 @@ from .mechanisms import (
     RandomizedResponse,
 )
 from .samplers import PoissonSubsampled, SubsampledWithoutReplacement, TruncatedPoissonSubsampled
+from .allocation import RandomAllocation
 
 __version__ = "0.1.0"
 
@@ -58,6 +59,7 @@ __all__ = [
     "CustomCDF",
     "CustomPMF",
     "PoissonSubsampled",
+    "RandomAllocation",
     "SubsampledWithoutReplacement",
     "TruncatedPoissonSubsampled",
     "set_backend",

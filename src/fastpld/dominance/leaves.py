@@ -284,6 +284,8 @@ def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, nati
     lattice by :func:`_balanced_split`.  The PMF is normalised for the FFTs; ``mass`` (<= 1) is the
     fraction of the window's mass it kept.
     """
+    # a loss computed as a dominating bound may carry a dominated one (fastpld.allocation)
+    loss = getattr(loss, "dominated_loss", None) or loss
     if isinstance(loss, DiscreteLoss):
         return _discrete_leaf(loss, h, max_buckets, upper=False)
     e, atoms, truncated, (starts, sizes), (a5, a_err, _, _, b5, b_err) = _leaf_data(loss, h, tail, max_buckets,

@@ -1,0 +1,715 @@
+"""Random allocation (balls-in-bins): each record takes part in exactly one of ``num_steps`` steps.
+
+One epoch of ``num_steps`` steps of a base mechanism, in which every record is used in exactly one
+step chosen uniformly at random (independently across records), is one :class:`RandomAllocation`
+mechanism; epochs compose with ``count`` and with everything else.  The pair that is certified and
+why it dominates the epoch are in ``docs/samplers.md`` (section "Random allocation").
+
+Sketch.  Let ``(A, B)`` be the base's dominating pair for the remove direction (``A`` with the
+record), ``L = dA/dB``.  One epoch is dominated, in the remove direction, by ``P = (1/t) sum_i
+(A at step i, B elsewhere)`` against ``Q = B^t`` and, in the add direction, by ``(Q, P)`` built from
+the base's add pair (Feldman and Shenfeld 2025; Chua et al. 2025 for the Gaussian).  With
+``S = sum_i L(x_i)``, ``dP/dQ = S/t``; under ``P`` the law of ``S`` is that of ``L_A + R`` with
+``L_A`` drawn under ``A`` and ``R`` the sum of ``t - 1`` independent copies of ``L`` under ``B``.
+So the remove loss is ``log((L_A + R)/t)`` and the add loss ``-log(S'/t)`` with ``S'`` a sum of
+``t`` copies of ``e^(-Y_add)`` (the base's add loss).  The laws of these sums are computed on a
+linear lattice with every rounding in one direction:
+
+* ``bound="upper"``: a *dominating* loss.  Remove: the base pair is replaced by the canonical pair
+  of its loss rounded up onto the lattice (a dominating pair of the base), whose random allocation
+  dominates the base's (post-processing by the product kernel); the remaining truncations only move
+  mass up (to ``+inf``).  Add: every copy of ``e^(-Y_add)`` rounded down (the loss only grows).
+* ``bound="lower"``: a *dominated* loss (every value only lower).  Remove: ``L_A`` rounded down and
+  each copy of ``L`` under ``B`` replaced by a stochastically smaller law; add: copies rounded up.
+
+The FFT round-off of the lattice convolutions is bounded (normwise FFT error, propagated through the
+powers) and charged by moving that much probability to ``+inf`` (upper) or to the lowest value
+(lower): the result stays stochastically above (below) the exact law of the rounded sums.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _validation as V
+from ._lazy import lazy_module
+from .mechanisms import ContinuousLoss, DiscreteLoss, Mechanism, PrivacyLoss, _cached
+from .samplers import _ManyAtomLoss, _check_mechanism, _check_neighboring, _select
+
+sfft = lazy_module("scipy.fft")
+special = lazy_module("scipy.special")
+
+__all__ = ["RandomAllocation"]
+
+_U = np.finfo(np.float64).eps / 2
+_ULD = max(float(np.finfo(np.longdouble).eps) / 2, 0.0)
+_NEIGHBOURING = ("add_or_remove", "remove", "add")
+_BOUNDS = ("upper", "lower")
+# lattice points of the sum (the mesh is the sum's range over this); at most _MAX_POINTS
+_POINTS = 1 << 20
+_MAX_POINTS = 1 << 21
+# a mesh above _FINE_MESH takes _MAX_POINTS; above _MAX_MESH the answer would be too loose: refused
+_FINE_MESH = 0.02
+# (the dominated losses' bias is first order in the mesh, the dominating ones' mostly 1/t of it)
+_FINE_MESH_LOWER = 0.002
+_MAX_MESH = 0.25
+# probability left beyond the caps of one copy (charged: +inf for upper bounds)
+_TAIL = 1e-17
+# mesh of the geometric grid of the remove loss's heavy coordinate beyond the lattice
+_GEO_RATIO = 1.0 + 2.0 ** -9
+# levels of the coarsened law of R used with that heavy coordinate
+_R_LEVELS = 64
+# mesh of the epoch loss's values (rounded onto it, in the certified direction): fewer atoms
+_VALUE_MESH = 2.0 ** -13
+# probability of each far tail of an epoch loss merged into one atom (or, upper tail of a dominating
+# loss, sent to +inf)
+_TAIL_MERGE = 1e-20
+# largest number of steps per epoch
+_MAX_STEPS = 10 ** 6
+
+
+# --------------------------------------------------------------------------------------
+# Certified CDF bounds of a base loss
+# --------------------------------------------------------------------------------------
+def _pos_err(loss: PrivacyLoss, y: np.ndarray) -> np.ndarray:
+    """Bound on the position error of evaluating ``loss``'s CDF at the rounded ``y``."""
+    ay = np.abs(np.where(np.isfinite(y), y, 0.0))
+    shift = loss.cdf_shift(float(ay.max()) if ay.size else 0.0) if isinstance(loss, ContinuousLoss) else 0.0
+    return 8 * _U * (ay + 1.0) + shift
+
+
+def _cdf_bounds(loss: PrivacyLoss, y: np.ndarray):
+    """``(lo, hi)`` with ``lo <= Pr[Y <= y] <= hi`` (finite part of ``Y``, conditioned on finite)."""
+    y = np.asarray(y, dtype=np.float64)
+    d = _pos_err(loss, y)
+    if isinstance(loss, DiscreteLoss):
+        c = np.concatenate([[0.0], np.cumsum(loss.probs)])
+        c = np.minimum(c, 1.0)
+        lo = c[np.searchsorted(loss.values, y - d, side="right")]
+        hi = c[np.searchsorted(loss.values, y + d, side="right")]
+        return lo * (1 - 4 * _U * loss.values.size), np.minimum(hi * (1 + 4 * _U * loss.values.size), 1.0)
+    rel = float(loss.cdf_rel_error) + 8 * _U
+    with np.errstate(invalid="ignore"):
+        a, b = y - d, y + d
+        lo = np.maximum(np.asarray(loss.cdf(a), dtype=np.float64) * (1 - rel),
+                        1.0 - np.asarray(loss.sf(a), dtype=np.float64) * (1 + rel))
+        hi = np.minimum(np.asarray(loss.cdf(b), dtype=np.float64) * (1 + rel),
+                        1.0 - np.asarray(loss.sf(b), dtype=np.float64) * (1 - rel))
+    lo = np.where(np.isneginf(y), 0.0, np.where(np.isposinf(y), 1.0, lo))
+    hi = np.where(np.isneginf(y), 0.0, np.where(np.isposinf(y), 1.0, hi))
+    return np.clip(np.nan_to_num(lo, nan=0.0), 0.0, 1.0), np.clip(np.nan_to_num(hi, nan=1.0), 0.0, 1.0)
+
+
+def _remove_cdf(loss: PrivacyLoss, lam: np.ndarray):
+    """Bounds on ``G(lam) = Pr_A[L <= lam]`` for ``L = e^Y`` (``Y`` the remove loss; ``+inf`` w.p. p_inf)."""
+    with np.errstate(divide="ignore"):
+        y = np.log(lam)
+    lo, hi = _cdf_bounds(loss, y)
+    w = 1.0 - loss.p_inf
+    return lo * w, hi * w
+
+
+def _add_cdf(loss: PrivacyLoss, lam: np.ndarray):
+    """Bounds on ``G(lam) = Pr[L' <= lam]`` for ``L' = e^(-Y)`` (``Y`` the add loss; ``Y = +inf`` gives 0).
+
+    ``Pr[L' <= lam] = p_inf + (1 - p_inf) Pr[Y >= -log lam]`` and ``Pr[Y > z + d] <= Pr[Y >= z] <=
+    Pr[Y > z - d]`` absorbs both the atoms at ``z`` and the rounding of ``z``.
+    """
+    with np.errstate(divide="ignore"):
+        z = -np.log(lam)
+    d = _pos_err(loss, z)
+    lo_c, _ = _cdf_bounds(loss, z - 2 * d)  # Pr[Y <= z - 2d] <= Pr[Y < z - d]  (hi of sf below)
+    _, hi_c = _cdf_bounds(loss, z + 2 * d)
+    p = float(loss.p_inf)
+    lo = p + (1 - p) * (1.0 - hi_c)  # Pr[Y >= z] >= 1 - Pr[Y <= z + 2d] (rounded)
+    hi = p + (1 - p) * (1.0 - lo_c)
+    lo = np.where(lam <= 0, p, lo)
+    hi = np.where(lam <= 0, p, hi)
+    return np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)
+
+
+def _round_up(g_lo: np.ndarray, total: float) -> tuple[np.ndarray, float]:
+    """Masses at the points ``x_k`` of ``V`` rounded up (``(x_(k-1), x_k]`` to ``x_k``), from CDF lower bounds.
+
+    Returns ``(masses, rest)``: ``rest`` (the mass above the last point, and any at ``+inf``) goes to
+    ``+inf``.  A running maximum of lower bounds is a lower bound of the (non-decreasing) CDF.
+    """
+    c = np.maximum.accumulate(np.clip(g_lo, 0.0, total))
+    m = np.diff(np.concatenate([[0.0], c]))
+    return m, max(0.0, 1.0 - float(c[-1]))
+
+
+def _round_down(g_hi_next: np.ndarray, finite: float) -> np.ndarray:
+    """Masses of ``V`` rounded down (``[x_k, x_(k+1))`` to ``x_k``) from upper bounds ``G(x_(k+1)^-)``.
+
+    ``g_hi_next[k]`` bounds ``Pr[V < x_(k+1)]``; the last entry is replaced by ``finite`` (the whole
+    finite mass: everything above the last point is capped down to it).  A running minimum from the
+    right of upper bounds is an upper bound.
+    """
+    c = np.clip(np.asarray(g_hi_next, dtype=np.float64).copy(), 0.0, finite)
+    c[-1] = finite
+    c = np.minimum.accumulate(c[::-1])[::-1]
+    return np.diff(np.concatenate([[0.0], c]))
+
+
+# --------------------------------------------------------------------------------------
+# Lattice convolutions with a round-off bound
+# --------------------------------------------------------------------------------------
+def _conv(a: np.ndarray, b: np.ndarray, n_out: int, mode: str):
+    """``a * b`` kept on indices ``0..n_out``: ``mode="drop"`` discards the rest, ``"clamp"`` adds it to
+    index ``n_out``.  Returns ``(c, err)`` with ``err`` a bound on the l1 distance to the exact result.
+
+    For non-negative inputs truncation commutes with the sum (a sum beyond ``n_out`` has a partial sum
+    beyond it or not, and ``min(x + y, n) = min(min(x, n) + min(y, n), n)``), so powers computed with
+    truncation at every step are exact laws of the truncated (or capped) sums.
+    """
+    la, lb = a.size, b.size
+    L = la + lb - 1
+    if la * lb <= 4_000_000:
+        c = np.convolve(a, b)
+        # sums of non-negative products: each entry within gamma_n of exact (Higham, Thm 3.5)
+        n = min(la, lb)
+        err = 1.01 * (n + 2) * _U * float(c.sum())
+    else:
+        nfft = sfft.next_fast_len(L, real=True)
+        # in long double (x87 80-bit: u ~ 5.4e-20), so that the round-off charged below stays far
+        # under the deltas asked for; the result is rounded to float64 (one more relative u)
+        fa = sfft.rfft(a.astype(np.longdouble), nfft)
+        fb = fa if b is a else sfft.rfft(b.astype(np.longdouble), nfft)  # (a square: one transform)
+        c = np.asarray(sfft.irfft(fa * fb, nfft)[:L], dtype=np.float64)
+        # normwise error of FFT-based convolution: |fl(F x) - F x|_2 <= eta |F x|_2 with
+        # eta = 12 u log2 N (the bound used for fastpld's FFT nodes), |F a|_inf <= |a|_1 <= 1; the
+        # result's l2 error is then at most 3 (eta + 2u)(|a|_2 + |b|_2)(1 + eta sqrt(N)), and its l1
+        # error sqrt(L) times that
+        u = _ULD
+        eta = 12 * u * math.log2(nfft)
+        e2 = 3 * (eta + 2 * u) * (float(np.linalg.norm(a)) + float(np.linalg.norm(b))) * (1 + eta * math.sqrt(nfft))
+        err = 2.0 * math.sqrt(L) * e2 + 2 * _U * float(np.abs(c).sum())
+        np.maximum(c, 0.0, out=c)  # (the exact values are >= 0: clipping only moves towards them)
+    if L > n_out + 1:
+        over = float(c[n_out + 1:].sum())
+        c = c[: n_out + 1].copy()
+        if mode == "clamp":
+            c[n_out] += over
+    return c, err
+
+
+def _power(p: np.ndarray, m: int, n_out: int, mode: str, err0: float):
+    """``p^(*m)`` truncated as in :func:`_conv`, with a bound on its l1 error (``err0``: that of ``p``).
+
+    Errors propagate as ``|x^ * y^ - x * y|_1 <= e_x |y^|_1 + e_y |x|_1`` (sub-probabilities).
+    """
+    if m == 0:
+        out = np.zeros(1)
+        out[0] = 1.0
+        return out, 0.0
+    result, er = None, 0.0
+    base, eb = p, err0
+    while True:
+        if m & 1:
+            if result is None:
+                result, er = base, eb
+            else:
+                c, fresh = _conv(result, base, n_out, mode)
+                er = er * (1 + eb) + eb + fresh
+                result = c
+        m >>= 1
+        if not m:
+            break
+        c, fresh = _conv(base, base, n_out, mode)
+        eb = eb * (2 + eb) + fresh
+        base = c
+    return result, er
+
+
+def _trim(p: np.ndarray, mode: str, tol: float = 1e-300):
+    """Cut trailing entries below ``tol`` in total: dropped (``"drop"``, i.e. sent to ``+inf``) or added to the
+    new last entry (``"clamp"``)."""
+    tail = np.cumsum(p[::-1])[::-1]
+    keep = int(np.searchsorted(-tail, -tol, side="right"))  # first index whose tail mass is <= tol
+    keep = max(keep, 1)
+    if keep >= p.size:
+        return p
+    out = p[:keep].copy()
+    if mode == "clamp":
+        out[-1] += float(tail[keep])
+    return out
+
+
+def _fix_cdf(p: np.ndarray, err: float, direction: str, total: float):
+    """Masses whose CDF is a bound of the exact CDF of a law within l1 distance ``err`` of ``p``.
+
+    ``"larger"``: CDF lowered by ``err`` (stochastically larger; the missing mass is for the caller to
+    put at ``+inf``).  ``"smaller"``: CDF raised by ``err``, at most ``total`` (stochastically smaller).
+    """
+    c = np.cumsum(p)
+    if direction == "larger":
+        c = np.maximum.accumulate(np.clip(c - err, 0.0, None))
+    else:
+        c = np.minimum(c + err, total)
+        c[-1] = total
+        c = np.minimum.accumulate(c[::-1])[::-1]
+    return np.diff(np.concatenate([[0.0], c]))
+
+
+# --------------------------------------------------------------------------------------
+# The losses
+# --------------------------------------------------------------------------------------
+def _moment(loss: PrivacyLoss, s: float, fallback: float) -> float:
+    """``E[e^(s Y)]`` of the finite part (an upper bound), or ``fallback`` where unknown."""
+    try:
+        v = float(np.asarray(loss.log_mgf(np.array([s])), dtype=np.float64)[0])
+    except (NotImplementedError, ValueError):
+        return fallback
+    return math.exp(v) if math.isfinite(v) and v < 700 else fallback
+
+
+def _cap(tail_fn, lo: float, tol: float) -> float:
+    """Smallest tried ``lam >= lo`` (doubling) with ``tail_fn(lam) <= tol`` (at most ``2^60 lo``)."""
+    lam = max(lo, 1.0)
+    for _ in range(60):
+        if tail_fn(lam) <= tol:
+            return lam
+        lam *= 2.0
+    return lam
+
+
+def _geometric(lo: float, hi: float) -> np.ndarray:
+    n = int(math.ceil(math.log(hi / lo) / math.log(_GEO_RATIO))) if hi > lo else 0
+    return lo * _GEO_RATIO ** np.arange(1, n + 1)
+
+
+def _mesh(span: float, points: int, fine: float | None = None) -> tuple[float, int]:
+    """``(mesh, points)`` for a lattice over ``[0, span]``: finer (up to :data:`_MAX_POINTS`) when coarse,
+    refused when the mesh would exceed :data:`_MAX_MESH` (the sums' scale is ``E[L] <= 1`` per copy)."""
+    if not (math.isfinite(span) and span > 0):
+        raise ValueError(f"random allocation: the base privacy loss has no finite range (got {span!r})")
+    if span / points > (_FINE_MESH if fine is None else fine) and 2 * (points + 1) <= _MAX_POINTS:
+        points = 2 * (points + 1) - 1  # (twice the entries; FFT-friendly lengths kept)
+    h = span / points
+    if not h <= _MAX_MESH:
+        raise ValueError(
+            f"mechanism: random allocation of this base needs a lattice of mesh {h:.4g} (> {_MAX_MESH}) for the "
+            f"sums of likelihood ratios over [0, {span:.4g}]: the base's privacy loss has too heavy a tail (e.g. "
+            "too little noise for its sensitivity, or a pure-DP epsilon far above 1) for a certified answer that "
+            "is not vacuous; a PoissonSubsampled base at rate 1/num_steps is not a bound for it either")
+    return h, points
+
+
+def _remove_loss(loss: PrivacyLoss, t: int, upper: bool, points: int) -> DiscreteLoss:
+    """The remove loss ``log((L_A + R)/t)`` of one epoch (dominating if ``upper``, else dominated)."""
+    mean_b = 1.0  # E_B[L] <= 1
+    second = _moment(loss, 1.0, math.inf)  # E_A[L] = E_B[L^2], a bound on the variance under B
+    var_b = second if math.isfinite(second) else None
+    r_tail = lambda lam: float(_remove_cdf(loss, np.array([lam]))[0][0])  # noqa: E731
+    w = 1.0 - loss.p_inf
+    # B[L > lam] <= A[L > lam] / lam: the cap of one copy under B (for the upper bound the copies
+    # beyond it are charged at +inf; the lower bound caps them down, so it needs no heavy tail)
+    cap_b = _cap(lambda lam: (w - r_tail(lam)) / lam, 1.0, 100 * _TAIL / t)
+    if var_b is None:
+        var_b = cap_b  # (E_B[L^2; L <= cap] <= cap E_B[L] <= cap)
+    r_max = (t - 1) * mean_b + 12.0 * math.sqrt((t - 1) * var_b) + 30.0 * math.sqrt(var_b) + 1.0
+    if upper:
+        r_max = max(r_max, (t - 1) * mean_b + cap_b)
+    h, _ = _mesh(r_max, points // 2 - 1, _FINE_MESH if upper else _FINE_MESH_LOWER)
+    n_r = int(math.ceil(r_max / h))
+    lam_fine = h * np.arange(n_r + 1, dtype=np.float64)
+    cap_a = _cap(lambda lam: w - r_tail(lam), lam_fine[-1], _TAIL)
+    geo = _geometric(lam_fine[-1], cap_a)
+    x = np.concatenate([lam_fine, geo])
+    g_lo, g_hi = _remove_cdf(loss, x)
+    if upper:
+        a, a_inf = _round_up(g_lo, w)  # A': masses at x (x_0 = 0 gets none), the rest at +inf
+        a[0] = 0.0
+        # B': the canonical pair's B, a / x at x, the rest at 0 (a valid pair: E_A'[1/L] <= E_A[1/L] <= 1)
+        bq = np.zeros_like(a)
+        bq[1:] = a[1:] / x[1:]
+        b_fine = bq[: n_r + 1].copy()
+        b_fine[0] = max(0.0, 1.0 - math.fsum(bq) * (1 + 4 * _U))  # (each a / x within u)
+        # (B' beyond the lattice: R = +inf, charged below as missing mass)
+        b_fine = _trim(b_fine, "drop")
+        b_err = 1e-14  # (l1 error of these masses: each within a few u, their sum exact to u)
+    else:
+        gh_next = np.concatenate([g_hi[1:], [w]])
+        a = _round_down(gh_next, w)  # A rounded down; beyond the last point capped to it
+        a_inf = float(loss.p_inf)
+        # a stochastically smaller law of L under B: a lower bound of each bucket's A-mass over its
+        # upper end, placed at its lower end; the rest at 0
+        bucket = np.maximum(g_lo[1:] - g_hi[:-1], 0.0)
+        bl = bucket / x[1:]
+        b_fine = np.zeros(n_r + 1)
+        fine_b = bl[:n_r]  # buckets (x_(k-1), x_k], k = 1..n_r, to x_(k-1)
+        b_fine[:n_r] += fine_b
+        b_fine[n_r] += float(bl[n_r:].sum())  # coarse buckets capped down to the lattice's end
+        b_fine[0] += max(0.0, 1.0 - math.fsum(b_fine) * (1 + 4 * _U))
+        b_fine = _trim(b_fine, "clamp")
+        b_err = 1e-14  # (as above)
+    mode = "drop" if upper else "clamp"
+    r, r_err = _power(b_fine, t - 1, n_r, mode, b_err)
+    r_err += 1e-14 * t
+    r_total = float(r.sum())
+    a_fine = a[: n_r + 1]
+    a_geo = a[n_r + 1:]
+    n_s = 2 * n_r
+    s, s_err = _conv(a_fine, r, n_s, mode)
+    s_err += r_err * float(a_fine.sum()) + 1e-14
+    if upper:
+        s = _fix_cdf(s, s_err, "larger", 1.0)
+    else:
+        s = _fix_cdf(s, s_err, "smaller", float(a_fine.sum()))
+    slack = 0.0
+    if not upper and s[0] > 0:  # S = 0 (loss -inf) is put at the lowest value: recorded as slack
+        slack = float(s[0])
+        s = s.copy()
+        s[1] += slack
+    vals = [np.log(h * np.arange(s.size, dtype=np.float64)[1:] / t)]
+    masses = [s[1:]]
+    if a_geo.size and float(a_geo.sum()) > 0:
+        # the heavy coordinate beyond the lattice: R coarsened to a few levels (rounded up for the upper
+        # bound, down for the lower), one atom per (geometric point, level)
+        cdf = np.cumsum(r)
+        q = np.linspace(0.0, 1.0, _R_LEVELS + 1)[1:-1] * r_total
+        idx = np.unique(np.clip(np.concatenate([[0], np.searchsorted(cdf, q), [r.size - 1]]), 0, r.size - 1))
+        if upper:
+            c = np.maximum.accumulate(np.clip(cdf - r_err, 0.0, None))[idx]
+            lv = np.diff(np.concatenate([[0.0], c]))  # mass of (r_(l-1), r_l] at r_l
+        else:
+            c = np.minimum(cdf + r_err, 1.0)
+            c[-1] = 1.0
+            c = np.minimum.accumulate(c[::-1])[::-1]
+            ends = np.concatenate([idx[1:] - 1, [r.size - 1]])
+            lv = np.diff(np.concatenate([[0.0], c[ends]]))  # mass of [r_l, r_(l+1)) at r_l
+        xs = geo  # (both roundings leave each coarse mass at its own point of x)
+        keep = a_geo > 0
+        vv = np.log(np.add.outer(xs[keep], h * idx) / t).ravel()
+        mm = np.multiply.outer(a_geo[keep], lv).ravel()
+        vals.append(vv)
+        masses.append(mm)
+    v = np.concatenate(vals)
+    m = np.concatenate(masses)
+    finite = float(m.sum())
+    if upper:
+        p_inf = min(1.0, max(a_inf, 1.0 - finite))
+    else:
+        p_inf = float(loss.p_inf)
+    out = _allocation_loss(v, m, p_inf, h, not upper)
+    out.lower_slack = slack
+    return out
+
+
+def _add_loss(loss: PrivacyLoss, t: int, upper: bool, points: int) -> DiscreteLoss:
+    """The add loss ``-log(S'/t)``, ``S'`` a sum of ``t`` copies of ``e^(-Y_add)``."""
+    second = _moment(loss, -2.0, math.inf)  # E[L'^2]
+    g = lambda lam: float(_add_cdf(loss, np.array([lam]))[0][0])  # noqa: E731
+    cap = _cap(lambda lam: 1.0 - g(lam), 1.0, _TAIL / t)
+    var = second if math.isfinite(second) else cap
+    s_max = t + 12.0 * math.sqrt(t * var) + 20.0 * math.sqrt(var)
+    if not upper:
+        # (the dominated loss cannot cap S' down; sums beyond the lattice go to -inf, see lower_slack)
+        s_max = max(s_max, cap)
+    else:
+        # capping S' at s_max only raises the losses below -log(s_max / t) (< 0)
+        s_max = min(s_max, max(cap, t + 1.0))
+    h, _ = _mesh(s_max, points - 1, _FINE_MESH if upper else _FINE_MESH_LOWER)
+    n_s = int(math.ceil(s_max / h))
+    lam = h * np.arange(n_s + 1, dtype=np.float64)
+    g_lo, g_hi = _add_cdf(loss, lam)
+    if upper:  # each copy rounded down, capped at the end of the lattice: S' only smaller
+        gh_next = np.concatenate([g_hi[1:], [1.0]])
+        b = _round_down(gh_next, 1.0)
+        mode = "clamp"
+    else:  # rounded up; beyond the lattice: +inf (S' = +inf, the loss -inf)
+        b, _ = _round_up(g_lo, 1.0)
+        mode = "drop"
+    b = _trim(b, mode)
+    s, err = _power(b, t, n_s, mode, 1e-14)
+    err += 1e-14 * t
+    if upper:
+        s = _fix_cdf(s, err, "smaller", 1.0)
+        p_inf = float(s[0])  # S' = 0: loss +inf
+        vals = -np.log(h * np.arange(1, s.size, dtype=np.float64) / t)
+        return _allocation_loss(vals, s[1:], p_inf, h, False)
+    s = _fix_cdf(s, err, "larger", 1.0)
+    missing = max(0.0, 1.0 - float(s.sum()))  # S' = +inf (loss -inf): put at the lowest value
+    p_inf = float(s[0])
+    s = s.copy()
+    s[-1] += missing
+    vals = -np.log(h * np.arange(1, s.size, dtype=np.float64) / t)
+    out = _allocation_loss(vals, s[1:], p_inf, h, True)
+    out.lower_slack = missing
+    return out
+
+
+_MAX_COMBOS = 2_000_000
+
+
+def _count_vectors(n: int, m: int) -> np.ndarray | None:
+    """All vectors of ``m`` non-negative integers summing to ``n`` (``None`` if more than :data:`_MAX_COMBOS`)."""
+    if math.comb(n + m - 1, m - 1) > _MAX_COMBOS:
+        return None
+    rows = np.zeros((1, 0), dtype=np.int64)
+    left = np.array([n], dtype=np.int64)
+    for _ in range(m - 1):
+        reps = left + 1
+        idx = np.repeat(np.arange(rows.shape[0]), reps)
+        c = np.concatenate([np.arange(r) for r in reps]) if reps.size else np.zeros(0, dtype=np.int64)
+        rows = np.column_stack([rows[idx], c])
+        left = left[idx] - c
+    return np.column_stack([rows, left])
+
+
+def _multinomial(n: int, log_w: np.ndarray):
+    """``(counts, log pmf)`` of the multinomial law of ``n`` draws with log-probabilities ``log_w``."""
+    counts = _count_vectors(n, log_w.size)
+    if counts is None:
+        return None, None, None
+    with np.errstate(invalid="ignore"):
+        terms = np.where(counts > 0, counts * log_w[None, :], 0.0)
+    g = special.gammaln(counts + 1)
+    lp = special.gammaln(n + 1) - g.sum(axis=1) + terms.sum(axis=1)
+    # absolute error of each log pmf: the terms' roundings (a few u of their magnitudes), and the
+    # weights' own (each log w within ~4 u (m + 1) of the exact, times n draws)
+    err = 8 * _U * (special.gammaln(n + 1) + g.sum(axis=1) + np.abs(terms).sum(axis=1)) + 4 * _U * (log_w.size + 1) * n
+    return counts, lp, err
+
+
+def _exact_discrete(rem: DiscreteLoss, add: DiscreteLoss, t: int, upper: bool):
+    """Exact epoch losses for a discrete base with few atoms (multinomial enumeration), or ``None``.
+
+    Remove: ``log((L_A + R)/t)``, ``R`` a sum of ``t - 1`` draws of ``L`` under the canonical ``B`` of the
+    remove loss; add: ``-log(S'/t)``, ``S'`` a sum of ``t`` draws of ``e^(-Y_add)``.  The masses' rounding
+    is charged: each mass lowered by its error bound, the rest at ``+inf`` (upper) or at the lowest value
+    (lower).  The values are rounded in the certified direction by :func:`_snap`.
+    """
+    out = {}
+    # remove: canonical pair
+    w = 1.0 - rem.p_inf
+    lam_a = np.exp(rem.values)
+    log_b = np.log(rem.probs) + math.log(w) - rem.values
+    b_zero = max(0.0, 1.0 - float(np.exp(special.logsumexp(log_b))))
+    lam_b = lam_a
+    if b_zero > 1e-15:
+        lam_b = np.concatenate([lam_b, [0.0]])
+        log_b = np.concatenate([log_b, [math.log(b_zero)]])
+    log_b = log_b - special.logsumexp(log_b)  # (renormalised: the charge below covers it)
+    counts, lp, err = _multinomial(t - 1, log_b)
+    if counts is None or counts.shape[0] * rem.values.size > _MAX_COMBOS:
+        return None
+    r = counts @ lam_b
+    s_vals = np.add.outer(lam_a, r).ravel()
+    s_mass = np.exp(np.add.outer(np.log(rem.probs) + math.log(w), lp)).ravel()
+    rel = np.add.outer(np.full(rem.values.size, 8 * _U), err).ravel()
+    out["remove"] = _exact_loss(np.log(s_vals / t), s_mass, rel, rem.p_inf, upper)
+    # add: sums of t copies of e^(-Y)
+    lam = np.exp(-add.values)
+    log_q = np.log(add.probs) + math.log1p(-add.p_inf)
+    if add.p_inf > 0:
+        lam = np.concatenate([lam, [0.0]])
+        log_q = np.concatenate([log_q, [math.log(add.p_inf)]])
+    counts, lp, err = _multinomial(t, log_q)
+    if counts is None:
+        return None
+    sv = counts @ lam
+    zero = sv <= 0  # S' = 0: loss +inf
+    p_inf = float(np.exp(lp[zero] + err[zero]).sum()) if upper else float(np.exp(lp[zero] - err[zero]).sum())
+    with np.errstate(divide="ignore"):
+        out["add"] = _exact_loss(-np.log(sv[~zero] / t), np.exp(lp[~zero]), err[~zero], p_inf, upper)
+    return out
+
+
+def _exact_loss(values, masses, rel, p_inf, upper):
+    # each mass lowered by its error bound (e^-err); what is missing goes to +inf (upper) or to the lowest
+    # value (lower; the enumeration's lowest value is the true lowest)
+    masses = masses * np.exp(-(np.asarray(rel) + 4 * _U))
+    if upper:
+        return _allocation_loss(values, masses, max(p_inf, 1.0 - float(masses.sum()) - 0.0), 0.0, False)
+    lowest = int(np.argmin(values))
+    masses = masses.copy()
+    masses[lowest] += max(0.0, 1.0 - p_inf - float(masses.sum()))
+    return _allocation_loss(values, masses, p_inf, 0.0, True)
+
+
+class AllocationLoss(_ManyAtomLoss):
+    """The discrete loss of one epoch of random allocation (see :mod:`fastpld.allocation`).
+
+    Attributes
+    ----------
+    mesh : float
+        Lattice mesh of the sum.
+    dominated : bool
+        ``True`` for the dominated (lower-bound) loss.
+    lower_slack : float
+        For the dominated add loss: probability of sums beyond the lattice, whose loss (below every
+        value here) is put at the lowest value; 0 otherwise.
+    """
+
+    lower_slack = 0.0
+    _lower_factory = None
+    _lower = None
+
+    @property
+    def dominated_loss(self):
+        """The dominated loss of the same epoch (for the dominance certificate), built on first use."""
+        if self._lower is None and self._lower_factory is not None:
+            self._lower = self._lower_factory()
+        return self._lower
+
+
+def _snap(values, masses, dominated):
+    """Values moved onto multiples of :data:`_VALUE_MESH`: up for a dominating loss, down for a dominated one
+    (monotone coupling: the curve only rises, resp. falls), atoms on the same point merged."""
+    # (values computed in floating point are moved by their rounding bound first, in the same direction)
+    slack = 16 * _U * (np.abs(values) + 1.0)
+    q = (values - slack if dominated else values + slack) / _VALUE_MESH
+    k = np.floor(q) if dominated else np.ceil(q)
+    v = k * _VALUE_MESH
+    # (the products are rounded: one more step where they landed on the wrong side)
+    k = np.where(v > values, k - 1, k) if dominated else np.where(v < values, k + 1, k)
+    k = k.astype(np.int64)
+    k0 = int(k.min())
+    w = np.bincount(k - k0, weights=masses)
+    idx = np.flatnonzero(w > 0)
+    return (idx + k0) * _VALUE_MESH, w[idx]
+
+
+def _merge_tails(values, masses, dominated):
+    """Atoms in the far tails (at most :data:`_TAIL_MERGE` of probability each side) merged, in the
+    certified direction: for a dominating loss the low tail into the first atom above it and the high
+    tail to ``+inf`` (returned as extra mass at infinity); for a dominated loss the high tail into the
+    last atom below it and the low tail into the lowest atom.  Fewer atoms: the discretisations of
+    :mod:`fastpld.compose` charge round-off per atom."""
+    n = values.size
+    if n < 3:
+        return values, masses, 0.0
+    lo = int(np.searchsorted(np.cumsum(masses), _TAIL_MERGE, side="right"))  # atoms [0, lo) hold <= tail
+    hi = n - int(np.searchsorted(np.cumsum(masses[::-1]), _TAIL_MERGE, side="right"))  # [hi, n) too
+    lo, hi = min(lo, n - 1), max(hi, 1)
+    if lo >= hi:
+        return values, masses, 0.0
+    v, m = values[lo:hi].copy(), masses[lo:hi].copy()
+    low, high = float(masses[:lo].sum()), float(masses[hi:].sum())
+    if dominated:
+        m[-1] += high
+        if lo > 0:
+            return np.concatenate([values[:1], v]), np.concatenate([[low], m]), 0.0
+        return v, m, 0.0
+    m[0] += low
+    return v, m, high
+
+
+def _allocation_loss(values, masses, p_inf, h, dominated):
+    masses = np.maximum(np.asarray(masses, dtype=np.float64), 0.0)
+    keep = masses > 0
+    values, masses = np.asarray(values, dtype=np.float64)[keep], masses[keep]
+    values, masses = _snap(values, masses, dominated)
+    values, masses, extra_inf = _merge_tails(values, masses, dominated)
+    p_inf = p_inf + extra_inf
+    total = float(masses.sum())
+    if not total > 0:
+        raise ValueError("random allocation: the epoch's privacy loss has no finite part")
+    p_inf = min(max(p_inf, 0.0), 1.0)
+    if not dominated:  # (the finite masses are renormalised to 1 - p_inf: for an upper bound, never up)
+        p_inf = max(p_inf, 1.0 - total)
+    out = AllocationLoss(values, masses / total, p_inf=p_inf)
+    out.mesh = h
+    out.dominated = dominated
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# The mechanism
+# --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RandomAllocation(Mechanism):
+    """One epoch of ``num_steps`` steps in which every record is used in exactly one random step.
+
+    (Balls-in-bins sampling: each record is put in one of the ``num_steps`` batches uniformly at
+    random, independently of the others; Chua et al. 2025, Feldman and Shenfeld 2025.)  Compose
+    epochs with ``count``.  The base mechanism is read in the add/remove relation (for DP-SGD:
+    ``Gaussian(sigma)`` with clipping norm 1), its ``"remove"`` loss for the remove direction and its
+    ``"add"`` loss for the add direction.
+
+    The losses are computed on a lattice with one-sided roundings (``docs/samplers.md``):
+    ``bound="upper"`` gives losses that dominate the epoch's, so every *upper* bound of a
+    composition is certified for the true mechanism; their lower bounds are those of the dominating
+    losses (above the truth by the lattice rounding, about one mesh per epoch in
+    ``e^epsilon``).  ``bound="lower"`` gives dominated losses: its *lower* bounds are certified.
+    Each upper loss carries its dominated counterpart, so ``compose(..., method="dominance")``
+    certifies both bounds for the true mechanism in one call.
+
+    Parameters
+    ----------
+    mechanism : Mechanism
+        The base mechanism of one step (any fastpld mechanism, including samplers and custom ones).
+    num_steps : int
+        Steps per epoch ``t >= 1`` (at most ``10**6``).  ``t = 1`` is the base mechanism itself.
+    num_selected : int, default 1
+        Steps each record takes part in per epoch; only 1 is supported (``ValueError`` otherwise).
+    neighboring : {"add_or_remove", "remove", "add"}, default "add_or_remove"
+        As for :class:`~fastpld.PoissonSubsampled`: both directions (the larger curve is reported) or one.
+    bound : {"upper", "lower"}, default "upper"
+        Dominating (certified upper bounds) or dominated (certified lower bounds) losses.
+
+    Examples
+    --------
+    >>> import fastpld
+    >>> epoch = fastpld.RandomAllocation(fastpld.Gaussian(1.0), num_steps=100)
+    >>> pld = fastpld.compose(epoch, 10)  # 10 epochs
+    """
+
+    mechanism: Mechanism
+    num_steps: int
+    num_selected: int = 1
+    neighboring: str = "add_or_remove"
+    bound: str = "upper"
+
+    def __post_init__(self):
+        _check_mechanism(self.mechanism)
+        t = V.positive_int("num_steps", self.num_steps)
+        if t > _MAX_STEPS:
+            raise ValueError(f"num_steps must be at most {_MAX_STEPS} (the lattice of the sum would be too coarse "
+                             f"or too large), got {t}")
+        k = V.positive_int("num_selected", self.num_selected)
+        if k > t:
+            raise ValueError(f"num_selected must be between 1 and num_steps={t}, got {k}")
+        if k != 1 and t != 1:
+            raise ValueError(
+                f"num_selected={k} is not supported: only num_selected=1 (each record in exactly one step per "
+                "epoch) is certified by RandomAllocation; for k steps per epoch out of t, no reduction to the "
+                "one-step case has been verified here")
+        _check_neighboring(self.neighboring, _NEIGHBOURING)
+        if self.bound not in _BOUNDS:
+            raise ValueError(f"bound must be one of {_BOUNDS}, got {self.bound!r}")
+        object.__setattr__(self, "num_steps", t)
+        object.__setattr__(self, "num_selected", k)
+
+    def _losses(self, upper: bool):
+        base = self.mechanism.privacy_losses()
+        t = self.num_steps
+        if isinstance(base["remove"], DiscreteLoss) and isinstance(base["add"], DiscreteLoss):
+            exact = _exact_discrete(base["remove"], base["add"], t, upper)
+            if exact is not None:
+                return exact
+        rem = _remove_loss(base["remove"], t, upper, _POINTS)
+        add = _add_loss(base["add"], t, upper, _POINTS)
+        return {"remove": rem, "add": add}
+
+    def privacy_losses(self):
+        if self.num_steps == 1:
+            return _select(self.mechanism.privacy_losses(), self.neighboring)
+        upper = self.bound == "upper"
+
+        def build():
+            losses = self._losses(upper)
+            if upper:
+                lower_mech = RandomAllocation(self.mechanism, self.num_steps, self.num_selected, "add_or_remove",
+                                              "lower")
+                for d in ("remove", "add"):
+                    losses[d]._lower_factory = (lambda d=d: lower_mech.privacy_losses()[d])
+            return losses
+
+        key_mech = RandomAllocation(self.mechanism, self.num_steps, self.num_selected, "add_or_remove", self.bound)
+        losses = _cached(key_mech, build)
+        return _select(losses, self.neighboring)
