@@ -137,3 +137,12 @@ def test_composition_modules_import_only_modules_listed_above_them():
 def test_module_is_small(name):
     n = len(MODULES[name].read_text().splitlines())
     assert n <= MAX_LINES, f"{name} has {n} lines"
+
+
+PACKAGE_MAX_LINES = 750  # issue 19: no module of the package past ~700 lines
+
+
+@pytest.mark.parametrize("name", sorted(m for m, p in MODULES.items() if p is not None))
+def test_no_module_is_large(name):
+    n = len(MODULES[name].read_text().splitlines())
+    assert n <= PACKAGE_MAX_LINES, f"{name} has {n} lines: split it by concept"
