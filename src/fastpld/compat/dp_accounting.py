@@ -56,6 +56,7 @@ from dp_accounting import dp_event
 from dp_accounting.privacy_accountant import NeighboringRelation, PrivacyAccountant
 
 from .. import _validation as V
+from ._accuracy import accuracy
 from ..composition.api import compose as _compose
 from ..curve import Bounds, PrivacyLossDistribution
 from ..samplers import SubsampledWithoutReplacement, TruncatedPoissonSubsampled
@@ -72,7 +73,6 @@ from ..mechanisms import (
 
 __all__ = ["FastPLDAccountant", "EpsilonDeltaDpEvent", "randomized_response_epsilon"]
 
-_DEFAULT_REL_ERROR = 1e-3  # the default accuracy: the certified interval within 0.1% of epsilon
 
 _CompositionErrorDetails = PrivacyAccountant.CompositionErrorDetails
 _NON_PRIVATE = object()  # marker: the event releases its input without noise
@@ -172,13 +172,8 @@ class FastPLDAccountant(PrivacyAccountant):
             raise ValueError(
                 f"neighboring_relation must be ADD_OR_REMOVE_ONE or REPLACE_ONE, got {neighboring_relation!r}")
         super().__init__(neighboring_relation)
-        if rel_error is not None and eps_error is not None:
-            raise ValueError("give eps_error or rel_error, not both")
         # by default: 0.1% of epsilon (the dominance certificate), eps_error 0.01 where it refuses
-        self._fallback = rel_error is None and eps_error is None
-        self._rel_error = _DEFAULT_REL_ERROR if self._fallback else (None if rel_error is None
-                                                                      else V.rel_error(rel_error))
-        self._eps_error = V.eps_error(0.01 if eps_error is None else eps_error)
+        self._fallback, self._rel_error, self._eps_error = accuracy(eps_error, rel_error)
         self._delta_error = V.delta_error(delta_error)
         self._method = method
         self._counts: dict[Mechanism, int] = {}

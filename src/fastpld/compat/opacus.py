@@ -26,6 +26,7 @@ from typing import Callable, Optional
 from opacus.accountants import IAccountant, register_accountant
 
 from .. import _validation as V
+from ._accuracy import accuracy
 from ..composition.api import compose as _compose
 from ..curve import Bounds, PrivacyLossDistribution
 from ..mechanisms import Mechanism, PoissonSubsampledGaussian
@@ -34,9 +35,6 @@ __all__ = ["FastPLDAccountant", "register", "MECHANISM"]
 
 #: Name under which the accountant is registered in Opacus.
 MECHANISM = "fastpld"
-
-
-_DEFAULT_REL_ERROR = 1e-3  # the default accuracy: the certified interval within 0.1% of epsilon
 
 
 class FastPLDAccountant(IAccountant):
@@ -75,13 +73,8 @@ class FastPLDAccountant(IAccountant):
         if sampler is not None and not callable(sampler):
             raise ValueError(f"sampler must be callable (noise_multiplier, sample_rate) -> Mechanism, got {sampler!r}")
         self.sampler = sampler
-        if rel_error is not None and eps_error is not None:
-            raise ValueError("give eps_error or rel_error, not both")
         # by default: 0.1% of epsilon (the dominance certificate), eps_error 0.01 where it refuses
-        self._fallback = rel_error is None and eps_error is None
-        self.rel_error = _DEFAULT_REL_ERROR if self._fallback else (None if rel_error is None
-                                                                     else V.rel_error(rel_error))
-        self.eps_error = V.eps_error(0.01 if eps_error is None else eps_error)
+        self._fallback, self.rel_error, self.eps_error = accuracy(eps_error, rel_error)
         self.delta_error = None if delta_error is None else V.delta_error(delta_error)
         self._cache: dict = {}
 

@@ -1,23 +1,7 @@
 """Base classes: privacy losses (discrete and continuous) and mechanisms.
 
-A mechanism with output distributions ``P`` (on a dataset) and ``Q`` (on a
-neighbour) has the privacy loss ``Y = log(Q(w) / P(w))`` with ``w ~ Q``; its
-privacy curve is ``delta(eps) = E[(1 - e^(eps - Y))_+]`` (mass of ``Y`` at
-``+inf`` counts fully).  Composition adds independent PRVs.
-
-Each mechanism exposes its PRV per neighbouring direction through
-:meth:`Mechanism.privacy_losses`, a mapping ``{"add": loss, "remove": loss}``.
-Symmetric mechanisms (Gaussian, Laplace, pure DP) return the same object for
-both directions, so it is composed once.
-
-A :class:`PrivacyLoss` describes the *finite part* of ``Y`` (a probability
-distribution) plus ``p_inf``, the mass at ``+inf``.  Continuous losses give a
-CDF and a survival function that stay accurate deep in the tails (they are
-evaluated separately, never as ``1 - cdf``), a density for the round-off
-certificate, partial first moments for the mean correction of Algorithm 1, and
-an upper bound on the cumulant generating function ``log E[e^(sY)]`` for
-Chernoff tail bounds of any number of self-compositions.  Discrete losses give
-their atoms exactly.
+What a privacy loss and a mechanism are, and what each must give: the package docstring
+(:mod:`fastpld.mechanisms`).
 """
 from __future__ import annotations
 

@@ -1,0 +1,17 @@
+"""The accuracy the adapters ask of :func:`fastpld.compose` (one place for all of them)."""
+from __future__ import annotations
+
+from .. import _validation as V
+
+DEFAULT_REL_ERROR = 1e-3  # by default the certified interval within 0.1% of epsilon (dominance)
+FALLBACK_EPS_ERROR = 0.01  # where the dominance certificate refuses: the coupling certificate at this
+
+
+def accuracy(eps_error, rel_error) -> tuple[bool, float | None, float]:
+    """``(fallback, rel_error, eps_error)`` of an adapter's arguments: neither given is the default
+    (``rel_error`` 1e-3, and ``eps_error`` 0.01 where that composition is refused: ``fallback``)."""
+    if rel_error is not None and eps_error is not None:
+        raise ValueError("give eps_error or rel_error, not both")
+    fallback = rel_error is None and eps_error is None
+    rel = DEFAULT_REL_ERROR if fallback else (None if rel_error is None else V.rel_error(rel_error))
+    return fallback, rel, V.eps_error(FALLBACK_EPS_ERROR if eps_error is None else eps_error)
