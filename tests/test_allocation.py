@@ -187,7 +187,8 @@ def test_any_base_mechanism_and_mixed_composition():
         ra = RandomAllocation(base, 4)
         pld = fastpld.compose([(ra, 2), (fastpld.Gaussian(3.0), 5)], eps_error=0.05)
         b = pld.epsilon(1e-5)
-        assert 0 < b.lower <= b.estimate <= b.upper < math.inf
+        # (the default losses dominate the epoch's: only their upper bounds hold for it, the lower is 0)
+        assert 0 == b.lower < b.estimate <= b.upper < math.inf
         # one epoch of 4 steps is at most the base run 4 times on the record
         full = fastpld.compose([(base, 8), (fastpld.Gaussian(3.0), 5)], eps_error=0.05).epsilon(1e-5)
         assert b.upper <= full.upper
@@ -273,3 +274,23 @@ def test_against_pld_accounting_package():
     lo_, up_ = min(upper, lower), max(upper, lower)
     # both are certified intervals for the same quantity: they must intersect
     assert ours_lo.lower <= up_ + 1e-9 and lo_ <= ours_up.upper + 1e-9
+
+
+def test_one_sided_losses_give_only_their_certified_side():
+    # a dominating loss certifies upper bounds only, a dominated one lower bounds only: the other side
+    # is the trivial bound, for every query and view (a lower bound of the dominating loss is not one
+    # of the mechanism's)
+    base = fastpld.PureDP(0.5)
+    up = fastpld.compose(RandomAllocation(base, 3), 4, eps_error=0.02)
+    lo = fastpld.compose(RandomAllocation(base, 3, bound="lower"), 4, eps_error=0.02)
+    bu, bl = up.epsilon(1e-3), lo.epsilon(1e-3)
+    assert bu.lower == 0.0 and 0 < bu.upper < math.inf
+    assert bl.upper == math.inf and bl.lower > 0 and bl.lower <= bu.upper
+    assert up.delta(0.5).lower == 0.0 and lo.delta(0.5).upper == 1.0
+    assert up.tradeoff(0.1).upper == pytest.approx(0.9) and lo.tradeoff(0.1).lower == 0.0
+    assert up.renyi(2.0).lower == 0.0 and lo.renyi(2.0).upper == math.inf
+    assert up.gdp_mu().mu.lower == 0.0
+    # the dominance certificate composes the dominated loss in its lower chain: both sides hold
+    both = fastpld.compose(RandomAllocation(base, 3), 4, eps_error=0.02, method="dominance").epsilon(1e-3)
+    assert 0 < both.lower <= both.upper < math.inf
+    assert bl.lower <= both.upper and both.lower <= bu.upper

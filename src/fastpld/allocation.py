@@ -633,11 +633,12 @@ class RandomAllocation(Mechanism):
 
     The losses are computed on a lattice with one-sided roundings (``docs/samplers.md``):
     ``bound="upper"`` gives losses that dominate the epoch's, so every *upper* bound of a
-    composition is certified for the true mechanism; their lower bounds are those of the dominating
-    losses (above the truth by the lattice rounding, about one mesh per epoch in
-    ``e^epsilon``).  ``bound="lower"`` gives dominated losses: its *lower* bounds are certified.
-    Each upper loss carries its dominated counterpart, so ``compose(..., method="dominance")``
-    certifies both bounds for the true mechanism in one call.
+    composition is certified for the true mechanism; a composition's lower bounds are then reported
+    as the trivial ones (0), since those of the dominating losses lie above the truth by the lattice
+    rounding.  ``bound="lower"`` gives dominated losses: their *lower* bounds are certified and the
+    upper bounds reported as the trivial ones (epsilon ``inf``, delta 1).  Each upper loss carries
+    its dominated counterpart, so ``compose(..., method="dominance")`` certifies both bounds for the
+    true mechanism in one call.
 
     Parameters
     ----------

@@ -198,6 +198,7 @@ class PrivacyLossDistribution:
         self.eps_error = eps_error
         self.delta_error = delta_error
         self.events = events
+        self._sides = _certified_sides(events)
         self.backend = backend
         # the native backend answers queries with the compiled kernels, the numpy backend with numpy
         self._q = {name: _Query(d.pmf, backend == "native") for name, d in directions.items()}
@@ -291,7 +292,7 @@ class PrivacyLossDistribution:
             up = u if up is None else np.maximum(up, u)
             est = e if est is None else np.maximum(est, e)
         est = np.clip(est, lo, up)
-        return _pack(lo, est, up, np.ndim(epsilon) == 0)
+        return self._sided(_pack(lo, est, up, np.ndim(epsilon) == 0), 0.0, 1.0)
 
     def epsilon(self, delta: float | np.ndarray) -> Bounds:
         """Certified bounds on ``epsilon(delta)``, the smallest ``eps >= 0`` with ``delta(eps) <= delta``.
@@ -364,7 +365,7 @@ class PrivacyLossDistribution:
         lo = np.where(one, 0.0, np.maximum(lo, 0.0))
         up = np.where(one, 0.0, np.maximum(up, 0.0))
         est = np.clip(est, lo, up)
-        return _pack(lo, est, up, np.ndim(delta) == 0)
+        return self._sided(_pack(lo, est, up, np.ndim(delta) == 0), 0.0, np.inf)
 
 
     # the same answers in the terms of attacks (fastpld.fdp; derivations in docs/fdp.md) -------------
@@ -378,17 +379,19 @@ class PrivacyLossDistribution:
         See :mod:`fastpld.fdp`.
         """
         from . import fdp
-        return fdp.tradeoff(self, alpha)
+        b = fdp.tradeoff(self, alpha)
+        # (beta falls as the privacy loss grows: its upper bound is the optimistic side; beta <= 1 - alpha)
+        return self._sided(b, 0.0, 1.0 - np.asarray(alpha, dtype=np.float64), reverse=True)
 
     def tpr(self, fpr) -> Bounds:
         """Certified bounds on the best attack's true-positive rate ``1 - beta(fpr)`` at false-positive rate ``fpr``."""
         from . import fdp
-        return fdp.tpr(self, fpr)
+        return self._sided(fdp.tpr(self, fpr), np.asarray(fpr, dtype=np.float64), 1.0)  # (TPR >= FPR)
 
     def advantage(self) -> Bounds:
         """Certified bounds on the attack advantage ``max (TPR - FPR)`` over all tests (= ``delta(0)``)."""
         from . import fdp
-        return fdp.advantage(self)
+        return self._sided(fdp.advantage(self), 0.0, 1.0)
 
     def gdp_mu(self, alpha_range: tuple | None = None):
         """The smallest Gaussian-DP ``mu`` the curve certifies, as a :class:`fastpld.fdp.GDPResult`.
@@ -400,7 +403,8 @@ class PrivacyLossDistribution:
         The result says which range it used.
         """
         from . import fdp
-        return fdp.gdp_mu(self, alpha_range)
+        g = fdp.gdp_mu(self, alpha_range)
+        return g._replace(mu=self._sided(g.mu, 0.0, np.inf)) if self._sides != (True, True) else g
 
     def renyi(self, order) -> Bounds:
         """Certified bounds on the Renyi divergence of order ``order > 1`` (max over directions), vectorised.
@@ -410,7 +414,42 @@ class PrivacyLossDistribution:
         the lower bound comes from the composed PMF with its coupling charges.
         """
         from . import fdp
-        return fdp.renyi(self, order)
+        return self._sided(fdp.renyi(self, order), 0.0, np.inf)
+
+    def _sided(self, b: Bounds, trivial_lower, trivial_upper, reverse: bool = False) -> Bounds:
+        """``b`` with the side its mechanisms do not certify replaced by the trivial bound (see
+        :func:`_certified_sides`); ``reverse``: a quantity that falls as the privacy loss grows."""
+        lower_ok, upper_ok = self._sides
+        if reverse:
+            lower_ok, upper_ok = upper_ok, lower_ok
+        if lower_ok and upper_ok:
+            return b
+        scalar = np.ndim(b.lower) == 0
+        lo, est, up = (np.asarray(x, dtype=np.float64) for x in b)
+        if not lower_ok:
+            lo = np.broadcast_to(np.asarray(trivial_lower, dtype=np.float64), lo.shape).copy()
+        if not upper_ok:
+            up = np.broadcast_to(np.asarray(trivial_upper, dtype=np.float64), up.shape).copy()
+        return _pack(lo, np.clip(est, lo, up), up, scalar)
+
+def _certified_sides(events, lower_chain: bool = False) -> tuple[bool, bool]:
+    """``(lower_ok, upper_ok)``: whether lower and upper bounds computed from the losses of ``events``
+    hold for the true mechanisms.  A loss computed as a one-sided bound of its mechanism's own (it
+    says so in ``loss.dominated``: random allocation's lattice losses) certifies one side only: a
+    dominating one (``dominated`` False) upper bounds, a dominated one lower bounds.  ``lower_chain``:
+    a dominance composition, whose lower chain composes a dominating loss's ``dominated_loss``."""
+    lower_ok = upper_ok = True
+    for mech, _ in events:
+        for loss in mech.privacy_losses().values():
+            d = getattr(loss, "dominated", None)
+            if d is None:
+                continue
+            if d:
+                upper_ok = False
+            elif not (lower_chain and getattr(loss, "dominated_loss", None) is not None):
+                lower_ok = False
+    return lower_ok, upper_ok
+
 
 def _pack(lo, est, up, scalar):
     if scalar:

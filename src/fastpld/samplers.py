@@ -196,6 +196,15 @@ def _dominating_discretisation(loss: ContinuousLoss) -> DiscreteLoss:
     return DiscreteLoss(x[keep], masses[keep], p_inf=p_inf)
 
 
+def _one_sided(out, base_loss):
+    """Mark the losses built from a continuous base's dominating discretisation as dominating only
+    (``dominated = False``): compositions of them certify upper bounds only (``curve._certified_sides``)."""
+    if not isinstance(base_loss, DiscreteLoss):
+        for loss in (out.values() if isinstance(out, dict) else (out,)):
+            loss.dominated = False
+    return out
+
+
 def _as_discrete(loss: PrivacyLoss) -> DiscreteLoss:
     if isinstance(loss, DiscreteLoss):
         return loss
@@ -227,8 +236,8 @@ class PoissonSubsampled(Mechanism):
     (the same loss objects); discrete bases (``PureDP``, ``RandomizedResponse``, ``ApproxDP``,
     ``CustomPMF``) give the exact discrete loss; other continuous bases (``CustomCDF``) are first
     replaced by a dominating discretisation (values rounded up on ``2^16`` buckets; see
-    ``docs/samplers.md``: the upper bounds are certified, the lower bounds are those of the
-    discretised base).
+    ``docs/samplers.md``: the upper bounds are certified, and the lower bounds are reported as the
+    trivial ones, 0).
 
     Parameters
     ----------
@@ -277,7 +286,8 @@ class PoissonSubsampled(Mechanism):
         if q == 0.0:
             loss = _cached(self, lambda: DiscreteLoss([0.0], [1.0]))
             return {"add": loss, "remove": loss}
-        losses = _cached(self, lambda: _subsample_discrete(_as_discrete(base["remove"]), q))
+        losses = _cached(self, lambda: _one_sided(_subsample_discrete(_as_discrete(base["remove"]), q),
+                                                  base["remove"]))
         return _select(losses, self.neighboring)
 
 
@@ -537,7 +547,8 @@ class SubsampledWithoutReplacement(Mechanism):
             pair = _closed_pair(base)
             if pair is not None:
                 return SymmetricSubsampledLoss(pair, g)
-            return _symmetric_discrete(_as_discrete(base.privacy_losses()["remove"]), g)
+            rem = base.privacy_losses()["remove"]
+            return _one_sided(_symmetric_discrete(_as_discrete(rem), g), rem)
 
         loss = _cached(self, build)
         return {"add": loss, "remove": loss}

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from .. import _validation as V
-from ..curve import Bounds, PrivacyLossDistribution, _pack, _Query
+from ..curve import Bounds, PrivacyLossDistribution, _certified_sides, _pack, _Query
 
 _U = np.finfo(np.float64).eps / 2  # unit roundoff
 
@@ -47,6 +47,7 @@ class DominancePLD(PrivacyLossDistribution):
 
     def __init__(self, upper, lower, eps_error, delta_error, events, backend):
         super().__init__(upper, eps_error, delta_error, events, backend)
+        self._sides = _certified_sides(events, lower_chain=True)
         self.lower_directions = lower
         self._ql = {name: _Query(d.pmf, backend == "native") for name, d in lower.items()}
 
@@ -125,7 +126,7 @@ class DominancePLD(PrivacyLossDistribution):
             l = (pinf + (1 - pinf) * np.maximum(0.0, m * (dd - pl) - dl.delta_spent)) * (1 - 8 * _U)
             lo = l if lo is None else np.maximum(lo, l)
             up = u if up is None else np.maximum(up, u)
-        return _pack(lo, 0.5 * (lo + up), up, np.ndim(epsilon) == 0)
+        return self._sided(_pack(lo, 0.5 * (lo + up), up, np.ndim(epsilon) == 0), 0.0, 1.0)
 
     def epsilon(self, delta) -> Bounds:
         """Bounds on ``epsilon(delta)`` (the smallest eps with ``delta(eps) <= delta``), clipped at 0.
@@ -165,4 +166,4 @@ class DominancePLD(PrivacyLossDistribution):
         lo = np.where(one, 0.0, np.maximum(lo, 0.0))
         up = np.where(one, 0.0, np.maximum(up, 0.0))
         lo = np.minimum(lo, up)
-        return _pack(lo, 0.5 * (lo + up), up, np.ndim(delta) == 0)
+        return self._sided(_pack(lo, 0.5 * (lo + up), up, np.ndim(delta) == 0), 0.0, np.inf)
