@@ -638,7 +638,8 @@ class RandomAllocation(Mechanism):
     rounding.  ``bound="lower"`` gives dominated losses: their *lower* bounds are certified and the
     upper bounds reported as the trivial ones (epsilon ``inf``, delta 1).  Each upper loss carries
     its dominated counterpart, so ``compose(..., method="dominance")`` certifies both bounds for the
-    true mechanism in one call.
+    true mechanism in one call; ``method="auto"`` takes that certificate for these losses where its
+    charges fit ``delta_error``, else a coupling plan (upper bounds only).
 
     Parameters
     ----------

@@ -182,11 +182,27 @@ def compose(mechanism, count: int | None = None, *, eps_error: float | None = No
     return _answers.answer(key, compute, events, loss_keys)
 
 
+def _one_sided_with_lower(dir_parts) -> bool:
+    """Whether some loss dominates its mechanism's only (``loss.dominated`` False) and carries the
+    dominated one (``dominated_loss``) for the dominance certificate's lower chain."""
+    return any(getattr(loss, "dominated", None) is False and getattr(loss, "_lower_factory", None) is not None
+               for _, parts in dir_parts for loss, _ in parts)
+
+
 def _compose_parts(dir_parts, events, eps_err, delta_err, method, arity, max_buckets, threads, be, rel_error=None):
     """:func:`compose` of validated arguments (``dir_parts``: :func:`_direction_parts` of ``events``)."""
     if method == "dominance":
         from ..dominance import compose_dominance  # (a certificate of its own; imported where used)
         return compose_dominance(dir_parts, events, eps_err, delta_err, be, arity, max_buckets, threads, rel_error)
+    if method == "auto" and arity is None and _one_sided_with_lower(dir_parts):
+        # a loss that only dominates its mechanism's (random allocation) but carries a dominated one:
+        # with the coupling certificate only its upper bounds hold (the lower ones are reported as
+        # 0); the dominance certificate composes both, so auto tries it first
+        from ..dominance import compose_dominance
+        try:
+            return compose_dominance(dir_parts, events, eps_err, delta_err, be, None, max_buckets, threads)
+        except (_BudgetError, BucketLimitError):
+            pass
     budgets = _Budgets.split(eps_err, delta_err)
     log_term = budgets.log_term
     eps_az = budgets.eps_azuma
