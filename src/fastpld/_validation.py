@@ -98,6 +98,20 @@ def rel_error(value) -> float:
     return v
 
 
+def relative_accuracy(rel, eps_error, method=None):
+    """The relative accuracy asked (``rel_error`` validated), or ``None``: refused beside an absolute
+    ``eps_error`` and, given ``method``, with a method other than the dominance certificate's."""
+    if rel is None:
+        return None
+    rel = rel_error(rel)
+    if eps_error is not None:
+        raise ValueError("give eps_error or rel_error, not both")
+    if method is not None and method not in ("auto", "dominance"):
+        raise ValueError(f"rel_error applies to methods 'auto' and 'dominance' (the dominance certificate); "
+                         f"method {method!r} takes an absolute eps_error")
+    return rel
+
+
 def delta_error(value) -> float:
     v = real_float("delta_error", value)
     if not (0 < v < 0.1):

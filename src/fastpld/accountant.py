@@ -110,16 +110,8 @@ class PrivacyAccountant:
     def __init__(self, eps_error: float | None = None, delta_error: float = 1e-10, *, rel_error: float | None = None,
                  method: str = "auto", backend: str | None = None, max_buckets: int = DEFAULT_MAX_BUCKETS,
                  cache_size: int = 8, lookahead: float = 1e-3):
-        if rel_error is not None:
-            self.rel_error = V.rel_error(rel_error)
-            if eps_error is not None:
-                raise ValueError("give eps_error or rel_error, not both")
-            if method not in ("auto", "dominance"):
-                raise ValueError(f"rel_error applies to methods 'auto' and 'dominance', got method {method!r}")
-            self.eps_error = None
-        else:
-            self.rel_error = None
-            self.eps_error = V.eps_error(0.1 if eps_error is None else eps_error)
+        self.rel_error = V.relative_accuracy(rel_error, eps_error, method)
+        self.eps_error = None if self.rel_error is not None else V.eps_error(0.1 if eps_error is None else eps_error)
         self.delta_error = V.delta_error(delta_error)
         if not isinstance(method, str) or method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}")

@@ -72,11 +72,9 @@ def _relative(rel_error, eps_error, target_epsilon, rtol):
     """``(rel_error, ee, rtol)``: a validated relative accuracy (``None`` if not asked), the absolute
     epsilon error standing for it in the first guesses, and the search's tolerance (``rel_error``
     itself unless ``rtol`` is given; else ``rtol`` or 1%)."""
+    rel_error = V.relative_accuracy(rel_error, eps_error)
     if rel_error is None:
         return None, None, (0.01 if rtol is None else rtol)
-    rel_error = V.rel_error(rel_error)
-    if eps_error is not None:
-        raise ValueError("give eps_error or rel_error, not both")
     return rel_error, rel_error * target_epsilon / 2, (rel_error if rtol is None else rtol)
 
 

@@ -10,8 +10,7 @@ FALLBACK_EPS_ERROR = 0.01  # where the dominance certificate refuses: the coupli
 def accuracy(eps_error, rel_error) -> tuple[bool, float | None, float]:
     """``(fallback, rel_error, eps_error)`` of an adapter's arguments: neither given is the default
     (``rel_error`` 1e-3, and ``eps_error`` 0.01 where that composition is refused: ``fallback``)."""
-    if rel_error is not None and eps_error is not None:
-        raise ValueError("give eps_error or rel_error, not both")
-    fallback = rel_error is None and eps_error is None
-    rel = DEFAULT_REL_ERROR if fallback else (None if rel_error is None else V.rel_error(rel_error))
+    rel = V.relative_accuracy(rel_error, eps_error)
+    fallback = rel is None and eps_error is None
+    rel = DEFAULT_REL_ERROR if fallback else rel
     return fallback, rel, V.eps_error(FALLBACK_EPS_ERROR if eps_error is None else eps_error)

@@ -141,13 +141,8 @@ def compose(mechanism, count: int | None = None, *, eps_error: float | None = No
         composition; its arrays are shared and read-only.
     """
     events = _normalise_events(mechanism, count)
+    rel_error = V.relative_accuracy(rel_error, eps_error, method)
     if rel_error is not None:
-        rel_error = V.rel_error(rel_error)
-        if eps_error is not None:
-            raise ValueError("give eps_error or rel_error, not both")
-        if method not in ("auto", "dominance"):
-            raise ValueError(f"rel_error applies to methods 'auto' and 'dominance' (the dominance certificate); "
-                             f"method {method!r} takes an absolute eps_error")
         method = "dominance"
     eps_err = V.eps_error(0.1 if eps_error is None else eps_error)
     delta_err = V.delta_error(delta_error)
