@@ -193,12 +193,15 @@ class PrivacyLossDistribution:
         delta errors actually spent, the plan's stages and the certificate.
     """
 
+    _LOWER_CHAIN = False  # (a dominance composition: its lower chain composes dominated_loss)
+
     def __init__(self, directions, eps_error, delta_error, events, backend):
         self.directions = directions
         self.eps_error = eps_error
         self.delta_error = delta_error
         self.events = events
-        self._sides = _certified_sides(events)
+        self._sides = _certified_sides((loss for m, _ in events for loss in m.privacy_losses().values()),
+                                       self._LOWER_CHAIN)
         self.backend = backend
         # the native backend answers queries with the compiled kernels, the numpy backend with numpy
         self._q = {name: _Query(d.pmf, backend == "native") for name, d in directions.items()}
@@ -432,22 +435,21 @@ class PrivacyLossDistribution:
             up = np.broadcast_to(np.asarray(trivial_upper, dtype=np.float64), up.shape).copy()
         return _pack(lo, np.clip(est, lo, up), up, scalar)
 
-def _certified_sides(events, lower_chain: bool = False) -> tuple[bool, bool]:
-    """``(lower_ok, upper_ok)``: whether lower and upper bounds computed from the losses of ``events``
-    hold for the true mechanisms.  A loss computed as a one-sided bound of its mechanism's own (it
+def _certified_sides(losses, lower_chain: bool = False) -> tuple[bool, bool]:
+    """``(lower_ok, upper_ok)``: whether lower and upper bounds computed from ``losses`` hold for
+    the true mechanisms.  A loss computed as a one-sided bound of its mechanism's own (it
     says so in ``loss.dominated``: random allocation's lattice losses) certifies one side only: a
     dominating one (``dominated`` False) upper bounds, a dominated one lower bounds.  ``lower_chain``:
     a dominance composition, whose lower chain composes a dominating loss's ``dominated_loss``."""
     lower_ok = upper_ok = True
-    for mech, _ in events:
-        for loss in mech.privacy_losses().values():
-            d = getattr(loss, "dominated", None)
-            if d is None:
-                continue
-            if d:
-                upper_ok = False
-            elif not (lower_chain and getattr(loss, "dominated_loss", None) is not None):
-                lower_ok = False
+    for loss in losses:
+        d = getattr(loss, "dominated", None)
+        if d is None:
+            continue
+        if d:
+            upper_ok = False
+        elif not (lower_chain and getattr(loss, "dominated_loss", None) is not None):
+            lower_ok = False
     return lower_ok, upper_ok
 
 

@@ -10,7 +10,7 @@ from .. import _answers, _fft, resources
 from .. import _validation as V
 from .. import mechanisms as _mechanisms
 from .._limits import BucketLimitError
-from ..curve import DirectionResult, PrivacyLossDistribution
+from ..curve import DirectionResult, PrivacyLossDistribution, _certified_sides
 from ..mechanisms import Mechanism
 from .budget import _BudgetError, _Budgets
 from .execute import _execute, _refusal, _roundoff_floor
@@ -177,19 +177,13 @@ def compose(mechanism, count: int | None = None, *, eps_error: float | None = No
     return _answers.answer(key, compute, events, loss_keys)
 
 
-def _one_sided_with_lower(dir_parts) -> bool:
-    """Whether some loss dominates its mechanism's only (``loss.dominated`` False) and carries the
-    dominated one (``dominated_loss``) for the dominance certificate's lower chain."""
-    return any(getattr(loss, "dominated", None) is False and getattr(loss, "_lower_factory", None) is not None
-               for _, parts in dir_parts for loss, _ in parts)
-
-
 def _compose_parts(dir_parts, events, eps_err, delta_err, method, arity, max_buckets, threads, be, rel_error=None):
     """:func:`compose` of validated arguments (``dir_parts``: :func:`_direction_parts` of ``events``)."""
     if method == "dominance":
         from ..dominance import compose_dominance  # (a certificate of its own; imported where used)
         return compose_dominance(dir_parts, events, eps_err, delta_err, be, arity, max_buckets, threads, rel_error)
-    if method == "auto" and arity is None and _one_sided_with_lower(dir_parts):
+    losses = [loss for _, parts in dir_parts for loss, _ in parts]
+    if method == "auto" and arity is None and _certified_sides(losses) != _certified_sides(losses, lower_chain=True):
         # a loss that only dominates its mechanism's (random allocation) but carries a dominated one:
         # with the coupling certificate only its upper bounds hold (the lower ones are reported as
         # 0); the dominance certificate composes both, so auto tries it first

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from .. import _validation as V
-from ..curve import Bounds, PrivacyLossDistribution, _certified_sides, _pack, _Query
+from ..curve import Bounds, PrivacyLossDistribution, _pack, _Query
 
 _U = np.finfo(np.float64).eps / 2  # unit roundoff
 
@@ -45,9 +45,10 @@ class DominancePLD(PrivacyLossDistribution):
     The estimate is the midpoint of the certified interval.
     """
 
+    _LOWER_CHAIN = True
+
     def __init__(self, upper, lower, eps_error, delta_error, events, backend):
         super().__init__(upper, eps_error, delta_error, events, backend)
-        self._sides = _certified_sides(events, lower_chain=True)
         self.lower_directions = lower
         self._ql = {name: _Query(d.pmf, backend == "native") for name, d in lower.items()}
 
