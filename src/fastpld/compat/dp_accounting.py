@@ -56,8 +56,7 @@ from dp_accounting import dp_event
 from dp_accounting.privacy_accountant import NeighboringRelation, PrivacyAccountant
 
 from .. import _validation as V
-from ._accuracy import accuracy
-from ..composition.api import compose as _compose
+from ._accuracy import accuracy, compose
 from ..curve import Bounds, PrivacyLossDistribution
 from ..samplers import SubsampledWithoutReplacement, TruncatedPoissonSubsampled
 from ..mechanisms import (
@@ -310,21 +309,8 @@ class FastPLDAccountant(PrivacyAccountant):
         if self._non_private or not self._counts:
             return None
         if self._pld is None:
-            events = list(self._counts.items())
-            if self._rel_error is None:
-                self._pld = _compose(events, eps_error=self._eps_error, delta_error=self._delta_error,
-                                     method=self._method)
-            else:
-                try:
-                    self._pld = _compose(events, rel_error=self._rel_error, delta_error=self._delta_error,
-                                         method=self._method)
-                except ValueError:
-                    if not self._fallback:
-                        raise
-                    # (refused by the dominance certificate -- its charges or its size -- or a method
-                    # that takes no rel_error: the coupling certificate at eps_error)
-                    self._pld = _compose(events, eps_error=self._eps_error, delta_error=self._delta_error,
-                                         method=self._method)
+            self._pld = compose(list(self._counts.items()), self._rel_error, self._eps_error, self._fallback,
+                                delta_error=self._delta_error, method=self._method)
         return self._pld
 
     def get_epsilon_bounds(self, target_delta: float) -> Bounds:

@@ -26,8 +26,7 @@ from typing import Callable, Optional
 from opacus.accountants import IAccountant, register_accountant
 
 from .. import _validation as V
-from ._accuracy import accuracy
-from ..composition.api import compose as _compose
+from ._accuracy import accuracy, compose
 from ..curve import Bounds, PrivacyLossDistribution
 from ..mechanisms import Mechanism, PoissonSubsampledGaussian
 
@@ -136,17 +135,10 @@ class FastPLDAccountant(IAccountant):
         events = self._events()
         if not events:
             return None
-        acc = {"rel_error": rel} if rel is not None else {"eps_error": eps_error}
-        key = (tuple(events), tuple(acc.items()), delta_error)
+        key = (tuple(events), rel, eps_error, delta_error)
         pld = self._cache.get(key)
         if pld is None:
-            try:
-                pld = _compose(events, delta_error=delta_error, **acc)
-            except ValueError:
-                if rel is None or not self._fallback:
-                    raise
-                # (refused by the dominance certificate: the coupling certificate at eps_error)
-                pld = _compose(events, eps_error=eps_error, delta_error=delta_error)
+            pld = compose(events, rel, eps_error, self._fallback, delta_error=delta_error)
             self._cache = {key: pld}  # keep one: histories grow step by step
         return pld
 
