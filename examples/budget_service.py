@@ -11,7 +11,8 @@ Run::
 API (JSON bodies and answers; errors are ``{"error": "..."}`` with 400, 404 or 409)::
 
     POST /tenants                 {"tenant": "a", "epsilon": 3.0, "delta": 1e-5}           -> 201
-                                  (optional "eps_error", "delta_error" of the accountant)
+                                  (optional "rel_error" or "eps_error", "delta_error" of the accountant;
+                                   by default the library's accuracy, 0.1% of epsilon)
     GET  /tenants/a               budget, steps recorded, certified epsilon at the budget's delta
     POST /tenants/a/steps         {"mechanism": {"type": "PoissonSubsampledGaussian", "sigma": 1.0,
                                    "sampling_probability": 0.01}, "count": 1, "request_id": "uuid"}
@@ -151,7 +152,7 @@ class BudgetService:
         if not 0 < delta < 1:
             raise ServiceError(400, f"delta must be in (0, 1), got {delta!r}")
         try:
-            acc = fastpld.PrivacyAccountant(eps_error=body.get("eps_error", 0.1),
+            acc = fastpld.PrivacyAccountant(eps_error=body.get("eps_error"), rel_error=body.get("rel_error"),
                                             delta_error=body.get("delta_error", 1e-10))
         except ValueError as exc:
             raise ServiceError(400, str(exc)) from None

@@ -95,8 +95,9 @@ def test_kept_answers_are_read_only_and_carry_the_callers_events(answers):
     for d in a.directions.values():
         with pytest.raises(ValueError):
             d.pmf.probs[0] = 1.0
+    before = a.eps_error
     b.eps_error = 123.0  # rebinding an attribute of one copy does not reach the other
-    assert a.eps_error == 0.1
+    assert a.eps_error == before != 123.0
 
 
 def test_equal_custom_pmfs_are_one_part():
@@ -129,9 +130,11 @@ def test_custom_cdf_is_keyed_by_identity(answers, count_compositions):
     a, b = make(), make()
     assert a != b
     ra = fastpld.compose(a, 10)
+    n = len(count_compositions)  # (1, or 2 where the default accuracy's dominance attempt was refused)
     fastpld.compose(a, 10)
+    assert len(count_compositions) == n  # a twice, composed once
     rb = fastpld.compose(b, 10)
-    assert len(count_compositions) == 2  # a twice (once composed), b once
+    assert len(count_compositions) == 2 * n  # b once
     _same(ra, rb)
 
 
@@ -331,7 +334,7 @@ def test_scalar_queries_of_a_kept_answer_are_the_fresh_ones(answers):
     m = fastpld.PoissonSubsampledGaussian(1.2, 0.02)
     kept = fastpld.compose(m, 80)
     kept = fastpld.compose(m, 80)
-    assert isinstance(kept, _answers.KeptAnswer)
+    assert isinstance(kept, _answers._KeptMixin)
     resources.set_cache_limit(results=0)
     fresh = fastpld.compose(m, 80)
     for d in [1e-2, 1e-5, 1e-8, 1.0]:

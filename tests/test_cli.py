@@ -75,7 +75,7 @@ def test_cli_matches_library(capsys):
 
     out = _json(capsys, ["epsilon", "--randomized-response", "0.5", "--num-categories", "4", "--steps", "30",
                          "--delta", "1e-6"])
-    b = fastpld.compose(fastpld.RandomizedResponse(0.5, 4), 30, eps_error=0.1, delta_error=1e-10).epsilon(1e-6)
+    b = fastpld.compose(fastpld.RandomizedResponse(0.5, 4), 30, delta_error=1e-10).epsilon(1e-6)
     assert out["epsilon"] == {"lower": b.lower, "estimate": b.estimate, "upper": b.upper}
 
 

@@ -19,7 +19,7 @@ COMBOS = [(s, k, m) for s, k in CASES for m in METHODS if not (m == "glw" and k 
 
 @pytest.fixture(scope="module")
 def plds():
-    return {(s, k, m): fastpld.compose(fastpld.Gaussian(s), k, method=m) for s, k, m in COMBOS}
+    return {(s, k, m): fastpld.compose(fastpld.Gaussian(s), k, method=m, eps_error=0.1) for s, k, m in COMBOS}
 
 
 @pytest.mark.parametrize("sigma,k,method", COMBOS)

@@ -121,4 +121,6 @@ def test_epsilon_1000_queries_certified():
     b = pld.delta(3000.5)
     assert b.lower == 0.0 and b.upper <= 2 * pld.delta_error
     e = pld.epsilon(1e-5)
-    assert e.lower <= 3000.0 <= e.upper
+    # P(Y = 3000) = (1 + e^-1000)^-3 = 1 in float64: delta(eps) = 1 - e^(eps - 3000) below 3000
+    exact = 3000.0 + math.log1p(-1e-5)
+    assert e.lower <= exact <= e.upper

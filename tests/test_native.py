@@ -402,7 +402,7 @@ WORKLOADS = [
     ("sub-laplace", lambda: fastpld.PoissonSubsampledLaplace(2.0, 0.05), 300, "auto"),
     ("rr", lambda: fastpld.RandomizedResponse(0.5, 3), 500, "recursive"),
     ("gauss-glw", lambda: fastpld.Gaussian(8.0), 97, "glw"),
-    ("hetero", lambda: [(fastpld.Gaussian(3.0), 5), (fastpld.Laplace(2.0), 40)], None, "auto"),
+    ("hetero", lambda: [(fastpld.Gaussian(3.0), 5), (fastpld.Laplace(2.0), 40)], None, "recursive"),
 ]
 
 

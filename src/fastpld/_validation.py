@@ -98,6 +98,27 @@ def rel_error(value) -> float:
     return v
 
 
+# The accuracy asked when none is given, the same at every entry point (compose, the accountant,
+# calibration, the CLI, the adapters): the certified interval of epsilon(delta) within 0.1% of epsilon
+# (the dominance certificate), and where that certificate refuses a composition (or a coupling method
+# is asked for, which cannot take a relative accuracy) the coupling certificate at this eps_error.
+DEFAULT_REL_ERROR = 1e-3
+DEFAULT_EPS_ERROR = 0.01
+
+
+def accuracy(rel, eps, method=None) -> tuple:
+    """``(rel_error, eps_error, default)`` of the accuracy arguments: one of them validated (the
+    other ``None``), or neither given (``default``): ``(DEFAULT_REL_ERROR, DEFAULT_EPS_ERROR, True)``,
+    the second for refusals of the first (``(None, DEFAULT_EPS_ERROR, True)`` for a coupling method)."""
+    rel = relative_accuracy(rel, eps, method)
+    if rel is not None:
+        return rel, None, False
+    if eps is not None:
+        return None, eps_error(eps), False
+    coupling = method is not None and method not in ("auto", "dominance")
+    return (None if coupling else DEFAULT_REL_ERROR), DEFAULT_EPS_ERROR, True
+
+
 def relative_accuracy(rel, eps_error, method=None):
     """The relative accuracy asked (``rel_error`` validated), or ``None``: refused beside an absolute
     ``eps_error`` and, given ``method``, with a method other than the dominance certificate's."""

@@ -37,8 +37,9 @@ one composition, so the guarantee is exactly that of :func:`fastpld.compose`.
 
 The price is width: the upper bound is that of at most ``g - 1 <=
 lookahead * c`` more uses of ``m`` than happened (with the default ``1e-3``,
-0.1 % more steps of a long run, a far smaller change in epsilon than the
-default ``eps_error``), the lower bound that of as many fewer.  What it buys:
+0.1 % more steps of a long run: for DP-SGD, whose epsilon grows about like the
+square root of the steps, about 0.05 % of epsilon, half the default relative
+accuracy), the lower bound that of as many fewer.  What it buys:
 ``compose(A)`` serves every state up to ``A``, and ``A`` becomes the next
 bracket's ``B``, so a training loop composes once every ``g`` steps and
 otherwise answers from two cached compositions.  ``lookahead=0`` answers
@@ -80,7 +81,8 @@ class PrivacyAccountant:
     Parameters
     ----------
     eps_error, delta_error : float
-        Error budget of every composition (see :func:`fastpld.compose`; ``eps_error`` defaults to 0.1).
+        Error budget of every composition (see :func:`fastpld.compose`); give ``eps_error`` or
+        ``rel_error``, or neither: compose's default (``rel_error=1e-3``; ``None`` kept here).
     rel_error : float, optional
         The accuracy relative to epsilon instead of ``eps_error`` (see :func:`fastpld.compose`: the
         certified interval of epsilon at most ``rel_error`` times it wide; the dominance certificate).
@@ -110,8 +112,9 @@ class PrivacyAccountant:
     def __init__(self, eps_error: float | None = None, delta_error: float = 1e-10, *, rel_error: float | None = None,
                  method: str = "auto", backend: str | None = None, max_buckets: int = DEFAULT_MAX_BUCKETS,
                  cache_size: int = 8, lookahead: float = 1e-3):
-        self.rel_error = V.relative_accuracy(rel_error, eps_error, method)
-        self.eps_error = None if self.rel_error is not None else V.eps_error(0.1 if eps_error is None else eps_error)
+        rel, eps, default = V.accuracy(rel_error, eps_error, method)
+        # (neither given: None, None, and every composition takes compose's default accuracy)
+        self.rel_error, self.eps_error = (None, None) if default else (rel, eps)
         self.delta_error = V.delta_error(delta_error)
         if not isinstance(method, str) or method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -166,7 +169,7 @@ class PrivacyAccountant:
             if hit is not None:
                 self._cache.move_to_end(state)
                 return hit
-        acc = {"rel_error": self.rel_error} if self.rel_error is not None else {"eps_error": self.eps_error}
+        acc = {"rel_error": self.rel_error, "eps_error": self.eps_error}
         result = compose(list(state), delta_error=self.delta_error, method=self.method, backend=self.backend,
                          max_buckets=self.max_buckets, **acc)
         with self._lock:
@@ -382,6 +385,7 @@ class PrivacyAccountant:
 
     def __repr__(self):
         h = self.history
-        acc = f"rel_error={self.rel_error}" if self.rel_error is not None else f"eps_error={self.eps_error}"
-        return (f"PrivacyAccountant({acc}, delta_error={self.delta_error}, "
+        acc = (f"rel_error={self.rel_error}, " if self.rel_error is not None else
+               f"eps_error={self.eps_error}, " if self.eps_error is not None else "")
+        return (f"PrivacyAccountant({acc}delta_error={self.delta_error}, "
                 f"mechanisms={len(h)}, compositions={sum(c for _, c in h)})")

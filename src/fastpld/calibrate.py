@@ -68,14 +68,19 @@ def _default_errors(target_epsilon, target_delta, eps_error, delta_error):
     return eps_error, tuple(des)
 
 
-def _relative(rel_error, eps_error, target_epsilon, rtol):
-    """``(rel_error, ee, rtol)``: a validated relative accuracy (``None`` if not asked), the absolute
-    epsilon error standing for it in the first guesses, and the search's tolerance (``rel_error``
-    itself unless ``rtol`` is given; else ``rtol`` or 1%)."""
-    rel_error = V.relative_accuracy(rel_error, eps_error)
-    if rel_error is None:
-        return None, None, (0.01 if rtol is None else rtol)
-    return rel_error, rel_error * target_epsilon / 2, (rel_error if rtol is None else rtol)
+def _accuracy(te, td, rel_error, eps_error, delta_error, rtol, method="auto"):
+    """``(acc, ee, delta_errors, rtol)`` of a calibration's accuracy arguments: ``acc`` the accuracy
+    passed to :func:`fastpld.compose` (``{}``: neither given, compose's default, ``rel_error`` 1e-3
+    with its fallback), ``ee`` the absolute epsilon error standing for it in first guesses and
+    messages, the delta errors of :func:`_default_errors`, and the search's tolerance (``rtol`` if
+    given, else the relative accuracy, else 1%)."""
+    rel, eps, default = V.accuracy(rel_error, eps_error, method)
+    acc = {} if default else ({"rel_error": rel} if rel is not None else {"eps_error": eps})
+    ee = rel * te / 2 if rel is not None else eps
+    ee, des = _default_errors(te, td, ee, delta_error)
+    if rtol is None:
+        rtol = rel if rel is not None else 0.01
+    return acc, ee, des, rtol
 
 
 def _targets(target_epsilon, target_delta):
@@ -238,10 +243,10 @@ def calibrate(make_mechanism: Callable[[float], Mechanism], count: int, target_e
         smallest feasible parameter is returned), ``False`` if it increases (the
         largest feasible parameter is returned).
     eps_error, delta_error : float, optional
-        Composition errors; default ``min(0.1, target_epsilon / 20)`` and
-        ``target_delta / 1000``.
-    rtol : float
-        Relative width of the final bracket (default 1%; ``rel_error`` when that is given).
+        Composition errors (give ``eps_error`` or ``rel_error``, or neither: :func:`fastpld.compose`'s
+        default, ``rel_error=1e-3``); ``delta_error`` default ``target_delta / 1000``.
+    rtol : float, optional
+        Relative width of the final bracket (default: the relative accuracy, 0.1%; 1% with ``eps_error``).
     rel_error : float, optional
         Compose with this accuracy relative to epsilon instead of ``eps_error`` (see
         :func:`fastpld.compose`; epsilon targets only).
@@ -283,8 +288,7 @@ def calibrate(make_mechanism: Callable[[float], Mechanism], count: int, target_e
                                        alpha_range, eps_error, delta_error, max_buckets, method)
     else:
         te, td = _targets(target_epsilon, target_delta)
-        rel, ee_rel, rtol = _relative(rel_error, eps_error, te, rtol)
-        ee, de = _default_errors(te, td, eps_error if rel is None else ee_rel, delta_error)
+        acc, ee, de, rtol = _accuracy(te, td, rel_error, eps_error, delta_error, rtol, method)
     rtol = V.positive_float("rtol", rtol)
     if bracket is None:
         lower, upper = 1e-6, 1e6
@@ -306,7 +310,7 @@ def calibrate(make_mechanism: Callable[[float], Mechanism], count: int, target_e
         return mech
 
     if not attack:
-        run = _upper_epsilon(count, ee, de, td, max_buckets, method, rel_error=rel)
+        run = _upper_epsilon(count, acc, de, td, max_buckets, method)
     ev = _Evaluator(make, run)
     try:
         out = _search(ev, te, decreasing=decreasing, guess=guess, lower=lower, upper=upper,
@@ -349,11 +353,7 @@ def _clt_sigma(eps, delta, q, steps):
     return 1.0 / math.sqrt(math.log1p(x)) if x > 0 else 1.0
 
 
-def _psg_errors(te, td, eps_error, delta_error):
-    return _default_errors(te, td, eps_error, delta_error)
-
-
-def _upper_epsilon(count, eps_error, delta_errors, target_delta, max_buckets, method="auto", rel_error=None):
+def _upper_epsilon(count, acc, delta_errors, target_delta, max_buckets, method="auto"):
     """``mechanism -> certified upper bound on epsilon(target_delta)`` after ``count`` compositions.
 
     ``delta_errors``: tried in turn while ``compose`` refuses the composition for its error
@@ -366,17 +366,15 @@ def _upper_epsilon(count, eps_error, delta_errors, target_delta, max_buckets, me
             mech, k = mech
         else:
             k = count
-        return _compose_widening(mech, k, eps_error, delta_errors, max_buckets, method,
-                                 rel_error).epsilon(target_delta).upper
+        return _compose_widening(mech, k, acc, delta_errors, max_buckets, method).epsilon(target_delta).upper
 
     return run
 
 
-def _compose_widening(mech, count, eps_error, delta_errors, max_buckets, method="auto", rel_error=None):
+def _compose_widening(mech, count, acc, delta_errors, max_buckets, method="auto"):
     """``compose`` with the first of ``delta_errors`` whose composition is not refused for its error
     budget (the calibration's ladder, :func:`_default_errors`); the last refusal is raised.
-    ``rel_error``: composed with it instead of ``eps_error``."""
-    acc = {"rel_error": rel_error} if rel_error is not None else {"eps_error": eps_error}
+    ``acc``: the accuracy arguments (:func:`_accuracy`)."""
     for i, de in enumerate(delta_errors):
         try:
             return compose(mech, count, delta_error=de, method=method, max_buckets=max_buckets, **acc)
@@ -409,19 +407,19 @@ def find_noise_multiplier(target_epsilon: float, target_delta: float, sampling_p
     steps : int
         Number of DP-SGD steps (compositions).
     eps_error, delta_error : float, optional
-        Composition errors; default ``min(0.1, target_epsilon / 20)`` and ``target_delta / 1000``
-        (the latter retried 10x and 100x larger, below ``target_delta / 10``, when :func:`fastpld.compose`
-        refuses it).
-    rtol : float
-        Relative width of the final bracket (default 1%; ``rel_error`` when that is given).
+        Composition errors (give ``eps_error`` or ``rel_error``, or neither: :func:`fastpld.compose`'s
+        default, ``rel_error=1e-3``); ``delta_error`` default ``target_delta / 1000`` (retried 10x and
+        100x larger, below ``target_delta / 10``, when :func:`fastpld.compose` refuses it).
+    rtol : float, optional
+        Relative width of the final bracket (default: the relative accuracy, 0.1%; 1% with ``eps_error``).
     neighboring : {"add_or_remove", "remove", "add"}
         Neighbouring directions accounted, as in :class:`fastpld.PoissonSubsampledGaussian`.
     max_buckets : int
         Passed to :func:`fastpld.compose`.
     rel_error : float, optional
         Compose with this accuracy relative to epsilon instead of ``eps_error`` (see
-        :func:`fastpld.compose`; the dominance certificate): with ``rel_error=1e-3`` the answer is
-        within about 0.1% of the smallest feasible ``sigma``, never below it.
+        :func:`fastpld.compose`; the dominance certificate): with ``rel_error=1e-3`` (the default) the
+        answer is within about 0.1% of the smallest feasible ``sigma``, never below it.
     sampler : callable, optional
         ``(sigma, sampling_probability) -> Mechanism``: the step for the batches actually drawn
         (e.g. ``lambda s, q: SubsampledWithoutReplacement(Gaussian(s), b, n)``), used instead of
@@ -458,8 +456,7 @@ def find_noise_multiplier(target_epsilon: float, target_delta: float, sampling_p
     te, td = _targets(target_epsilon, target_delta)
     q = V.probability("sampling_probability", sampling_probability, open_low=True)
     steps = V.positive_int("steps", steps)
-    rel, ee_rel, rtol = _relative(rel_error, eps_error, te, rtol)
-    ee, de = _psg_errors(te, td, eps_error if rel is None else ee_rel, delta_error)
+    acc, ee, de, rtol = _accuracy(te, td, rel_error, eps_error, delta_error, rtol)
 
     if sampler is not None and not callable(sampler):
         raise ValueError(f"sampler must be callable (sigma, sampling_probability) -> Mechanism, got {sampler!r}")
@@ -472,7 +469,7 @@ def find_noise_multiplier(target_epsilon: float, target_delta: float, sampling_p
             return mech
         return PoissonSubsampledGaussian(sigma=s, sampling_probability=q, neighboring=neighboring)
 
-    run = _upper_epsilon(steps, ee, de, td, max_buckets, rel_error=rel)
+    run = _upper_epsilon(steps, acc, de, td, max_buckets)
 
     guess = _clt_sigma(max(te - ee, te / 2), td, q, steps)
     # local exponent of epsilon ~ sigma^(-a) in the same model, for the first jump
@@ -503,11 +500,13 @@ def find_sampling_probability(target_epsilon: float, target_delta: float, noise_
     steps : int
         Number of DP-SGD steps (compositions).
     eps_error, delta_error : float, optional
-        Composition errors; default ``min(0.1, target_epsilon / 20)`` and ``target_delta / 1000``
-        (the latter retried 10x and 100x larger, below ``target_delta / 10``, when :func:`fastpld.compose`
-        refuses it).
-    rtol : float
-        Relative width of the final bracket (default 1%).
+        Composition errors (give ``eps_error`` or ``rel_error``, or neither: :func:`fastpld.compose`'s
+        default, ``rel_error=1e-3``); ``delta_error`` default ``target_delta / 1000`` (retried 10x and
+        100x larger, below ``target_delta / 10``, when :func:`fastpld.compose` refuses it).
+    rtol : float, optional
+        Relative width of the final bracket (default: the relative accuracy, 0.1%; 1% with ``eps_error``).
+    rel_error : float, optional
+        Compose with this accuracy relative to epsilon instead of ``eps_error`` (see :func:`fastpld.compose`).
     neighboring : {"add_or_remove", "remove", "add"}
         Neighbouring directions accounted, as in :class:`fastpld.PoissonSubsampledGaussian`.
     max_buckets : int
@@ -539,13 +538,12 @@ def find_sampling_probability(target_epsilon: float, target_delta: float, noise_
     te, td = _targets(target_epsilon, target_delta)
     sigma = V.positive_float("noise_multiplier", noise_multiplier)
     steps = V.positive_int("steps", steps)
-    rel, ee_rel, rtol = _relative(rel_error, eps_error, te, rtol)
-    ee, de = _psg_errors(te, td, eps_error if rel is None else ee_rel, delta_error)
+    acc, ee, de, rtol = _accuracy(te, td, rel_error, eps_error, delta_error, rtol)
 
     def make(q):
         return PoissonSubsampledGaussian(sigma=sigma, sampling_probability=q, neighboring=neighboring)
 
-    run = _upper_epsilon(steps, ee, de, td, max_buckets, rel_error=rel)
+    run = _upper_epsilon(steps, acc, de, td, max_buckets)
 
     # GDP guess: q = mu / sqrt(T (e^(1/sigma^2) - 1))
     mu = _gaussian_mu(max(te - ee, te / 2), td)
@@ -559,8 +557,9 @@ def find_sampling_probability(target_epsilon: float, target_delta: float, noise_
 
 
 def find_steps(target_epsilon: float, target_delta: float, mechanism: Mechanism, *,
-               eps_error: float | None = None, delta_error: float | None = None, rtol: float = 0.01,
-               max_steps: int = 10**9, max_buckets: int = DEFAULT_MAX_BUCKETS) -> int:
+               eps_error: float | None = None, delta_error: float | None = None, rtol: float | None = None,
+               max_steps: int = 10**9, max_buckets: int = DEFAULT_MAX_BUCKETS,
+               rel_error: float | None = None) -> int:
     """Largest number of compositions of ``mechanism`` (within ``rtol``, or exact when small) meeting the target.
 
     Parameters
@@ -572,11 +571,13 @@ def find_steps(target_epsilon: float, target_delta: float, mechanism: Mechanism,
     mechanism : Mechanism
         The mechanism used once per step.
     eps_error, delta_error : float, optional
-        Composition errors; default ``min(0.1, target_epsilon / 20)`` and ``target_delta / 1000``
-        (the latter retried 10x and 100x larger, below ``target_delta / 10``, when :func:`fastpld.compose`
-        refuses it).
-    rtol : float
-        Relative width of the final bracket (default 1%).
+        Composition errors (give ``eps_error`` or ``rel_error``, or neither: :func:`fastpld.compose`'s
+        default, ``rel_error=1e-3``); ``delta_error`` default ``target_delta / 1000`` (retried 10x and
+        100x larger, below ``target_delta / 10``, when :func:`fastpld.compose` refuses it).
+    rtol : float, optional
+        Relative width of the final bracket (default: the relative accuracy, 0.1%; 1% with ``eps_error``).
+    rel_error : float, optional
+        Compose with this accuracy relative to epsilon instead of ``eps_error`` (see :func:`fastpld.compose`).
     max_steps : int
         Largest count searched (default 10**9).
     max_buckets : int
@@ -609,9 +610,9 @@ def find_steps(target_epsilon: float, target_delta: float, mechanism: Mechanism,
         raise ValueError(f"mechanism must be a fastpld Mechanism, got {mechanism!r}")
     te, td = _targets(target_epsilon, target_delta)
     max_steps = V.positive_int("max_steps", max_steps)
-    ee, de = _default_errors(te, td, eps_error, delta_error)
+    acc, ee, de, rtol = _accuracy(te, td, rel_error, eps_error, delta_error, rtol)
 
-    upper = _upper_epsilon(None, ee, de, td, max_buckets)
+    upper = _upper_epsilon(None, acc, de, td, max_buckets)
 
     def run(k):
         return upper((mechanism, int(k)))

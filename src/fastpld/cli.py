@@ -36,10 +36,11 @@ import argparse
 import decimal
 import importlib.util
 import json
-import math
 import sys
 
 from . import _validation as V
+from .calibrate import _accuracy as _calibration_accuracy
+from .calibrate import _compose_widening, find_noise_multiplier
 from .composition.api import DEFAULT_MAX_BUCKETS, compose
 from .mechanisms import (
     ApproxDP,
@@ -122,11 +123,16 @@ def _add_mechanism(p):
                    help="neighbouring direction(s) of subsampled mechanisms (default: both)")
 
 
-def _add_budget(p):
-    p.add_argument("--eps-error", type=float, default=None, help="certified epsilon error (default 0.1)")
+def _add_accuracy(p):
+    p.add_argument("--eps-error", type=float, default=None,
+                   help="certified absolute epsilon error instead of --rel-error")
     p.add_argument("--rel-error", type=float, default=None,
-                   help="accuracy relative to epsilon instead of --eps-error, e.g. 1e-3: the certified interval "
-                        "at most 0.1%% of epsilon wide (the dominance certificate)")
+                   help="accuracy relative to epsilon, e.g. 1e-3 (the default): the certified interval at most "
+                        "0.1%% of epsilon wide (the dominance certificate; where it refuses, --eps-error 0.01)")
+
+
+def _add_budget(p):
+    _add_accuracy(p)
     p.add_argument("--delta-error", type=float, default=1e-10, help="certified delta error (default 1e-10)")
     p.add_argument("--method", default="auto", help="auto, glw, two_stage, recursive or dominance")
     _add_max_buckets(p)
@@ -166,8 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     pc.add_argument("--delta", type=float, required=True, help="target delta")
     pc.add_argument("--sampling-probability", type=float, required=True)
     pc.add_argument("--steps", type=_count, required=True)
-    pc.add_argument("--eps-error", type=float, default=0.1)
-    pc.add_argument("--delta-error", type=float, default=1e-10)
+    _add_accuracy(pc)
+    pc.add_argument("--delta-error", type=float, default=None, help="certified delta error (default delta / 1000)")
     _add_max_buckets(pc)
     pc.add_argument("--json", action="store_true", help="print JSON")
     pp = sub.add_parser("plot", help="plot delta(eps) with its bounds and/or epsilon against steps")
@@ -209,10 +215,8 @@ def _bounds_dict(b):
 
 def _accuracy(args) -> dict:
     """``compose``'s accuracy arguments from ``--eps-error`` / ``--rel-error`` (compose checks them)."""
-    if getattr(args, "rel_error", None) is not None:
-        return {"rel_error": args.rel_error} if args.eps_error is None else {"rel_error": args.rel_error,
-                                                                             "eps_error": args.eps_error}
-    return {"eps_error": 0.1 if args.eps_error is None else args.eps_error}
+    return {k: v for k, v in (("rel_error", getattr(args, "rel_error", None)), ("eps_error", args.eps_error))
+            if v is not None}  # (neither: compose's default accuracy)
 
 
 def _run_query(args):
@@ -242,62 +246,22 @@ def _run_query(args):
         print(f"  {mech!r}, {args.steps} steps, method {pld.method}")
 
 
-def _fallback_find_noise_multiplier(target_epsilon, target_delta, sampling_probability, steps, eps_error=0.1,
-                                    delta_error=1e-10, max_buckets=DEFAULT_MAX_BUCKETS):
-    """Bisection on sigma, used only while ``fastpld.calibrate`` is absent.
-
-    Returns a sigma whose certified upper epsilon is <= ``target_epsilon``
-    (checked, not assumed), within 0.1% of the smallest such sigma on the
-    bisection path.
-    """
-    def eps_up(sigma):
-        mech = (Gaussian(sigma) if sampling_probability == 1.0
-                else PoissonSubsampledGaussian(sigma, sampling_probability))
-        return compose(mech, steps, eps_error=eps_error, delta_error=delta_error,
-                       max_buckets=max_buckets).epsilon(target_delta).upper
-
-    hi = 1.0
-    while eps_up(hi) > target_epsilon:
-        hi *= 2
-        if hi > 1e6:
-            raise ValueError(f"target_epsilon={target_epsilon!r} is not reachable with sigma <= 1e6")
-    lo = hi / 2
-    while lo > 1e-3 and eps_up(lo) <= target_epsilon:
-        hi, lo = lo, lo / 2
-    while hi / lo > 1.001:
-        mid = math.sqrt(lo * hi)
-        if eps_up(mid) <= target_epsilon:
-            hi = mid
-        else:
-            lo = mid
-    return hi
-
-
-def _find_noise_multiplier():
-    try:  # helper issue #4 provides the real calibration; the lead merges both branches
-        from .calibrate import find_noise_multiplier
-    except ImportError:
-        return _fallback_find_noise_multiplier
-    return find_noise_multiplier
-
-
 def _run_calibrate(args):
     te = V.positive_float("target_epsilon", args.target_epsilon)
     td = V.probability("delta", args.delta, open_low=True, open_high=True)
     q = V.probability("sampling_probability", args.sampling_probability, open_low=True)
     steps = V.positive_int("steps", args.steps)
-    V.eps_error(args.eps_error)
-    V.delta_error(args.delta_error)
-    res = _find_noise_multiplier()(target_epsilon=te, target_delta=td, sampling_probability=q, steps=steps,
-                                   eps_error=args.eps_error, delta_error=args.delta_error,
-                                   max_buckets=args.max_buckets)
-    sigma = float(getattr(res, "sigma", res))
-    mech = Gaussian(sigma) if q == 1.0 else PoissonSubsampledGaussian(sigma, q)
-    # report the certified epsilon actually reached, computed here, whatever the calibrator did
-    b = compose(mech, steps, eps_error=args.eps_error, delta_error=args.delta_error,
-                max_buckets=args.max_buckets).epsilon(td)
-    params = {"target_epsilon": te, "delta": td, "sampling_probability": q, "steps": steps,
-              "eps_error": args.eps_error, "delta_error": args.delta_error}
+    acc = _accuracy(args)
+    sigma = find_noise_multiplier(te, td, q, steps, delta_error=args.delta_error, max_buckets=args.max_buckets,
+                                  **acc)
+    mech = PoissonSubsampledGaussian(sigma, q)
+    # report the certified epsilon actually reached, composed again with the calibration's errors
+    cacc, _, des, _ = _calibration_accuracy(te, td, acc.get("rel_error"), acc.get("eps_error"), args.delta_error,
+                                            None)
+    pld = _compose_widening(mech, steps, cacc, des, args.max_buckets)
+    b = pld.epsilon(td)
+    params = {"target_epsilon": te, "delta": td, "sampling_probability": q, "steps": steps, **acc,
+              "delta_error": pld.delta_error, "method": pld.method}
     if args.json:
         print(json.dumps({"sigma": sigma, "epsilon": _bounds_dict(b), "parameters": params}))
     else:
@@ -401,10 +365,8 @@ def _run_plot(args):
             ax.set_title(f"delta(eps) after {args.steps} steps\n{_describe(mech)}", fontsize="small")
         out["steps"] = args.steps
     if grid is not None:
-        if args.rel_error is not None:
-            raise ValueError("--rel-error is not available for --steps-grid plots; give --eps-error")
-        b = epsilon_vs_steps(mech, grid, args.delta, eps_error=_accuracy(args)["eps_error"], delta_error=args.delta_error,
-                             method=args.method, max_buckets=args.max_buckets)
+        b = epsilon_vs_steps(mech, grid, args.delta, delta_error=args.delta_error, method=args.method,
+                             max_buckets=args.max_buckets, **_accuracy(args))
         ax = plot_epsilon_vs_steps(mech, grid, args.delta, axes.pop(0), bounds=b, label="estimate")
         ax.set_title(f"epsilon at delta={args.delta:g}\n{_describe(mech)}", fontsize="small")
         out["steps_grid"] = grid

@@ -133,16 +133,17 @@ def plot_delta_curve(pld: PrivacyLossDistribution, ax=None, *, epsilons: Sequenc
                     fontsize="x-small", color="0.3", va="bottom", gid="fastpld-delta-error")
     ax.set_xlabel(r"$\varepsilon$")
     ax.set_ylabel(r"$\delta(\varepsilon)$")
-    ax.set_title(f"{_describe_events(pld.events)}\n(eps_error={pld.eps_error:g}, delta_error={pld.delta_error:g})",
-                 fontsize="small")
+    rel = getattr(pld, "rel_error", None)
+    acc = f"rel_error={rel:g}" if rel is not None else f"eps_error={pld.eps_error:g}"
+    ax.set_title(f"{_describe_events(pld.events)}\n({acc}, delta_error={pld.delta_error:g})", fontsize="small")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend()
     return ax
 
 
-def epsilon_vs_steps(mechanism: Mechanism, steps: Sequence[int], delta: float, *, eps_error: float = 0.1,
+def epsilon_vs_steps(mechanism: Mechanism, steps: Sequence[int], delta: float, *, eps_error: float | None = None,
                      delta_error: float = 1e-10, method: str = "auto",
-                     max_buckets: int = DEFAULT_MAX_BUCKETS) -> Bounds:
+                     max_buckets: int = DEFAULT_MAX_BUCKETS, rel_error: float | None = None) -> Bounds:
     """Certified epsilon at ``delta`` after each number of steps in ``steps``.
 
     Parameters
@@ -153,8 +154,8 @@ def epsilon_vs_steps(mechanism: Mechanism, steps: Sequence[int], delta: float, *
         Step counts (each composed separately).
     delta : float
         In ``(0, 1]``.
-    eps_error, delta_error : float
-        Error budgets passed to :func:`fastpld.compose`.
+    eps_error, delta_error, rel_error : float, optional
+        Accuracy passed to :func:`fastpld.compose` (by default its own: ``rel_error=1e-3``).
     method : str, default "auto"
     max_buckets : int
         Size guard passed to :func:`fastpld.compose`.
@@ -170,14 +171,14 @@ def epsilon_vs_steps(mechanism: Mechanism, steps: Sequence[int], delta: float, *
     if not ks:
         raise ValueError("steps must not be empty")
     delta = V.probability("delta", delta, open_low=True)
-    rows = [compose(mechanism, k, eps_error=eps_error, delta_error=delta_error, method=method,
+    rows = [compose(mechanism, k, eps_error=eps_error, rel_error=rel_error, delta_error=delta_error, method=method,
                     max_buckets=max_buckets).epsilon(delta) for k in ks]
     return Bounds(*(np.array([r[i] for r in rows], dtype=np.float64) for i in range(3)))
 
 
 def plot_epsilon_vs_steps(mechanism: Mechanism, steps: Sequence[int], delta: float, ax=None, *,
-                          eps_error: float = 0.1, delta_error: float = 1e-10, label: str | None = None,
-                          color: str | None = None, bounds: Bounds | None = None):
+                          eps_error: float | None = None, delta_error: float = 1e-10, label: str | None = None,
+                          color: str | None = None, bounds: Bounds | None = None, rel_error: float | None = None):
     """Draw certified epsilon against the number of steps (log-scaled steps).
 
     Parameters
@@ -190,8 +191,8 @@ def plot_epsilon_vs_steps(mechanism: Mechanism, steps: Sequence[int], delta: flo
         Target delta.
     ax : matplotlib.axes.Axes, optional
         Axes to draw on (default: a new figure).
-    eps_error, delta_error : float
-        Error budgets of each composition.
+    eps_error, delta_error, rel_error : float, optional
+        Accuracy of each composition (see :func:`epsilon_vs_steps`).
     label : str, optional
         Legend label (default: the mechanism's repr).
     color : str, optional
@@ -206,7 +207,8 @@ def plot_epsilon_vs_steps(mechanism: Mechanism, steps: Sequence[int], delta: flo
     ks = np.asarray([V.positive_int(f"steps[{i}]", k) for i, k in enumerate(steps)])
     order = np.argsort(ks)
     if bounds is None:
-        bounds = epsilon_vs_steps(mechanism, ks.tolist(), delta, eps_error=eps_error, delta_error=delta_error)
+        bounds = epsilon_vs_steps(mechanism, ks.tolist(), delta, eps_error=eps_error, delta_error=delta_error,
+                                  rel_error=rel_error)
     lo, est, up = (np.asarray(x)[order] for x in bounds)
     ks = ks[order]
     ax = _axes(ax)

@@ -22,8 +22,9 @@ A *question* is a plain JSON object (a ``dict``), so that a batch is a JSON-line
 
 A schedule is a non-empty list of ``{"mechanism": {...}, "count": n}``; a mechanism is
 ``{"name": ..., parameters}`` with the names and parameters of :data:`MECHANISMS`.  Optional
-accuracy fields: ``eps_error``, ``delta_error``, ``method``, ``max_buckets`` (epsilon/delta, as in
-:func:`fastpld.compose`); ``eps_error``, ``delta_error``, ``rtol``, ``max_buckets`` and
+accuracy fields (by default the library's, ``rel_error`` 1e-3): ``eps_error`` or ``rel_error``,
+``delta_error``, ``method``, ``max_buckets`` (epsilon/delta, as in :func:`fastpld.compose`);
+``eps_error`` or ``rel_error``, ``delta_error``, ``rtol``, ``max_buckets`` and
 ``neighboring`` or ``max_steps`` (calibrations, as in :mod:`fastpld.calibrate`).  ``id`` (a string
 or an integer) is echoed in the answer.
 
@@ -44,7 +45,8 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from . import _validation as V
-from .calibrate import _compose_widening, _default_errors, find_noise_multiplier, find_sampling_probability, find_steps
+from .calibrate import _accuracy as _calibration_accuracy
+from .calibrate import _compose_widening, find_noise_multiplier, find_sampling_probability, find_steps
 from .composition.api import DEFAULT_MAX_BUCKETS, METHODS, compose
 from .mechanisms import (
     ApproxDP,
@@ -73,8 +75,8 @@ MECHANISMS = {
     "custom_pmf": (CustomPMF, ("values", "probabilities"), ("p_inf",)),
 }
 
-_COMPOSE_OPTIONS = ("eps_error", "delta_error", "method", "max_buckets")
-_CALIBRATION_OPTIONS = ("eps_error", "delta_error", "rtol", "max_buckets")
+_COMPOSE_OPTIONS = ("eps_error", "rel_error", "delta_error", "method", "max_buckets")
+_CALIBRATION_OPTIONS = ("eps_error", "rel_error", "delta_error", "rtol", "max_buckets")
 #: ask -> (required fields, optional fields), besides "id" and "ask"
 ASKS = {
     "epsilon": (("schedule", "delta"), _COMPOSE_OPTIONS),
@@ -203,22 +205,24 @@ def parse_question(question) -> _Parsed:
             fields["delta"] = V.probability("delta", question["delta"], open_low=True)
         else:
             fields["epsilon"] = V.nonnegative_float("epsilon", question["epsilon"])
-        fields["eps_error"] = V.eps_error(question.get("eps_error", 0.1))
         fields["delta_error"] = V.delta_error(question.get("delta_error", 1e-10))
         method = question.get("method", "auto")
         if not isinstance(method, str) or method not in METHODS:
             raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
         fields["method"] = method
+        # (neither accuracy given: None, None, compose's default)
+        rel, eps, default = V.accuracy(question.get("rel_error"), question.get("eps_error"), method)
+        fields["eps_error"], fields["rel_error"] = (None, None) if default else (eps, rel)
         fields["max_buckets"] = V.positive_int("max_buckets", question.get("max_buckets", DEFAULT_MAX_BUCKETS))
-        key = (tuple((_mechanism_key(m), c) for m, c in events), fields["eps_error"], fields["delta_error"],
-               fields["method"], fields["max_buckets"])
+        key = (tuple((_mechanism_key(m), c) for m, c in events), fields["eps_error"], fields["rel_error"],
+               fields["delta_error"], fields["method"], fields["max_buckets"])
     else:
         fields["target_epsilon"] = V.positive_float("target_epsilon", question["target_epsilon"])
         fields["target_delta"] = V.probability("target_delta", question["target_delta"], open_low=True,
                                                open_high=True)
-        for k in ("eps_error", "delta_error"):
+        for k, check in (("eps_error", V.eps_error), ("rel_error", V.rel_error), ("delta_error", V.delta_error)):
             if question.get(k) is not None:
-                fields[k] = (V.eps_error if k == "eps_error" else V.delta_error)(question[k])
+                fields[k] = check(question[k])
         if "rtol" in question:
             fields["rtol"] = V.positive_float("rtol", question["rtol"])
         if "max_buckets" in question:
@@ -289,8 +293,8 @@ def _compute(p: _Parsed, memo):
         got = memo.get(p.key) if memo is not None else None
         if got is None:
             try:
-                got = compose(list(p.events), eps_error=f["eps_error"], delta_error=f["delta_error"],
-                              method=f["method"], max_buckets=f["max_buckets"])
+                got = compose(list(p.events), eps_error=f["eps_error"], rel_error=f["rel_error"],
+                              delta_error=f["delta_error"], method=f["method"], max_buckets=f["max_buckets"])
             except Exception as exc:  # a shared composition fails the same way for each question
                 got = exc
             if memo is not None:
@@ -301,7 +305,7 @@ def _compute(p: _Parsed, memo):
         out["method"] = got.method
         return out
     te, td = f["target_epsilon"], f["target_delta"]
-    common = {k: f[k] for k in ("eps_error", "delta_error", "rtol", "max_buckets") if k in f}
+    common = {k: f[k] for k in ("eps_error", "rel_error", "delta_error", "rtol", "max_buckets") if k in f}
     mb = f.get("max_buckets", DEFAULT_MAX_BUCKETS)
     nb = f.get("neighboring", "add_or_remove")
     if p.ask == "noise_multiplier":
@@ -317,8 +321,8 @@ def _compute(p: _Parsed, memo):
         value = find_steps(te, td, f["mechanism"], **common, **extra)
         mech, count = f["mechanism"], value
     # the certified epsilon at the answer, with the errors the calibration used (its own last check)
-    ee, des = _default_errors(te, td, f.get("eps_error"), f.get("delta_error"))
-    pld = _compose_widening(mech, count, ee, des, mb)
+    acc, _, des, _ = _calibration_accuracy(te, td, f.get("rel_error"), f.get("eps_error"), f.get("delta_error"), None)
+    pld = _compose_widening(mech, count, acc, des, mb)
     _bounds(out, pld.epsilon(td))
     out["value"] = value
     out["method"] = pld.method

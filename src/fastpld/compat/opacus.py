@@ -130,7 +130,8 @@ class FastPLDAccountant(IAccountant):
         fastpld.PrivacyLossDistribution or None
             ``None`` if no private step was taken.
         """
-        rel = self.rel_error if eps_error is None else None  # (an eps_error given here overrides)
+        default = self._fallback and eps_error is None  # (an eps_error given here overrides)
+        rel = self.rel_error if eps_error is None else None
         eps_error = self.eps_error if eps_error is None else V.eps_error(eps_error)
         events = self._events()
         if not events:
@@ -138,7 +139,7 @@ class FastPLDAccountant(IAccountant):
         key = (tuple(events), rel, eps_error, delta_error)
         pld = self._cache.get(key)
         if pld is None:
-            pld = compose(events, rel, eps_error, self._fallback, delta_error=delta_error)
+            pld = compose(events, rel, eps_error, default, delta_error=delta_error)
             self._cache = {key: pld}  # keep one: histories grow step by step
         return pld
 

@@ -101,7 +101,9 @@ def compose(mechanism, count: int | None = None, *, eps_error: float | None = No
         Target errors: the result ``Z`` satisfies ``|Y - Z| <=_delta_error eps_error``
         for the exact composed privacy loss ``Y``, so that
         ``delta_Z(eps + eps_error) - delta_error <= delta(eps) <= delta_Z(eps - eps_error) + delta_error``.
-        ``eps_error`` defaults to 0.1 (unless ``rel_error`` is given).
+        Give ``eps_error`` or ``rel_error``, or neither: the default is ``rel_error=1e-3`` (the
+        dominance certificate) and, where that composition is refused (or ``method`` is a
+        coupling method, which takes no relative accuracy), ``eps_error=0.01``.
     rel_error : float, optional
         The accuracy asked relative to epsilon instead of ``eps_error`` (give one of them): the
         certified interval of ``epsilon(delta)`` at most ``rel_error`` times epsilon wide (so both
@@ -141,10 +143,10 @@ def compose(mechanism, count: int | None = None, *, eps_error: float | None = No
         composition; its arrays are shared and read-only.
     """
     events = _normalise_events(mechanism, count)
-    rel_error = V.relative_accuracy(rel_error, eps_error, method)
-    if rel_error is not None:
+    rel_error, eps_given, default = V.accuracy(rel_error, eps_error, method)
+    if rel_error is not None and not default:
         method = "dominance"
-    eps_err = V.eps_error(0.1 if eps_error is None else eps_error)
+    eps_err = V.DEFAULT_EPS_ERROR if eps_given is None else eps_given
     delta_err = V.delta_error(delta_error)
     if not isinstance(method, str) or method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -162,8 +164,19 @@ def compose(mechanism, count: int | None = None, *, eps_error: float | None = No
 
     def compute():
         with resources.compute_slot():
-            pld = _compose_parts(dir_parts, events, eps_err, delta_err, method, arity, max_buckets, threads, be,
-                                 rel_error)
+            if not (default and rel_error is not None and method == "auto"):
+                pld = _compose_parts(dir_parts, events, eps_err, delta_err, method, arity, max_buckets, threads,
+                                     be, rel_error)
+            else:
+                # the default accuracy: the dominance certificate at DEFAULT_REL_ERROR, and where it refuses
+                # (its charges do not fit delta_error, a lattice too large, a loss it cannot bound) the
+                # cheapest coupling plan at DEFAULT_EPS_ERROR
+                try:
+                    pld = _compose_parts(dir_parts, events, eps_err, delta_err, "dominance", arity, max_buckets,
+                                         threads, be, rel_error)
+                except ValueError:
+                    pld = _compose_parts(dir_parts, events, eps_err, delta_err, "auto", arity, max_buckets,
+                                         threads, be)
         _mechanisms._refresh_sizes(m for m, _ in events)  # (their MGF grids and tables grew)
         return pld
 
