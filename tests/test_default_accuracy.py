@@ -1,0 +1,81 @@
+"""The accuracy said once: every entry point's default is compose's (rel_error 1e-3 by dominance,
+eps_error 0.01 by the coupling certificate where dominance refuses)."""
+import math
+
+import pytest
+
+import fastpld
+from fastpld import _validation as V
+from fastpld.samplers import SubsampledWithoutReplacement
+from oracles import gaussian_epsilon
+
+PSG = fastpld.PoissonSubsampledGaussian(1.0, 0.02)
+
+
+def test_resolution_of_the_accuracy_arguments():
+    assert V.accuracy(None, None) == (V.DEFAULT_REL_ERROR, V.DEFAULT_EPS_ERROR, True)
+    assert V.accuracy(None, None, "glw") == (None, V.DEFAULT_EPS_ERROR, True)
+    assert V.accuracy(1e-4, None) == (1e-4, None, False)
+    assert V.accuracy(None, 0.05, "glw") == (None, 0.05, False)
+    with pytest.raises(ValueError, match="not both"):
+        V.accuracy(1e-3, 0.1)
+    with pytest.raises(ValueError, match="rel_error"):
+        V.accuracy(1e-3, None, "two_stage")
+    for bad in (0.0, -1e-3, 1.0, math.nan):
+        with pytest.raises(ValueError, match="rel_error"):
+            fastpld.compose(PSG, 10, rel_error=bad)
+
+
+def test_compose_default_is_the_relative_accuracy():
+    d = fastpld.compose(PSG, 500)
+    r = fastpld.compose(PSG, 500, rel_error=1e-3)
+    assert d.method.startswith("dominance") and d.rel_error == 1e-3
+    for delta in (1e-3, 1e-5, 1e-8):
+        assert tuple(d.epsilon(delta)) == tuple(r.epsilon(delta))
+        b = d.epsilon(delta)
+        assert b.upper - b.lower <= 1e-3 * b.lower
+
+
+def test_exact_gaussian_within_the_default_accuracy():
+    sigma, k = 4.0, 300
+    mu = math.sqrt(k) / sigma
+    pld = fastpld.compose(fastpld.Gaussian(sigma), k)
+    # (deltas well above delta_error 1e-10: near it the delta charges widen the interval further)
+    for delta in (1e-3, 1e-6, 1e-8):
+        b, exact = pld.epsilon(delta), gaussian_epsilon(delta, mu)
+        assert b.lower <= exact <= b.upper and b.upper - b.lower <= 1e-3 * exact
+
+
+def test_default_falls_back_to_the_coupling_where_dominance_refuses():
+    # fixed-size batches under replace-one at delta_error 1e-8: the dominance chains' round-off does not fit
+    m = SubsampledWithoutReplacement(fastpld.Gaussian(1.3), 10, 1000)
+    with pytest.raises(ValueError):
+        fastpld.compose(m, 100, rel_error=1e-3, delta_error=1e-8)
+    pld = fastpld.compose(m, 100, delta_error=1e-8)
+    assert not pld.method.startswith("dominance") and pld.eps_error == V.DEFAULT_EPS_ERROR
+    ref = fastpld.compose(m, 100, eps_error=V.DEFAULT_EPS_ERROR, delta_error=1e-8)
+    assert tuple(pld.epsilon(1e-5)) == tuple(ref.epsilon(1e-5))
+    # a coupling method asked without an accuracy: eps_error 0.01
+    assert fastpld.compose(fastpld.Gaussian(5.0), 20, method="glw").eps_error == V.DEFAULT_EPS_ERROR
+
+
+def test_entry_points_share_the_default():
+    acc = fastpld.PrivacyAccountant(lookahead=0).compose(PSG, 500)
+    assert tuple(acc.get_epsilon(1e-5)) == tuple(fastpld.compose(PSG, 500).epsilon(1e-5))
+    restored = fastpld.PrivacyAccountant.from_json(acc.to_json())
+    assert restored.eps_error is None and restored.rel_error is None
+    assert tuple(restored.get_epsilon(1e-5)) == tuple(acc.get_epsilon(1e-5))
+    from fastpld.plot import epsilon_vs_steps
+    b = epsilon_vs_steps(PSG, [500], 1e-5)
+    assert float(b.upper[0]) == fastpld.compose(PSG, 500).epsilon(1e-5).upper
+
+
+def test_calibration_default_is_within_the_relative_accuracy():
+    # the certified upper bound meets the target at sigma; 0.1% less noise does not
+    s = fastpld.find_noise_multiplier(2.0, 1e-5, 0.02, 500)
+    up = lambda sig: fastpld.compose(fastpld.PoissonSubsampledGaussian(sig, 0.02), 500,  # noqa: E731
+                                     delta_error=1e-8).epsilon(1e-5).upper
+    assert up(s) <= 2.0 < up(s / 1.001)
+    # and the true epsilon (a finer certified interval) is not far below the target
+    fine = fastpld.compose(fastpld.PoissonSubsampledGaussian(s / 1.002, 0.02), 500, rel_error=1e-4).epsilon(1e-5)
+    assert fine.lower > 2.0
