@@ -124,3 +124,27 @@ def test_relative_accuracy():
         fo.FastPLDAccountant(eps_error=0.01, rel_error=1e-3)
     with pytest.raises(ValueError, match="rel_error"):
         fo.FastPLDAccountant(rel_error=2.0)
+
+
+def test_random_allocation_sampler_counts_whole_epochs():
+    # shuffling into epochs of 10 steps: 25 steps are certified between 2 and 3 whole epochs
+    import fastpld
+    sampler = lambda s, q: fastpld.RandomAllocation(fastpld.Gaussian(s), round(1 / q))  # noqa: E731
+    acc = fo.FastPLDAccountant(sampler=sampler)
+    for _ in range(25):
+        acc.step(noise_multiplier=2.0, sample_rate=0.1)
+    epoch = fastpld.RandomAllocation(fastpld.Gaussian(2.0), 10)
+    two, three = (fastpld.compose(epoch, n, delta_error=1e-8).epsilon(1e-5) for n in (2, 3))
+    b = acc.get_epsilon_bounds(1e-5)
+    assert b.upper == three.upper and b.lower == min(two.lower, three.lower) and b.lower < b.estimate <= b.upper
+    assert acc.get_epsilon(1e-5) == three.upper
+    for _ in range(5):  # the third epoch complete: one composition, both bounds of 3 epochs
+        acc.step(noise_multiplier=2.0, sample_rate=0.1)
+    assert tuple(acc.get_epsilon_bounds(1e-5)) == tuple(three)
+    # fewer steps than an epoch: the lower bound is 0 (no epoch completed), the upper one an epoch's
+    acc = fo.FastPLDAccountant(sampler=sampler)
+    acc.step(noise_multiplier=2.0, sample_rate=0.1)
+    one = fastpld.compose(epoch, 1, delta_error=1e-8).epsilon(1e-5)
+    assert acc.get_epsilon_bounds(1e-5) == fastpld.Bounds(0.0, one.estimate, one.upper)
+    with pytest.raises(ValueError, match="side"):
+        acc.get_pld(1e-8, side="middle")

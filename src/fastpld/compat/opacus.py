@@ -28,6 +28,7 @@ from opacus.accountants import IAccountant, register_accountant
 from .. import _validation as V
 from ._accuracy import accuracy, compose
 from ..curve import Bounds, PrivacyLossDistribution
+from ..allocation import RandomAllocation
 from ..mechanisms import Mechanism, PoissonSubsampledGaussian
 
 __all__ = ["FastPLDAccountant", "register", "MECHANISM"]
@@ -58,6 +59,11 @@ class FastPLDAccountant(IAccountant):
         batches actually drawn, e.g. fixed-size batches of ``b`` from ``n`` records,
         ``lambda s, q: fastpld.SubsampledWithoutReplacement(fastpld.Gaussian(s), b, n)``.
         Default: Poisson sampling, ``PoissonSubsampledGaussian(noise_multiplier, sample_rate)``.
+        A :class:`fastpld.RandomAllocation` (shuffling into epochs: each record in exactly one step
+        of an epoch), e.g. ``lambda s, q: fastpld.RandomAllocation(fastpld.Gaussian(s), round(1 / q))``,
+        is one mechanism per ``num_steps`` steps: the steps recorded with it are certified as whole
+        epochs, the upper bound for the epochs begun (a partial epoch releases a part of what the
+        whole one does) and the lower bound for the epochs completed.
 
     Attributes
     ----------
@@ -95,9 +101,11 @@ class FastPLDAccountant(IAccountant):
         else:
             self.history.append((noise_multiplier, sample_rate, 1))
 
-    def _events(self):
-        """Mechanisms and counts of ``history``; ``None`` if a step was non-private."""
-        counts: dict = {}
+    def _events(self, side: str = "upper"):
+        """Mechanisms and counts of ``history``; ``None`` if a step was non-private.  A mechanism that
+        covers several steps (:class:`fastpld.RandomAllocation`, one per epoch) counts the epochs
+        begun (``side="upper"``) or completed (``"lower"``) by its steps."""
+        steps: dict = {}
         for i, seg in enumerate(self.history):
             if len(seg) != 3:
                 raise ValueError(f"history[{i}] must be (noise_multiplier, sample_rate, num_steps), got {seg!r}")
@@ -112,10 +120,17 @@ class FastPLDAccountant(IAccountant):
             mech = PoissonSubsampledGaussian(s, q) if self.sampler is None else self.sampler(s, q)
             if not isinstance(mech, Mechanism):
                 raise ValueError(f"sampler({s!r}, {q!r}) returned {mech!r}, not a fastpld Mechanism")
-            counts[mech] = counts.get(mech, 0) + n
-        return list(counts.items())
+            steps[mech] = steps.get(mech, 0) + n
+        counts = []
+        for mech, n in steps.items():
+            per = mech.num_steps if isinstance(mech, RandomAllocation) else 1
+            c = -(-n // per) if side == "upper" else n // per
+            if c:
+                counts.append((mech, c))
+        return counts
 
-    def get_pld(self, delta_error: float, eps_error: Optional[float] = None) -> Optional[PrivacyLossDistribution]:
+    def get_pld(self, delta_error: float, eps_error: Optional[float] = None,
+                side: str = "upper") -> Optional[PrivacyLossDistribution]:
         """The composed privacy loss distribution of ``history`` (cached).
 
         Parameters
@@ -124,6 +139,9 @@ class FastPLDAccountant(IAccountant):
             Certified delta error of the composition.
         eps_error : float, optional
             Certified epsilon error (default: the accountant's ``eps_error``).
+        side : {"upper", "lower"}
+            For a per-epoch sampler (see ``sampler``): the epochs begun (the composition whose upper
+            bounds hold) or completed (whose lower bounds hold); the same for per-step samplers.
 
         Returns
         -------
@@ -133,14 +151,18 @@ class FastPLDAccountant(IAccountant):
         default = self._fallback and eps_error is None  # (an eps_error given here overrides)
         rel = self.rel_error if eps_error is None else None
         eps_error = self.eps_error if eps_error is None else V.eps_error(eps_error)
-        events = self._events()
+        if side not in ("upper", "lower"):
+            raise ValueError(f"side must be 'upper' or 'lower', got {side!r}")
+        events = self._events(side)
         if not events:
             return None
         key = (tuple(events), rel, eps_error, delta_error)
         pld = self._cache.get(key)
         if pld is None:
             pld = compose(events, rel, eps_error, default, delta_error=delta_error)
-            self._cache = {key: pld}  # keep one: histories grow step by step
+            # keep the last two (the upper and lower compositions of a per-epoch sampler): histories
+            # grow step by step
+            self._cache = {**dict(list(self._cache.items())[-1:]), key: pld}
         return pld
 
     def get_epsilon_bounds(self, delta: float, *, eps_error: Optional[float] = None,
@@ -167,10 +189,15 @@ class FastPLDAccountant(IAccountant):
             return Bounds(math.inf, math.inf, math.inf)
         if delta_error is None:
             delta_error = self.delta_error if self.delta_error is not None else delta / 1000
-        pld = self.get_pld(V.delta_error(delta_error), eps_error)
+        delta_error = V.delta_error(delta_error)
+        pld = self.get_pld(delta_error, eps_error)
         if pld is None:
             return Bounds(0.0, 0.0, 0.0)
-        return pld.epsilon(delta)
+        b = pld.epsilon(delta)
+        if self._events("lower") != self._events("upper"):  # a per-epoch sampler with an epoch under way
+            low = self.get_pld(delta_error, eps_error, side="lower")
+            b = Bounds(0.0 if low is None else min(low.epsilon(delta).lower, b.lower), b.estimate, b.upper)
+        return b
 
     def get_epsilon(self, delta: float, *, eps_error: Optional[float] = None, delta_error: Optional[float] = None,
                     **kwargs) -> float:
