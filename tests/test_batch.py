@@ -146,6 +146,12 @@ def test_failures_are_per_question_records(alone):
      "epsilon must be >= 0"),
     ({"ask": "epsilon", "delta": 1e-5, "eps_error": 0, "schedule": [{"mechanism": {"name": "gaussian", "sigma": 1},
                                                                      "count": 1}]}, "eps_error must be > 0"),
+    ({"ask": "epsilon", "delta": 1e-5, "rel_error": 1e-3, "eps_error": 0.1,
+      "schedule": [{"mechanism": {"name": "gaussian", "sigma": 1}, "count": 1}]}, "not both"),
+    ({"ask": "epsilon", "delta": 1e-5, "rel_error": 2, "schedule": [{"mechanism": {"name": "gaussian", "sigma": 1},
+                                                                    "count": 1}]}, "rel_error must be in (0, 1)"),
+    ({"ask": "noise_multiplier", "target_epsilon": 1, "target_delta": 1e-5, "steps": 10, "sampling_probability": 0.1,
+      "rel_error": 0}, "rel_error must be > 0"),
     ({"ask": "epsilon", "delta": 1e-5, "method": "fast", "schedule": [{"mechanism": {"name": "gaussian", "sigma": 1},
                                                                        "count": 1}]}, "method must be one of"),
     ({"ask": "noise_multiplier", "target_epsilon": 1, "target_delta": 1e-5, "steps": 10}, "'sampling_probability'"),
@@ -371,3 +377,13 @@ def test_records_make_a_dataframe(alone):
     df = pd.DataFrame(alone)
     assert list(df.columns) == [c for c in batch.RECORD_FIELDS if c not in VOLATILE]
     assert math.isclose(df.loc[df.id == "user-1", "upper"].iloc[0], alone[1]["upper"])
+
+
+def test_accuracy_fields_reach_compose():
+    sched = [{"mechanism": {"name": "poisson_subsampled_gaussian", "sigma": 1.0, "sampling_probability": 0.02},
+              "count": 200}]
+    m = fastpld.PoissonSubsampledGaussian(1.0, 0.02)
+    for extra, kw in (({}, {}), ({"rel_error": 1e-4}, {"rel_error": 1e-4}), ({"eps_error": 0.05}, {"eps_error": 0.05})):
+        rec = batch.answer({"ask": "epsilon", "delta": 1e-5, "schedule": sched, **extra})
+        b = fastpld.compose(m, 200, **kw).epsilon(1e-5)
+        assert rec["ok"] and (rec["lower"], rec["estimate"], rec["upper"]) == tuple(b)

@@ -111,8 +111,7 @@ def test_cli_bad_input_one_line(capsys, argv, needle):
 
 
 def test_cli_calibrate_json(capsys):
-    # Uses fastpld.calibrate.find_noise_multiplier when present (issue #4), else the CLI's local
-    # bisection fallback; either way the CLI re-certifies the epsilon it reports.
+    # find_noise_multiplier at the default accuracy; the CLI re-certifies the epsilon it reports
     out = _json(capsys, ["calibrate", "--target-epsilon", "2", "--delta", "1e-5", "--sampling-probability",
                          "0.05", "--steps", "100"])
     sigma = out["sigma"]
@@ -124,6 +123,13 @@ def test_cli_calibrate_json(capsys):
 
     b = fastpld.compose(fastpld.PoissonSubsampledGaussian(0.9 * sigma, 0.05), 100).epsilon(1e-5)
     assert b.upper > 2.0
+    assert sigma == fastpld.find_noise_multiplier(2.0, 1e-5, 0.05, 100)
+    # an accuracy asked on the command line reaches the calibration and the re-certification
+    out = _json(capsys, ["calibrate", "--target-epsilon", "2", "--delta", "1e-5", "--sampling-probability",
+                         "0.05", "--steps", "100", "--eps-error", "0.05"])
+    assert out["sigma"] == fastpld.find_noise_multiplier(2.0, 1e-5, 0.05, 100, eps_error=0.05)
+    assert out["parameters"]["eps_error"] == 0.05 and not out["parameters"]["method"].startswith("dominance")
+    assert out["epsilon"]["upper"] <= 2.0
 
 
 @pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="matplotlib not installed")

@@ -174,9 +174,14 @@ def compose(mechanism, count: int | None = None, *, eps_error: float | None = No
                 try:
                     pld = _compose_parts(dir_parts, events, eps_err, delta_err, "dominance", arity, max_buckets,
                                          threads, be, rel_error)
-                except ValueError:
-                    pld = _compose_parts(dir_parts, events, eps_err, delta_err, "auto", arity, max_buckets,
-                                         threads, be)
+                except ValueError as refused:
+                    try:
+                        pld = _compose_parts(dir_parts, events, eps_err, delta_err, "auto", arity, max_buckets,
+                                             threads, be)
+                    except ValueError as exc:  # (its type and attributes kept: callers widen on them)
+                        exc.args = (f"{exc} (eps_error={eps_err:g}, the default accuracy's fallback); the "
+                                    f"dominance certificate at rel_error={rel_error:g} refused too: {refused}",)
+                        raise exc from None
         _mechanisms._refresh_sizes(m for m, _ in events)  # (their MGF grids and tables grew)
         return pld
 
