@@ -79,3 +79,23 @@ def test_calibration_default_is_within_the_relative_accuracy():
     # and the true epsilon (a finer certified interval) is not far below the target
     fine = fastpld.compose(fastpld.PoissonSubsampledGaussian(s / 1.002, 0.02), 500, rel_error=1e-4).epsilon(1e-5)
     assert fine.lower > 2.0
+
+
+def test_views_of_a_dominance_answer_fall_back_to_coarser_coupling(monkeypatch):
+    from fastpld._limits import BucketLimitError
+    from fastpld.composition import api
+    pld = fastpld.compose(PSG, 300)
+    real = api.compose
+    asked = []
+
+    def refusing(*a, eps_error=None, **kw):  # the coupling refuses the composition's own eps_error
+        asked.append(eps_error)
+        if eps_error < 0.01:
+            raise BucketLimitError("too many buckets", 1e9)
+        return real(*a, eps_error=eps_error, **kw)
+
+    monkeypatch.setattr(api, "compose", refusing)
+    b = pld.tpr(0.01)
+    assert asked == [pld.eps_error, 0.01]
+    ref = real(PSG, 300, eps_error=0.01, delta_error=pld.delta_error).tpr(0.01)
+    assert tuple(b) == tuple(ref) and b.lower <= b.upper

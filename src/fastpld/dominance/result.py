@@ -63,8 +63,16 @@ class DominancePLD(PrivacyLossDistribution):
         pld = self.__dict__.get("_coupling_pld")
         if pld is None:
             from ..composition.api import compose
-            pld = compose(list(self.events), eps_error=self.eps_error, delta_error=self.delta_error,
-                          backend=self.backend)
+            # (at this composition's eps_error; where the coupling refuses it, e.g. an FFT past
+            # max_buckets at a large k, at coarser ones: wider views, still certified)
+            ladder = [self.eps_error] + [e for e in (0.01, 0.1) if e > self.eps_error]
+            for i, ee in enumerate(ladder):
+                try:
+                    pld = compose(list(self.events), eps_error=ee, delta_error=self.delta_error, backend=self.backend)
+                    break
+                except ValueError:
+                    if i + 1 == len(ladder):
+                        raise
             self._coupling_pld = pld
         return pld
 
