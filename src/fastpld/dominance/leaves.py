@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from .. import _kernels
+from .._limits import BucketLimitError
 from ..discretize import GridPMF, truncation_window
 from ..mechanisms import ContinuousLoss, DiscreteLoss, SubsampledLoss
 from .splits import _balanced_split
@@ -24,9 +25,9 @@ _GL_RULES = tuple(np.ascontiguousarray(a, dtype=np.float64) for a in (*_GL5, *_G
 
 def _check_size(n, h, a, b, max_buckets):
     if n > max_buckets:
-        raise ValueError(
+        raise BucketLimitError(
             f"discretising the privacy loss needs {n} buckets (mesh {h:.3g} over [{a:.4g}, {b:.4g}]), more than "
-            f"max_buckets={max_buckets}; increase the accuracy target or max_buckets")
+            f"max_buckets={max_buckets}; increase the accuracy target or max_buckets", n)
 
 
 def _atom_masses(loss: ContinuousLoss, atoms):

@@ -83,7 +83,12 @@ _DEFAULT_ARITY = 64
 _ARITIES = (_DEFAULT_ARITY, 256)
 _PILOT_SCALE = 3.0  # the pilot's meshes against the planner's (see _compose_dominance)
 _SCALE_MARGIN = 0.9  # the answer's meshes aim at 0.81 of the width asked for
+_RESCALES = 3  # compositions after the pilot at most, before a width still too large is refused
 _MERGE = 8  # block size of heterogeneous plans (50 distinct parts: 3.5 -> 2.1 s against 4 and 16)  # tried in turn when a plan's charges do not fit delta_error
+
+
+class _WidthError(_BudgetError):
+    """The certified width did not reach the accuracy asked at meshes the charges allow."""
 
 
 def compose_dominance(dir_parts, events, eps_error: float, delta_error: float, backend, arity: int | None,
@@ -104,9 +109,12 @@ def compose_dominance(dir_parts, events, eps_error: float, delta_error: float, b
         try:
             return _compose_dominance(dir_parts, events, eps_error, delta_error, backend, a, max_buckets, threads,
                                       rel_error)
+        except _WidthError:  # (the meshes', not the nodes' round-off: another arity does not help)
+            raise
         except _BudgetError as exc:
             first = first or exc
     raise first
+
 
 
 def _epsilon_guess(dir_parts) -> float:
@@ -162,15 +170,31 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
         # peaks; the planner's meshes then, refusals of which are the caller's)
         scale = 1.0
         pld = attempt(scale)
-    for tries in range(2):
-        excess = pld._reference_excess(eps_error, rel_error)
-        # (a second scaling only where the first missed by more than 10%)
-        if excess <= (1.0 if tries == 0 else 1.1) or not math.isfinite(excess):
-            break
-        scale *= _SCALE_MARGIN * math.sqrt(1.0 / excess)
+    excess = pld._reference_excess(eps_error, rel_error)
+    seen = [(scale, excess)]
+    while excess > 1.0 and math.isfinite(excess) and len(seen) <= _RESCALES:
+        # the width follows scale^p: p = 2 (second order) until two attempts measure it (lattice-like
+        # losses whose atoms miss the lattices shrink more slowly)
+        p = 2.0
+        if len(seen) >= 2:
+            (s1, e1), (s2, e2) = seen[-2:]
+            if e1 > 0 and e2 > 0 and s1 != s2:
+                p = math.log(e1 / e2) / math.log(s1 / s2)
+                if p < 0.5:  # the width hardly follows the meshes: the losses' own (e.g. a loss pair's gap)
+                    break
+                p = min(p, 3.0)
+        scale *= (_SCALE_MARGIN ** 2 / excess) ** (1.0 / p)
         # (finer meshes whose charges do not fit delta_error: refused, as the other methods refuse
         # an eps_error they cannot reach; auto then takes a coupling plan)
         pld = attempt(scale)
+        excess = pld._reference_excess(eps_error, rel_error)
+        seen.append((scale, excess))
+    if not excess <= 1.0:
+        what = f"rel_error={rel_error:g}" if rel_error is not None else f"eps_error={eps_error:g}"
+        raise _WidthError(
+            f"the dominance certificate did not reach {what}: its width is {excess:.3g} times the width asked "
+            f"after {len(seen)} compositions (the last at meshes {scale:.3g} times the planner's); give a larger "
+            f"accuracy, or eps_error for the coupling certificate")
     pld.rel_error = rel_error
     return pld
 

@@ -106,13 +106,16 @@ class DominancePLD(PrivacyLossDistribution):
             up, lo = -math.inf, 0.0  # (a vacuous lower bound, -inf, is epsilon >= 0: counted as 0)
             for name, dr in self.directions.items():
                 pinf = dr.p_inf
-                if d <= pinf:
-                    return math.inf
+                if d <= pinf * (1 + 1e-9):  # (no finite epsilon there: nothing to check)
+                    up = math.nan
+                    break
                 base = np.array([(d - pinf) / (1 - pinf)])
                 up = max(up, float(self._q[name].epsilon(base)[0]))
                 # (the dominated chain's lost mass is the meshes' doing too: counted)
                 m = math.exp(self.lower_directions[name].certificate["log_mass"])
                 lo = max(lo, float(self._ql[name].epsilon(np.minimum(base / m, 2.0))[0]))
+            if math.isnan(up):
+                continue
             if not math.isfinite(up):
                 return math.inf
             excess = max(excess, (max(up, 0.0) - lo) / _allowed_width(eps_error, rel_error, lo))
