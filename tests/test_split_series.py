@@ -75,7 +75,7 @@ def test_split_spectrum_against_mpmath(backend):
 
 def _node(p, m, backend, fp_budget=1e-16):
     pmf = GridPMF(np.asarray(p, dtype=np.float64), 0.0, 1.0)
-    budgets = budget._Budgets(eps=0.1, delta=1.0, eta=0.0, trunc=0.0, wrap=1e-30, fp=fp_budget)
+    budgets = budget._Budgets(eps=0.1, delta=fp_budget, eta=0.0, trunc=0.0, wrap=1e-30, fp=fp_budget)
     return node_mod._run_node(SimpleNamespace(label="test"), [(pmf, m)], 1, budgets, 1, _fft.resolve(backend), 1 << 22)
 
 
