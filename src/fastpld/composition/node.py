@@ -224,7 +224,8 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
         split = False
         if split_ok and (ser is None or ser[0] < _SPLIT_BELOW):
             # a thin tail to the window's end leaves the series few frequencies: bulk by moments, tail by an FFT
-            sp = _split_series_spectrum(ins, N, dtype, backend, 12.0 * u * lg, backend.native)
+            sp = _split_series_spectrum(ins, N, dtype, backend, 12.0 * u * lg, backend.native,
+                                        0 if ser is None else ser[0])
             if sp is not None and (ser is None or sp[0] > ser[0]):
                 ser, split = sp, True
         if ser is not None:

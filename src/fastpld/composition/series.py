@@ -258,14 +258,16 @@ def _series_amp(ser, u_node):
 _SPLIT_GAIN = 4.0  # split only where the estimated spectral error drops at least this much
 
 
-def _split_choice(p, cen, m, N, g, backend):
+def _split_choice(p, cen, m, N, g, backend, k_series=0):
     """The bulk ``[a, b)`` of a single-input node for :func:`_split_series_spectrum`, or ``None``.
 
     Only a choice (the bound is computed afterwards, whatever it is): from the float64 magnitudes
     ``r`` of the input's spectrum, the plain bound's error at frequency ``k`` is ``m g (r + g)^(m-1)``;
     a bulk of half-width ``R`` covers the frequencies ``theta d rho <= 4`` of its series (``d rho ~ R``)
     and leaves there ``m g tau (r + g)^(m-1)`` (``tau``: the tail's mass, whose FFT error stays ``g tau``),
-    the plain error beyond.  The half-width (steps of ``sqrt 2``) with the least estimated l2 error.
+    the plain error beyond.  The half-width (steps of ``sqrt 2``) with the least estimated l2 error, if it
+    is ``_SPLIT_GAIN`` times below the plain error past ``k_series`` (the ordinary series' reach, if any) and
+    that error is at least half the inverse FFT's ``g ||P||_2`` (else the split would not pay).
     """
     pf = np.ascontiguousarray(p, dtype=np.float64)
     n = pf.size
@@ -303,7 +305,11 @@ def _split_choice(p, cen, m, N, g, backend):
             if est < best[0]:
                 best = (est, (a, b))
         R *= math.sqrt(2.0)
-    if best[1] is None or best[0] * _SPLIT_GAIN ** 2 > suf[0]:
+    # (and only where that error matters: at least half the inverse FFT's g ||P||_2, which stays)
+    with np.errstate(under="ignore"):
+        inv2 = g * g * float(np.sum(w * np.exp(2.0 * m * np.log(np.maximum(r, 1e-300)))))
+    rest = suf[min(k_series, F)]
+    if best[1] is None or best[0] * _SPLIT_GAIN ** 2 > rest or rest < 0.25 * inv2:
         return None
     return best[1]
 
@@ -320,7 +326,7 @@ def _tail_mass(p, a, b):
     return S, dS + _ULD * float(S)
 
 
-def _split_series_spectrum(ins, N, dtype, backend, g, native=True):
+def _split_series_spectrum(ins, N, dtype, backend, g, native=True, k_series=0):
     """The low-frequency series of a single-input node whose input has a thin, wide tail (the
     subsampled losses at small ``q``: a narrow bulk and a tail to the window's end), in the format of
     :func:`_series_spectrum`, or ``None``.
@@ -334,12 +340,13 @@ def _split_series_spectrum(ins, N, dtype, backend, g, native=True):
     within ``g_T = (12 u log2 N + gamma_folds) S_T`` (the FFT model of section 3 on an input of mass
     ``S_T``).  The error of ``Z'`` is then ``~ g_T``, not ``g``: ``m g S_T`` instead of ``m g`` where
     ``|X|^m`` matters.  The rest (``m log|1 - Z'|``, ``m arg``, the linear phase) is the series'
-    (:func:`_series_finish`).  ``g``: the node's plain forward error (for the choice only).
+    (:func:`_series_finish`).  ``g``: the node's plain forward error; ``k_series``: the reach of the ordinary
+    series where the node has it (both for the choice only).
     """
     if len(ins) != 1:
         return None
     p, cen, m = ins[0]
-    ab = _split_choice(p, cen, m, N, g, backend)
+    ab = _split_choice(p, cen, m, N, g, backend, k_series)
     if ab is None:
         return None
     a, b = ab
@@ -381,7 +388,8 @@ def _split_series_spectrum(ins, N, dtype, backend, g, native=True):
     folds = -(-p.size // N)
     lg = math.ceil(math.log2(max(N, 2)))
     gT = 1.01 * (12.0 * uld * lg + _rounding_gamma(folds, uld)) * (STf + dST)
-    # rotation e^(i theta_k c d) (angle: 3 roundings and 2 pi's 2 ulp; cosl / sinl within 4 ulp each)
+    # rotation e^(i theta_k c d) (angle: 3 roundings and 2 pi's 2 ulp = 4 u, <= 7 u |angle| to first order;
+    # cosl / sinl within 4 ulp each: 8 u per component)
     kk = np.arange(K0)
     ang = (LD(_TWO_PI_LD) * (kk.astype(LD) * (c * LD(d)))) / LD(N)
     cr, sr = np.cos(ang), np.sin(ang)
@@ -390,7 +398,7 @@ def _split_series_spectrum(ins, N, dtype, backend, g, native=True):
     yi = xr * sr + xi * cr
     absX = (np.abs(xr.astype(np.float64)) + np.abs(xi.astype(np.float64))) * (1 + 1e-12)
     # |Y~ - Y| <= g_T |rot| + |X~| |rot~ - rot| + the complex product's roundings (2 per component)
-    dY = 1.01 * (gT + absX * (6 * uld * np.abs(ang.astype(np.float64)) + 12 * uld + 4.04 * uld))
+    dY = 1.01 * (gT + absX * (8 * uld * np.abs(ang.astype(np.float64)) + 12 * uld + 4.04 * uld))
     # mu0 Z' = mu0_B Z'_B + S_T - Y (long double), then / mu0~
     reBl, imBl = reB.astype(LD), imB.astype(LD)
     nre = mu0B * reBl + (ST - yr)
