@@ -314,13 +314,13 @@ def _split_choice(p, cen, m, N, g, backend, k_series=0):
     return best[1]
 
 
-def _tail_mass(p, a, b):
+def _tail_mass(p, a, b, native=True):
     """``(S, dS)``: the mass of ``p`` outside ``[a, b)`` by compensated long double sums, and a bound on its error."""
     S = np.longdouble(0)
     dS = 0.0
     for lo, hi in ((0, a), (b, p.size)):
         if hi > lo:
-            M = _kernels.series_moments(np.ascontiguousarray(p[lo:hi]), 0, 1.0, 2)
+            M = _kernels.series_moments(np.ascontiguousarray(p[lo:hi]), 0, 1.0, 2, native)
             S = S + M[0]
             dS += 1.02 * (_ULD + _rounding_gamma(2 * (hi - lo) + 2, _ULD) ** 2) * float(M[0])
     return S, dS + _ULD * float(S)
@@ -375,7 +375,7 @@ def _split_series_spectrum(ins, N, dtype, backend, g, native=True, k_series=0):
     coef, cerr, d0B = _series_coeffs(Mld, c, nB, W, u, lev)
     reB, imB, dzB = _kernels.series_eval(coef, cerr, W(two_pi * W(d) / W(N)), rho, _FACT[R + 1], K0, native)
     # the tail: its mass and its spectrum (long double FFT of the input with the bulk removed)
-    ST, dST = _tail_mass(p, a, b)
+    ST, dST = _tail_mass(p, a, b, native)
     mu0B = Mld[0]
     mu0 = mu0B + ST
     STf, mu0Bf, mu0f = float(ST), float(mu0B), float(mu0)
