@@ -17,7 +17,7 @@ from .lattice import _lattice_spectrum
 from .precision import (_few_buckets, _has_atoms, _predicted_fp_dft, _predicted_fp_plain, _predicted_fp_series,
                         _use_lattice)
 from .roundoff import _U64, _ULD, _node_tv
-from .series import _SERIES_R, _series_amp, _series_spectrum
+from .series import _SERIES_R, _series_amp, _series_spectrum, _split_series_spectrum
 
 
 # long double nodes with the low-frequency series take float64 forward FFTs (docs/roundoff.md, 3c)
@@ -134,6 +134,10 @@ def _chernoff_window(inputs, w, native=False):
     return math.floor(l_star) + 1, math.ceil(u_star) - 1, tail
 
 
+# nodes whose series covers fewer frequencies than this try the split series (docs/roundoff.md, 3g)
+_SPLIT_BELOW = 64
+_SPLIT_FACTOR = 4.0
+
 _DIRECT_MAX_POWER = 1 << 20  # direct powers' bound assumes M u <= 1e-10 (see powers._direct_power)
 
 
@@ -205,6 +209,11 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     use_series = (est64 > 0.25 * allowance and mmax >= 8
                   and sum(p.size for p, _, _ in ins) * (_SERIES_R + 3) <= 2 * N * math.log2(N))
     dft_ok = est64 > 0.25 * allowance and _few_buckets(ins)
+    # (docs/roundoff.md, section 3g: one large power of an input with a narrow bulk and a wide thin tail;
+    # only where long double's plain charge, measured at up to ~4x its prediction on such nodes, could
+    # exceed delta_error by itself: the split costs a long double FFT more)
+    split_ok = (len(ins) == 1 and mmax >= 8 and not dft_ok
+                and _SPLIT_FACTOR * _predicted_fp_plain(inst, msum, lg, _ULD) > budgets.delta)
     for dtype in dtypes:
         u = _U64 if dtype is np.float64 else _ULD
         low = None
@@ -212,6 +221,13 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
         # a charge that matters)
         want_lat = dft_ok and _use_lattice(_predicted_fp_dft(inst, msum, u), mmax, budgets.delta)
         ser = _series_spectrum(ins, N, dtype, backend.native) if use_series and not want_lat else None
+        split = False
+        if split_ok and (ser is None or ser[0] < _SPLIT_BELOW):
+            # a thin tail to the window's end leaves the series few frequencies: bulk by moments, tail by an FFT
+            sp = _split_series_spectrum(ins, N, dtype, backend, 12.0 * u * lg, backend.native,
+                                        0 if ser is None else ser[0])
+            if sp is not None and (ser is None or sp[0] > ser[0]):
+                ser, split = sp, True
         if ser is not None:
             lp_low, amp_low = _series_amp(ser, u)
             low = (ser[0], lp_low, amp_low)
@@ -219,8 +235,9 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
         # forward FFTs: elsewhere |X|^m is negligible, so the float64 forward error barely counts
         # (docs/roundoff.md, section 3c; the whole node falls back to long double where it does)
         # (not for lattice-like inputs, whose spectral peaks past the series' range make it fall back)
-        fdt = (np.float64 if (dtype is np.longdouble and ser is not None and _MIXED_FORWARD and not _has_atoms(node))
-               else dtype)
+        # (not after a split: past its reach |X|^m still matters, measured to fall back every time)
+        fdt = (np.float64 if (dtype is np.longdouble and ser is not None and _MIXED_FORWARD and not _has_atoms(node)
+                              and not split) else dtype)
         # inputs of a few buckets (the leaves of lattice-like losses at large k): direct DFTs, whose
         # error does not grow with log N and whose ascending sums keep it near the largest masses'
         # (docs/roundoff.md, section 3e); only where the round-off matters and the bound is at most

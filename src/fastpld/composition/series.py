@@ -132,8 +132,20 @@ def _series_input(Mld, c, rho, d, m, n, N, K0, W, u, lev, two_pi, native=True):
                                        int(N), fact_ld, fact, binom, hor_g, _SERIES_GC, float(u), float(uld),
                                        int(lev), _FACT[R + 1], np.array([two_pi], dtype=W), L, P, dL, dP, aL, aP)
         return Kc, d0, L, P, dL, dP, aL, aP
-    k = np.arange(K0).astype(W)
-    kk = np.arange(K0, dtype=np.int64)
+    a, cerr, d0 = _series_coeffs(Mld, c, n, W, u, lev)
+    re, im, dz = _kernels.series_eval(a, cerr, W(two_pi * W(d) / W(N)), rho, _FACT[R + 1], K0, native)
+    Kc, Lc, Ph, dLc, dPc, aL, aP = _series_finish(re, im, dz, c, d, m, N, K0, W, u, two_pi)
+    return Kc, d0, Lc, Ph, dLc, dPc, aL, aP
+
+
+def _series_coeffs(Mld, c, n, W, u, lev):
+    """The series coefficients ``a_r`` of :func:`_series_input` (in ``W``), their error weights (coefficient
+    errors plus Horner rounding, for ``series_eval``) and ``d0 >= |mu0~ - mu0|``."""
+    R = _SERIES_R
+    uld = _ULD
+    LD = np.longdouble
+    fact_ld, fact, binom = _SERIES_CONST
+    hor_g = _SERIES_HOR[W is LD]
     mu0l = Mld[0]
     mu0 = float(mu0l)
     # |mu0~ - mu0| of the compensated long double sum (mu0~ is the series' scale): u + gamma_(2n)^2
@@ -170,7 +182,16 @@ def _series_input(Mld, c, rho, d, m, n, N, K0, W, u, lev, two_pi, native=True):
     # Horner in phi^2 (relative error of phi <= 3 u, in hor_g): Re Z' = a2 phi^2 - a4 phi^4 + ...,
     # Im Z' = a1 phi - a3 phi^3 + ...; dz adds the coefficient errors, Horner rounding and the
     # Taylor remainder 1.01 (phi rho)^(R+1) / (R+1)!  (|s - c| <= rho)
-    re, im, dz = _kernels.series_eval(a, da + hor_g * af, W(two_pi * W(d) / W(N)), rho, _FACT[R + 1], K0, native)
+    return a, da + hor_g * af, d0
+
+
+def _series_finish(re, im, dz, c, d, m, N, K0, W, u, two_pi):
+    """From ``Z' = re + i im`` (``|Z'~ - Z'| <= dz``) at ``k < K0``: ``(K, L, Phi, dL, dPhi, |L|, |Phi|)`` of
+    :func:`_series_input` (``m log|1 - Z'|``, ``m arg(1 - Z')`` plus the linear phase of the centre ``c d``)."""
+    uld = _ULD
+    LD = np.longdouble
+    k = np.arange(K0).astype(W)
+    kk = np.arange(K0, dtype=np.int64)
     wre = 1 - re
     wabs = np.hypot(wre, im).astype(np.float64)
     gap = wabs * (1 - 10 * u) - dz  # (hypot within 4 ulp, and 1 - Re's rounding)
@@ -201,7 +222,7 @@ def _series_input(Mld, c, rho, d, m, n, N, K0, W, u, lev, two_pi, native=True):
     aP = np.abs(mph.astype(np.float64)) + np.abs(lin.astype(np.float64))
     dLc = 1.01 * m * dlw + 2 * u * aL
     dPc = 1.01 * m * dph + 2 * u * np.abs(mph.astype(np.float64)) + 1.01 * dlin
-    return Kc, d0, Lc, mph + lin, dLc, dPc, aL, aP
+    return Kc, Lc, mph + lin, dLc, dPc, aL, aP
 
 
 _SERIES_CONST = (
@@ -229,3 +250,178 @@ def _series_amp(ser, u_node):
     with np.errstate(over="ignore", under="ignore"):
         amp = 1.01 * np.exp(L) * (np.expm1(dL) + np.exp(dL) * dP + 8 * u_node * (5 + np.abs(P) + np.abs(L)))
     return L + dL, amp
+
+
+# --------------------------------------------------------------------------------------
+# Split series: a bulk by its moments, a thin far tail by a long double FFT (docs/roundoff.md, 3g)
+# --------------------------------------------------------------------------------------
+_SPLIT_GAIN = 4.0  # split only where the estimated spectral error drops at least this much
+
+
+def _split_choice(p, cen, m, N, g, backend, k_series=0):
+    """The bulk ``[a, b)`` of a single-input node for :func:`_split_series_spectrum`, or ``None``.
+
+    Only a choice (the bound is computed afterwards, whatever it is): from the float64 magnitudes
+    ``r`` of the input's spectrum, the plain bound's error at frequency ``k`` is ``m g (r + g)^(m-1)``;
+    a bulk of half-width ``R`` covers the frequencies ``theta d rho <= 4`` of its series (``d rho ~ R``)
+    and leaves there ``m g tau (r + g)^(m-1)`` (``tau``: the tail's mass, whose FFT error stays ``g tau``),
+    the plain error beyond.  The half-width (steps of ``sqrt 2``) with the least estimated l2 error, if it
+    is ``_SPLIT_GAIN`` times below the plain error past ``k_series`` (the ordinary series' reach, if any) and
+    that error is at least half the inverse FFT's ``g ||P||_2`` (else the split would not pay).
+    """
+    pf = np.ascontiguousarray(p, dtype=np.float64)
+    n = pf.size
+    tmax = max(cen, n - 1 - cen, 1)
+    if tmax < 8:
+        return None
+    F = N // 2 + 1
+    buf = np.empty(N)
+    _kernels.fold(pf, cen, buf)
+    r = np.abs(backend.rfft(buf, N)).astype(np.float64)
+    w = np.full(F, 2.0)
+    w[0] = 1.0
+    if N % 2 == 0:
+        w[-1] = 1.0
+    with np.errstate(divide="ignore", under="ignore"):
+        pw = w * np.exp(2.0 * (m - 1) * np.log(r + g))
+    pre = np.concatenate([[0.0], np.cumsum(pw)])  # pre[K] = sum_(k < K)
+    suf = (m * g) ** 2 * (pre[-1] - pre)  # plain error^2 from K on
+    cs = np.concatenate([[0.0], np.cumsum(pf)])
+    t = np.arange(n, dtype=np.float64) - cen
+    ct = np.concatenate([[0.0], np.cumsum(pf * t)])
+    best = (suf[0], None)
+    R = 4.0
+    while R < tmax:
+        Ri = int(R)
+        a, b = max(0, cen - Ri), min(n, cen + Ri + 1)
+        mB = cs[b] - cs[a]
+        tau = max(cs[n] - mB, 0.0)
+        if mB > 0:
+            mu = (ct[b] - ct[a]) / mB
+            tB = max(cen - a, b - 1 - cen, 1)
+            d = 2.0 ** math.ceil(math.log2(tB))
+            K = min(F, int(math.floor(_SERIES_PHI * N / (2 * math.pi * (tB + abs(mu) + 1)))) + 1)
+            est = (m * g * tau) ** 2 * pre[K] + suf[K]
+            if est < best[0]:
+                best = (est, (a, b))
+        R *= math.sqrt(2.0)
+    # (and only where that error matters: at least half the inverse FFT's g ||P||_2, which stays)
+    with np.errstate(under="ignore"):
+        inv2 = g * g * float(np.sum(w * np.exp(2.0 * m * np.log(np.maximum(r, 1e-300)))))
+    rest = suf[min(k_series, F)]
+    if best[1] is None or best[0] * _SPLIT_GAIN ** 2 > rest or rest < 0.25 * inv2:
+        return None
+    return best[1]
+
+
+def _tail_mass(p, a, b, native=True):
+    """``(S, dS)``: the mass of ``p`` outside ``[a, b)`` by compensated long double sums, and a bound on its error."""
+    S = np.longdouble(0)
+    dS = 0.0
+    for lo, hi in ((0, a), (b, p.size)):
+        if hi > lo:
+            M = _kernels.series_moments(np.ascontiguousarray(p[lo:hi]), 0, 1.0, 2, native)
+            S = S + M[0]
+            dS += 1.02 * (_ULD + _rounding_gamma(2 * (hi - lo) + 2, _ULD) ** 2) * float(M[0])
+    return S, dS + _ULD * float(S)
+
+
+def _split_series_spectrum(ins, N, dtype, backend, g, native=True, k_series=0):
+    """The low-frequency series of a single-input node whose input has a thin, wide tail (the
+    subsampled losses at small ``q``: a narrow bulk and a tail to the window's end), in the format of
+    :func:`_series_spectrum`, or ``None``.
+
+    The series needs ``theta d rho <= 4`` over the input's whole support, which a tail to the window's end
+    shrinks to a few frequencies, while ``|X|^m`` matters over thousands.  Split (docs/roundoff.md, 3g):
+    ``X = X_B + X_T`` with the bulk ``B = [a, b)`` (:func:`_split_choice`) and the tail ``T`` (mass
+    ``S_T``).  About the bulk's mean ``c d``, ``1 - Z' = e^(i theta c d) X / mu0`` with
+    ``mu0 Z' = mu0_B Z'_B + S_T - e^(i theta c d) X_T``: ``Z'_B`` from the bulk's moments (the series,
+    with its proved bound), ``S_T`` a compensated sum, ``X_T`` a long double FFT of the tail alone,
+    within ``g_T = (12 u log2 N + gamma_folds) S_T`` (the FFT model of section 3 on an input of mass
+    ``S_T``).  The error of ``Z'`` is then ``~ g_T``, not ``g``: ``m g S_T`` instead of ``m g`` where
+    ``|X|^m`` matters.  The rest (``m log|1 - Z'|``, ``m arg``, the linear phase) is the series'
+    (:func:`_series_finish`).  ``g``: the node's plain forward error; ``k_series``: the reach of the ordinary
+    series where the node has it (both for the choice only).
+    """
+    if len(ins) != 1:
+        return None
+    p, cen, m = ins[0]
+    ab = _split_choice(p, cen, m, N, g, backend, k_series)
+    if ab is None:
+        return None
+    a, b = ab
+    R = _SERIES_R
+    W = np.dtype(dtype).type
+    u = _U64 if W is np.float64 else _ULD
+    uld = _ULD
+    LD = np.longdouble
+    two_pi = W(_TWO_PI_LD) if W is LD else 2 * math.pi
+    F = N // 2 + 1
+    # the bulk's series (as _series_spectrum's, on the bulk alone)
+    pB = np.ascontiguousarray(p[a:b])
+    nB = pB.size
+    cB = cen - a
+    tB = max(cB, nB - 1 - cB, 1)
+    d = 2.0 ** math.ceil(math.log2(tB))
+    Mld = _kernels.series_moments(pB, cB, d, R + 3, native)
+    if not Mld[0] > 0:
+        return None
+    c = Mld[1] / Mld[0]
+    rho = (tB / d + abs(float(c))) * (1 + 1e-12)
+    K0 = min(F, int(math.floor(_SERIES_PHI * N / (2 * math.pi * d * rho))) + 1)
+    if K0 < 2:
+        return None
+    lev = max(nB - 1, 1).bit_length() + _kernels.SERIES_BLOCK + 1
+    coef, cerr, d0B = _series_coeffs(Mld, c, nB, W, u, lev)
+    reB, imB, dzB = _kernels.series_eval(coef, cerr, W(two_pi * W(d) / W(N)), rho, _FACT[R + 1], K0, native)
+    # the tail: its mass and its spectrum (long double FFT of the input with the bulk removed)
+    ST, dST = _tail_mass(p, a, b, native)
+    mu0B = Mld[0]
+    mu0 = mu0B + ST
+    STf, mu0Bf, mu0f = float(ST), float(mu0B), float(mu0)
+    d0 = d0B + dST + uld * mu0f  # |mu0~ - mu0|
+    tail = np.array(p, dtype=LD)
+    tail[a:b] = 0
+    buf = np.empty(N, dtype=LD)
+    _kernels.fold(tail, cen, buf)
+    XT = backend.rfft(buf, N)[:K0]
+    folds = -(-p.size // N)
+    lg = math.ceil(math.log2(max(N, 2)))
+    gT = 1.01 * (12.0 * uld * lg + _rounding_gamma(folds, uld)) * (STf + dST)
+    # rotation e^(i theta_k c d) (angle: 3 roundings and 2 pi's 2 ulp = 4 u, <= 7 u |angle| to first order;
+    # cosl / sinl within 4 ulp each: 8 u per component)
+    kk = np.arange(K0)
+    ang = (LD(_TWO_PI_LD) * (kk.astype(LD) * (c * LD(d)))) / LD(N)
+    cr, sr = np.cos(ang), np.sin(ang)
+    xr, xi = XT.real.astype(LD), XT.imag.astype(LD)
+    yr = xr * cr - xi * sr
+    yi = xr * sr + xi * cr
+    absX = (np.abs(xr.astype(np.float64)) + np.abs(xi.astype(np.float64))) * (1 + 1e-12)
+    # |Y~ - Y| <= g_T |rot| + |X~| |rot~ - rot| + the complex product's roundings (2 per component)
+    dY = 1.01 * (gT + absX * (8 * uld * np.abs(ang.astype(np.float64)) + 12 * uld + 4.04 * uld))
+    # mu0 Z' = mu0_B Z'_B + S_T - Y (long double), then / mu0~
+    reBl, imBl = reB.astype(LD), imB.astype(LD)
+    nre = mu0B * reBl + (ST - yr)
+    nim = mu0B * imBl - yi
+    re = nre / mu0
+    im = nim / mu0
+    zB = np.abs(reB.astype(np.float64)) + np.abs(imB.astype(np.float64)) + dzB
+    dnum = (mu0Bf * dzB + zB * d0B + dST + dY
+            + 3.03 * uld * (mu0Bf * (np.abs(reBl.astype(np.float64)) + np.abs(imBl.astype(np.float64))) + STf
+                            + np.abs(yr.astype(np.float64)) + np.abs(yi.astype(np.float64))))
+    anum = np.abs(nre.astype(np.float64)) + np.abs(nim.astype(np.float64)) + dnum
+    rw, iw = re.astype(W), im.astype(W)
+    az = np.abs(re.astype(np.float64)) + np.abs(im.astype(np.float64))
+    dz = 1.01 * (dnum / mu0f + anum * d0 / (mu0f * (mu0f - d0)) + uld * az + u * az)
+    Kc, Lc, Ph, dLc, dPc, aL, aP = _series_finish(rw, iw, dz, c, d, m, N, K0, W, u, two_pi)
+    if Kc < 2:
+        return None
+    scale = m * d0 / (mu0f - d0)
+    if scale > 1e-6:
+        return None
+    ls = W(m) * W(np.log(mu0))
+    L = Lc + ls
+    absL = aL + abs(float(ls))
+    dL = dLc + 4 * u * abs(float(ls)) + _rounding_gamma(2, u) * (absL)
+    dP = dPc + _rounding_gamma(2, u) * aP
+    return Kc, L[:Kc], Ph[:Kc], dL[:Kc], dP[:Kc], d0, scale
