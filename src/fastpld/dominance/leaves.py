@@ -236,6 +236,10 @@ def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bo
     """
     if isinstance(loss, DiscreteLoss):
         return _discrete_leaf(loss, h, max_buckets, upper=True)
+    key = ("ctd", id(loss), float(h), float(tail))
+    hit = memo.get(key) if memo is not None else None
+    if hit is not None and hit[0] is loss:
+        return hit[1]  # (another leaf of the same loss, mesh and tail: a pilot's proxy repeats them)
     e, atoms, truncated, (starts, sizes), (a, a_err, nu, nu_err, _, _) = _leaf_data(loss, h, tail, max_buckets,
                                                                                   native, memo)
     n = e.size
@@ -270,6 +274,8 @@ def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bo
     pmf = GridPMF(p / total, float(e[0]), h, tv=tv, truncated=truncated)
     # (the entries: a difference and a sum of two products, the sum, the normalisation)
     pmf.rel = 2 * (rel + 4 * _U) + (math.log2(n) + 8) * _U  # (np.sum is pairwise)
+    if memo is not None:
+        memo[key] = (loss, pmf)
     return pmf
 
 
@@ -288,6 +294,10 @@ def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, nati
     loss = getattr(loss, "dominated_loss", None) or loss
     if isinstance(loss, DiscreteLoss):
         return _discrete_leaf(loss, h, max_buckets, upper=False)
+    key = ("dominated", id(loss), float(h), float(tail))
+    hit = memo.get(key) if memo is not None else None
+    if hit is not None and hit[0] is loss:
+        return hit[1]
     e, atoms, truncated, (starts, sizes), (a5, a_err, _, _, b5, b_err) = _leaf_data(loss, h, tail, max_buckets,
                                                                                     native, memo)
     a = np.maximum(a5 - a_err, 0.0)  # A-mass, rounded down
@@ -327,6 +337,8 @@ def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, nati
     pmf = GridPMF(out / kept, float(e[0]), h, truncated=truncated)
     # (kept: a sum of n positive terms; the division: u per entry; both only lower the mass claimed)
     pmf.mass = min(kept / window * (1 - 16 * loss.cdf_rel_error - (e.size + 8) * 2 * _U), 1.0)
+    if memo is not None:
+        memo[key] = (loss, pmf)
     return pmf
 
 

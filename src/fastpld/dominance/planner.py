@@ -124,6 +124,21 @@ def _merge_order(parts) -> list:
     return sorted(range(len(parts)), key=lambda i: (key[i], parts[i][1]))
 
 
+def _proxy_parts(parts, order, merge: int) -> list:
+    """The pilot's parts of a grouped plan: part ``i`` with the loss of the middle part of its block
+    (the blocks of :func:`fastpld.composition.plan._build_plan`'s first level: ``merge`` consecutive
+    parts of ``order``, balanced) and its own count.  The same order gives the same plan tree."""
+    n = len(order)
+    nb = -(-n // max(2, int(merge)))
+    bounds = [n * j // nb for j in range(nb + 1)]
+    rep = list(parts)
+    for j in range(nb):
+        mid = parts[order[(bounds[j] + bounds[j + 1] - 1) // 2]][0]
+        for i in order[bounds[j]:bounds[j + 1]]:
+            rep[i] = (mid, parts[i][1])
+    return rep
+
+
 def _epsilon_guess(dir_parts) -> float:
     """A rough epsilon at delta ~1e-5 for the planner's first meshes: the composed loss's mean plus
     four standard deviations (a normal approximation; 1 where a loss has no moments)."""
@@ -149,18 +164,28 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
     # many distinct parts: grouped into blocks (one mesh group per level), as the coupling planner does
     # (a part of at most _DIRECT_COPIES arity^2 copies enters its block as its leaf: one forward transform
     # there instead of a chain of nodes and a re-discretisation, and one stage less)
-    plans = []
+    plans, proxies = [], []
     for name, parts in dir_parts:
         merge = _MERGE if len(parts) > _MERGE else None
         order = _merge_order(parts) if merge else None
         plans.append((name, parts, _build_plan(parts, "recursive", arity, merge=merge, order=order,
                                                direct_max=_DIRECT_COPIES * arity ** 2)))
+        if merge:
+            rep = _proxy_parts(parts, order, merge)
+            proxies.append((name, rep, _build_plan(rep, "recursive", arity, merge=merge, order=order,
+                                                   direct_max=_DIRECT_COPIES * arity ** 2)))
+        else:
+            proxies.append(plans[-1])
     # The planner's model of the shifts (leaf_mesh) is good to a factor of a few only, so a pilot
     # composition on meshes _PILOT_SCALE times coarser measures the discretisation width, and the
     # meshes are then scaled for the target: the width is second order in the meshes (checked: it
     # follows h^2 to within ~10% over a factor of 3 in h).  The pilot costs a fraction of the answer
     # (its lattices are a third as fine); it is the answer when it already reaches the target.
-    def attempt(scale):
+    # Grouped plans (many distinct parts) run the pilot on a proxy: every part of a block takes the
+    # block's middle part's loss (same plan, meshes and copies; one leaf computation per block and
+    # direction instead of one per part, the leaves costing about as much on the pilot's meshes as on
+    # the answer's); the pilot then only measures, and the answer is composed and measured on the parts.
+    def attempt(scale, plans):
         jobs = []
         memo = {}  # the leaves' grids and integrals, shared by the two chains of this attempt
         for name, parts, plan in plans:
@@ -175,15 +200,24 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
         lower = {name: out[2 * i + 1] for i, (name, _, _) in enumerate(plans)}
         return DominancePLD(upper, lower, eps_error, delta_error, tuple(events), backend.name)
 
+    proxy = any(p is not q for p, q in zip(plans, proxies))
     try:
-        pld = attempt(_PILOT_SCALE)
+        pld = attempt(_PILOT_SCALE, proxies)
         scale = _PILOT_SCALE
     except _BudgetError:
         # (the pilot's coarse lattice may be charged more round-off: a lattice-like PMF's spectral
         # peaks; the planner's meshes then, refusals of which are the caller's)
-        scale = 1.0
-        pld = attempt(scale)
-    for tries in range(2):
+        scale, proxy = 1.0, False
+        pld = attempt(scale, plans)
+    first = 0
+    if proxy:
+        excess = pld._reference_excess(eps_error, rel_error)
+        if math.isfinite(excess):
+            # (coarser than the pilot's by at most _PILOT_SCALE: the h^2 law is measured over that range)
+            scale *= min(_PILOT_SCALE, _SCALE_MARGIN * math.sqrt(1.0 / excess))
+        pld = attempt(scale, plans)
+        first = 1  # (the answer's own width is checked below as a second attempt's is)
+    for tries in range(first, 2):
         excess = pld._reference_excess(eps_error, rel_error)
         # (a second scaling only where the first missed by more than 10%)
         if excess <= (1.0 if tries == 0 else 1.1) or not math.isfinite(excess):
@@ -191,7 +225,7 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
         scale *= _SCALE_MARGIN * math.sqrt(1.0 / excess)
         # (finer meshes whose charges do not fit delta_error: refused, as the other methods refuse
         # an eps_error they cannot reach; auto then takes a coupling plan)
-        pld = attempt(scale)
+        pld = attempt(scale, plans)
     pld.rel_error = rel_error
     return pld
 
