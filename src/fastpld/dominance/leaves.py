@@ -83,7 +83,8 @@ def _leaf_data(loss, h: float, tail: float, max_buckets: int, native: bool, memo
     if hit is None or hit[0] is not loss:
         e, atoms, truncated = _continuous_grid(loss, h, tail, max_buckets, native)
         starts, sizes = _tail_blocks(loss, e, h)
-        hit = (loss, e, atoms, truncated, (starts, sizes), _integrals(loss, e[starts], h * sizes))
+        hit = (loss, e, atoms, truncated, (starts, sizes),
+               _integrals(loss, e[starts], h * sizes, _negligible(tail, starts.size)))
         if memo is not None:
             memo[key] = hit
     return hit[1:]
@@ -122,27 +123,39 @@ def _tail_blocks(loss, e, h: float):
     return starts.astype(np.int64), sizes
 
 
-def _integrals(loss, lo, h):
+def _negligible(tail: float, cells: int) -> float:
+    """A cell's mass error at most this is charged as total variation (not as a relative factor) and
+    not refined: all of them add at most ``_NEGLIGIBLE_SHARE`` of the leaf's truncation allowance
+    ``tail`` per copy (the thin tails' cells, whose masses are ~1e-8 and errors ~1e-27)."""
+    return _NEGLIGIBLE_SHARE * tail / max(cells, 1)
+
+
+def _integrals(loss, lo, h, tiny: float = 0.0):
     """Per interval ``(lo_j, lo_j + h]`` of the continuous part: the masses ``int f``,
     ``int (1 - e^(lo_j - y)) f`` and ``int e^(lo_j - y) f`` by 5-point rules, and error
     bounds of each (ten times the 4-point rules' disagreement, plus rounding).  Each interval is
     integrated over its part inside the support (the density need not be smooth across a support
     end), and intervals whose rules disagree by more than ``_REFINE_REL`` relative are split into
-    8, 64, then 512 panels (near a support end the density of a subsampled loss is steep)."""
+    8, 64, then 512 panels (near a support end the density of a subsampled loss is steep), but for
+    those whose mass error is at most ``tiny`` (:func:`_negligible`: charged as total variation)."""
     s_lo, s_hi = getattr(loss, "support", (-math.inf, math.inf))
     c0 = np.clip(lo, s_lo, s_hi) - lo
     c1 = np.clip(lo + h, s_lo, s_hi) - lo
     c1 = np.maximum(c1, c0)
     a, a_err, n, n_err, b, b_err = _panels(loss, lo, c0, c1)
-    # an interval holding a support end, or within one mesh of it: the integral in u = log(distance
-    # to the end), where the density of a subsampled loss is smooth (f(y) dy = f(end +- e^u) e^u du),
-    # on panels of width _U_STEP from the interval's far edge down to e^-45 of its distance (clipped
-    # at its near edge); what lies closer to the end is bounded by the CDF (or survival function)
+    # an interval near a support end (within _NEAR_END meshes) whose rules disagree: the integral in
+    # u = log(distance to the end), where the density of a subsampled loss is smooth (f(y) dy =
+    # f(end +- e^u) e^u du), on panels of width _U_STEP from the interval's far edge to its near edge,
+    # or, for one holding the end, down to e^-D of its distance, D the least of 5, 10, .., 45 where
+    # the CDF (or survival function) there is below 1e-18 of the interval's mass (what lies closer is
+    # bounded by it and charged).  An interval holding the end or within one mesh of it takes these
+    # rules; one farther away takes them where their error bound is the smaller, else it is refined below
     done = np.zeros(lo.size, dtype=bool)
     for side in (0, 1):
-        near_end = (lo - h < s_lo) if side == 0 else (lo + 2 * h > s_hi)
-        bad = np.flatnonzero(near_end & (c1 > c0) & ((a_err > _REFINE_REL * a) | (n_err > _REFINE_REL * n)
-                                                       | (b_err > _REFINE_REL * b)))
+        near_end = (lo - _NEAR_END * h < s_lo) if side == 0 else (lo + (_NEAR_END + 1) * h > s_hi)
+        at_end = (lo - h < s_lo) if side == 0 else (lo + 2 * h > s_hi)  # (always: the first rules fail there)
+        fails = (a_err > _REFINE_REL * a) | (n_err > _REFINE_REL * n) | (b_err > _REFINE_REL * b)
+        bad = np.flatnonzero(near_end & (c1 > c0) & (at_end | (a_err > tiny)) & fails)
         if bad.size == 0:
             continue
         # offsets (from lo) of the end, and the distances of the interval's far and near edges from it
@@ -151,32 +164,57 @@ def _integrals(loss, lo, h):
         d_near = np.maximum((c0[bad] - end) if side == 0 else (end - c1[bad]), 0.0)
         with np.errstate(divide="ignore"):
             u_near = np.log(d_near / d_far)  # (-inf where the end is inside)
-        u = -_U_STEP * np.arange(int(45 / _U_STEP) + 1)  # 0 .. -45 (relative to log d_far)
-        top = np.maximum(u[None, :-1], u_near[:, None])  # each panel clipped at the near edge
-        bot = np.maximum(u[None, 1:], u_near[:, None])
+        # the depth D: the CDF beyond e^-D of the far edge's distance against the interval's mass (the
+        # first rules' estimate; D = 45 where that is not positive)
+        deep = ~(u_near > -_U_DEPTH)
+        depth = np.full(bad.size, _U_DEPTH)
+        if deep.any():
+            ladder = np.arange(5.0, _U_DEPTH + 1, 5.0)
+            pts = (lo[bad][deep] + end[deep] + (1 if side == 0 else -1) * d_far[deep] * np.exp(-ladder[:, None]))
+            with np.errstate(all="ignore"):
+                tl = np.asarray(loss.cdf(pts.ravel()) if side == 0 else loss.sf(pts.ravel()),
+                                dtype=np.float64).reshape(pts.shape)
+            small = (tl <= 1e-18 * a[bad][deep][None, :]) & (a[bad][deep] > 0)[None, :]
+            first = np.where(small.any(axis=0), np.argmax(small, axis=0), ladder.size - 1)
+            depth[deep] = ladder[first]
+        # panels k = 0, 1, ..: [max(-(k + 1) step, u_near), -k step] down to -depth (relative to log d_far)
+        reach = np.where(deep, depth, -u_near)
+        npan = np.maximum(np.ceil(reach / _U_STEP), 1).astype(np.int64)
+        owner = np.repeat(np.arange(bad.size), npan)
+        k = np.arange(owner.size) - np.repeat(np.cumsum(npan) - npan, npan)
+        top = -_U_STEP * k
+        bot = np.maximum(-_U_STEP * (k + 1), np.where(deep, -depth, u_near)[owner])
         half = 0.5 * (top - bot)
         res = []
         for x, w in (_GL5, _GL4):
-            uu = bot[:, :, None] + half[:, :, None] * (1.0 + x)[None, None, :]
-            d = d_far[:, None, None] * np.exp(uu)
-            t = end[:, None, None] + (d if side == 0 else -d)  # offsets from lo
-            f = np.asarray(loss.pdf((lo[bad, None, None] + t).ravel()), dtype=np.float64).reshape(t.shape)
-            f = f * d * half[:, :, None]  # dy = d du
-            res.append(((f * w).sum(axis=(1, 2)), (f * -np.expm1(-t) * w).sum(axis=(1, 2)),
-                        (f * np.exp(-t) * w).sum(axis=(1, 2))))
+            uu = bot[:, None] + half[:, None] * (1.0 + x)[None, :]
+            d = d_far[owner, None] * np.exp(uu)
+            t = end[owner, None] + (d if side == 0 else -d)  # offsets from lo
+            f = np.asarray(loss.pdf((lo[bad][owner, None] + t).ravel()), dtype=np.float64).reshape(t.shape)
+            fw = f * d * half[:, None] * w[None, :]  # dy = d du
+            res.append(tuple(np.bincount(owner, weights=v.sum(axis=1), minlength=bad.size)
+                             for v in (fw, fw * -np.expm1(-t), fw * np.exp(-t))))
         (a5, n5, b5), (a4, n4, b4) = res
-        inner = end + (d_far if side == 0 else -d_far) * math.exp(-45.0)
+        inner = end + (d_far if side == 0 else -d_far) * np.exp(-depth)
         if side == 0:
             rest = np.asarray(loss.cdf(lo[bad] + inner), dtype=np.float64)
         else:
             rest = np.asarray(loss.sf(lo[bad] + inner), dtype=np.float64)
-        rest = np.where(np.isfinite(u_near) & (u_near > -45.0), 0.0, np.maximum(rest, 0.0) * (1 + 1e-6))
-        a[bad], a_err[bad] = a5, 10.0 * np.abs(a5 - a4) + 16 * _U * a5 + rest
-        n[bad], n_err[bad] = n5, 10.0 * np.abs(n5 - n4) + 16 * _U * n5 + rest
-        b[bad], b_err[bad] = b5, 10.0 * np.abs(b5 - b4) + 16 * _U * b5 + rest
-        done[bad] = True
+        rest = np.where(deep, np.maximum(rest, 0.0) * (1 + 1e-6), 0.0)
+        ae = 10.0 * np.abs(a5 - a4) + 16 * _U * a5 + rest
+        ne = 10.0 * np.abs(n5 - n4) + 16 * _U * n5 + rest
+        be = 10.0 * np.abs(b5 - b4) + 16 * _U * b5 + rest
+        # (those holding the end or within one mesh of it always; the others where the bound is smaller)
+        close = at_end[bad]
+        take = close | (ae + ne + be < a_err[bad] + n_err[bad] + b_err[bad])
+        sel = bad[take]
+        a[sel], a_err[sel] = a5[take], ae[take]
+        n[sel], n_err[sel] = n5[take], ne[take]
+        b[sel], b_err[sel] = b5[take], be[take]
+        done[sel] = close[take] | ((ae <= _REFINE_REL * a5) & (ne <= _REFINE_REL * n5) & (be <= _REFINE_REL * b5))[take]
     for level in range(1, 4):
-        bad = np.flatnonzero(~done & ((a_err > _REFINE_REL * a) | (n_err > _REFINE_REL * n) | (b_err > _REFINE_REL * b)))
+        bad = np.flatnonzero(~done & (a_err > tiny)
+                             & ((a_err > _REFINE_REL * a) | (n_err > _REFINE_REL * n) | (b_err > _REFINE_REL * b)))
         if bad.size == 0:
             break
         m = 8 ** level
@@ -255,7 +293,7 @@ def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bo
     # far tails, where the rules' relative error grows)
     with np.errstate(divide="ignore", invalid="ignore"):
         r = np.where(a > 0, a_err / a, np.inf)
-    small = r <= _REL_CAP
+    small = (r <= _REL_CAP) & (a_err > _negligible(tail, starts.size))
     rel = float(r[small].max()) if small.any() else 0.0
     err = float(a_err[~small].sum())
     if atoms:
@@ -343,7 +381,10 @@ def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, nati
 
 
 _U_STEP = 0.125  # width of the panels in log(distance) at a support end
+_U_DEPTH = 45.0  # the deepest they go (in log(distance), below the interval's far edge)
+_NEAR_END = 256  # intervals within this many meshes of a support end may take them
 _REL_CAP = 1e-10  # a leaf mass's relative error above this is charged as total variation instead
+_NEGLIGIBLE_SHARE = 0.01  # of the truncation allowance: the cells' errors charged as total variation
 _REFINE_REL = 1e-13  # an interval whose rules disagree by more (relative) is integrated on finer panels
 _REFINE_MAX_PANELS = 1 << 21  # at most this many finer panels per refinement level (~0.1 GB, ~0.2 s)
 
