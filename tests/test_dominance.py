@@ -120,29 +120,41 @@ def _bracket_leaves(loss, h, up, lo, eps):
 
 @pytest.mark.parametrize("sigma,q", [(0.8, 0.001), (1.0, 0.01)])
 def test_leaves_with_thin_tail_cells_bracket_the_mechanism(sigma, q, monkeypatch):
-    # a small sampling rate: most of the window is a thin tail, merged into cells of _BLOCK intervals
+    # a small sampling rate: most of the window is a thin tail, merged into cells of _BLOCKS intervals
     for loss in fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses().values():
         h = 0.002
         e, _, _ = D._continuous_grid(loss, h, 1e-14, 1 << 24, False)
         starts, sizes = D._tail_blocks(loss, e, h)
-        assert (sizes == D._BLOCK).sum() > 3  # the tails are merged ...
+        for M in D.leaves._BLOCKS:
+            assert (sizes == M).sum() > 3  # the tails are merged (every size is used) ...
         cover = np.zeros(e.size - 1, dtype=int)
         for s0, m in zip(starts, sizes):
             cover[s0:s0 + m] += 1
+            assert s0 % m == 0  # (aligned)
         assert (cover == 1).all()  # ... and every interval lies in exactly one cell
-        # a merged cell holds at most the thin-tail mass beyond its nearer end
-        tau = D._BLOCK_SHARE * h / D._BLOCK
-        merged = starts[sizes > 1]
-        beyond = np.minimum(np.asarray(loss.sf(e[merged])), np.asarray(loss.cdf(e[merged + D._BLOCK])))
-        assert np.all(beyond <= tau)
+        # a merged cell of M intervals holds at most the thin-tail mass _BLOCK_SHARE / M^2 beyond its
+        # nearer end, so all of them add at most 2 _BLOCK_SHARE h^2 per size (second order)
+        merged = sizes > 1
+        m = sizes[merged]
+        beyond = np.minimum(np.asarray(loss.sf(e[starts[merged]])), np.asarray(loss.cdf(e[starts[merged] + m])))
+        assert np.all(beyond <= D._BLOCK_SHARE / m.astype(float) ** 2)
+        mass = np.asarray(loss.cdf(e[starts[merged] + m])) - np.asarray(loss.cdf(e[starts[merged]]))
+        assert np.sum(mass * (m * h) ** 2) <= 2 * len(D.leaves._BLOCKS) * D._BLOCK_SHARE * h ** 2
         eps = np.linspace(-0.5, 3.0, 701)
         c_up, c_lo = _bracket_leaves(loss, h, D.ctd_leaf(loss, h, 1e-14), D.dominated_leaf(loss, h, 1e-14), eps)
         # the merged cells cost next to nothing in accuracy: the gap between the leaves as with fine cells only
-        monkeypatch.setattr(D.leaves, "_BLOCK", 1 << 40)  # (the module that reads it)
+        monkeypatch.setattr(D.leaves, "_BLOCKS", (1 << 40,))  # (the module that reads it)
         f_up, f_lo = _bracket_leaves(loss, h, D.ctd_leaf(loss, h, 1e-14), D.dominated_leaf(loss, h, 1e-14), eps)
         monkeypatch.undo()
         assert np.max(c_up - c_lo) <= np.max(f_up - f_lo) * 1.001 + 1e-9
         assert np.max(np.abs(c_up - f_up)) < 1e-3 * np.max(f_up - f_lo) + 1e-9
+        # and in the composed curves' gap (second order: the chord's gap integrated over epsilon)
+        wide = np.linspace(-0.5, 3.0, 14001)
+        cu, cl = _bracket_leaves(loss, h, D.ctd_leaf(loss, h, 1e-14), D.dominated_leaf(loss, h, 1e-14), wide)
+        monkeypatch.setattr(D.leaves, "_BLOCKS", (1 << 40,))
+        fu, fl = _bracket_leaves(loss, h, D.ctd_leaf(loss, h, 1e-14), D.dominated_leaf(loss, h, 1e-14), wide)
+        monkeypatch.undo()
+        assert np.sum(cu - cl) <= np.sum(fu - fl) * 1.01
 
 
 @pytest.mark.skipif(D._kernels._leaf is None, reason="compiled leaf kernels not built")
