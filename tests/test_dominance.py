@@ -350,3 +350,71 @@ def test_leaf_integrals_match_closed_forms(sigma, q, h):
 def mpmath_exp(x):
     import mpmath
     return mpmath.exp(mpmath.mpf(float(x)))
+
+
+def test_grouped_plan_takes_small_parts_as_leaves_of_their_blocks():
+    from fastpld.composition.plan import _Leaf, _Node, _build_plan, _leaf_parts
+    from fastpld.dominance import planner as P
+    parts = [(fastpld.Gaussian(1.0 + 0.1 * i).privacy_losses()["remove"], c)
+             for i, c in enumerate([3, 100, 100, 5000, 20_000, 7, 100, 64, 1, 900, 30, 100])]
+    order = P._merge_order(parts)
+    assert sorted(order) == list(range(len(parts)))
+    plan = _build_plan(parts, "recursive", 64, merge=4, order=order, direct_max=4096)
+    # every part's copies are composed, once
+    got = {id(loss): c for loss, c in _leaf_parts(plan.root)}
+    assert got == {id(loss): c for loss, c in parts}
+    # parts of at most direct_max copies are leaves of a first-level block (multiplicity = their count);
+    # the larger one (20,000) has a chain of its own
+    blocks = [o for o in plan.order if isinstance(o, _Node) and o.label == "block1"]
+    direct = {id(c.loss): m for b in blocks for c, m in b.children if isinstance(c, _Leaf)}
+    for loss, c in parts:
+        assert (id(loss) in direct) == (c <= 4096)
+        if c <= 4096:
+            assert direct[id(loss)] == c
+    # the pilot's proxy: the same plan shape (groups, instances), each part its block's middle loss
+    rep = P._proxy_parts(parts, order, 4)
+    assert [c for _, c in rep] == [c for _, c in parts]
+    proxy = _build_plan(rep, "recursive", 64, merge=4, order=order, direct_max=4096)
+    assert proxy.copies_per_group() == plan.copies_per_group()
+    assert sorted(plan.instances.values()) == sorted(proxy.instances.values())
+    assert len({id(loss) for loss, _ in rep}) == 3  # one loss per block
+
+
+def test_grouped_heterogeneous_gaussians_at_relative_accuracy():
+    # many distinct parts (a grouped plan: leaves in blocks, the pilot on a proxy) against the exact
+    # curve: a composition of Gaussians is the Gaussian of mu^2 = sum k_i / sigma_i^2
+    sigmas = np.linspace(2.0, 12.0, 20)
+    counts = [1, 3, 10, 40, 100, 250, 7, 500, 20_000, 2] * 2
+    events = [(fastpld.Gaussian(float(s)), c) for s, c in zip(sigmas, counts)]
+    mu = math.sqrt(sum(c / s**2 for s, c in zip(sigmas, counts)))
+    pld = fastpld.compose(events, rel_error=1e-3)
+    assert pld.method.startswith("dominance")
+    for delta, slack in ((1e-3, 1.1), (1e-5, 1.1), (1e-7, 1.6)):  # (at 1e-7 the delta charges widen it too)
+        b = pld.epsilon(delta)
+        exact = gaussian_epsilon(delta, mu)
+        assert b.lower <= exact <= b.upper
+        assert b.upper - b.lower <= slack * 1e-3 * exact
+    for eps in (0.5, 2.0):
+        b = pld.delta(eps)
+        assert b.lower <= float(gaussian_delta(eps, mu)) <= b.upper
+
+
+def test_grouped_heterogeneous_subsampled_gaussians_bracket_a_peer():
+    # the schedule, smaller: distinct sampling rates, bracketing dp_accounting's pessimistic
+    # (an upper bound) and optimistic (a lower bound) PLDs at a fine grid
+    pytest.importorskip("dp_accounting")
+    from dp_accounting.pld import privacy_loss_distribution as pldlib
+    qs = np.linspace(0.005, 0.02, 9)
+    events = [(fastpld.PoissonSubsampledGaussian(1.0, float(q)), 10) for q in qs]
+    b = fastpld.compose(events, rel_error=1e-3, delta_error=1e-9).epsilon(1e-5)
+    peer = {}
+    for pess in (True, False):
+        acc = None
+        for q in qs:
+            one = pldlib.from_gaussian_mechanism(1.0, sampling_prob=float(q), value_discretization_interval=5e-4,
+                                                 pessimistic_estimate=pess).self_compose(10)
+            acc = one if acc is None else acc.compose(one)
+        peer[pess] = acc.get_epsilon_for_delta(1e-5)
+    assert b.lower <= peer[True] + 1e-9
+    assert b.upper >= peer[False] - 1e-9
+    assert b.upper - b.lower <= 1.1e-3 * b.upper
