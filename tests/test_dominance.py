@@ -378,6 +378,12 @@ def test_grouped_plan_takes_small_parts_as_leaves_of_their_blocks():
     assert proxy.copies_per_group() == plan.copies_per_group()
     assert sorted(plan.instances.values()) == sorted(proxy.instances.values())
     assert len({id(loss) for loss, _ in rep}) == 3  # one loss per block
+    # a block of two kinds of mechanism: one representative of each kind
+    mixed = [((fastpld.Gaussian if i % 2 else fastpld.Laplace)(1.0 + i).privacy_losses()["remove"], 10)
+             for i in range(8)]
+    rep = P._proxy_parts(mixed, list(range(8)), 8)
+    assert len({id(loss) for loss, _ in rep}) == 2
+    assert all(type(r) is type(m) for (r, _), (m, _) in zip(rep, mixed))
 
 
 def test_grouped_heterogeneous_gaussians_at_relative_accuracy():
