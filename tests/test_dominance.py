@@ -424,3 +424,26 @@ def test_grouped_heterogeneous_subsampled_gaussians_bracket_a_peer():
     assert b.lower <= peer[True] + 1e-9
     assert b.upper >= peer[False] - 1e-9
     assert b.upper - b.lower <= 1.1e-3 * b.upper
+
+
+@pytest.mark.skipif(D._kernels._leaf is None, reason="compiled leaf kernels not built")
+@pytest.mark.parametrize("sigma,q", [(1.0, 0.01), (0.5, 1e-4), (5.0, 0.1)])
+def test_compiled_log_panels_agree_with_their_reference(sigma, q, monkeypatch):
+    # the rules in log-distance at a support end: the compiled kernel against the numpy reference
+    rng = np.random.default_rng(5)
+    for loss in fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses().values():
+        side = 0 if loss.direction == "remove" else 1
+        s_end = loss.support[side]
+        h = 10.0 ** rng.uniform(-4, -2, 60)
+        off = h * rng.uniform(0.3, 40.0, 60)  # the interval's far edge from the end (it holds it below 1)
+        lo = s_end + off - h if side == 0 else s_end - off
+        end = s_end - lo
+        d_far = off
+        ulo = np.where(rng.random(60) < 0.5, -rng.choice([5.0, 10.0, 45.0], 60), -rng.uniform(0.0, 3.0, 60))
+        got = D.leaves._log_panels(loss, lo, end, d_far, ulo, side)
+        monkeypatch.setattr(D._kernels, "_core", None)  # the numpy rules
+        ref = D.leaves._log_panels(loss, lo, end, d_far, ulo, side)
+        monkeypatch.undo()
+        for g3, r3 in zip(got, ref):
+            for g, r in zip(g3, r3):
+                np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-300)

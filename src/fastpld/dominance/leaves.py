@@ -157,7 +157,8 @@ def _integrals(loss, lo, h, tiny: float = 0.0):
     ``int (1 - e^(lo_j - y)) f`` and ``int e^(lo_j - y) f`` by 5-point rules, and error
     bounds of each (ten times the 4-point rules' disagreement, plus rounding).  Each interval is
     integrated over its part inside the support (the density need not be smooth across a support
-    end), and intervals whose rules disagree by more than ``_REFINE_REL`` relative are split into
+    end), and intervals whose rules disagree by more than ``_REFINE_REL`` relative (N's against the
+    cell's mass times ``1 - e^-w``: what it moves) are split into
     8, 64, then 512 panels (near a support end the density of a subsampled loss is steep), but for
     those whose mass error is at most ``tiny`` (:func:`_negligible`: charged as total variation)."""
     s_lo, s_hi = getattr(loss, "support", (-math.inf, math.inf))
@@ -165,6 +166,9 @@ def _integrals(loss, lo, h, tiny: float = 0.0):
     c1 = np.clip(lo + h, s_lo, s_hi) - lo
     c1 = np.maximum(c1, c0)
     a, a_err, n, n_err, b, b_err = _panels(loss, lo, c0, c1)
+    # (N's error moves n_err / (1 - e^-w) of the cell's mass up by one cell (ctd_leaf raises N by it):
+    # it is measured against the cell's mass, not against N, which is small where the mass sits near lo)
+    nscale = -np.expm1(-(h if np.ndim(h) else np.full(lo.size, h)))
     # an interval near a support end (within _NEAR_END meshes) whose rules disagree: the integral in
     # u = log(distance to the end), where the density of a subsampled loss is smooth (f(y) dy =
     # f(end +- e^u) e^u du), on panels of width _U_STEP from the interval's far edge to its near edge,
@@ -176,7 +180,7 @@ def _integrals(loss, lo, h, tiny: float = 0.0):
     for side in (0, 1):
         near_end = (lo - _NEAR_END * h < s_lo) if side == 0 else (lo + (_NEAR_END + 1) * h > s_hi)
         at_end = (lo - h < s_lo) if side == 0 else (lo + 2 * h > s_hi)  # (always: the first rules fail there)
-        fails = (a_err > _REFINE_REL * a) | (n_err > _REFINE_REL * n) | (b_err > _REFINE_REL * b)
+        fails = (a_err > _REFINE_REL * a) | (n_err > _REFINE_REL * a * nscale) | (b_err > _REFINE_REL * b)
         bad = np.flatnonzero(near_end & (c1 > c0) & (at_end | (a_err > tiny)) & fails)
         if bad.size == 0:
             continue
@@ -199,24 +203,9 @@ def _integrals(loss, lo, h, tiny: float = 0.0):
             small = (tl <= 1e-18 * a[bad][deep][None, :]) & (a[bad][deep] > 0)[None, :]
             first = np.where(small.any(axis=0), np.argmax(small, axis=0), ladder.size - 1)
             depth[deep] = ladder[first]
-        # panels k = 0, 1, ..: [max(-(k + 1) step, u_near), -k step] down to -depth (relative to log d_far)
-        reach = np.where(deep, depth, -u_near)
-        npan = np.maximum(np.ceil(reach / _U_STEP), 1).astype(np.int64)
-        owner = np.repeat(np.arange(bad.size), npan)
-        k = np.arange(owner.size) - np.repeat(np.cumsum(npan) - npan, npan)
-        top = -_U_STEP * k
-        bot = np.maximum(-_U_STEP * (k + 1), np.where(deep, -depth, u_near)[owner])
-        half = 0.5 * (top - bot)
-        res = []
-        for x, w in (_GL5, _GL4):
-            uu = bot[:, None] + half[:, None] * (1.0 + x)[None, :]
-            d = d_far[owner, None] * np.exp(uu)
-            t = end[owner, None] + (d if side == 0 else -d)  # offsets from lo
-            f = np.asarray(loss.pdf((lo[bad][owner, None] + t).ravel()), dtype=np.float64).reshape(t.shape)
-            fw = f * d * half[:, None] * w[None, :]  # dy = d du
-            res.append(tuple(np.bincount(owner, weights=v.sum(axis=1), minlength=bad.size)
-                             for v in (fw, fw * -np.expm1(-t), fw * np.exp(-t))))
-        (a5, n5, b5), (a4, n4, b4) = res
+        # panels [max(-(k + 1) step, ulo), -k step], k = 0, 1, .., down to ulo (relative to log d_far)
+        ulo = np.where(deep, -depth, u_near)
+        (a5, n5, b5), (a4, n4, b4) = _log_panels(loss, lo[bad], end, d_far, ulo, side)
         inner = end + (d_far if side == 0 else -d_far) * np.exp(-depth)
         if side == 0:
             rest = np.asarray(loss.cdf(lo[bad] + inner), dtype=np.float64)
@@ -233,10 +222,11 @@ def _integrals(loss, lo, h, tiny: float = 0.0):
         a[sel], a_err[sel] = a5[take], ae[take]
         n[sel], n_err[sel] = n5[take], ne[take]
         b[sel], b_err[sel] = b5[take], be[take]
-        done[sel] = close[take] | ((ae <= _REFINE_REL * a5) & (ne <= _REFINE_REL * n5) & (be <= _REFINE_REL * b5))[take]
+        done[sel] = close[take] | ((ae <= _REFINE_REL * a5) & (ne <= _REFINE_REL * a5 * nscale[bad])
+                                   & (be <= _REFINE_REL * b5))[take]
     for level in range(1, 4):
         bad = np.flatnonzero(~done & (a_err > tiny)
-                             & ((a_err > _REFINE_REL * a) | (n_err > _REFINE_REL * n) | (b_err > _REFINE_REL * b)))
+                             & ((a_err > _REFINE_REL * a) | (n_err > _REFINE_REL * a * nscale) | (b_err > _REFINE_REL * b)))
         if bad.size == 0:
             break
         m = 8 ** level
@@ -263,6 +253,37 @@ def _integrals(loss, lo, h, tiny: float = 0.0):
         n_err = n_err + move
         b_err = b_err + move
     return a, a_err, n, n_err, b, b_err
+
+
+def _log_panels(loss, lo, end, d_far, ulo, side: int):
+    """The 5- and 4-point rules in ``u = log(distance to a support end)`` (see :func:`_integrals`): per
+    interval, panels ``[max(-(k + 1) s, ulo), -k s]`` (``s = _U_STEP``, ``k = 0, 1, ..``, at least one)
+    in ``u - log d_far``; the nodes ``y = lo + end +- d_far e^u`` (``+`` where the end is below,
+    ``side == 0``) with weight ``d_far e^u``.  Returns ``((a5, n5, b5), (a4, n4, b4))``, the sums of
+    ``f``, ``(1 - e^-t) f`` and ``e^-t f`` (``t = y - lo``); the subsampled Gaussian's by the compiled
+    ``fpld_psg_logpanels`` (same terms, sums in another order)."""
+    psg = getattr(loss, "psg_params", None)
+    if psg is not None and _kernels._core is not None and _kernels._leaf is not None:
+        r = _kernels._leaf.psg_logpanels(*(np.ascontiguousarray(a, dtype=np.float64) for a in (lo, end, d_far, ulo)),
+                                         1.0 if side == 0 else -1.0, _U_STEP, float(psg[0]), float(psg[1]),
+                                         float(psg[2]), bool(psg[3]), *_GL_RULES)
+        return r[:3], r[3:]
+    npan = np.maximum(np.ceil(-ulo / _U_STEP), 1).astype(np.int64)
+    owner = np.repeat(np.arange(lo.size), npan)
+    k = np.arange(owner.size) - np.repeat(np.cumsum(npan) - npan, npan)
+    top = -_U_STEP * k
+    bot = np.maximum(-_U_STEP * (k + 1), ulo[owner])
+    half = 0.5 * (top - bot)
+    res = []
+    for x, w in (_GL5, _GL4):
+        uu = bot[:, None] + half[:, None] * (1.0 + x)[None, :]
+        d = d_far[owner, None] * np.exp(uu)
+        t = end[owner, None] + (d if side == 0 else -d)  # offsets from lo
+        f = np.asarray(loss.pdf((lo[owner, None] + t).ravel()), dtype=np.float64).reshape(t.shape)
+        fw = f * d * half[:, None] * w[None, :]  # dy = d du
+        res.append(tuple(np.bincount(owner, weights=v.sum(axis=1), minlength=lo.size)
+                         for v in (fw, fw * -np.expm1(-t), fw * np.exp(-t))))
+    return res[0], res[1]
 
 
 def _panels(loss, lo, c0, c1):
