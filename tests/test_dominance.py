@@ -405,10 +405,11 @@ def test_grouped_heterogeneous_gaussians_at_relative_accuracy():
         assert b.lower <= float(gaussian_delta(eps, mu)) <= b.upper
 
 
-def test_grouped_heterogeneous_subsampled_gaussians_bracket_a_peer():
+def test_grouped_heterogeneous_subsampled_gaussians_bracket_a_peer(monkeypatch):
     # the schedule, smaller: distinct sampling rates, bracketing dp_accounting's pessimistic
     # (an upper bound) and optimistic (a lower bound) PLDs at a fine grid
     pytest.importorskip("dp_accounting")
+    monkeypatch.setattr(D.planner, "_MERGE", 4)  # (a grouped plan of 3 blocks: leaves in blocks, a proxy pilot)
     from dp_accounting.pld import privacy_loss_distribution as pldlib
     qs = np.linspace(0.005, 0.02, 9)
     events = [(fastpld.PoissonSubsampledGaussian(1.0, float(q)), 10) for q in qs]

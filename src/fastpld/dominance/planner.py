@@ -85,7 +85,10 @@ _PILOT_SCALE = 3.0  # the pilot's meshes against the planner's (see _compose_dom
 _SCALE_MARGIN = 0.9  # the answer's meshes aim at 0.81 of the width asked for
 _RESCALES = 3  # answers after the pilot at most (each one's width measured)
 _DIRECT_COPIES = 4  # (50 parts of 100-3000 copies: 0.6-0.9x the time of chains; 10 parts of 30,000: 1.3x)
-_MERGE = 8  # block size of heterogeneous plans
+# block size of heterogeneous plans (parts as leaves of their blocks, the pilot on a proxy: against 8, measured
+# 0.85x the time for 50 x 100 and 300 x 10 subsampled Gaussians, 0.81-0.87x for 20 x 3,000 and 1,000 x 10;
+# 32 is slower for 20 x 3,000)
+_MERGE = 16
 
 
 def compose_dominance(dir_parts, events, eps_error: float, delta_error: float, backend, arity: int | None,
