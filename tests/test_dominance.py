@@ -448,3 +448,24 @@ def test_compiled_log_panels_agree_with_their_reference(sigma, q, monkeypatch):
         for g3, r3 in zip(got, ref):
             for g, r in zip(g3, r3):
                 np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-300)
+
+
+def test_leaf_end_charge_without_a_finite_density(monkeypatch):
+    # where the density is not finite at a cell's end, the mass its position error moves comes from the CDF
+    sigma, q, h, tail = 1.0, 0.01, 8e-4, 1e-13
+    for loss in fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses().values():
+        e, _, _ = D._continuous_grid(loss, h, tail, 1 << 24, True)
+        starts, sizes = D._tail_blocks(loss, e, h)
+        lo = e[starts]
+        tiny = D.leaves._negligible(tail, lo.size)
+        ref = D._integrals(loss, lo, h * sizes, tiny)
+        monkeypatch.setattr(loss, "pdf", lambda t: np.full(np.shape(t), np.inf))  # (only the ends ask it)
+        got = D._integrals(loss, lo, h * sizes, tiny)
+        monkeypatch.undo()
+        for g, r in zip(got, ref):
+            assert np.all(np.isfinite(g))
+        np.testing.assert_array_equal(got[0], ref[0])  # the integrals themselves are unchanged
+        # the CDF's bound is looser (its rounding, relative cdf_rel_error), still small
+        assert np.all(got[1] <= ref[1] + 64 * loss.cdf_rel_error + 1e-300)
+        A, _ = _psg_masses(sigma, q, loss.direction, list(lo) + [e[starts[-1] + sizes[-1]]])
+        assert all(abs(got[0][j] - float(A[j])) <= got[1][j] for j in range(lo.size))

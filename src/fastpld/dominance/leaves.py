@@ -246,8 +246,17 @@ def _integrals(loss, lo, h, tiny: float = 0.0):
     if lo.size:
         with np.errstate(all="ignore"):
             f_end = np.asarray(loss.pdf(ends), dtype=np.float64)
-        f_end = np.where(np.isfinite(f_end), np.abs(f_end), np.inf)
-        pos = f_end * (4 * _U) * (np.abs(ends) + np.max(h))
+        delta = (4 * _U) * (np.abs(ends) + np.max(h))
+        pos = np.abs(f_end) * delta
+        odd = np.flatnonzero(~np.isfinite(pos))
+        if odd.size:
+            # (a density not finite at an end, e.g. singular at a support end: the mass within delta of
+            # it, from the CDF or the survival function, whichever is smaller, and their rounding)
+            F1, S1 = _cdf_sf(loss, ends[odd] + delta[odd])
+            F0, S0 = _cdf_sf(loss, ends[odd] - delta[odd])
+            use_f = F1 <= S0
+            pos[odd] = (np.where(use_f, np.abs(F1 - F0), np.abs(S0 - S1))
+                        + 16 * loss.cdf_rel_error * np.where(use_f, np.abs(F1), np.abs(S0)) + 1e-300)
         move = (pos[:-1] + pos[1:]) * (1 + 1e-6)
         a_err = a_err + move
         n_err = n_err + move

@@ -140,7 +140,8 @@ def _proxy_parts(parts, order, merge: int) -> list:
     for j in range(nb):
         kinds = {}
         for i in order[bounds[j]:bounds[j + 1]]:
-            kinds.setdefault(type(parts[i][0]), []).append(i)
+            loss = parts[i][0]  # (a subsampled loss: the kind of its pair too)
+            kinds.setdefault((type(loss), type(getattr(loss, "pair", None))), []).append(i)
         for members in kinds.values():
             mid = parts[members[(len(members) - 1) // 2]][0]
             for i in members:
