@@ -164,16 +164,16 @@ int fpld_psg_panels(const double *lo, const double *c0, const double *c1, ptrdif
     return FPLD_OK;
 }
 
-int fpld_psg_logpanels(const double *lo, const double *end, const double *dfar, const double *ulo, ptrdiff_t n,
-                       double sgn, double step, double q, double v, double sd, int remove, const double *x5,
-                       const double *w5, const double *x4, const double *w4, double *out)
+int fpld_psg_logpanels(const double *lo, const double *end, const double *dfar, const double *ulo,
+                       const double *steps, ptrdiff_t n, double sgn, double q, double v, double sd, int remove,
+                       const double *x5, const double *w5, const double *x4, const double *w4, double *out)
 {
-    if (n < 0 || !(q > 0 && q < 1) || !(v > 0) || !(sd > 0) || !(step > 0) || !(sgn == 1.0 || sgn == -1.0))
+    if (n < 0 || !(q > 0 && q < 1) || !(v > 0) || !(sd > 0) || !(sgn == 1.0 || sgn == -1.0))
         return FPLD_EINVAL;
     double logq = log(q), ylo = log1p(-q), h = v / 2, cden = 1.0 / (sd * 2.5066282746310002);
     for (ptrdiff_t i = 0; i < n; i++) {
-        double reach = -ulo[i];
-        if (!(reach >= 0) || !(reach <= 1e6 * step) || !(dfar[i] > 0))
+        double reach = -ulo[i], step = steps[i];
+        if (!(step > 0) || !(reach >= 0) || !(reach <= 1e6 * step) || !(dfar[i] > 0))
             return FPLD_EINVAL;
         double np = ceil(reach / step);
         ptrdiff_t npan = np < 1 ? 1 : (ptrdiff_t)np;
