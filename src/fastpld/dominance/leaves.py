@@ -260,7 +260,22 @@ def _integrals(loss, lo, h, tiny: float = 0.0):
             use_f = F1 <= S0
             pos[odd] = (np.where(use_f, np.abs(F1 - F0), np.abs(S0 - S1))
                         + 16 * loss.cdf_rel_error * np.where(use_f, np.abs(F1), np.abs(S0)) + 1e-300)
-        move = (pos[:-1] + pos[1:]) * (1 + 1e-6)
+        move = pos[:-1] + pos[1:]
+        # (likewise a support end inside the window, where the rules start or stop: the density next to
+        # it, inside; below or above it there is no mass)
+        for side, s_end in ((0, s_lo), (1, s_hi)):
+            if not (math.isfinite(s_end) and ends[0] < s_end < ends[-1]):
+                continue
+            j = int(np.clip(np.searchsorted(ends, s_end, side="right") - 1, 0, lo.size - 1))
+            d_s = (4 * _U) * (abs(s_end) + float(np.max(h)))
+            with np.errstate(all="ignore"):
+                f_s = float(np.asarray(loss.pdf(np.array([math.nextafter(s_end, math.inf if side == 0
+                                                                          else -math.inf)])))[0])
+            if not math.isfinite(f_s):
+                F, S = _cdf_sf(loss, np.array([s_end + d_s if side == 0 else s_end - d_s]))
+                f_s, d_s = 1.0, float(F[0] if side == 0 else S[0]) * (1 + 16 * loss.cdf_rel_error) + 1e-300
+            move[j] += abs(f_s) * d_s
+        move = move * (1 + 1e-6)
         a_err = a_err + move
         n_err = n_err + move
         b_err = b_err + move
