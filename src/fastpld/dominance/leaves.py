@@ -178,6 +178,8 @@ def _integrals(loss, lo, h, tiny: float = 0.0):
     # rules; one farther away takes them where their error bound is the smaller, else it is refined below
     done = np.zeros(lo.size, dtype=bool)
     for side in (0, 1):
+        if not math.isfinite(s_lo if side == 0 else s_hi):
+            continue  # (no end on this side)
         near_end = (lo - _NEAR_END * h < s_lo) if side == 0 else (lo + (_NEAR_END + 1) * h > s_hi)
         at_end = (lo - h < s_lo) if side == 0 else (lo + 2 * h > s_hi)  # (always: the first rules fail there)
         fails = (a_err > _REFINE_REL * a) | (n_err > _REFINE_REL * a * nscale) | (b_err > _REFINE_REL * b)
