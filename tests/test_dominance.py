@@ -470,3 +470,27 @@ def test_leaf_end_charge_without_a_finite_density(monkeypatch):
         assert np.all(got[1] <= ref[1] + 64 * loss.cdf_rel_error + 1e-300)
         A, _ = _psg_masses(sigma, q, loss.direction, list(lo) + [e[starts[-1] + sizes[-1]]])
         assert all(abs(got[0][j] - float(A[j])) <= got[1][j] for j in range(lo.size))
+
+
+def test_a_misleading_proxy_pilot_is_corrected_by_the_answers_own_width(monkeypatch):
+    # the proxy only measures: a misleading proxy (every part replaced by a Gaussian of sigma 0.7, whose
+    # epsilon is far larger: a small width relative to it) sends the answer to coarse meshes, whose own
+    # width is then measured and rescaled
+    sigmas = np.linspace(2.0, 12.0, 20)
+    counts = [30] * 20
+    events = [(fastpld.Gaussian(float(s)), c) for s, c in zip(sigmas, counts)]
+    mu = math.sqrt(sum(c / s**2 for s, c in zip(sigmas, counts)))
+    wide = fastpld.Gaussian(0.7).privacy_losses()["remove"]
+    monkeypatch.setattr(D.planner, "_proxy_parts", lambda parts, order, merge: [(wide, c) for _, c in parts])
+    widths = []
+    real = D.planner.DominancePLD._reference_excess
+    monkeypatch.setattr(D.planner.DominancePLD, "_reference_excess",
+                        lambda self, *a: widths.append(real(self, *a)) or widths[-1])
+    pld = fastpld.compose(events, rel_error=1e-3)
+    assert len(widths) >= 3 and widths[1] > 1.1  # (the pilot misled the first answer ...)
+    assert widths[-1] <= 1.1  # (... which was measured and rescaled)
+    for delta in (1e-3, 1e-5):
+        b = pld.epsilon(delta)
+        exact = gaussian_epsilon(delta, mu)
+        assert b.lower <= exact <= b.upper
+        assert b.upper - b.lower <= 1.1e-3 * exact
