@@ -4,6 +4,8 @@ Run (one process, alternating fastpld and peer runs, medians reported):
 
     python benchmarks/bench_heterogeneous.py            # everything (several minutes)
     python benchmarks/bench_heterogeneous.py --quick    # fewer repeats, shorter accountant loop
+    python benchmarks/bench_heterogeneous.py --rel-error 1e-3 --repeats 5   # only the certified
+        # relative-accuracy rows (dominance certificate) next to dp_accounting's PLD accountant
 
 fastpld runs are cold: the per-mechanism caches (privacy-loss objects, moments, MGF
 grids) are cleared before every repetition.  Every runner is called once before the timed
@@ -54,6 +56,46 @@ def fastpld_schedule(sched, threads=None):
     events = [(fastpld.PoissonSubsampledGaussian(1.0, q), n) for q, n in sched]
     pld = fastpld.compose(events, eps_error=EE, delta_error=DE, threads=threads)
     return pld.epsilon(DELTA).upper, pld.method
+
+
+def fastpld_schedule_rel(sched, rel_error):
+    """fastpld at a relative accuracy (the dominance certificate: both bounds within ``rel_error``)."""
+    fastpld.clear_caches()
+    events = [(fastpld.PoissonSubsampledGaussian(1.0, q), n) for q, n in sched]
+    b = fastpld.compose(events, rel_error=rel_error, delta_error=DE).epsilon(DELTA)
+    return round(b.lower, 5), round(b.upper, 5)
+
+
+def dpa_pld_schedule(sched, grid):
+    """dp_accounting's PLD accountant (connect-the-dots, pessimistic: an upper bound) at ``grid``."""
+    import dp_accounting as dpa
+    acc = dpa.pld.PLDAccountant(dpa.NeighboringRelation.ADD_OR_REMOVE_ONE, value_discretization_interval=grid)
+    for q, n in sched:
+        acc.compose(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(1.0)), n)
+    return round(acc.get_epsilon(DELTA), 5)
+
+
+def rel_error_rows(rel_error, reps):
+    """50 distinct x 100 steps and the homogeneous DP-SGD row at ``rel_error`` (fastpld, certified both
+    ways) against dp_accounting's PLD accountant (an upper bound only) at grid 1e-3 (and 1e-4 for the
+    homogeneous row; the heterogeneous one takes tens of seconds there)."""
+    rows = [("50 distinct Poisson-subsampled Gaussians x 100 steps (sigma 1, q in [0.005, 0.02])", schedule(50, 100),
+             (1e-3,)),
+            ("Poisson-subsampled Gaussian x 10,000 (sigma 1, q 0.01)", [(0.01, 10_000)], (1e-3, 1e-4))]
+    for name, sched, grids in rows:
+        runs = [(f"fastpld.compose(rel_error={rel_error:g})", lambda s=sched: fastpld_schedule_rel(s, rel_error))]
+        try:
+            importlib.import_module("dp_accounting")
+            for grid in grids:
+                runs.append((f"dp_accounting PLDAccountant, grid {grid:g}", lambda s=sched, g=grid: dpa_pld_schedule(s, g)))
+        except ImportError:
+            print("(dp_accounting not importable: no peer column)")
+        med, outs = side_by_side(f"{name}, epsilon at delta {DELTA:g}, delta_error {DE:g}", runs, reps)
+        lo, up = outs[runs[0][0]]
+        print(f"  fastpld certified [{lo}, {up}], width {100 * (up - lo) / up:.3f}%")
+        for label, _ in runs[1:]:
+            print(f"  {label}: {outs[label]} ({100 * (outs[label] - lo) / lo:+.3f}% above fastpld's lower bound), "
+                  f"{med[label] / med[runs[0][0]]:.1f}x fastpld's time")
 
 
 def rdp_schedule(sched):
@@ -148,9 +190,22 @@ def main():
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--loop-steps", type=int, default=None)
     ap.add_argument("--leaf-costs", action="store_true", help="only time the leaves (discretize_loss)")
+    ap.add_argument("--rel-error", type=float, default=None,
+                    help="only the relative-accuracy rows (fastpld's dominance certificate against dp_accounting)")
     args = ap.parse_args()
     if args.leaf_costs:
         leaf_costs()
+        return
+    if args.rel_error is not None:
+        warnings.simplefilter("ignore")
+        print(f"fastpld {fastpld.__version__}, backend {fastpld.get_backend()}, rel_error={args.rel_error:g}, "
+              f"delta_error={DE}")
+        rel_error_rows(args.rel_error, args.repeats or 5)
+        out = Path(__file__).resolve().parent / "results" / "bench_heterogeneous_rel.json"
+        out.parent.mkdir(exist_ok=True)
+        out.write_text(json.dumps({"fastpld": fastpld.__version__, "rel_error": args.rel_error,
+                                   "repeats": args.repeats or 5, "sections": RESULTS}, indent=1, default=float))
+        print(f"\nresults: {out}")
         return
     reps = args.repeats or (1 if args.quick else 3)
     loop_steps = args.loop_steps or (200 if args.quick else 1000)

@@ -164,6 +164,47 @@ int fpld_psg_panels(const double *lo, const double *c0, const double *c1, ptrdif
     return FPLD_OK;
 }
 
+int fpld_psg_logpanels(const double *lo, const double *end, const double *dfar, const double *ulo,
+                       const double *steps, ptrdiff_t n, double sgn, double q, double v, double sd, int remove,
+                       const double *x5, const double *w5, const double *x4, const double *w4, double *out)
+{
+    if (n < 0 || !(q > 0 && q < 1) || !(v > 0) || !(sd > 0) || !(sgn == 1.0 || sgn == -1.0))
+        return FPLD_EINVAL;
+    double logq = log(q), ylo = log1p(-q), h = v / 2, cden = 1.0 / (sd * 2.5066282746310002);
+    for (ptrdiff_t i = 0; i < n; i++) {
+        double reach = -ulo[i], step = steps[i];
+        if (!(step > 0) || !(reach >= 0) || !(reach <= 1e6 * step) || !(dfar[i] > 0))
+            return FPLD_EINVAL;
+        double np = ceil(reach / step);
+        ptrdiff_t npan = np < 1 ? 1 : (ptrdiff_t)np;
+        double I[2][3] = {{0, 0, 0}, {0, 0, 0}};
+        for (ptrdiff_t k = 0; k < npan; k++) {
+            double top = -step * (double)k, bot = -step * (double)(k + 1);
+            if (bot < ulo[i])
+                bot = ulo[i];
+            double half = 0.5 * (top - bot);
+            for (int j = 0; j < 9; j++) {
+                int r = j < 5 ? 0 : 1;
+                double x = r ? x4[j - 5] : x5[j], w = r ? w4[j - 5] : w5[j];
+                double d = dfar[i] * exp(bot + half * (1.0 + x));
+                double t = end[i] + sgn * d;
+                double y = lo[i] + t, tt = remove ? y : -y;
+                double em1 = psg_em1(tt, ylo);
+                double dens = psg_density(tt, em1, psg_l(tt, em1, q, logq, ylo), q, h, sd, cden, remove);
+                double fw = ((dens * d) * half) * w;
+                I[r][0] += fw;
+                I[r][1] += fw * -expm1(-t);
+                I[r][2] += fw * exp(-t);
+            }
+        }
+        for (int m = 0; m < 3; m++) {
+            out[m * n + i] = I[0][m];
+            out[(m + 3) * n + i] = I[1][m];
+        }
+    }
+    return FPLD_OK;
+}
+
 static inline double log_add_exp(double a, double b)
 {
     /* numpy.logaddexp for finite arguments */

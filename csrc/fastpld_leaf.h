@@ -30,6 +30,16 @@ int fpld_psg_panels(const double *lo, const double *c0, const double *c1, ptrdif
                     double sd, int remove, const double *x5, const double *w5, const double *x4,
                     const double *w4, double *out);
 
+/* The same rules in u = log(distance to a support end) (fastpld.dominance.leaves._log_panels): interval i
+ * has the end at offset end_i from lo_i and its far edge at distance dfar_i; its panels k = 0, 1, .. are
+ * [max(-(k + 1) step_i, ulo_i), -k step_i] in u - log dfar_i, from 0 down to ulo_i <= 0 (at least one); the
+ * nodes d = dfar_i e^u, t = end_i + sgn d, y = lo_i + t (sgn = +1: the end below, -1: above) and the terms
+ * f(y) d half w, times -expm1(-t) and exp(-t).  out[6 n] = {a5, n5, b5, a4, n4, b4} (the rules' sums;
+ * the caller forms the error bounds). */
+int fpld_psg_logpanels(const double *lo, const double *end, const double *dfar, const double *ulo,
+                       const double *steps, ptrdiff_t n, double sgn, double q, double v, double sd, int remove,
+                       const double *x5, const double *w5, const double *x4, const double *w4, double *out);
+
 /* int g(l)^k dmu(l) over l in [l_lo, l_hi] for k = 1, 2, with g(l) = log(1 - q + q e^l) and
  * mu = (1-q) P + q Q (remove) or P (add), by Gauss-Legendre on equal panels of width <= min(sd, 1)
  * restricted to [-v/2 - 40 sd, v/2 + 40 sd] (outside: mass < e^-800).  x16/w16 and x8/w8 are

@@ -18,6 +18,9 @@ cdef extern from "fastpld_leaf.h" nogil:
     int fpld_psg_panels(const double *lo, const double *c0, const double *c1, Py_ssize_t n, double q, double v,
                         double sd, int remove, const double *x5, const double *w5, const double *x4,
                         const double *w4, double *out)
+    int fpld_psg_logpanels(const double *lo, const double *end, const double *dfar, const double *ulo,
+                           const double *steps, Py_ssize_t n, double sgn, double q, double v, double sd, int remove,
+                           const double *x5, const double *w5, const double *x4, const double *w4, double *out)
     int fpld_psg_moments(double l_lo, double l_hi, double q, double v, double sd, int remove,
                          const double *x16, const double *w16, const double *x8, const double *w8, double *out)
     int fpld_psg_moments16(double l_lo, double l_hi, double q, double v, double sd, int remove,
@@ -59,6 +62,26 @@ def psg_panels(const double[::1] lo, const double[::1] c0, const double[::1] c1,
                                      &ov[0, 0])
     if status != 0:
         raise ValueError("psg_panels: invalid argument")
+    return tuple(out)
+
+
+def psg_logpanels(const double[::1] lo, const double[::1] end, const double[::1] dfar, const double[::1] ulo,
+                  const double[::1] steps, double sgn, double q, double v, double sd, bint remove,
+                  const double[::1] x5, const double[::1] w5, const double[::1] x4, const double[::1] w4):
+    """``(a5, n5, b5, a4, n4, b4)`` of ``fpld_psg_logpanels`` (reference: ``fastpld.dominance.leaves._log_panels``)."""
+    cdef Py_ssize_t n = lo.shape[0]
+    if end.shape[0] != n or dfar.shape[0] != n or ulo.shape[0] != n or steps.shape[0] != n or x5.shape[0] != 5 \
+            or w5.shape[0] != 5 or x4.shape[0] != 4 or w4.shape[0] != 4:
+        raise ValueError("psg_logpanels: need n intervals and the 5- and 4-point Gauss-Legendre rules")
+    out = np.empty((6, n), dtype=np.float64)
+    cdef double[:, ::1] ov = out
+    cdef int status = 0
+    if n:
+        with nogil:
+            status = fpld_psg_logpanels(&lo[0], &end[0], &dfar[0], &ulo[0], &steps[0], n, sgn, q, v, sd, remove,
+                                        &x5[0], &w5[0], &x4[0], &w4[0], &ov[0, 0])
+    if status != 0:
+        raise ValueError("psg_logpanels: invalid argument")
     return tuple(out)
 
 

@@ -141,7 +141,7 @@ def _chain(loss, count, method, arity, gid, top_group=0):
     return top, {"arity": a, "levels": t + 1}
 
 
-def _build_plan(parts, method, arity, merge=None, native=False, order=None):
+def _build_plan(parts, method, arity, merge=None, native=False, order=None, direct_max=None):
     """Plan for the heterogeneous list ``parts`` of ``(loss, count)``.
 
     ``merge=None``: every part's chain feeds one root (Appendix B with one block).
@@ -154,6 +154,10 @@ def _build_plan(parts, method, arity, merge=None, native=False, order=None):
     certificate (leaves, re-discretisations, wrap, round-off) covers it unchanged.
 
     ``order``: :func:`_merge_order` of ``parts`` if already known (the candidates of one composition share it).
+
+    ``direct_max``: in grouped plans, a part of at most this many copies enters its block as its leaf
+    with that multiplicity (one forward transform in the block's node) instead of a chain of its own
+    (the dominance certificate: its block lattice is then the leaves' own, see ``docs/dominance.md``).
     """
     gid = iter(range(1, 1 << 30))
     params = []
@@ -172,7 +176,10 @@ def _build_plan(parts, method, arity, merge=None, native=False, order=None):
     tops = []
     for i in order:
         loss, count = parts[i]
-        t, p = _chain(loss, count, method, arity, gid, top_group=g)
+        if direct_max is not None and count <= direct_max:
+            t, p = [(_Leaf(loss, g, 1), count)], {"arity": arity, "levels": 1}
+        else:
+            t, p = _chain(loss, count, method, arity, gid, top_group=g)
         tops.append(t)
         params.append(p)
     level = 1

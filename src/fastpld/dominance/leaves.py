@@ -84,66 +84,107 @@ def _leaf_data(loss, h: float, tail: float, max_buckets: int, native: bool, memo
     if hit is None or hit[0] is not loss:
         e, atoms, truncated = _continuous_grid(loss, h, tail, max_buckets, native)
         starts, sizes = _tail_blocks(loss, e, h)
-        hit = (loss, e, atoms, truncated, (starts, sizes), _integrals(loss, e[starts], h * sizes))
+        hit = (loss, e, atoms, truncated, (starts, sizes),
+               _integrals(loss, e[starts], h * sizes, _negligible(tail, starts.size)))
         if memo is not None:
             memo[key] = hit
     return hit[1:]
 
 
 _BLOCK = 32  # lattice intervals per cell where the window's tails are thin (see _tail_blocks)
-_BLOCK_SHARE = 1e-3  # a thin tail's mass times its cells' width, against the h^2 of the fine cells
+_BLOCKS = (_BLOCK, 4)  # the cell sizes, largest first (each divides the previous one)
+_BLOCK_SHARE = 1e-3  # a thin tail's mass times its cells' width squared, against the fine cells' h^2
 
 
 def _tail_blocks(loss, e, h: float):
     """The leaf's cells: ``(starts, sizes)`` in lattice intervals, every interval ``(e_j, e_(j+1)]`` in
-    exactly one cell.  Where the mass beyond a stretch of ``_BLOCK`` intervals (towards the window's
-    nearer end) is at most ``_BLOCK_SHARE h / _BLOCK``, the stretch is one cell; elsewhere each interval
-    is its own.  Connect-the-dots (and the dominated leaf's merge) hold on any cells made of lattice
-    intervals; a cell of width ``w`` moves its mass by at most ``w``, so these cells move the loss by
-    at most ``_BLOCK_SHARE h^2`` in mean, a thousandth of the fine cells' ``h^2 / 12``, while the
-    window's thin tails -- most of it for a small sampling rate -- cost a 32nd of the quadrature."""
+    exactly one cell.  Where the mass beyond a stretch of ``M`` intervals (towards the window's nearer
+    end, the stretch included) is at most ``_BLOCK_SHARE / M^2``, the stretch is one cell (``M`` in
+    ``_BLOCKS``, the largest that fits, stretches aligned on multiples of ``M``); elsewhere each
+    interval is its own.  Connect-the-dots (and the dominated leaf's merge) hold on any cells made of
+    lattice intervals, and their error is second order: a cell of width ``w`` and mass ``p`` adds
+    ``O(p w^2)`` to the composed curves' gap (the chord's gap integrates to at most ``p w^2 / 8`` over
+    epsilon), against ``O(h^2)`` for the fine cells; the cells of size ``M`` hold at most
+    ``_BLOCK_SHARE / M^2`` of mass on each side, adding at most ``2 _BLOCK_SHARE h^2`` each, while the
+    window's thin tails -- most of it for a small sampling rate -- cost a fraction of the quadrature."""
     n = e.size - 1
-    M = _BLOCK
-    nb = n // M
-    if nb < 3:
-        return np.arange(n, dtype=np.int64), np.ones(n, dtype=np.int64)
-    edges = e[np.arange(nb + 1) * M]  # block b is [edges[b], edges[b + 1]]; the last partial block stays fine
-    tau = _BLOCK_SHARE * h / M
+    size = np.ones(n, dtype=np.int64)  # per interval: the size of its cell
+    m0 = _BLOCKS[-1]
+    if n // m0 < 3:
+        return np.arange(n, dtype=np.int64), size
+    # the CDF and survival function at every multiple of the smallest size (the larger ones' edges among them)
+    below, above = _cdf_sf(loss, e[np.arange(n // m0 + 1) * m0])
+    for M in _BLOCKS:
+        nb = n // M
+        if nb < 3:
+            continue
+        # block b is [e[b M], e[(b + 1) M]]; a last partial block stays fine.  The mass beyond it, upwards
+        # (sf at its lower edge) and downwards (cdf at its upper edge)
+        up = above[np.arange(nb) * (M // m0)]
+        down = below[np.arange(1, nb + 1) * (M // m0)]
+        tau = _BLOCK_SHARE / M ** 2
+        # (the CDF's rounding: its relative error is the loss's cdf_rel_error, far below the margin here)
+        coarse = ((up <= tau) | (down <= tau)) & np.isfinite(up) & np.isfinite(down)
+        # (a block of M within a larger cell stays in it: sizes only grow from the largest down)
+        free = (size[:nb * M].reshape(nb, M) == 1).all(axis=1)
+        size[:nb * M][np.repeat(coarse & free, M)] = M
+    if (size == 1).all():
+        return np.arange(n, dtype=np.int64), size
+    # a cell starts where its size's alignment says (every size divides the larger ones)
+    starts = np.flatnonzero(np.arange(n) % size == 0)
+    return starts.astype(np.int64), size[starts]
+
+
+def _cdf_sf(loss, t):
+    """``(cdf(t), sf(t))`` (the subsampled Gaussian's in one compiled pass)."""
+    t = np.asarray(t, dtype=np.float64)
     with np.errstate(all="ignore"):
-        above = np.asarray(loss.sf(edges[:-1]), dtype=np.float64)  # mass beyond the block, upwards
-        below = np.asarray(loss.cdf(edges[1:]), dtype=np.float64)  # and downwards
-    # (the CDF's rounding: its relative error is the loss's cdf_rel_error, far below the margin here)
-    coarse = ((above <= tau) | (below <= tau)) & np.isfinite(above) & np.isfinite(below)
-    if not coarse.any():
-        return np.arange(n, dtype=np.int64), np.ones(n, dtype=np.int64)
-    fine = np.ones(n, dtype=bool)
-    fine[:nb * M] = np.repeat(~coarse, M)
-    starts = np.flatnonzero(fine | (np.arange(n) % M == 0))
-    sizes = np.where(fine[starts], 1, M).astype(np.int64)
-    return starts.astype(np.int64), sizes
+        psg = getattr(loss, "psg_params", None)
+        if psg is not None:  # (the same values as loss.cdf and loss.sf)
+            F, S, _ = _kernels.psg_eval(t, *psg, want_pdf=False)
+            return np.asarray(F, dtype=np.float64), np.asarray(S, dtype=np.float64)
+        return np.asarray(loss.cdf(t), dtype=np.float64), np.asarray(loss.sf(t), dtype=np.float64)
 
 
-def _integrals(loss, lo, h):
+def _negligible(tail: float, cells: int) -> float:
+    """A cell's mass error at most this is charged as total variation (not as a relative factor) and
+    not refined: all of them add at most ``_NEGLIGIBLE_SHARE`` of the leaf's truncation allowance
+    ``tail`` per copy (the thin tails' cells, whose masses are ~1e-8 and errors ~1e-27)."""
+    return _NEGLIGIBLE_SHARE * tail / max(cells, 1)
+
+
+def _integrals(loss, lo, h, tiny: float = 0.0):
     """Per interval ``(lo_j, lo_j + h]`` of the continuous part: the masses ``int f``,
     ``int (1 - e^(lo_j - y)) f`` and ``int e^(lo_j - y) f`` by 5-point rules, and error
     bounds of each (ten times the 4-point rules' disagreement, plus rounding).  Each interval is
     integrated over its part inside the support (the density need not be smooth across a support
-    end), and intervals whose rules disagree by more than ``_REFINE_REL`` relative are split into
-    8, 64, then 512 panels (near a support end the density of a subsampled loss is steep)."""
+    end), and intervals whose rules disagree by more than ``_REFINE_REL`` relative (N's against the
+    cell's mass times ``1 - e^-w``: what it moves) are split into
+    8, 64, then 512 panels (near a support end the density of a subsampled loss is steep), but for
+    those whose mass error is at most ``tiny`` (:func:`_negligible`: charged as total variation)."""
     s_lo, s_hi = getattr(loss, "support", (-math.inf, math.inf))
     c0 = np.clip(lo, s_lo, s_hi) - lo
     c1 = np.clip(lo + h, s_lo, s_hi) - lo
     c1 = np.maximum(c1, c0)
     a, a_err, n, n_err, b, b_err = _panels(loss, lo, c0, c1)
-    # an interval holding a support end, or within one mesh of it: the integral in u = log(distance
-    # to the end), where the density of a subsampled loss is smooth (f(y) dy = f(end +- e^u) e^u du),
-    # on panels of width _U_STEP from the interval's far edge down to e^-45 of its distance (clipped
-    # at its near edge); what lies closer to the end is bounded by the CDF (or survival function)
+    # (N's error moves n_err / (1 - e^-w) of the cell's mass up by one cell (ctd_leaf raises N by it):
+    # it is measured against the cell's mass, not against N, which is small where the mass sits near lo)
+    nscale = -np.expm1(-(h if np.ndim(h) else np.full(lo.size, h)))
+    # an interval near a support end (within _NEAR_END meshes) whose rules disagree: the integral in
+    # u = log(distance to the end), where the density of a subsampled loss is smooth (f(y) dy =
+    # f(end +- e^u) e^u du), on panels of width _U_STEP from the interval's far edge to its near edge,
+    # or, for one holding the end, down to e^-D of its distance, D the least of 5, 10, .., 45 where
+    # the CDF (or survival function) there is below 1e-18 of the interval's mass (what lies closer is
+    # bounded by it and charged).  An interval holding the end or within one mesh of it takes these
+    # rules; one farther away takes them where their error bound is the smaller, else it is refined below
     done = np.zeros(lo.size, dtype=bool)
     for side in (0, 1):
-        near_end = (lo - h < s_lo) if side == 0 else (lo + 2 * h > s_hi)
-        bad = np.flatnonzero(near_end & (c1 > c0) & ((a_err > _REFINE_REL * a) | (n_err > _REFINE_REL * n)
-                                                       | (b_err > _REFINE_REL * b)))
+        if not math.isfinite(s_lo if side == 0 else s_hi):
+            continue  # (no end on this side)
+        near_end = (lo - _NEAR_END * h < s_lo) if side == 0 else (lo + (_NEAR_END + 1) * h > s_hi)
+        at_end = (lo - h < s_lo) if side == 0 else (lo + 2 * h > s_hi)  # (always: the first rules fail there)
+        fails = (a_err > _REFINE_REL * a) | (n_err > _REFINE_REL * a * nscale) | (b_err > _REFINE_REL * b)
+        bad = np.flatnonzero(near_end & (c1 > c0) & (at_end | (a_err > tiny)) & fails)
         if bad.size == 0:
             continue
         # offsets (from lo) of the end, and the distances of the interval's far and near edges from it
@@ -152,32 +193,46 @@ def _integrals(loss, lo, h):
         d_near = np.maximum((c0[bad] - end) if side == 0 else (end - c1[bad]), 0.0)
         with np.errstate(divide="ignore"):
             u_near = np.log(d_near / d_far)  # (-inf where the end is inside)
-        u = -_U_STEP * np.arange(int(45 / _U_STEP) + 1)  # 0 .. -45 (relative to log d_far)
-        top = np.maximum(u[None, :-1], u_near[:, None])  # each panel clipped at the near edge
-        bot = np.maximum(u[None, 1:], u_near[:, None])
-        half = 0.5 * (top - bot)
-        res = []
-        for x, w in (_GL5, _GL4):
-            uu = bot[:, :, None] + half[:, :, None] * (1.0 + x)[None, None, :]
-            d = d_far[:, None, None] * np.exp(uu)
-            t = end[:, None, None] + (d if side == 0 else -d)  # offsets from lo
-            f = np.asarray(loss.pdf((lo[bad, None, None] + t).ravel()), dtype=np.float64).reshape(t.shape)
-            f = f * d * half[:, :, None]  # dy = d du
-            res.append(((f * w).sum(axis=(1, 2)), (f * -np.expm1(-t) * w).sum(axis=(1, 2)),
-                        (f * np.exp(-t) * w).sum(axis=(1, 2))))
-        (a5, n5, b5), (a4, n4, b4) = res
-        inner = end + (d_far if side == 0 else -d_far) * math.exp(-45.0)
+        # the depth D: the CDF beyond e^-D of the far edge's distance against the interval's mass (the
+        # first rules' estimate; D = 45 where that is not positive)
+        deep = ~(u_near > -_U_DEPTH)
+        depth = np.full(bad.size, _U_DEPTH)
+        if deep.any():
+            ladder = np.arange(5.0, _U_DEPTH + 1, 5.0)
+            pts = (lo[bad][deep] + end[deep] + (1 if side == 0 else -1) * d_far[deep] * np.exp(-ladder[:, None]))
+            with np.errstate(all="ignore"):
+                tl = np.asarray(loss.cdf(pts.ravel()) if side == 0 else loss.sf(pts.ravel()),
+                                dtype=np.float64).reshape(pts.shape)
+            small = (tl <= 1e-18 * a[bad][deep][None, :]) & (a[bad][deep] > 0)[None, :]
+            first = np.where(small.any(axis=0), np.argmax(small, axis=0), ladder.size - 1)
+            depth[deep] = ladder[first]
+        # panels [max(-(k + 1) step, ulo), -k step], k = 0, 1, .., down to ulo (relative to log d_far)
+        ulo = np.where(deep, -depth, u_near)
+        # (the intervals clear of the end on panels a quarter as wide: N's rules then agree to ~1e-15, and
+        # their few panels cost less than the refinement below)
+        step = np.where(deep, _U_STEP, _U_STEP_NEAR)
+        (a5, n5, b5), (a4, n4, b4) = _log_panels(loss, lo[bad], end, d_far, ulo, side, step)
+        inner = end + (d_far if side == 0 else -d_far) * np.exp(-depth)
         if side == 0:
             rest = np.asarray(loss.cdf(lo[bad] + inner), dtype=np.float64)
         else:
             rest = np.asarray(loss.sf(lo[bad] + inner), dtype=np.float64)
-        rest = np.where(np.isfinite(u_near) & (u_near > -45.0), 0.0, np.maximum(rest, 0.0) * (1 + 1e-6))
-        a[bad], a_err[bad] = a5, 10.0 * np.abs(a5 - a4) + 16 * _U * a5 + rest
-        n[bad], n_err[bad] = n5, 10.0 * np.abs(n5 - n4) + 16 * _U * n5 + rest
-        b[bad], b_err[bad] = b5, 10.0 * np.abs(b5 - b4) + 16 * _U * b5 + rest
-        done[bad] = True
+        rest = np.where(deep, np.maximum(rest, 0.0) * (1 + 1e-6), 0.0)
+        ae = 10.0 * np.abs(a5 - a4) + 16 * _U * a5 + rest
+        ne = 10.0 * np.abs(n5 - n4) + 16 * _U * n5 + rest
+        be = 10.0 * np.abs(b5 - b4) + 16 * _U * b5 + rest
+        # (those holding the end or within one mesh of it always; the others where the bound is smaller)
+        close = at_end[bad]
+        take = close | (ae + ne + be < a_err[bad] + n_err[bad] + b_err[bad])
+        sel = bad[take]
+        a[sel], a_err[sel] = a5[take], ae[take]
+        n[sel], n_err[sel] = n5[take], ne[take]
+        b[sel], b_err[sel] = b5[take], be[take]
+        done[sel] = close[take] | ((ae <= _REFINE_REL * a5) & (ne <= _REFINE_REL * a5 * nscale[bad])
+                                   & (be <= _REFINE_REL * b5))[take]
     for level in range(1, 4):
-        bad = np.flatnonzero(~done & ((a_err > _REFINE_REL * a) | (n_err > _REFINE_REL * n) | (b_err > _REFINE_REL * b)))
+        bad = np.flatnonzero(~done & (a_err > tiny)
+                             & ((a_err > _REFINE_REL * a) | (n_err > _REFINE_REL * a * nscale) | (b_err > _REFINE_REL * b)))
         if bad.size == 0:
             break
         m = 8 ** level
@@ -188,7 +243,79 @@ def _integrals(loss, lo, h):
         sub = _panels(loss, np.repeat(lo[bad], m), edges[:, :-1].ravel(), edges[:, 1:].ravel())
         for arr, val in zip((a, a_err, n, n_err, b, b_err), sub):
             arr[bad] = val.reshape(-1, m).sum(axis=1)
+    # The rules integrate over [lo + c0, lo + c1] in floating point: each end lies within 4 u (|y| + w)
+    # of the lattice point it stands for (lo + w rounded, the lattice's own rounding), which moves
+    # up to f(end) times that between neighbouring cells -- relative u |y| / w of a small cell's mass,
+    # 1e-13 and more far from zero, beyond the rules' 16 u.  Charged to all three integrals (their
+    # integrands are at most f), with the density at every cell end (one evaluation each)
+    ends = np.append(lo, lo[-1] + (h if np.ndim(h) == 0 else h[-1])) if lo.size else lo
+    if lo.size:
+        with np.errstate(all="ignore"):
+            f_end = np.asarray(loss.pdf(ends), dtype=np.float64)
+        delta = (4 * _U) * (np.abs(ends) + np.max(h))
+        pos = np.abs(f_end) * delta
+        odd = np.flatnonzero(~np.isfinite(pos))
+        if odd.size:
+            # (a density not finite at an end, e.g. singular at a support end: the mass within delta of
+            # it, from the CDF or the survival function, whichever is smaller, and their rounding)
+            F1, S1 = _cdf_sf(loss, ends[odd] + delta[odd])
+            F0, S0 = _cdf_sf(loss, ends[odd] - delta[odd])
+            use_f = F1 <= S0
+            pos[odd] = (np.where(use_f, np.abs(F1 - F0), np.abs(S0 - S1))
+                        + 16 * loss.cdf_rel_error * np.where(use_f, np.abs(F1), np.abs(S0)) + 1e-300)
+        move = pos[:-1] + pos[1:]
+        # (likewise a support end inside the window, where the rules start or stop: the density next to
+        # it, inside; below or above it there is no mass)
+        for side, s_end in ((0, s_lo), (1, s_hi)):
+            if not (math.isfinite(s_end) and ends[0] < s_end < ends[-1]):
+                continue
+            j = int(np.clip(np.searchsorted(ends, s_end, side="right") - 1, 0, lo.size - 1))
+            d_s = (4 * _U) * (abs(s_end) + float(np.max(h)))
+            with np.errstate(all="ignore"):
+                f_s = float(np.asarray(loss.pdf(np.array([math.nextafter(s_end, math.inf if side == 0
+                                                                          else -math.inf)])))[0])
+            if not math.isfinite(f_s):
+                F, S = _cdf_sf(loss, np.array([s_end + d_s if side == 0 else s_end - d_s]))
+                f_s, d_s = 1.0, float(F[0] if side == 0 else S[0]) * (1 + 16 * loss.cdf_rel_error) + 1e-300
+            move[j] += abs(f_s) * d_s
+        move = move * (1 + 1e-6)
+        a_err = a_err + move
+        n_err = n_err + move
+        b_err = b_err + move
     return a, a_err, n, n_err, b, b_err
+
+
+def _log_panels(loss, lo, end, d_far, ulo, side: int, step=None):
+    """The 5- and 4-point rules in ``u = log(distance to a support end)`` (see :func:`_integrals`): per
+    interval, panels ``[max(-(k + 1) s, ulo), -k s]`` (``s = step``, per interval, default ``_U_STEP``;
+    ``k = 0, 1, ..``, at least one) in ``u - log d_far``; the nodes ``y = lo + end +- d_far e^u`` (``+``
+    where the end is below, ``side == 0``) with weight ``d_far e^u``.  Returns ``((a5, n5, b5), (a4, n4,
+    b4))``, the sums of ``f``, ``(1 - e^-t) f`` and ``e^-t f`` (``t = y - lo``); the subsampled
+    Gaussian's by the compiled ``fpld_psg_logpanels`` (same terms, sums in another order)."""
+    step = np.broadcast_to(np.asarray(_U_STEP if step is None else step, dtype=np.float64), np.shape(lo))
+    psg = getattr(loss, "psg_params", None)
+    if psg is not None and _kernels._core is not None and _kernels._leaf is not None:
+        r = _kernels._leaf.psg_logpanels(*(np.ascontiguousarray(a, dtype=np.float64)
+                                           for a in (lo, end, d_far, ulo, step)),
+                                         1.0 if side == 0 else -1.0, float(psg[0]), float(psg[1]),
+                                         float(psg[2]), bool(psg[3]), *_GL_RULES)
+        return r[:3], r[3:]
+    npan = np.maximum(np.ceil(-ulo / step), 1).astype(np.int64)
+    owner = np.repeat(np.arange(lo.size), npan)
+    k = np.arange(owner.size) - np.repeat(np.cumsum(npan) - npan, npan)
+    top = -step[owner] * k
+    bot = np.maximum(-step[owner] * (k + 1), ulo[owner])
+    half = 0.5 * (top - bot)
+    res = []
+    for x, w in (_GL5, _GL4):
+        uu = bot[:, None] + half[:, None] * (1.0 + x)[None, :]
+        d = d_far[owner, None] * np.exp(uu)
+        t = end[owner, None] + (d if side == 0 else -d)  # offsets from lo
+        f = np.asarray(loss.pdf((lo[owner, None] + t).ravel()), dtype=np.float64).reshape(t.shape)
+        fw = f * d * half[:, None] * w[None, :]  # dy = d du
+        res.append(tuple(np.bincount(owner, weights=v.sum(axis=1), minlength=lo.size)
+                         for v in (fw, fw * -np.expm1(-t), fw * np.exp(-t))))
+    return res[0], res[1]
 
 
 def _panels(loss, lo, c0, c1):
@@ -237,6 +364,10 @@ def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bo
     """
     if isinstance(loss, DiscreteLoss):
         return _discrete_leaf(loss, h, max_buckets, upper=True)
+    key = ("ctd", id(loss), float(h), float(tail))
+    hit = memo.get(key) if memo is not None else None
+    if hit is not None and hit[0] is loss:
+        return hit[1]  # (another leaf of the same loss, mesh and tail: a pilot's proxy repeats them)
     e, atoms, truncated, (starts, sizes), (a, a_err, nu, nu_err, _, _) = _leaf_data(loss, h, tail, max_buckets,
                                                                                   native, memo)
     n = e.size
@@ -252,7 +383,7 @@ def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bo
     # far tails, where the rules' relative error grows)
     with np.errstate(divide="ignore", invalid="ignore"):
         r = np.where(a > 0, a_err / a, np.inf)
-    small = r <= _REL_CAP
+    small = (r <= _REL_CAP) & (a_err > _negligible(tail, starts.size))
     rel = float(r[small].max()) if small.any() else 0.0
     err = float(a_err[~small].sum())
     if atoms:
@@ -271,6 +402,8 @@ def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bo
     pmf = GridPMF(p / total, float(e[0]), h, tv=tv, truncated=truncated)
     # (the entries: a difference and a sum of two products, the sum, the normalisation)
     pmf.rel = 2 * (rel + 4 * _U) + (math.log2(n) + 8) * _U  # (np.sum is pairwise)
+    if memo is not None:
+        memo[key] = (loss, pmf)
     return pmf
 
 
@@ -289,6 +422,10 @@ def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, nati
     loss = getattr(loss, "dominated_loss", None) or loss
     if isinstance(loss, DiscreteLoss):
         return _discrete_leaf(loss, h, max_buckets, upper=False)
+    key = ("dominated", id(loss), float(h), float(tail))
+    hit = memo.get(key) if memo is not None else None
+    if hit is not None and hit[0] is loss:
+        return hit[1]
     e, atoms, truncated, (starts, sizes), (a5, a_err, _, _, b5, b_err) = _leaf_data(loss, h, tail, max_buckets,
                                                                                     native, memo)
     a = np.maximum(a5 - a_err, 0.0)  # A-mass, rounded down
@@ -328,11 +465,17 @@ def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, nati
     pmf = GridPMF(out / kept, float(e[0]), h, truncated=truncated)
     # (kept: a sum of n positive terms; the division: u per entry; both only lower the mass claimed)
     pmf.mass = min(kept / window * (1 - 16 * loss.cdf_rel_error - (e.size + 8) * 2 * _U), 1.0)
+    if memo is not None:
+        memo[key] = (loss, pmf)
     return pmf
 
 
 _U_STEP = 0.125  # width of the panels in log(distance) at a support end
+_U_STEP_NEAR = _U_STEP / 4  # their width for intervals clear of the end
+_U_DEPTH = 45.0  # the deepest they go (in log(distance), below the interval's far edge)
+_NEAR_END = 256  # intervals within this many meshes of a support end may take them
 _REL_CAP = 1e-10  # a leaf mass's relative error above this is charged as total variation instead
+_NEGLIGIBLE_SHARE = 0.01  # of the truncation allowance: the cells' errors charged as total variation
 _REFINE_REL = 1e-13  # an interval whose rules disagree by more (relative) is integrated on finer panels
 _REFINE_MAX_PANELS = 1 << 21  # at most this many finer panels per refinement level (~0.1 GB, ~0.2 s)
 
