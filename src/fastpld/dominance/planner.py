@@ -91,6 +91,12 @@ _DIRECT_COPIES = 4  # (50 parts of 100-3000 copies: 0.6-0.9x the time of chains;
 _MERGE = 16
 
 
+def _quantized(scale: float) -> float:
+    """``scale`` rounded down to a power of 2^(1/8) (finer meshes by at most 9%): the answer's meshes then
+    do not depend on the last bits of the measured width, which differ between backends and SIMD levels."""
+    return 2.0 ** (math.floor(8.0 * math.log2(scale) + 1e-9) / 8.0)
+
+
 class _WidthError(_BudgetError):
     """The certified width did not reach the accuracy asked at meshes the charges allow."""
 
@@ -229,7 +235,7 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
         excess = pld._reference_excess(eps_error, rel_error)
         if math.isfinite(excess):
             # (coarser than the pilot's by at most _PILOT_SCALE: the h^2 law is measured over that range)
-            scale *= min(_PILOT_SCALE, _SCALE_MARGIN * math.sqrt(1.0 / excess))
+            scale = _quantized(scale * min(_PILOT_SCALE, _SCALE_MARGIN * math.sqrt(1.0 / excess)))
         pld = attempt(scale, plans)
     # every answer's width is measured and a miss rescaled, at most _RESCALES times (the h^2 law
     # extrapolated far -- a pilot 10-30x off the target, mixed mechanisms -- can miss twice)
@@ -246,7 +252,7 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
                 if p < 0.5:  # the width hardly follows the meshes: the losses' own (e.g. a loss pair's gap)
                     break
                 p = min(p, 3.0)
-        scale *= (_SCALE_MARGIN ** 2 / excess) ** (1.0 / p)
+        scale = _quantized(scale * (_SCALE_MARGIN ** 2 / excess) ** (1.0 / p))
         # (finer meshes whose charges do not fit delta_error: refused, as the other methods refuse
         # an eps_error they cannot reach; auto then takes a coupling plan)
         pld = attempt(scale, plans)
