@@ -84,6 +84,7 @@ _ARITIES = (_DEFAULT_ARITY, 256)  # tried in turn when a plan's charges do not f
 _PILOT_SCALE = 3.0  # the pilot's meshes against the planner's (see _compose_dominance)
 _SCALE_MARGIN = 0.9  # the answer's meshes aim at 0.81 of the width asked for
 _RESCALES = 3  # answers after the pilot at most (each one's width measured), before a miss is refused
+_MAX_REFINE = 8.0  # the largest factor by which one rescaling refines the meshes
 _DIRECT_COPIES = 4  # (50 parts of 100-3000 copies: 0.6-0.9x the time of chains; 10 parts of 30,000: 1.3x)
 # block size of heterogeneous plans (parts as leaves of their blocks, the pilot on a proxy: against 8, measured
 # 0.85x the time for 50 x 100 and 300 x 10 subsampled Gaussians, 0.81-0.87x for 20 x 3,000 and 1,000 x 10;
@@ -252,7 +253,9 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
                 if p < 0.5:  # the width hardly follows the meshes: the losses' own (e.g. a loss pair's gap)
                     break
                 p = min(p, 3.0)
-        scale = _quantized(scale * (_SCALE_MARGIN ** 2 / excess) ** (1.0 / p))
+        # (at most _MAX_REFINE finer a step: a width far off the h^p law -- the dominated chain's mass lost
+        # on coarse meshes -- would otherwise send the meshes thousands of times finer than needed)
+        scale = _quantized(scale * max((_SCALE_MARGIN ** 2 / excess) ** (1.0 / p), 1.0 / _MAX_REFINE))
         # (finer meshes whose charges do not fit delta_error: refused, as the other methods refuse
         # an eps_error they cannot reach; auto then takes a coupling plan)
         pld = attempt(scale, plans)
