@@ -136,3 +136,18 @@ def test_bench_batch_quick(tmp_path):
         assert _finite(r["seconds"]) and r["seconds"] > 0 and _finite(r["throughput"])
         assert r["processes"] >= 1 and all(_finite(v) and v > 0 for v in r["peak_rss_mb_per_process"])
     assert rows[("histories", "processes")]["processes"] <= 2
+
+
+def test_default_accuracy_small(tmp_path):
+    # the default-accuracy table end to end at k <= 10: every mechanism answers, certified and within 0.1%
+    # where the dominance certificate answered
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "default_accuracy.py"), "--repeat", "1",
+                        "--kmax", "10", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600,
+                       cwd=ROOT, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    rows = json.loads((tmp_path / "default_accuracy.json").read_text())["rows"]
+    assert len(rows) == 2 * 11 and not any("refused" in r for r in rows)
+    for r in rows:
+        assert 0 <= r["lower"] <= r["upper"] and _finite(r["time"])
+        if r["method"].startswith("dominance"):
+            assert r["width"] <= 1e-3

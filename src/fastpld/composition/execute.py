@@ -24,7 +24,7 @@ def _execute(plan, meshes, budgets, backend, max_buckets, eps_limit=None, leaf_f
 
     ``eps_limit``: stop (:class:`_EtaError`) as soon as the measured delta charges make an eps
     term above it certain, instead of running the rest of a plan whose answer would be refused.
-    ``leaf_fn(loss, mesh, tail, max_buckets, native)`` and ``split_fn(pmf, mesh, native)`` replace
+    ``leaf_fn(loss, mesh, tail, max_buckets, native, copies=instances)`` and ``split_fn(pmf, mesh, native)`` replace
     Algorithm 1 and the mean-preserving split (the dominance certificate, :mod:`fastpld.dominance`,
     runs the same nodes on its own leaves and re-discretisations; it reads only the delta charges).
     """
@@ -58,7 +58,7 @@ def _execute(plan, meshes, budgets, backend, max_buckets, eps_limit=None, leaf_f
         if isinstance(o, _Leaf):
             tail = budgets.trunc / (n_objects * inst * 2)
             if leaf_fn is not None:
-                pmf = leaf_fn(o.loss, meshes[o.group], tail, max_buckets, backend.native)
+                pmf = leaf_fn(o.loss, meshes[o.group], tail, max_buckets, backend.native, copies=inst)
             else:
                 pmf = discretize_loss(o.loss, meshes[o.group], tail, max_buckets=max_buckets,
                                       native=backend.native, coarse=coarse)

@@ -76,14 +76,18 @@ def _continuous_grid(loss: ContinuousLoss, h: float, tail: float, max_buckets: i
     return e, atoms, truncated
 
 
-def _leaf_data(loss, h: float, tail: float, max_buckets: int, native: bool, memo: dict | None):
+def _leaf_data(loss, h: float, tail: float, max_buckets: int, native: bool, memo: dict | None, cells: bool = True):
     """:func:`_continuous_grid` and :func:`_integrals` of a leaf.  ``memo`` (one composition's, shared
-    by its two chains, dropped with it) keeps them for the other chain's leaf of the same loss and mesh."""
-    key = (id(loss), float(h), float(tail))
+    by its two chains, dropped with it) keeps them for the other chain's leaf of the same loss and mesh.
+    ``cells``: the thin tails in cells (:func:`_tail_blocks`), else every lattice interval its own."""
+    key = (id(loss), float(h), float(tail), cells)
     hit = memo.get(key) if memo is not None else None
     if hit is None or hit[0] is not loss:
         e, atoms, truncated = _continuous_grid(loss, h, tail, max_buckets, native)
-        starts, sizes = _tail_blocks(loss, e, h)
+        if cells:
+            starts, sizes = _tail_blocks(loss, e, h)
+        else:
+            starts, sizes = np.arange(e.size - 1, dtype=np.int64), np.ones(e.size - 1, dtype=np.int64)
         hit = (loss, e, atoms, truncated, (starts, sizes),
                _integrals(loss, e[starts], h * sizes, _negligible(tail, starts.size)))
         if memo is not None:
@@ -94,6 +98,10 @@ def _leaf_data(loss, h: float, tail: float, max_buckets: int, native: bool, memo
 _BLOCK = 32  # lattice intervals per cell where the window's tails are thin (see _tail_blocks)
 _BLOCKS = (_BLOCK, 4)  # the cell sizes, largest first (each divides the previous one)
 _BLOCK_SHARE = 1e-3  # a thin tail's mass times its cells' width squared, against the fine cells' h^2
+# Leaves composed fewer times than this take no cells: a cell's chord moves the curve's far quantiles
+# (delta ~1e-9, where its mass lies) by up to its width, to first order, and with few copies nothing
+# averages that out (a Gaussian once: epsilon(1e-9) some 30x wider than the fine lattice's, erratic in h)
+_CELL_MIN_COPIES = 64
 
 
 def _tail_blocks(loss, e, h: float):
@@ -352,7 +360,7 @@ def _check_window(total, truncated, err):
 
 
 def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bool = False, *,
-             memo: dict | None = None) -> GridPMF:
+             memo: dict | None = None, copies: int | None = None) -> GridPMF:
     """Connect-the-dots leaf: a PMF on a lattice of mesh ``h`` whose privacy curve dominates ``loss``'s.
 
     Each interval ``(e_j, e_j + h]`` of the window sends ``int (1 - e^(e_j - y)) dF(y) / (1 - e^-h)``
@@ -364,12 +372,13 @@ def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bo
     """
     if isinstance(loss, DiscreteLoss):
         return _discrete_leaf(loss, h, max_buckets, upper=True)
-    key = ("ctd", id(loss), float(h), float(tail))
+    cells = copies is None or copies >= _CELL_MIN_COPIES
+    key = ("ctd", id(loss), float(h), float(tail), cells)
     hit = memo.get(key) if memo is not None else None
     if hit is not None and hit[0] is loss:
         return hit[1]  # (another leaf of the same loss, mesh and tail: a pilot's proxy repeats them)
     e, atoms, truncated, (starts, sizes), (a, a_err, nu, nu_err, _, _) = _leaf_data(loss, h, tail, max_buckets,
-                                                                                  native, memo)
+                                                                                  native, memo, cells)
     n = e.size
     den = -math.expm1(-h)
     # (a cell of m intervals: its chord between its end points, e^-(m h) exact to a few u, the
@@ -408,7 +417,7 @@ def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bo
 
 
 def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bool = False, *,
-                   memo: dict | None = None) -> GridPMF:
+                   memo: dict | None = None, copies: int | None = None) -> GridPMF:
     """A PMF on a lattice of mesh ``h`` whose privacy curve is at most ``loss``'s (the lower chain).
 
     Each interval of the window is merged into one atom that keeps its masses under both
@@ -422,12 +431,13 @@ def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, nati
     loss = getattr(loss, "dominated_loss", None) or loss
     if isinstance(loss, DiscreteLoss):
         return _discrete_leaf(loss, h, max_buckets, upper=False)
-    key = ("dominated", id(loss), float(h), float(tail))
+    cells = copies is None or copies >= _CELL_MIN_COPIES
+    key = ("dominated", id(loss), float(h), float(tail), cells)
     hit = memo.get(key) if memo is not None else None
     if hit is not None and hit[0] is loss:
         return hit[1]
     e, atoms, truncated, (starts, sizes), (a5, a_err, _, _, b5, b_err) = _leaf_data(loss, h, tail, max_buckets,
-                                                                                    native, memo)
+                                                                                    native, memo, cells)
     a = np.maximum(a5 - a_err, 0.0)  # A-mass, rounded down
     b = b5 + b_err  # B-mass times e^lo, rounded up
     ok = (a > 0) & (b > 0)

@@ -249,10 +249,11 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
         if len(seen) >= 2:
             (s1, e1), (s2, e2) = seen[-2:]
             if e1 > 0 and e2 > 0 and s1 != s2:
-                p = math.log(e1 / e2) / math.log(s1 / s2)
-                if p < 0.5:  # the width hardly follows the meshes: the losses' own (e.g. a loss pair's gap)
-                    break
-                p = min(p, 3.0)
+                # (below 0.5: erratic -- an epsilon where the curve is nearly flat, a lattice's alignment with
+                # atoms -- or a floor of the losses' own, e.g. a loss pair's gap: second order assumed, and
+                # _RESCALES bounds the attempts)
+                q = math.log(e1 / e2) / math.log(s1 / s2)
+                p = min(q, 3.0) if q >= 0.5 else 2.0
         # (at most _MAX_REFINE finer a step: a width far off the h^p law -- the dominated chain's mass lost
         # on coarse meshes -- would otherwise send the meshes thousands of times finer than needed)
         scale = _quantized(scale * max((_SCALE_MARGIN ** 2 / excess) ** (1.0 / p), 1.0 / _MAX_REFINE))
