@@ -128,3 +128,11 @@ def test_a_badly_aligned_lattice_is_stepped_over_not_refined_past():
     b = pld.epsilon(1e-5)
     assert b.upper - b.lower <= 1e-3 * b.lower
     assert max(s.buckets for d in pld.directions.values() for s in d.stages) <= 32_768
+
+
+def test_a_built_in_mechanism_the_leaf_cannot_resolve_is_not_called_custom():
+    # sigma 1e-3: the q-component's near-atoms escape the quadrature; the refusal says so (it blamed a
+    # custom mechanism's cdf/pdf), and the default accuracy answers by the coupling certificate or says why not
+    with pytest.raises(ValueError, match="near-atoms") as err:
+        fastpld.compose(fastpld.PoissonSubsampledGaussian(1e-3, 0.01), 10, rel_error=1e-3)
+    assert "custom" not in str(err.value)

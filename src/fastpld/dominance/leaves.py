@@ -348,15 +348,18 @@ def _panels(loss, lo, c0, c1):
     return a5, err(a5, a4), n5, err(n5, n4), b5, err(b5, b4)
 
 
-def _check_window(total, truncated, err):
+def _check_window(total, truncated, err, loss=None):
     """The leaf's masses (density and atoms) must add up to the window's mass from the CDF: a
     mechanism whose CDF, density and atoms disagree is refused rather than answered wrong."""
     window = 1.0 - truncated
     if not abs(total - window) <= 1e-9 + 2 * err:
-        raise ValueError(
-            f"the mechanism's density and atoms hold {total:.12g} of the window's mass {window:.12g} (from its "
-            "CDF): its cdf, pdf and atoms are inconsistent (for a custom mechanism check that they describe the "
-            "same distribution)")
+        custom = loss is None or type(loss).__module__.endswith("custom")
+        why = ("its cdf, pdf and atoms are inconsistent (check that they describe the same distribution)" if custom
+               else "the density misses mass the quadrature cannot resolve (near-atoms of a mechanism at extreme "
+                    "parameters, e.g. a subsampled Gaussian with a tiny sigma); give eps_error for the coupling "
+                    "certificate")
+        raise ValueError(f"the mechanism's density and atoms hold {total:.12g} of the window's mass {window:.12g} "
+                         f"(from its CDF): {why}")
 
 
 def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bool = False, *,
@@ -406,7 +409,7 @@ def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bo
     total = float(p.sum())
     if not total > 0:
         raise ValueError("the discretisation window holds no probability mass; the mechanism parameters are degenerate")
-    _check_window(total, truncated, err)
+    _check_window(total, truncated, err, loss)
     tv = 2 * err / total
     pmf = GridPMF(p / total, float(e[0]), h, tv=tv, truncated=truncated)
     # (the entries: a difference and a sum of two products, the sum, the normalisation)
