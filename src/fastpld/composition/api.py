@@ -104,7 +104,8 @@ def compose(mechanism, count: int | None = None, *, eps_error: float | None = No
         Give ``eps_error`` or ``rel_error``, or neither: the default is ``rel_error=1e-3`` (the
         dominance certificate) and, where that composition is refused, the coupling certificate at
         ``eps_error`` = the same relative accuracy of a rough epsilon (its mean plus four standard
-        deviations) over 4 (at least 1e-4; 0.01, then 0.1, where that needs FFTs of over 2^20 buckets);
+        deviations) over 4 (at least 1e-4; 0.01, then 0.1, where that is refused or needs FFTs of over
+        2^20 buckets);
         a coupling ``method`` asked without an accuracy takes ``eps_error=0.01``.
     rel_error : float, optional
         The accuracy asked relative to epsilon instead of ``eps_error`` (give one of them): the
@@ -166,30 +167,11 @@ def compose(mechanism, count: int | None = None, *, eps_error: float | None = No
 
     def compute():
         with resources.compute_slot():
-            if not (default and rel_error is not None and method == "auto"):
+            if default and rel_error is not None and method == "auto":
+                pld = _compose_default(dir_parts, events, delta_err, arity, max_buckets, threads, be, rel_error)
+            else:
                 pld = _compose_parts(dir_parts, events, eps_err, delta_err, method, arity, max_buckets, threads,
                                      be, rel_error)
-            else:
-                # the default accuracy: the dominance certificate at DEFAULT_REL_ERROR, and where it refuses
-                # (its charges do not fit delta_error, a lattice too large, a loss it cannot bound) the
-                # cheapest coupling plan at DEFAULT_EPS_ERROR
-                try:
-                    pld = _compose_parts(dir_parts, events, eps_err, delta_err, "dominance", arity, max_buckets,
-                                         threads, be, rel_error)
-                except ValueError as refused:
-                    ladder = _fallback_eps_errors(dir_parts, rel_error)
-                    for i, ee in enumerate(ladder):
-                        # (the finer rungs only where they stay cheap: at most _FALLBACK_BUCKETS per FFT)
-                        mb = max_buckets if i + 1 == len(ladder) else min(max_buckets, _FALLBACK_BUCKETS)
-                        try:
-                            pld = _compose_parts(dir_parts, events, ee, delta_err, "auto", arity, mb, threads, be)
-                            break
-                        except ValueError as exc:  # (its type and attributes kept: callers widen on them)
-                            if i + 1 < len(ladder):  # (too fine a rung: its FFTs or round-off; the next)
-                                continue
-                            exc.args = (f"{exc} (eps_error={ee:g}, the default accuracy's fallback); the dominance "
-                                        f"certificate at rel_error={rel_error:g} refused too: {refused}",)
-                            raise exc from None
         _mechanisms._refresh_sizes(m for m, _ in events)  # (their MGF grids and tables grew)
         return pld
 
@@ -203,13 +185,35 @@ def compose(mechanism, count: int | None = None, *, eps_error: float | None = No
     return _answers.answer(key, compute, events, loss_keys)
 
 
+def _compose_default(dir_parts, events, delta_err, arity, max_buckets, threads, be, rel_error):
+    """:func:`compose` at the default accuracy: the dominance certificate at ``rel_error``, and where it
+    refuses (its charges do not fit delta_error, a lattice too large, a loss it cannot bound, a width it
+    cannot reach) the cheapest coupling plan at the first of :func:`_fallback_eps_errors` it certifies."""
+    try:
+        return _compose_parts(dir_parts, events, V.DEFAULT_EPS_ERROR, delta_err, "dominance", arity, max_buckets,
+                              threads, be, rel_error)
+    except ValueError as refused:
+        ladder = _fallback_eps_errors(dir_parts, rel_error)
+        for i, ee in enumerate(ladder):
+            # (the finer rungs only where they stay cheap: at most _FALLBACK_BUCKETS per FFT)
+            mb = max_buckets if i + 1 == len(ladder) else min(max_buckets, _FALLBACK_BUCKETS)
+            try:
+                return _compose_parts(dir_parts, events, ee, delta_err, "auto", arity, mb, threads, be)
+            except ValueError as exc:  # (its type and attributes kept: callers widen on them)
+                if i + 1 < len(ladder):  # (too fine a rung: its FFTs or its round-off; the next)
+                    continue
+                exc.args = (f"{exc} (eps_error={ee:g}, the default accuracy's fallback); the dominance "
+                            f"certificate at rel_error={rel_error:g} refused too: {refused}",)
+                raise exc from None
+
+
 _FALLBACK_FLOOR = 1e-4  # the finest eps_error the default accuracy's fallback asks for
 _FALLBACK_BUCKETS = 1 << 20  # the largest FFT of the fallback's rungs but the last (its time ~0.1-1 s)
 
 
 def _fallback_eps_errors(dir_parts, rel_error: float) -> list:
     """The coupling certificate's ``eps_error``s where the default accuracy's dominance composition is
-    refused, tried in turn while they need FFTs of more than 2^20 buckets (the last: ``max_buckets``):
+    refused, tried in turn while refused (all but the last within FFTs of 2^20 buckets; round-off):
     the same relative accuracy against a rough epsilon (the composed loss's mean plus four standard
     deviations, :func:`fastpld.dominance.planner._epsilon_guess`), a quarter of it for the guess's error
     (at least 1e-4), then ``DEFAULT_EPS_ERROR`` (0.01) and 0.1 where larger."""
