@@ -4,8 +4,8 @@ Every search here treats ``p -> upper bound on epsilon(target_delta)`` (the
 certified :attr:`Bounds.upper` of :func:`fastpld.compose` at the given errors)
 as a monotone function of the parameter ``p`` and keeps a bracket
 ``[infeasible, feasible]`` whose *both ends have been evaluated*.  It stops when
-the ends are within a factor ``1 + rtol`` (``rtol = 1%`` by default) and returns
-the feasible end, so
+the ends are within a factor ``1 + rtol`` (by default the relative accuracy, 0.1%) and
+returns the feasible end, so
 
 * the certified upper bound at the returned parameter is ``<= target_epsilon``
   (it was computed, not interpolated), and
@@ -16,10 +16,11 @@ the feasible end, so
 Brackets are found by geometric expansion from an analytic guess (no fixed
 range); inside the bracket the next point is the root of the log-log secant of
 ``epsilon(p)``, placed just on alternating sides of the predicted root so that
-typically two or three compositions close a 1% bracket.  An unattainable target
-raises ``ValueError`` saying why.  The default ``eps_error`` is a fraction of the
-target (``min(0.1, target_epsilon / 20)``), so tiny targets get a fine enough
-grid, and ``compose``'s ``max_buckets`` guard bounds memory and time.
+typically two or three compositions close the bracket.  An unattainable target
+raises ``ValueError`` saying why.  The compositions take :func:`fastpld.compose`'s
+default accuracy (``rel_error=1e-3``: relative to epsilon, so tiny targets get a
+fine enough grid) unless ``eps_error`` or ``rel_error`` is given, and ``compose``'s
+``max_buckets`` guard bounds memory and time.
 
 A composition that ``compose`` refuses for its error budget (the round-off of
 many compositions can exceed a tiny ``delta_error``) is not evidence that the
@@ -448,8 +449,7 @@ def find_noise_multiplier(target_epsilon: float, target_delta: float, sampling_p
     --------
     >>> import fastpld
     >>> sigma = fastpld.find_noise_multiplier(3.0, 1e-5, sampling_probability=0.01, steps=1000)
-    >>> pld = fastpld.compose(fastpld.PoissonSubsampledGaussian(sigma, 0.01), 1000, eps_error=0.1,
-    ...                       delta_error=1e-8)
+    >>> pld = fastpld.compose(fastpld.PoissonSubsampledGaussian(sigma, 0.01), 1000, delta_error=1e-8)
     >>> pld.epsilon(1e-5).upper <= 3.0
     True
     """
@@ -603,7 +603,7 @@ def find_steps(target_epsilon: float, target_delta: float, mechanism: Mechanism,
     --------
     >>> import fastpld
     >>> k = fastpld.find_steps(1.0, 1e-5, fastpld.Gaussian(20.0))
-    >>> fastpld.compose(fastpld.Gaussian(20.0), k, eps_error=0.05, delta_error=1e-8).epsilon(1e-5).upper <= 1.0
+    >>> fastpld.compose(fastpld.Gaussian(20.0), k, delta_error=1e-8).epsilon(1e-5).upper <= 1.0
     True
     """
     if not isinstance(mechanism, Mechanism):
