@@ -136,3 +136,17 @@ def test_a_built_in_mechanism_the_leaf_cannot_resolve_is_not_called_custom():
     with pytest.raises(ValueError, match="near-atoms") as err:
         fastpld.compose(fastpld.PoissonSubsampledGaussian(1e-3, 0.01), 10, rel_error=1e-3)
     assert "custom" not in str(err.value)
+
+
+def test_the_default_answers_at_k_1e7_where_dominance_alone_refuses():
+    # PSG(0.5, 0.1) x 1e7 (epsilon ~5.9e5): the dominance chains' round-off does not fit delta_error 1e-10;
+    # the default answers by the coupling certificate at the same relative accuracy, no warning
+    m = fastpld.PoissonSubsampledGaussian(0.5, 0.1)
+    with pytest.raises(ValueError, match="round-off"):
+        fastpld.compose(m, 10_000_000, rel_error=1e-3)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pld = fastpld.compose(m, 10_000_000)
+        b = pld.epsilon(1e-5)
+    assert not pld.method.startswith("dominance") and b.upper - b.lower <= 1e-3 * b.lower

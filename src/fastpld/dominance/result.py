@@ -113,7 +113,8 @@ class DominancePLD(PrivacyLossDistribution):
                 up = max(up, float(self._q[name].epsilon(base)[0]))
                 # (the dominated chain's lost mass is the meshes' doing too: counted)
                 m = math.exp(self.lower_directions[name].certificate["log_mass"])
-                lo = max(lo, float(self._ql[name].epsilon(np.minimum(base / m, 2.0))[0]))
+                with np.errstate(divide="ignore"):  # (all mass lost, m = 0: the lower curve is vacuous)
+                    lo = max(lo, float(self._ql[name].epsilon(np.minimum(base / m, 2.0))[0]))
             if math.isnan(up):
                 continue
             if not math.isfinite(up):
@@ -171,7 +172,8 @@ class DominancePLD(PrivacyLossDistribution):
             u = q.epsilon(x_up)
             u = u + q.eps_pad(u)
             m = math.exp(dl.certificate["log_mass"]) * (1 - 8 * _U)
-            l = ql.epsilon(np.minimum((base + dl.delta_spent) / m + ql.pad, 2.0))
+            with np.errstate(divide="ignore"):  # (all mass lost, m = 0: the lower bound is vacuous, 0)
+                l = ql.epsilon(np.minimum((base + dl.delta_spent) / m + ql.pad, 2.0))
             l = l - ql.eps_pad(l)
             lo = l if lo is None else np.maximum(lo, l)
             up = u if up is None else np.maximum(up, u)
