@@ -139,9 +139,9 @@ def test_a_built_in_mechanism_the_leaf_cannot_resolve_is_not_called_custom():
 
 
 def test_the_default_answers_at_k_1e7_where_dominance_alone_refuses():
-    # PSG(0.5, 0.1) x 1e7 (epsilon ~5.9e5): the dominance chains' round-off does not fit delta_error 1e-10;
-    # the default answers by the coupling certificate at the same relative accuracy, no warning
-    m = fastpld.PoissonSubsampledGaussian(0.5, 0.1)
+    # PSG(5, 1e-4) x 1e7 (epsilon ~0.21): the dominance chains' round-off does not fit delta_error 1e-10 at
+    # any arity tried; the default answers by the coupling certificate at the same relative accuracy, no warning
+    m = fastpld.PoissonSubsampledGaussian(5.0, 1e-4)
     with pytest.raises(ValueError, match="round-off"):
         fastpld.compose(m, 10_000_000, rel_error=1e-3)
     import warnings
@@ -150,3 +150,16 @@ def test_the_default_answers_at_k_1e7_where_dominance_alone_refuses():
         pld = fastpld.compose(m, 10_000_000)
         b = pld.epsilon(1e-5)
     assert not pld.method.startswith("dominance") and b.upper - b.lower <= 1e-3 * b.lower
+
+
+@pytest.mark.parametrize("sigma,q", [(0.5, 0.1), (5.0, 0.01)])
+def test_larger_arities_certify_k_1e7_where_64_and_256_do_not_fit(sigma, q):
+    # the first node's round-off counts once per instance: arities 1024 and 4096 have 4x and 16x fewer
+    pld = fastpld.compose(fastpld.PoissonSubsampledGaussian(sigma, q), 10_000_000, rel_error=1e-3)
+    assert pld.method in ("dominance(arity=1024)", "dominance(arity=4096)")
+    b = pld.epsilon(1e-5)
+    assert b.upper - b.lower <= 1e-3 * b.lower and pld.delta_spent <= pld.delta_error
+    # an independent certificate agrees: the coupling's interval at the same relative accuracy overlaps
+    c = fastpld.compose(fastpld.PoissonSubsampledGaussian(sigma, q), 10_000_000,
+                        eps_error=min(10.0, 1e-3 * b.lower / 2)).epsilon(1e-5)
+    assert c.lower <= b.upper and b.lower <= c.upper

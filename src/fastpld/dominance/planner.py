@@ -80,7 +80,7 @@ _SHIFT_FACTOR = 3.0
 # growth sqrt(64) = 8 per level: every lattice nested in the next; fewer levels than 16 (measured
 # 0.6-0.9x its time on subsampled Gaussians, Gaussians, pure DP and heterogeneous plans at rel_error 1e-3)
 _DEFAULT_ARITY = 64
-_ARITIES = (_DEFAULT_ARITY, 256)  # tried in turn when a plan's charges do not fit delta_error
+_ARITIES = (_DEFAULT_ARITY, 256, 1024, 4096)  # tried in turn when a plan's charges do not fit delta_error
 _PILOT_SCALE = 3.0  # the pilot's meshes against the planner's (see _compose_dominance)
 _SCALE_MARGIN = 0.9  # the answer's meshes aim at 0.81 of the width asked for
 _RESCALES = 4  # answers after the pilot at most (each one's width measured), before a miss is refused
