@@ -80,19 +80,36 @@ def _leaf_data(loss, h: float, tail: float, max_buckets: int, native: bool, memo
     """:func:`_continuous_grid` and :func:`_integrals` of a leaf.  ``memo`` (one composition's, shared
     by its two chains, dropped with it) keeps them for the other chain's leaf of the same loss and mesh.
     ``cells``: the thin tails in cells (:func:`_tail_blocks`), else every lattice interval its own."""
-    key = (id(loss), float(h), float(tail), cells)
-    hit = memo.get(key) if memo is not None else None
-    if hit is None or hit[0] is not loss:
+    key = ("data", id(loss), float(h), float(tail), cells)
+    hit = _memo_get(memo, key, loss)
+    if hit is None:
         e, atoms, truncated = _continuous_grid(loss, h, tail, max_buckets, native)
         if cells:
             starts, sizes = _tail_blocks(loss, e, h)
         else:
             starts, sizes = np.arange(e.size - 1, dtype=np.int64), np.ones(e.size - 1, dtype=np.int64)
-        hit = (loss, e, atoms, truncated, (starts, sizes),
+        hit = (e, atoms, truncated, (starts, sizes),
                _integrals(loss, e[starts], h * sizes, _negligible(tail, starts.size)))
-        if memo is not None:
-            memo[key] = hit
-    return hit[1:]
+        _memo_put(memo, key, loss, hit)
+    return hit
+
+
+def _memo_get(memo: dict | None, key, loss):
+    """What ``memo`` keeps under ``key`` for this very ``loss`` (keys hold ``id(loss)``, which a freed loss
+    may pass on), or ``None``."""
+    hit = memo.get(key) if memo is not None else None
+    return hit[1] if hit is not None and hit[0] is loss else None
+
+
+def _memo_put(memo: dict | None, key, loss, value) -> None:
+    if memo is not None:
+        memo[key] = (loss, value)
+
+
+def _leaf_key(kind: str, loss, h: float, tail: float, copies: int | None) -> tuple:
+    """``(cells, key)`` of a leaf: thin-tail cells unless it has fewer than ``_CELL_MIN_COPIES`` copies."""
+    cells = copies is None or copies >= _CELL_MIN_COPIES
+    return cells, (kind, id(loss), float(h), float(tail), cells)
 
 
 _BLOCK = 32  # lattice intervals per cell where the window's tails are thin (see _tail_blocks)
@@ -375,11 +392,10 @@ def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bo
     """
     if isinstance(loss, DiscreteLoss):
         return _discrete_leaf(loss, h, max_buckets, upper=True)
-    cells = copies is None or copies >= _CELL_MIN_COPIES
-    key = ("ctd", id(loss), float(h), float(tail), cells)
-    hit = memo.get(key) if memo is not None else None
-    if hit is not None and hit[0] is loss:
-        return hit[1]  # (another leaf of the same loss, mesh and tail: a pilot's proxy repeats them)
+    cells, key = _leaf_key("ctd", loss, h, tail, copies)
+    hit = _memo_get(memo, key, loss)
+    if hit is not None:
+        return hit  # (another leaf of the same loss, mesh and tail: a pilot's proxy repeats them)
     e, atoms, truncated, (starts, sizes), (a, a_err, nu, nu_err, _, _) = _leaf_data(loss, h, tail, max_buckets,
                                                                                   native, memo, cells)
     n = e.size
@@ -414,8 +430,7 @@ def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bo
     pmf = GridPMF(p / total, float(e[0]), h, tv=tv, truncated=truncated)
     # (the entries: a difference and a sum of two products, the sum, the normalisation)
     pmf.rel = 2 * (rel + 4 * _U) + (math.log2(n) + 8) * _U  # (np.sum is pairwise)
-    if memo is not None:
-        memo[key] = (loss, pmf)
+    _memo_put(memo, key, loss, pmf)
     return pmf
 
 
@@ -434,11 +449,10 @@ def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, nati
     loss = getattr(loss, "dominated_loss", None) or loss
     if isinstance(loss, DiscreteLoss):
         return _discrete_leaf(loss, h, max_buckets, upper=False)
-    cells = copies is None or copies >= _CELL_MIN_COPIES
-    key = ("dominated", id(loss), float(h), float(tail), cells)
-    hit = memo.get(key) if memo is not None else None
-    if hit is not None and hit[0] is loss:
-        return hit[1]
+    cells, key = _leaf_key("dominated", loss, h, tail, copies)
+    hit = _memo_get(memo, key, loss)
+    if hit is not None:
+        return hit
     e, atoms, truncated, (starts, sizes), (a5, a_err, _, _, b5, b_err) = _leaf_data(loss, h, tail, max_buckets,
                                                                                     native, memo, cells)
     a = np.maximum(a5 - a_err, 0.0)  # A-mass, rounded down
@@ -478,8 +492,7 @@ def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, nati
     pmf = GridPMF(out / kept, float(e[0]), h, truncated=truncated)
     # (kept: a sum of n positive terms; the division: u per entry; both only lower the mass claimed)
     pmf.mass = min(kept / window * (1 - 16 * loss.cdf_rel_error - (e.size + 8) * 2 * _U), 1.0)
-    if memo is not None:
-        memo[key] = (loss, pmf)
+    _memo_put(memo, key, loss, pmf)
     return pmf
 
 
