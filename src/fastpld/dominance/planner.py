@@ -245,7 +245,7 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
     while excess > 1.0 and math.isfinite(excess) and len(seen) <= _RESCALES:
         # the width follows scale^p: p = 2 (second order) until two attempts measure it (lattice-like
         # losses whose atoms miss the lattices shrink more slowly)
-        p = 2.0
+        p, factor = 2.0, None
         if len(seen) >= 2:
             (s1, e1), (s2, e2) = seen[-2:]
             if e1 > 0 and e2 > 0 and s1 != s2:
@@ -258,14 +258,12 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
                 # wider on finer meshes: a lattice badly aligned with a support end, where the dominated
                 # leaf's lowest cell loses its balance (a subsampled Gaussian at sigma 0.5: e^-3 of the mass
                 # over 1e4 copies at some meshes, none at their neighbours 2^(1/8) apart): the next mesh
-                scale = _quantized(scale * 2.0 ** -0.125)
-                pld = attempt(scale, plans)
-                excess = pld._reference_excess(eps_error, rel_error)
-                seen.append((scale, excess))
-                continue
-        # (at most _MAX_REFINE finer a step: a width far off the h^p law -- the dominated chain's mass lost
-        # on coarse meshes -- would otherwise send the meshes thousands of times finer than needed)
-        scale = _quantized(scale * max((_SCALE_MARGIN ** 2 / excess) ** (1.0 / p), 1.0 / _MAX_REFINE))
+                factor = 2.0 ** -0.125
+        if factor is None:
+            # (at most _MAX_REFINE finer a step: a width far off the h^p law -- the dominated chain's mass
+            # lost on coarse meshes -- would otherwise send the meshes thousands of times finer than needed)
+            factor = max((_SCALE_MARGIN ** 2 / excess) ** (1.0 / p), 1.0 / _MAX_REFINE)
+        scale = _quantized(scale * factor)
         # (finer meshes whose charges do not fit delta_error: refused, as the other methods refuse
         # an eps_error they cannot reach; auto then takes a coupling plan)
         pld = attempt(scale, plans)
