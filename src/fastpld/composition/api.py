@@ -218,7 +218,12 @@ def _fallback_eps_errors(dir_parts, rel_error: float) -> list:
     deviations, :func:`fastpld.dominance.planner._epsilon_guess`), a quarter of it for the guess's error
     (at least 1e-4), then ``DEFAULT_EPS_ERROR`` (0.01) and 0.1 where larger."""
     from ..dominance.planner import _epsilon_guess
-    first = max(_FALLBACK_FLOOR, rel_error * _epsilon_guess(dir_parts) / 4)
+    return _eps_ladder(max(_FALLBACK_FLOOR, rel_error * _epsilon_guess(dir_parts) / 4))
+
+
+def _eps_ladder(first: float) -> list:
+    """``[first]``, then ``DEFAULT_EPS_ERROR`` (0.01) and 0.1 where coarser: the coupling certificate's
+    ``eps_error``s tried in turn where one is refused."""
     return [first] + [e for e in (V.DEFAULT_EPS_ERROR, 0.1) if e > first]
 
 

@@ -62,10 +62,10 @@ class DominancePLD(PrivacyLossDistribution):
     def _coupling(self) -> PrivacyLossDistribution:
         pld = self.__dict__.get("_coupling_pld")
         if pld is None:
-            from ..composition.api import compose
+            from ..composition.api import _eps_ladder, compose
             # (at this composition's eps_error; where the coupling refuses it, e.g. an FFT past
             # max_buckets at a large k, at coarser ones: wider views, still certified)
-            ladder = [self.eps_error] + [e for e in (0.01, 0.1) if e > self.eps_error]
+            ladder = _eps_ladder(self.eps_error)
             for i, ee in enumerate(ladder):
                 try:
                     pld = compose(list(self.events), eps_error=ee, delta_error=self.delta_error, backend=self.backend)
