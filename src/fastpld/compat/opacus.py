@@ -148,12 +148,15 @@ class FastPLDAccountant(IAccountant):
         fastpld.PrivacyLossDistribution or None
             ``None`` if no private step was taken.
         """
+        if side not in ("upper", "lower"):
+            raise ValueError(f"side must be 'upper' or 'lower', got {side!r}")
+        return self._pld(self._events(side), delta_error, eps_error)
+
+    def _pld(self, events, delta_error: float, eps_error: Optional[float]) -> Optional[PrivacyLossDistribution]:
+        """:meth:`get_pld` of ``events`` (of :meth:`_events`)."""
         default = self._fallback and eps_error is None  # (an eps_error given here overrides)
         rel = self.rel_error if eps_error is None else None
         eps_error = self.eps_error if eps_error is None else V.eps_error(eps_error)
-        if side not in ("upper", "lower"):
-            raise ValueError(f"side must be 'upper' or 'lower', got {side!r}")
-        events = self._events(side)
         if not events:
             return None
         key = (tuple(events), rel, eps_error, delta_error)
@@ -185,17 +188,19 @@ class FastPLDAccountant(IAccountant):
             all 0 before any private step.
         """
         delta = V.probability("delta", delta, open_low=True)
-        if self._events() is None:
+        events = self._events()
+        if events is None:
             return Bounds(math.inf, math.inf, math.inf)
         if delta_error is None:
             delta_error = self.delta_error if self.delta_error is not None else delta / 1000
         delta_error = V.delta_error(delta_error)
-        pld = self.get_pld(delta_error, eps_error)
+        pld = self._pld(events, delta_error, eps_error)
         if pld is None:
             return Bounds(0.0, 0.0, 0.0)
         b = pld.epsilon(delta)
-        if self._events("lower") != self._events("upper"):  # a per-epoch sampler with an epoch under way
-            low = self.get_pld(delta_error, eps_error, side="lower")
+        lower_events = self._events("lower")
+        if lower_events != events:  # a per-epoch sampler with an epoch under way
+            low = self._pld(lower_events, delta_error, eps_error)
             b = Bounds(0.0 if low is None else min(low.epsilon(delta).lower, b.lower), b.estimate, b.upper)
         return b
 
