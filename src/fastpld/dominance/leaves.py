@@ -519,7 +519,10 @@ def _discrete_leaf(loss: DiscreteLoss, h: float, max_buckets: int, upper: bool) 
     d = v - (lat + j * h)
     noise = np.minimum(d, 0.0)
     d = np.maximum(d, 0.0)
-    tv_pos = float(np.sum(pr * -noise)) + 8 * _U * v.size
+    # (the computed displacements: the sum's rounding, (n + 2) u relative, and every atom's position
+    # error against the exact lattice point lat + j h, at most 8 u (|v| + |lat| + h) per unit of mass)
+    tv_pos = (float(np.sum(pr * -noise)) * (1 + 2 * (v.size + 2) * _U)
+              + 8 * _U * (float(np.max(np.abs(v))) + abs(lat) + h) * (1 + (v.size + 1) * _U))
     n = int(j[-1]) + 2
     p = np.zeros(n)
     if upper:
