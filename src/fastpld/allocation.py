@@ -1,4 +1,5 @@
-"""Random allocation (balls-in-bins): each record takes part in exactly one of ``num_steps`` steps.
+"""Random allocation (balls-in-bins): each record takes part in exactly one (or ``num_selected``) of
+``num_steps`` steps.
 
 One epoch of ``num_steps`` steps of a base mechanism, in which every record is used in exactly one
 step chosen uniformly at random (independently across records), is one :class:`RandomAllocation`
@@ -28,6 +29,7 @@ powers) and charged by moving that much probability to ``+inf`` (upper) or to th
 """
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 
@@ -648,7 +650,12 @@ class RandomAllocation(Mechanism):
     num_steps : int
         Steps per epoch ``t >= 1`` (at most ``10**6``).  ``t = 1`` is the base mechanism itself.
     num_selected : int, default 1
-        Steps each record takes part in per epoch; only 1 is supported (``ValueError`` otherwise).
+        Steps ``k`` each record takes part in per epoch (a uniformly random ``k``-subset of the steps).
+        ``k > 1`` is certified through ``k`` one-selection epochs over blocks of ``floor(t/k)`` or
+        ``ceil(t/k)`` steps, which dominate it (``docs/samplers.md``): compositions of it certify upper
+        bounds only (lower bounds reported as the trivial ones), except at ``k = t`` (the base
+        composed ``t`` times); ``bound="lower"`` then raises ``ValueError``.  Such an epoch is composed
+        (:func:`fastpld.compose`, the accountants), not used as the base of another sampler.
     neighboring : {"add_or_remove", "remove", "add"}, default "add_or_remove"
         As for :class:`~fastpld.PoissonSubsampled`: both directions (the larger curve is reported) or one.
     bound : {"upper", "lower"}, default "upper"
@@ -676,14 +683,14 @@ class RandomAllocation(Mechanism):
         k = V.positive_int("num_selected", self.num_selected)
         if k > t:
             raise ValueError(f"num_selected must be between 1 and num_steps={t}, got {k}")
-        if k != 1 and t != 1:
-            raise ValueError(
-                f"num_selected={k} is not supported: only num_selected=1 (each record in exactly one step per "
-                "epoch) is certified by RandomAllocation; for k steps per epoch out of t, no reduction to the "
-                "one-step case has been verified here")
         _check_neighboring(self.neighboring, _NEIGHBOURING)
         if self.bound not in _BOUNDS:
             raise ValueError(f"bound must be one of {_BOUNDS}, got {self.bound!r}")
+        if self.bound == "lower" and 1 < k < t:
+            raise ValueError(
+                f"bound='lower' needs num_selected=1 (or num_selected=num_steps), got num_selected={k}: an epoch "
+                "with num_selected > 1 is certified through blocks of one selection each, which dominate it, "
+                "so only its upper bounds are certified")
         object.__setattr__(self, "num_steps", t)
         object.__setattr__(self, "num_selected", k)
 
@@ -698,7 +705,28 @@ class RandomAllocation(Mechanism):
         add = _add_loss(base["add"], t, upper, _POINTS)
         return {"remove": rem, "add": add}
 
+    def _components(self):
+        # k of t: the composition of k one-selection epochs over blocks of floor(t/k) or ceil(t/k) steps
+        # (sizes adding up to t), which dominates it (docs/samplers.md, "num_selected > 1"); blocks of one
+        # step are the base mechanism itself
+        k, t = self.num_selected, self.num_steps
+        if k == 1:
+            return None
+        small, r = divmod(t, k)
+        out = []
+        for size, copies in ((small, k - r), (small + 1, r)):
+            if copies:
+                block = (RandomAllocation(self.mechanism, 1, 1, self.neighboring) if size == 1 else
+                         _AllocationBlock(self.mechanism, size, self.neighboring))
+                out.append((block, copies))
+        return out
+
     def privacy_losses(self):
+        if self.num_selected > 1:
+            raise ValueError(
+                f"RandomAllocation with num_selected={self.num_selected} is a composition (of num_selected "
+                "one-selection blocks), not one privacy loss: compose it (fastpld.compose, an accountant); it "
+                "cannot be the base mechanism of another sampler")
         if self.num_steps == 1:
             return _select(self.mechanism.privacy_losses(), self.neighboring)
         upper = self.bound == "upper"
@@ -715,3 +743,30 @@ class RandomAllocation(Mechanism):
         key_mech = RandomAllocation(self.mechanism, self.num_steps, self.num_selected, "add_or_remove", self.bound)
         losses = _cached(key_mech, build)
         return _select(losses, self.neighboring)
+
+
+@dataclass(frozen=True)
+class _AllocationBlock(Mechanism):
+    """One block of a :class:`RandomAllocation` with ``num_selected > 1``: the dominating losses of a
+    one-selection epoch of ``num_steps`` steps, without their dominated counterparts.  The composition
+    of the blocks dominates the epoch but is not dominated by it, so its lower bounds are not the
+    epoch's: compositions report the trivial ones (:func:`fastpld.curve._certified_sides`)."""
+
+    mechanism: Mechanism
+    num_steps: int
+    neighboring: str = "add_or_remove"
+
+    def privacy_losses(self):
+        def build():
+            full = RandomAllocation(self.mechanism, self.num_steps).privacy_losses()
+            copies = {}
+            for loss in full.values():
+                if id(loss) not in copies:
+                    c = copy.copy(loss)
+                    c._lower_factory = None  # (upper bounds only)
+                    c._lower = None
+                    copies[id(loss)] = c
+            return {d: copies[id(loss)] for d, loss in full.items()}
+
+        key_mech = _AllocationBlock(self.mechanism, self.num_steps)
+        return _select(_cached(key_mech, build), self.neighboring)

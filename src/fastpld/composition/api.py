@@ -32,7 +32,7 @@ def _normalise_events(mechanism, count):
     if isinstance(mechanism, Mechanism):
         if count is None:
             raise ValueError("count is required when composing a single mechanism")
-        return [(mechanism, V.positive_int("count", count))]
+        return _expand([(mechanism, V.positive_int("count", count))])
     if count is not None:
         raise ValueError("count must not be given with a list of (mechanism, count) pairs")
     if isinstance(mechanism, (str, bytes)) or not isinstance(mechanism, Sequence) and not hasattr(mechanism, "__iter__"):
@@ -47,7 +47,20 @@ def _normalise_events(mechanism, count):
         events.append((mech, V.positive_int(f"events[{i}] count", c)))
     if not events:
         raise ValueError("events must not be empty")
-    return events
+    return _expand(events)
+
+
+def _expand(events):
+    """``events`` with every mechanism that stands for a composition (``Mechanism._components``)
+    replaced by its components, counts multiplied."""
+    out = []
+    for mech, c in events:
+        parts = mech._components()
+        if parts is None:
+            out.append((mech, c))
+        else:
+            out.extend(_expand([(m, c * n) for m, n in parts]))
+    return out
 
 
 def _direction_parts(events):
@@ -193,6 +206,14 @@ def _compose_default(dir_parts, events, delta_err, arity, max_buckets, threads, 
         return _compose_parts(dir_parts, events, V.DEFAULT_EPS_ERROR, delta_err, "dominance", arity, max_buckets,
                               threads, be, rel_error)
     except ValueError as refused:
+        narrowest = getattr(refused, "narrowest", None)
+        if narrowest is not None:
+            losses = [loss for _, parts in dir_parts for loss, _ in parts]
+            if not _certified_sides(losses)[0] and _certified_sides(losses, lower_chain=True)[0]:
+                # the width asked is out of reach (the losses' own gap: random allocation's dominating and
+                # dominated lattice losses), and a coupling plan would certify no lower bound at all: the
+                # narrowest dominance answer, wider than asked but with both bounds certified
+                return narrowest
         ladder = _fallback_eps_errors(dir_parts, rel_error)
         for i, ee in enumerate(ladder):
             # (the finer rungs only where they stay cheap: at most _FALLBACK_BUCKETS per FFT)

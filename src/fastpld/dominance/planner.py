@@ -99,7 +99,13 @@ def _quantized(scale: float) -> float:
 
 
 class _WidthError(_BudgetError):
-    """The certified width did not reach the accuracy asked at meshes the charges allow."""
+    """The certified width did not reach the accuracy asked at meshes the charges allow.
+
+    ``narrowest``: the attempt of smallest width (a certified answer, only wider than asked), or ``None``."""
+
+    def __init__(self, message: str, narrowest=None):
+        super().__init__(message)
+        self.narrowest = narrowest
 
 
 def compose_dominance(dir_parts, events, eps_error: float, delta_error: float, backend, arity: int | None,
@@ -242,6 +248,8 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
     # extrapolated far -- a pilot 10-30x off the target, mixed mechanisms -- can miss twice)
     excess = pld._reference_excess(eps_error, rel_error)
     seen = [(scale, excess)]
+    pld.rel_error = rel_error
+    best = (excess, pld)
     while excess > 1.0 and math.isfinite(excess) and len(seen) <= _RESCALES:
         # the width follows scale^p: p = 2 (second order) until two attempts measure it (lattice-like
         # losses whose atoms miss the lattices shrink more slowly)
@@ -269,13 +277,16 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
         pld = attempt(scale, plans)
         excess = pld._reference_excess(eps_error, rel_error)
         seen.append((scale, excess))
+        pld.rel_error = rel_error
+        if excess < best[0]:
+            best = (excess, pld)
     if not excess <= 1.0:
         what = f"rel_error={rel_error:g}" if rel_error is not None else f"eps_error={eps_error:g}"
         raise _WidthError(
             f"the dominance certificate did not reach {what}: its width is {excess:.3g} times the width asked "
             f"after {len(seen)} compositions (the last at meshes {scale:.3g} times the planner's); give a larger "
-            f"accuracy, or eps_error for the coupling certificate")
-    pld.rel_error = rel_error
+            f"accuracy, or eps_error for the coupling certificate",
+            best[1] if math.isfinite(best[0]) else None)
     return pld
 
 

@@ -240,4 +240,10 @@ class Mechanism:
         """
         raise NotImplementedError
 
+    def _components(self):
+        """``None``, or the ``(mechanism, count)`` events whose composition this mechanism stands for
+        (:func:`fastpld.compose` composes those instead; :class:`fastpld.RandomAllocation` with
+        ``num_selected > 1``)."""
+        return None
+
     # frozen dataclass subclasses provide __eq__/__hash__ for merging identical events
