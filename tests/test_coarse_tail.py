@@ -88,7 +88,7 @@ def test_heterogeneous_gaussians_with_coarse_tails_against_gdp(monkeypatch):
     monkeypatch.setattr(D, "_COARSE_MIN_BUCKETS", 256)
     sig = np.linspace(3.0, 12.0, 40)
     events = [(fastpld.Gaussian(float(s)), 25) for s in sig]
-    pld = fastpld.compose(events, eps_error=0.05, delta_error=1e-9)
+    pld = fastpld.compose(events, eps_error=0.05, delta_error=1e-9, method="coupling")
     cert = pld.directions["remove"].certificate
     assert cert["coarse_leaves"] > 0 and 0 < cert["coarse_tail_eps"] <= 0.011 * 0.05
     mu = math.sqrt(float(np.sum(25 / sig**2)))
@@ -106,13 +106,13 @@ def test_schedule_with_coarse_tails_agrees_with_all_fine_leaves():
     # the same plan with and without coarse tails: overlapping certified intervals, close estimates
     events = [(fastpld.PoissonSubsampledGaussian(1.0, float(q)), 30) for q in np.linspace(0.005, 0.02, 16)]
     M._LOSS_CACHE.clear()
-    co = fastpld.compose(events, eps_error=0.1, delta_error=1e-8)
+    co = fastpld.compose(events, eps_error=0.1, delta_error=1e-8, method="coupling")
     assert co.directions["remove"].certificate["coarse_leaves"] > 0
     orig = budget._coarse_spec
     try:
         execute._coarse_spec = lambda plan, budgets: None
         M._LOSS_CACHE.clear()
-        fine = fastpld.compose(events, eps_error=0.1, delta_error=1e-8)
+        fine = fastpld.compose(events, eps_error=0.1, delta_error=1e-8, method="coupling")
     finally:
         execute._coarse_spec = orig
     assert fine.directions["remove"].certificate["coarse_leaves"] == 0
@@ -166,7 +166,7 @@ def test_schedule_with_coarse_tails_brackets_dp_accounting_pld():
     qs = np.linspace(0.01, 0.03, 6)
     M._LOSS_CACHE.clear()
     pld = fastpld.compose([(fastpld.PoissonSubsampledGaussian(1.0, float(q)), 40) for q in qs],
-                          eps_error=0.05, delta_error=1e-9)
+                          eps_error=0.05, delta_error=1e-9, method="coupling")
     assert pld.directions["remove"].certificate["coarse_leaves"] > 0
     acc = dpa.pld.PLDAccountant(value_discretization_interval=3e-4)
     for q in qs:

@@ -163,3 +163,37 @@ def test_larger_arities_certify_k_1e7_where_64_and_256_do_not_fit(sigma, q):
     c = fastpld.compose(fastpld.PoissonSubsampledGaussian(sigma, q), 10_000_000,
                         eps_error=min(10.0, 1e-3 * b.lower / 2)).epsilon(1e-5)
     assert c.lower <= b.upper and b.lower <= c.upper
+
+
+def test_auto_with_eps_error_takes_dominance_where_coupling_is_dear():
+    import numpy as np
+    from oracles import pure_dp_delta
+
+    # pure DP x 1000 at eps_error 0.01: a coupling plan predicted at ~40 ms (measured ~100 ms), the
+    # dominance certificate ~3 ms and exact here (the atoms lie on its lattices)
+    pld = fastpld.compose(fastpld.PureDP(0.1), 1000, eps_error=0.01)
+    assert pld.method.startswith("dominance")
+    eps = np.array([5.0, 10.0, 19.0, 30.0])
+    b = pld.delta(eps)
+    exact = np.array([pure_dp_delta(e, 0.1, 1000) for e in eps])
+    assert np.all(b.lower <= exact * (1 + 1e-12)) and np.all(exact * (1 - 1e-12) <= b.upper)
+    e = pld.epsilon(1e-6)
+    assert e.upper - e.lower <= 2 * 0.01
+    # a composition whose coupling plan is predicted cheap keeps it
+    assert not fastpld.compose(fastpld.Gaussian(1.0), 1, eps_error=0.1).method.startswith("dominance")
+    # and method="coupling" is the coupling plans only
+    assert not fastpld.compose(fastpld.PureDP(0.1), 1000, eps_error=0.01, method="coupling").method.startswith(
+        "dominance")
+
+
+def test_auto_with_eps_error_falls_back_to_coupling(monkeypatch):
+    import fastpld.dominance as dom
+    from fastpld.composition.budget import _BudgetError
+
+    def refuse(*a, **k):
+        raise _BudgetError("refused by the test")
+
+    monkeypatch.setattr(dom, "compose_dominance", refuse)
+    fastpld.clear_caches()
+    pld = fastpld.compose(fastpld.PureDP(0.1), 1000, eps_error=0.01)
+    assert not pld.method.startswith("dominance") and pld.eps_spent <= 0.01

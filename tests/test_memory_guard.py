@@ -90,6 +90,6 @@ def test_consumed_results_are_released(monkeypatch):
     monkeypatch.setattr(execute, "discretize_loss", leaf_spy)
     monkeypatch.setattr(execute, "_run_node", node_spy)
     ev = [(fastpld.PoissonSubsampledGaussian(1.0, float(q)), 10) for q in np.linspace(0.005, 0.02, 80)]
-    pld = fastpld.compose(ev, eps_error=0.1, delta_error=1e-8, threads=1)
+    pld = fastpld.compose(ev, eps_error=0.1, delta_error=1e-8, threads=1, method="coupling")
     assert all("blocks" in d.method for d in pld.directions.values())
     assert alive_at_root == [0, 0]

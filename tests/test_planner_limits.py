@@ -66,7 +66,7 @@ def test_sampling_probability_at_epsilon_1000():
 
 
 # 4. a refusal from the prediction, not after minutes of execution ------------------------------
-@pytest.mark.parametrize("method", ["recursive", "auto", "two_stage", "glw"])
+@pytest.mark.parametrize("method", ["recursive", "coupling", "two_stage", "glw"])
 def test_many_gaussians_refused_from_the_prediction(monkeypatch, method):
     def no_execution(*a, **k):
         raise AssertionError("a plan predicted beyond max_buckets was executed")

@@ -51,7 +51,8 @@ def test_plot_bad_input():
 
 def test_delta_axis_stops_at_one_with_one_band_entry_and_the_mechanism_named():
     mech = fastpld.PoissonSubsampledGaussian(1.0, 0.01)
-    pld = fastpld.compose(mech, 1000, eps_error=0.1)  # (the coupling certificate: its lower band drops to 0)
+    # (the coupling certificate: its lower band drops to 0)
+    pld = fastpld.compose(mech, 1000, eps_error=0.1, method="coupling")
     ax = plot_delta_curve(pld)
     try:
         assert ax.get_ylim()[1] == 1.0

@@ -102,7 +102,8 @@ class _Query:
         """``d(eps)`` and a round-off pad, vectorised."""
         eps = np.asarray(eps, dtype=np.float64)
         # J = first index with v_J > eps (clipped as a float first: a huge eps must not wrap the int cast)
-        J = np.clip(np.floor((eps - self.v0) / self.h), -1, self.n).astype(np.int64) + 1
+        with np.errstate(over="ignore"):  # (an eps beyond the float range of a fine grid: clipped to n)
+            J = np.clip(np.floor((eps - self.v0) / self.h), -1, self.n).astype(np.int64) + 1
         J = np.minimum(J, self.n)
         vJ = self.values(J)
         with np.errstate(over="ignore", under="ignore"):

@@ -22,7 +22,7 @@ from .threads import _run_jobs, _try_submit, default_threads
 
 __all__ = ["compose", "METHODS", "DEFAULT_MAX_BUCKETS"]
 
-METHODS = ("auto", "glw", "two_stage", "recursive", "dominance")
+METHODS = ("auto", "glw", "two_stage", "recursive", "dominance", "coupling")
 DEFAULT_MAX_BUCKETS = 1 << 23
 
 
@@ -130,8 +130,10 @@ def compose(mechanism, count: int | None = None, *, eps_error: float | None = No
     method : {"auto", "glw", "two_stage", "recursive", "dominance"}
         ``glw``: one fine grid (Gopi-Lee-Wutschitz); ``two_stage``: Algorithm 2;
         ``recursive``: Algorithm 3 for any ``k`` (``arity`` chooses the branching;
-        default: the cheapest of several); ``auto``: the cheapest predicted plan (with
-        ``eps_error``; with ``rel_error``: the dominance certificate).
+        default: the cheapest of several); ``auto``: the dominance certificate at the accuracy
+        asked (``rel_error`` or ``eps_error``), and where it refuses the cheapest predicted
+        coupling plan (with ``arity``: the coupling plans only); ``coupling``: the cheapest
+        predicted coupling plan (``glw``, ``two_stage`` or ``recursive``).
         ``dominance``: the recursive plan on a dominating and a dominated PMF, certified
         without an epsilon shift (``docs/dominance.md``); there ``eps_error`` is the accuracy
         asked of each bound of ``epsilon(delta)`` (checked at deltas 1e-3 .. 1e-9) and
@@ -170,8 +172,8 @@ def compose(mechanism, count: int | None = None, *, eps_error: float | None = No
         arity = V.positive_int("arity", arity)
         if arity < 2:
             raise ValueError(f"arity must be >= 2, got {arity}")
-        if method not in ("recursive", "auto", "dominance"):
-            raise ValueError("arity applies to methods 'recursive' and 'dominance' only")
+        if method not in ("recursive", "auto", "dominance", "coupling"):
+            raise ValueError("arity applies to methods 'recursive', 'dominance', 'coupling' and 'auto' only")
     max_buckets = V.positive_int("max_buckets", max_buckets)
     threads = default_threads() if threads is None else V.positive_int("threads", threads)
     be = _fft.resolve(backend)
@@ -182,6 +184,8 @@ def compose(mechanism, count: int | None = None, *, eps_error: float | None = No
         with resources.compute_slot():
             if default and rel_error is not None and method == "auto":
                 pld = _compose_default(dir_parts, events, delta_err, arity, max_buckets, threads, be, rel_error)
+            elif method == "auto" and eps_given is not None and arity is None:
+                pld = _compose_auto_eps(dir_parts, events, eps_err, delta_err, max_buckets, threads, be)
             else:
                 pld = _compose_parts(dir_parts, events, eps_err, delta_err, method, arity, max_buckets, threads,
                                      be, rel_error)
@@ -206,14 +210,9 @@ def _compose_default(dir_parts, events, delta_err, arity, max_buckets, threads, 
         return _compose_parts(dir_parts, events, V.DEFAULT_EPS_ERROR, delta_err, "dominance", arity, max_buckets,
                               threads, be, rel_error)
     except ValueError as refused:
-        narrowest = getattr(refused, "narrowest", None)
+        narrowest = _narrowest_answer(refused, dir_parts)
         if narrowest is not None:
-            losses = [loss for _, parts in dir_parts for loss, _ in parts]
-            if not _certified_sides(losses)[0] and _certified_sides(losses, lower_chain=True)[0]:
-                # the width asked is out of reach (the losses' own gap: random allocation's dominating and
-                # dominated lattice losses), and a coupling plan would certify no lower bound at all: the
-                # narrowest dominance answer, wider than asked but with both bounds certified
-                return narrowest
+            return narrowest
         ladder = _fallback_eps_errors(dir_parts, rel_error)
         for i, ee in enumerate(ladder):
             # (the finer rungs only where they stay cheap: at most _FALLBACK_BUCKETS per FFT)
@@ -226,6 +225,63 @@ def _compose_default(dir_parts, events, delta_err, arity, max_buckets, threads, 
                 exc.args = (f"{exc} (eps_error={ee:g}, the default accuracy's fallback); the dominance "
                             f"certificate at rel_error={rel_error:g} refused too: {refused}",)
                 raise exc from None
+
+
+def _narrowest_answer(refused: ValueError, dir_parts):
+    """The narrowest dominance answer of a ``_WidthError`` where a coupling plan would certify no lower
+    bound (losses that only dominate their mechanism's, e.g. random allocation's), else ``None``: there
+    the width asked is out of reach (the gap of the dominating and dominated losses), and that answer,
+    wider than asked, still certifies both bounds."""
+    narrowest = getattr(refused, "narrowest", None)
+    if narrowest is None:
+        return None
+    losses = [loss for _, parts in dir_parts for loss, _ in parts]
+    if not _certified_sides(losses)[0] and _certified_sides(losses, lower_chain=True)[0]:
+        return narrowest
+    return None
+
+
+# auto with an absolute eps_error compares the coupling planner's prediction for its cheapest plan (which
+# runs 1.5-4x above the measured times: halved) with a rough model of the dominance certificate's time:
+# _DOM_NODE_US per chain level (two attempts of two chains per direction, the levels of arity 64) and
+# _DOM_PART_US per further distinct part (benchmarks/bench_auto.py; docs/dominance.md)
+_DOM_NODE_US = 3000.0
+_DOM_PART_US = 1000.0
+_COUPLING_PREDICTION_BIAS = 2.0
+
+
+def _dominance_time_us(dir_parts) -> float:
+    """A rough prediction of the dominance certificate's time (microseconds)."""
+    total = 0.0
+    for _, parts in dir_parts:
+        copies = max(1, sum(c for _, c in parts))
+        total += _DOM_NODE_US * (1 + math.log(copies) / math.log(64)) + _DOM_PART_US * (len(parts) - 1)
+    return total
+
+
+def _compose_auto_eps(dir_parts, events, eps_err, delta_err, max_buckets, threads, be):
+    """``method="auto"`` with an absolute ``eps_error``: the cheapest predicted coupling plan where it is
+    predicted faster than the dominance certificate (:func:`_dominance_time_us`), else the dominance
+    certificate at that accuracy (each bound of ``epsilon(delta)`` within ``eps_error`` of the estimate,
+    no epsilon shift) and, where that refuses, the coupling plans.  (Losses that only dominate their mechanism's keep auto's own order:
+    dominance first, see :func:`_compose_parts`.)"""
+    losses = [loss for _, parts in dir_parts for loss, _ in parts]
+    if _certified_sides(losses) != _certified_sides(losses, lower_chain=True):
+        return _compose_parts(dir_parts, events, eps_err, delta_err, "auto", None, max_buckets, threads, be)
+    budgets = _Budgets.split(eps_err, delta_err)
+    ranked0 = _choose_plan(dir_parts[0][1], "auto", None, budgets.eps_azuma, budgets.log_term, budgets, be.native)
+    if ranked0[0][0] / _COUPLING_PREDICTION_BIAS <= _dominance_time_us(dir_parts):
+        return _compose_parts(dir_parts, events, eps_err, delta_err, "coupling", None, max_buckets, threads, be,
+                              ranked0=ranked0)
+    try:
+        return _compose_parts(dir_parts, events, eps_err, delta_err, "dominance", None, max_buckets, threads, be)
+    except ValueError as refused:
+        try:
+            return _compose_parts(dir_parts, events, eps_err, delta_err, "coupling", None, max_buckets, threads,
+                                  be, ranked0=ranked0)
+        except ValueError as exc:  # (its type and attributes kept: callers widen on them)
+            exc.args = (f"{exc}; the dominance certificate at eps_error={eps_err:g} refused too: {refused}",)
+            raise exc from None
 
 
 _FALLBACK_FLOOR = 1e-4  # the finest eps_error the default accuracy's fallback asks for
@@ -248,13 +304,20 @@ def _eps_ladder(first: float) -> list:
     return [first] + [e for e in (V.DEFAULT_EPS_ERROR, 0.1) if e > first]
 
 
-def _compose_parts(dir_parts, events, eps_err, delta_err, method, arity, max_buckets, threads, be, rel_error=None):
-    """:func:`compose` of validated arguments (``dir_parts``: :func:`_direction_parts` of ``events``)."""
+def _compose_parts(dir_parts, events, eps_err, delta_err, method, arity, max_buckets, threads, be, rel_error=None,
+                   ranked0=None):
+    """:func:`compose` of validated arguments (``dir_parts``: :func:`_direction_parts` of ``events``).
+    ``ranked0``: the first direction's ranked coupling plans, when the caller has them
+    (:func:`_coupling_ranking`)."""
+    coupling_only = method == "coupling"
+    if coupling_only:  # (the planner's auto: the cheapest coupling plan)
+        method = "auto"
     if method == "dominance":
         from ..dominance import compose_dominance  # (a certificate of its own; imported where used)
         return compose_dominance(dir_parts, events, eps_err, delta_err, be, arity, max_buckets, threads, rel_error)
     losses = [loss for _, parts in dir_parts for loss, _ in parts]
-    if method == "auto" and arity is None and _certified_sides(losses) != _certified_sides(losses, lower_chain=True):
+    if (method == "auto" and not coupling_only and arity is None
+            and _certified_sides(losses) != _certified_sides(losses, lower_chain=True)):
         # a loss that only dominates its mechanism's (random allocation) but carries a dominated one:
         # with the coupling certificate only its upper bounds hold (the lower ones are reported as
         # 0); the dominance certificate composes both, so auto tries it first
@@ -324,7 +387,8 @@ def _compose_parts(dir_parts, events, eps_err, delta_err, method, arity, max_buc
     if len(dir_parts) == 2 and threads > 1 and len(dir_parts[1][1]) >= _PREFETCH_MIN_PARTS:
         prefetch = _try_submit(lambda: _cumulant_grids([loss for loss, _ in dir_parts[1][1]], be.native))
     try:
-        ranked0 = _choose_plan(parts0, method, arity, eps_az, log_term, budgets, be.native)
+        if ranked0 is None:
+            ranked0 = _choose_plan(parts0, method, arity, eps_az, log_term, budgets, be.native)
     finally:
         if prefetch is not None:
             prefetch.result()

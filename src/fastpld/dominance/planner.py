@@ -65,7 +65,9 @@ def leaf_mesh(parts, plan, eps_error: float, scale: float = 1.0) -> float:
                 # the atoms (and those of every composition of them) on every lattice of the plan:
                 # the coarsest mesh R h1 must divide span too
                 R = max(dominance_meshes(plan, 1.0).values())
-                h1 = span / (R * math.ceil(span / (R * h1)))
+                aligned = span / (R * max(1, math.ceil(span / (R * h1))))
+                if aligned >= 1e-290:  # (atoms a few ulps of zero apart, PureDP(5e-324): the plain mesh)
+                    h1 = aligned
     return h1
 
 

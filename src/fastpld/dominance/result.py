@@ -68,7 +68,8 @@ class DominancePLD(PrivacyLossDistribution):
             ladder = _eps_ladder(self.eps_error)
             for i, ee in enumerate(ladder):
                 try:
-                    pld = compose(list(self.events), eps_error=ee, delta_error=self.delta_error, backend=self.backend)
+                    pld = compose(list(self.events), eps_error=ee, delta_error=self.delta_error, backend=self.backend,
+                                  method="coupling")
                     break
                 except ValueError:
                     if i + 1 == len(ladder):
