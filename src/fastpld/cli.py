@@ -134,7 +134,7 @@ def _add_accuracy(p):
 def _add_budget(p):
     _add_accuracy(p)
     p.add_argument("--delta-error", type=float, default=1e-10, help="certified delta error (default 1e-10)")
-    p.add_argument("--method", default="auto", help="auto, glw, two_stage, recursive or dominance")
+    p.add_argument("--method", default="auto", help="auto, glw, two_stage, recursive, coupling or dominance")
     _add_max_buckets(p)
     p.add_argument("--json", action="store_true", help="print JSON")
 

@@ -127,7 +127,7 @@ def compose(mechanism, count: int | None = None, *, eps_error: float | None = No
         epsilons of at least 0.01 (below: ``rel_error * 0.01``, absolute).  The width counts the
         discretisation; where ``delta`` is within a few orders of ``delta_error`` the delta charges
         widen it further.  Certified by dominance: ``method`` "auto" or "dominance".
-    method : {"auto", "glw", "two_stage", "recursive", "dominance"}
+    method : {"auto", "glw", "two_stage", "recursive", "coupling", "dominance"}
         ``glw``: one fine grid (Gopi-Lee-Wutschitz); ``two_stage``: Algorithm 2;
         ``recursive``: Algorithm 3 for any ``k`` (``arity`` chooses the branching;
         default: the cheapest of several); ``auto``: the dominance certificate at the accuracy
