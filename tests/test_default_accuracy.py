@@ -95,10 +95,11 @@ def test_views_of_a_dominance_answer_fall_back_to_coarser_coupling(monkeypatch):
         return real(*a, eps_error=eps_error, **kw)
 
     monkeypatch.setattr(api, "compose", refusing)
-    b = pld.tpr(0.01)
+    b = pld.renyi(2.0)  # (the Renyi view: a coupling composition; the hypothesis-testing views read both chains)
     assert asked == [pld.eps_error, 0.01]
-    ref = real(PSG, 300, eps_error=0.01, delta_error=pld.delta_error).tpr(0.01)
+    ref = real(PSG, 300, eps_error=0.01, delta_error=pld.delta_error, method="coupling").renyi(2.0)
     assert tuple(b) == tuple(ref) and b.lower <= b.upper
+    assert pld.tpr(0.01).lower <= pld.tpr(0.01).upper and asked == [pld.eps_error, 0.01]
 
 
 @pytest.mark.parametrize("mech,k", [(fastpld.RandomizedResponse(0.5, 4), 1000),

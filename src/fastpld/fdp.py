@@ -218,11 +218,60 @@ class _Direction:
         return np.clip(lo, 0.0, 1.0), np.clip(up, 0.0, 1.0)
 
 
+class _Charges(NamedTuple):
+    """What :class:`_Direction` reads of a direction's result: its epsilon shift, delta charges and ``p_inf``."""
+
+    eps_spent: float
+    delta_spent: float
+    p_inf: float
+
+
+class _DominanceDirection:
+    """One direction of a dominance composition (:class:`fastpld.dominance.DominancePLD`): the lower
+    bounds on ``beta`` from the dominating chain, the upper ones from the dominated chain.
+
+    Both chains' curves bound the true one at every real ``eps`` (``docs/dominance.md``, facts 1-5;
+    truncation, re-discretisation and the balanced split move losses only one way): with ``m = 1 -
+    p_inf``, ``d_up`` and ``d_lo`` the chains' normalised grid PMFs' curves,
+
+        delta <= p_inf + m e^r (d_up + c_up) <= p_inf + m (d_up + e^r c_up + e^r - 1),
+        delta >= p_inf + m (M d_lo - c_lo) >= p_inf + m (d_lo - (1 - M) - c_lo)
+
+    (``r`` the dominating chain's relative rounding, ``M`` the mass the dominated chain kept, ``d <=
+    1``).  These are the coupling certificate's bounds with no epsilon shift and delta charges
+    ``e^r c_up + e^r - 1`` and ``c_lo + 1 - M``, so :class:`_Direction` bounds ``beta`` (its lower bound
+    from the first, its upper bound from the second) and the inverse curve alike.
+    """
+
+    def __init__(self, q_up, d_up, q_lo, d_lo):
+        f = math.exp(d_up.certificate["log_rel"]) * (1 + 8 * _U)
+        ds_up = (f * float(d_up.delta_spent) + (f - 1.0)) * (1 + 8 * _U)
+        kept = math.exp(d_lo.certificate["log_mass"]) * (1 - 8 * _U)
+        ds_lo = (float(d_lo.delta_spent) + (1.0 - kept)) * (1 + 8 * _U)
+        self.up = _Direction(q_up, _Charges(0.0, ds_up, float(d_up.p_inf)))
+        self.lo = _Direction(q_lo, _Charges(0.0, ds_lo, float(d_up.p_inf)))
+        # (gdp_mu's default alpha range follows the charges of the lower bounds on beta, which certify mu)
+        self.ds = ds_up
+        self.pinf = float(d_up.p_inf)
+
+    def bounds(self, alpha):
+        lo = self.up.bounds(alpha)[0]
+        up = self.lo.bounds(alpha)[2]
+        return lo, np.clip(0.5 * (lo + up), lo, np.maximum(lo, up)), up
+
+    def inverse_bounds(self, y):
+        return self.up.inverse_bounds(y)[0], self.lo.inverse_bounds(y)[1]
+
+
 def _directions(pld):
     cache = pld.__dict__.setdefault("_fdp_dirs", {})
     if not cache:
+        lower = getattr(pld, "lower_directions", None)
         for name, d in pld.directions.items():
-            cache[name] = _Direction(pld._q[name], d)
+            if lower is None:
+                cache[name] = _Direction(pld._q[name], d)
+            else:
+                cache[name] = _DominanceDirection(pld._q[name], d, pld._ql[name], lower[name])
     return cache
 
 

@@ -54,11 +54,10 @@ class DominancePLD(PrivacyLossDistribution):
 
     rel_error = None  #: the relative accuracy asked (``compose(..., rel_error=)``), or None
 
-    # The hypothesis-testing and Renyi views (fastpld.fdp) are certified for the coupling
-    # certificate's PMFs (an epsilon shift and delta charges of one PMF); the two chains here need
-    # bounds of their own (the dominating chain's trade-off curve lies below the truth, the
-    # dominated chain's above it, with its lost mass).  Until those are written, these views are
-    # answered by a coupling composition of the same events at the same errors, made once.
+    # The hypothesis-testing views (trade-off, TPR, advantage, Gaussian-DP mu) read both chains
+    # (fastpld.fdp._DominanceDirection: lower bounds from the dominating chain, upper bounds from the
+    # dominated one).  The Renyi view's PMF bounds are written for the coupling certificate's PMF:
+    # it is answered by a coupling composition of the same events, made once.
     def _coupling(self) -> PrivacyLossDistribution:
         pld = self.__dict__.get("_coupling_pld")
         if pld is None:
@@ -76,22 +75,6 @@ class DominancePLD(PrivacyLossDistribution):
                         raise
             self._coupling_pld = pld
         return pld
-
-    def tradeoff(self, alpha) -> Bounds:
-        """See :meth:`PrivacyLossDistribution.tradeoff` (answered by a coupling composition)."""
-        return self._coupling().tradeoff(alpha)
-
-    def tpr(self, fpr) -> Bounds:
-        """See :meth:`PrivacyLossDistribution.tpr` (answered by a coupling composition)."""
-        return self._coupling().tpr(fpr)
-
-    def advantage(self) -> Bounds:
-        """See :meth:`PrivacyLossDistribution.advantage` (answered by a coupling composition)."""
-        return self._coupling().advantage()
-
-    def gdp_mu(self, alpha_range: tuple | None = None):
-        """See :meth:`PrivacyLossDistribution.gdp_mu` (answered by a coupling composition)."""
-        return self._coupling().gdp_mu(alpha_range)
 
     def renyi(self, order) -> Bounds:
         """See :meth:`PrivacyLossDistribution.renyi` (answered by a coupling composition)."""
