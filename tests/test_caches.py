@@ -346,3 +346,37 @@ def test_scalar_queries_of_a_kept_answer_are_the_fresh_ones(answers):
     with pytest.raises(ValueError):
         kept.epsilon(0.0)
     assert all(math.isfinite(x) for x in kept.epsilon(np.float64(1e-5)))
+
+
+def test_an_evicted_loss_still_in_use_is_not_built_again(monkeypatch):
+    # a composition's FFT plans and tables can push its own loss objects out of the bounded store; asked
+    # for again (the answer's certified sides read them), they come back as they are instead of being
+    # built again (random allocation's take seconds); once unused they go
+    import gc
+
+    from fastpld.allocation import RandomAllocation
+
+    builds = []
+    real = RandomAllocation._losses
+
+    def counting(self, upper):
+        builds.append(upper)
+        return real(self, upper)
+
+    monkeypatch.setattr(RandomAllocation, "_losses", counting)
+    m = fastpld.RandomAllocation(fastpld.PureDP(0.5), 3)
+    fastpld.clear_caches()
+    held = m.privacy_losses()
+    assert len(builds) == 1
+    resources.set_cache_limit(0)  # (evicts everything)
+    try:
+        assert fastpld.cache_info()["entries"] == 0
+        again = m.privacy_losses()
+        assert len(builds) == 1 and all(again[d] is held[d] for d in ("add", "remove"))
+        del held, again
+        gc.collect()
+        m.privacy_losses()
+        assert len(builds) == 2  # (nothing held them: built anew)
+    finally:
+        resources.set_cache_limit(None)
+        fastpld.clear_caches()

@@ -669,3 +669,13 @@ class _AllocationBlock(Mechanism):
 
         key_mech = _AllocationBlock(self.mechanism, self.num_steps)
         return _select(_cached(key_mech, build), self.neighboring)
+
+
+def _upper_only(mech):
+    """``mech`` for a question that reads upper bounds only (calibration's searches): a one-selection
+    :class:`RandomAllocation` becomes its block (the same dominating losses without their dominated
+    counterparts, which take as long again to build); anything else is returned as it is."""
+    if (type(mech) is RandomAllocation and mech.num_selected == 1 and mech.num_steps > 1
+            and mech.bound == "upper"):
+        return _AllocationBlock(mech.mechanism, mech.num_steps, mech.neighboring)
+    return mech

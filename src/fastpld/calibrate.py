@@ -38,6 +38,7 @@ from typing import Callable
 
 from . import _validation as V
 from ._lazy import lazy_module
+from .allocation import _upper_only
 from .composition.api import DEFAULT_MAX_BUCKETS, compose
 from .composition.budget import _BudgetError
 from .mechanisms import Mechanism, PoissonSubsampledGaussian
@@ -367,6 +368,8 @@ def _upper_epsilon(count, acc, delta_errors, target_delta, max_buckets, method="
             mech, k = mech
         else:
             k = count
+        # (upper bounds only: random allocation's dominated losses are not built)
+        mech = _upper_only(mech)
         return _compose_widening(mech, k, acc, delta_errors, max_buckets, method).epsilon(target_delta).upper
 
     return run

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import weakref
 
 from .. import resources
 
@@ -18,6 +19,33 @@ def _loss_key(mech):
     return (type(mech), mech)
 
 
+# Weak references to the loss objects of every cached value: a value the bounded store evicted while
+# its losses are still in use (by a running composition, whose FFT plans and tables can push them
+# out) is put back as it is instead of being built again (random allocation's losses take seconds).
+_SHADOW: dict = {}
+_SHADOW_PURGE = 1024
+
+
+def _shadow_of(val):
+    """Weak references to ``val``'s losses (a dict of them, or one object), or ``None``."""
+    try:
+        if isinstance(val, dict):
+            return ("dict", {k: weakref.ref(v) for k, v in val.items()})
+        return ("one", weakref.ref(val))
+    except TypeError:  # (a value that cannot be weakly referenced)
+        return None
+
+
+def _revive(shadow):
+    if shadow is None:
+        return None
+    kind, refs = shadow
+    if kind == "one":
+        return refs()
+    out = {k: r() for k, r in refs.items()}
+    return None if any(v is None for v in out.values()) else out
+
+
 def _cached(mech, factory):
     # under a lock: concurrent compose calls then share one loss object per mechanism value
     # (identical events are merged by the loss object's identity)
@@ -28,9 +56,23 @@ def _cached(mech, factory):
     with _CACHE_LOCK:
         val = _LOSS_CACHE.get(key)
         if val is None:
-            val = factory()
+            val = _revive(_SHADOW.get(key))
+            if val is None:
+                val = factory()
+                if len(_SHADOW) >= _SHADOW_PURGE:  # (forget the values no longer alive)
+                    for k in [k for k, s in _SHADOW.items() if _revive(s) is None]:
+                        del _SHADOW[k]
+                _SHADOW[key] = _shadow_of(val)
             _LOSS_CACHE.put(key, val, resources.nbytes_of(val))
         return val
+
+
+def _clear_shadow() -> None:
+    with _CACHE_LOCK:
+        _SHADOW.clear()
+
+
+resources.on_clear(_clear_shadow)
 
 
 def _refresh_sizes(mechs) -> None:
