@@ -16,3 +16,20 @@ def _fresh_compositions():
     resources.set_cache_limit(results=0)
     yield
     resources.set_cache_limit(saved, results=0)
+
+
+@pytest.fixture
+def allocation_builds(monkeypatch):
+    """The ``upper`` flag of every random-allocation epoch loss built while the test runs (a spy on
+    ``RandomAllocation._losses``)."""
+    from fastpld.allocation import RandomAllocation
+
+    built = []
+    real = RandomAllocation._losses
+
+    def counting(self, upper):
+        built.append(upper)
+        return real(self, upper)
+
+    monkeypatch.setattr(RandomAllocation, "_losses", counting)
+    return built

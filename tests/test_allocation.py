@@ -413,17 +413,10 @@ def test_one_sided_losses_give_only_their_certified_side():
     assert auto.method.startswith("dominance") and tuple(auto.epsilon(1e-3)) == tuple(both)
 
 
-def test_calibration_searches_build_no_dominated_losses(monkeypatch):
+def test_calibration_searches_build_no_dominated_losses(allocation_builds):
     # (calibration reads upper bounds only: the one-selection epoch's dominated losses, which take as long
     # again to build, are not built; the answer is certified all the same)
-    built = []
-    real = RandomAllocation._losses
-
-    def counting(self, upper):
-        built.append(upper)
-        return real(self, upper)
-
-    monkeypatch.setattr(RandomAllocation, "_losses", counting)
+    built = allocation_builds
     sigma = fastpld.find_noise_multiplier(
         2.0, 1e-5, 1.0 / 8, 3, sampler=lambda s, q: RandomAllocation(fastpld.Gaussian(s), round(1 / q)),
         eps_error=0.05)

@@ -348,22 +348,13 @@ def test_scalar_queries_of_a_kept_answer_are_the_fresh_ones(answers):
     assert all(math.isfinite(x) for x in kept.epsilon(np.float64(1e-5)))
 
 
-def test_an_evicted_loss_still_in_use_is_not_built_again(monkeypatch):
+def test_an_evicted_loss_still_in_use_is_not_built_again(allocation_builds):
     # a composition's FFT plans and tables can push its own loss objects out of the bounded store; asked
     # for again (the answer's certified sides read them), they come back as they are instead of being
     # built again (random allocation's take seconds); once unused they go
     import gc
 
-    from fastpld.allocation import RandomAllocation
-
-    builds = []
-    real = RandomAllocation._losses
-
-    def counting(self, upper):
-        builds.append(upper)
-        return real(self, upper)
-
-    monkeypatch.setattr(RandomAllocation, "_losses", counting)
+    builds = allocation_builds
     m = fastpld.RandomAllocation(fastpld.PureDP(0.5), 3)
     fastpld.clear_caches()
     held = m.privacy_losses()
