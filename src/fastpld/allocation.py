@@ -58,6 +58,9 @@ _FINE_MESH_LOWER = 0.002
 _MAX_MESH = 0.25
 # probability left beyond the caps of one copy (charged: +inf for upper bounds)
 _TAIL = 1e-17
+# the most probability a dominating remove loss may put at +inf per epoch where a heavy tail does not fit
+# the widest lattice with the tail above (it enters every delta: delta below it cannot be certified)
+_MAX_TAIL_CHARGE = 1e-9
 # mesh of the geometric grid of the remove loss's heavy coordinate beyond the lattice
 _GEO_RATIO = 1.0 + 2.0 ** -9
 # levels of the coarsened law of R used with that heavy coordinate
@@ -213,6 +216,19 @@ def _remove_loss(loss: PrivacyLoss, t: int, upper: bool, points: int) -> Discret
         var_b = cap_b  # (E_B[L^2; L <= cap] <= cap E_B[L] <= cap)
     r_max = (t - 1) * mean_b + 12.0 * math.sqrt((t - 1) * var_b) + 30.0 * math.sqrt(var_b) + 1.0
     if upper:
+        p0 = points // 2 - 1  # (the most points _mesh gives R's lattice)
+        widest = 0.999 * _MAX_MESH * (2 * (p0 + 1) - 1 if 2 * (p0 + 1) <= _MAX_POINTS else p0)
+        if (t - 1) * mean_b + cap_b > widest and r_max < widest:
+            # a heavy tail (a Gaussian base below sigma ~0.6): the copies' cap lowered to what the widest
+            # lattice holds; the copies beyond it are charged as before (R = +inf: mass at +inf), here
+            # t B[L > cap] <= t A[L > cap] / cap of it, refused above _MAX_TAIL_CHARGE
+            cap_b = widest - (t - 1) * mean_b
+            charge = t * (w - r_tail(cap_b)) / cap_b
+            if not charge <= _MAX_TAIL_CHARGE:
+                raise ValueError(
+                    f"mechanism: random allocation of this base would put {charge:.3g} of probability at an infinite "
+                    f"privacy loss per epoch (more than {_MAX_TAIL_CHARGE:g}): the base's privacy loss has too heavy "
+                    "a tail (too little noise for its sensitivity) for a certified answer that is not vacuous")
         r_max = max(r_max, (t - 1) * mean_b + cap_b)
     h, _ = _mesh(r_max, points // 2 - 1, _FINE_MESH if upper else _FINE_MESH_LOWER)
     n_r = int(math.ceil(r_max / h))
@@ -452,9 +468,13 @@ class AllocationLoss(_ManyAtomLoss):
 
     @property
     def dominated_loss(self):
-        """The dominated loss of the same epoch (for the dominance certificate), built on first use."""
+        """The dominated loss of the same epoch (for the dominance certificate), built on first use;
+        ``None`` where it cannot be built (a heavy-tailed base: then only upper bounds are certified)."""
         if self._lower is None and self._lower_factory is not None:
-            self._lower = self._lower_factory()
+            try:
+                self._lower = self._lower_factory()
+            except ValueError:
+                self._lower_factory = None  # (not retried)
         return self._lower
 
 
