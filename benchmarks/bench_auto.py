@@ -61,7 +61,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     eps_errors = (0.1,) if a.quick else (0.1, 0.01)
     rows = []
-    print(f"| workload | eps_error | auto (method) | coupling | dominance | auto / fastest |")
+    print("| workload | eps_error | auto (method) | coupling | dominance | auto / fastest |")
     print("|---|---:|---|---:|---:|---:|")
     for name, mech, k in workloads(a.quick):
         for ee in eps_errors:

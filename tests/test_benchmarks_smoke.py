@@ -151,3 +151,17 @@ def test_default_accuracy_small(tmp_path):
         assert 0 <= r["lower"] <= r["upper"] and _finite(r["time"])
         if r["method"].startswith("dominance"):
             assert r["width"] <= 1e-3
+
+
+def test_bench_auto_quick(tmp_path):
+    out = tmp_path / "auto.json"
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_auto.py"), "--quick", "--repeat", "1",
+                        "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == 3 and all(r["eps_error"] == 0.1 for r in rows)
+    for r in rows:
+        # each method's certified interval, and auto's is one of the two others'
+        got = [(r[m]["lower"], r[m]["upper"]) for m in ("auto", "coupling", "dominance")]
+        assert all(_finite(lo) and lo <= up for lo, up in got)
+        assert got[0] in got[1:]

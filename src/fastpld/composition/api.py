@@ -263,8 +263,8 @@ def _compose_auto_eps(dir_parts, events, eps_err, delta_err, max_buckets, thread
     """``method="auto"`` with an absolute ``eps_error``: the cheapest predicted coupling plan where it is
     predicted faster than the dominance certificate (:func:`_dominance_time_us`), else the dominance
     certificate at that accuracy (each bound of ``epsilon(delta)`` within ``eps_error`` of the estimate,
-    no epsilon shift) and, where that refuses, the coupling plans.  (Losses that only dominate their mechanism's keep auto's own order:
-    dominance first, see :func:`_compose_parts`.)"""
+    no epsilon shift) and, where that refuses, the coupling plans.  (Losses that only dominate their
+    mechanism's keep auto's own order: dominance first, see :func:`_compose_parts`.)"""
     losses = [loss for _, parts in dir_parts for loss, _ in parts]
     if _certified_sides(losses) != _certified_sides(losses, lower_chain=True):
         return _compose_parts(dir_parts, events, eps_err, delta_err, "auto", None, max_buckets, threads, be)
@@ -308,7 +308,7 @@ def _compose_parts(dir_parts, events, eps_err, delta_err, method, arity, max_buc
                    ranked0=None):
     """:func:`compose` of validated arguments (``dir_parts``: :func:`_direction_parts` of ``events``).
     ``ranked0``: the first direction's ranked coupling plans, when the caller has them
-    (:func:`_coupling_ranking`)."""
+    (:func:`_compose_auto_eps`)."""
     coupling_only = method == "coupling"
     if coupling_only:  # (the planner's auto: the cheapest coupling plan)
         method = "auto"
