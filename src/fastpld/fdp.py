@@ -244,9 +244,10 @@ class _DominanceDirection:
     """
 
     def __init__(self, q_up, d_up, q_lo, d_lo):
-        f = math.exp(d_up.certificate["log_rel"]) * (1 + 8 * _U)
+        from .dominance.result import _kept_mass, _rel_factor
+        f = _rel_factor(d_up)
         ds_up = (f * float(d_up.delta_spent) + (f - 1.0)) * (1 + 8 * _U)
-        kept = math.exp(d_lo.certificate["log_mass"]) * (1 - 8 * _U)
+        kept = _kept_mass(d_lo)
         ds_lo = (float(d_lo.delta_spent) + (1.0 - kept)) * (1 + 8 * _U)
         self.up = _Direction(q_up, _Charges(0.0, ds_up, float(d_up.p_inf)))
         self.lo = _Direction(q_lo, _Charges(0.0, ds_lo, float(d_up.p_inf)))

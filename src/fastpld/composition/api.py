@@ -227,18 +227,21 @@ def _compose_default(dir_parts, events, delta_err, arity, max_buckets, threads, 
                 raise exc from None
 
 
+def _lower_by_dominance_only(dir_parts) -> bool:
+    """Whether a lower bound of these losses is certified by the dominance certificate only: a loss that
+    only dominates its mechanism's (random allocation) but carries a dominated one, which the dominance
+    certificate's lower chain composes (with the coupling certificate its lower bounds are reported as 0)."""
+    losses = [loss for _, parts in dir_parts for loss, _ in parts]
+    return _certified_sides(losses) != _certified_sides(losses, lower_chain=True)
+
+
 def _narrowest_answer(refused: ValueError, dir_parts):
     """The narrowest dominance answer of a ``_WidthError`` where a coupling plan would certify no lower
     bound (losses that only dominate their mechanism's, e.g. random allocation's), else ``None``: there
     the width asked is out of reach (the gap of the dominating and dominated losses), and that answer,
     wider than asked, still certifies both bounds."""
     narrowest = getattr(refused, "narrowest", None)
-    if narrowest is None:
-        return None
-    losses = [loss for _, parts in dir_parts for loss, _ in parts]
-    if not _certified_sides(losses)[0] and _certified_sides(losses, lower_chain=True)[0]:
-        return narrowest
-    return None
+    return narrowest if narrowest is not None and _lower_by_dominance_only(dir_parts) else None
 
 
 # auto with an absolute eps_error compares the coupling planner's prediction for its cheapest plan (which
@@ -265,8 +268,7 @@ def _compose_auto_eps(dir_parts, events, eps_err, delta_err, max_buckets, thread
     certificate at that accuracy (each bound of ``epsilon(delta)`` within ``eps_error`` of the estimate,
     no epsilon shift) and, where that refuses, the coupling plans.  (Losses that only dominate their
     mechanism's keep auto's own order: dominance first, see :func:`_compose_parts`.)"""
-    losses = [loss for _, parts in dir_parts for loss, _ in parts]
-    if _certified_sides(losses) != _certified_sides(losses, lower_chain=True):
+    if _lower_by_dominance_only(dir_parts):
         return _compose_parts(dir_parts, events, eps_err, delta_err, "auto", None, max_buckets, threads, be)
     budgets = _Budgets.split(eps_err, delta_err)
     ranked0 = _choose_plan(dir_parts[0][1], "auto", None, budgets.eps_azuma, budgets.log_term, budgets, be.native)
@@ -315,12 +317,8 @@ def _compose_parts(dir_parts, events, eps_err, delta_err, method, arity, max_buc
     if method == "dominance":
         from ..dominance import compose_dominance  # (a certificate of its own; imported where used)
         return compose_dominance(dir_parts, events, eps_err, delta_err, be, arity, max_buckets, threads, rel_error)
-    losses = [loss for _, parts in dir_parts for loss, _ in parts]
-    if (method == "auto" and not coupling_only and arity is None
-            and _certified_sides(losses) != _certified_sides(losses, lower_chain=True)):
-        # a loss that only dominates its mechanism's (random allocation) but carries a dominated one:
-        # with the coupling certificate only its upper bounds hold (the lower ones are reported as
-        # 0); the dominance certificate composes both, so auto tries it first
+    if method == "auto" and not coupling_only and arity is None and _lower_by_dominance_only(dir_parts):
+        # (the dominance certificate composes both bounds of such losses: auto tries it first)
         from ..dominance import compose_dominance
         try:
             return compose_dominance(dir_parts, events, eps_err, delta_err, be, None, max_buckets, threads)

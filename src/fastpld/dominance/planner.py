@@ -229,7 +229,9 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
         out = _run_jobs(jobs, threads, 0.0)
         upper = {name: out[2 * i] for i, (name, _, _) in enumerate(plans)}
         lower = {name: out[2 * i + 1] for i, (name, _, _) in enumerate(plans)}
-        return DominancePLD(upper, lower, eps_error, delta_error, tuple(events), backend.name)
+        pld = DominancePLD(upper, lower, eps_error, delta_error, tuple(events), backend.name)
+        pld.rel_error = rel_error
+        return pld
 
     proxy = any(p is not q for p, q in zip(plans, proxies))
     try:
@@ -250,7 +252,6 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
     # extrapolated far -- a pilot 10-30x off the target, mixed mechanisms -- can miss twice)
     excess = pld._reference_excess(eps_error, rel_error)
     seen = [(scale, excess)]
-    pld.rel_error = rel_error
     best = (excess, pld)
     while excess > 1.0 and math.isfinite(excess) and len(seen) <= _RESCALES:
         # the width follows scale^p: p = 2 (second order) until two attempts measure it (lattice-like
@@ -279,7 +280,6 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
         pld = attempt(scale, plans)
         excess = pld._reference_excess(eps_error, rel_error)
         seen.append((scale, excess))
-        pld.rel_error = rel_error
         if excess < best[0]:
             best = (excess, pld)
     if not excess <= 1.0:

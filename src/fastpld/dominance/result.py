@@ -27,6 +27,16 @@ def _allowed_width(eps_error: float, rel_error: float | None, eps_lower: float) 
 _REL_FLOOR = 0.01  # epsilons below this are held to rel_error * _REL_FLOOR, absolute
 
 
+def _rel_factor(d) -> float:
+    """``e^r`` of a dominating chain's result ``d`` (its masses' relative rounding), rounded up."""
+    return math.exp(d.certificate["log_rel"]) * (1 + 8 * _U)
+
+
+def _kept_mass(dl) -> float:
+    """``M``, the mass a dominated chain's result ``dl`` kept (its PMF is normalised), rounded down."""
+    return math.exp(dl.certificate["log_mass"]) * (1 - 8 * _U)
+
+
 class DominancePLD(PrivacyLossDistribution):
     """A composition certified by dominance: its upper curve comes from a dominating PMF, its
     lower curve from a dominated one, with no epsilon shift (see :mod:`fastpld.dominance`).
@@ -116,9 +126,9 @@ class DominancePLD(PrivacyLossDistribution):
             dl = self.lower_directions[name]
             pinf = d.p_inf
             du, pu = self._q[name].delta(eps)
-            f = math.exp(d.certificate["log_rel"]) * (1 + 8 * _U)
+            f = _rel_factor(d)
             u = np.minimum(1.0, (pinf + (1 - pinf) * np.minimum(1.0, f * (du + pu + d.delta_spent))) * (1 + 8 * _U))
-            m = math.exp(dl.certificate["log_mass"]) * (1 - 8 * _U)
+            m = _kept_mass(dl)
             dd, pl = self._ql[name].delta(eps)
             l = (pinf + (1 - pinf) * np.maximum(0.0, m * (dd - pl) - dl.delta_spent)) * (1 - 8 * _U)
             lo = l if lo is None else np.maximum(lo, l)
@@ -147,7 +157,7 @@ class DominancePLD(PrivacyLossDistribution):
                 lo, up = (z if a is None else a for a in (lo, up))
                 continue
             base = (dq - pinf) / (1 - pinf)
-            x_up = base / (math.exp(d.certificate["log_rel"]) * (1 + 8 * _U)) - d.delta_spent
+            x_up = base / _rel_factor(d) - d.delta_spent
             x_up = x_up - q.bracket_pad(np.maximum(x_up, 0.0))
             if (x_up[~one] <= 0).any():
                 raise ValueError(
@@ -155,7 +165,7 @@ class DominancePLD(PrivacyLossDistribution):
                     f"of {d.delta_spent:.3g}; compose with a smaller delta_error")
             u = q.epsilon(x_up)
             u = u + q.eps_pad(u)
-            m = math.exp(dl.certificate["log_mass"]) * (1 - 8 * _U)
+            m = _kept_mass(dl)
             with np.errstate(divide="ignore"):  # (all mass lost, m = 0: the lower bound is vacuous, 0)
                 l = ql.epsilon(np.minimum((base + dl.delta_spent) / m + ql.pad, 2.0))
             l = l - ql.eps_pad(l)
