@@ -5,7 +5,7 @@ The reference is :func:`fastpld.dominance._balanced_split_py` (same operations, 
 """
 import numpy as np
 cimport numpy as cnp
-from libc.math cimport expm1, exp
+from libc.math cimport expm1, exp, floor, fabs, rint
 
 cnp.import_array()
 
@@ -75,3 +75,75 @@ def balanced_split(const long long[::1] j, const double[::1] s, const double[::1
                 out[g] += acc0
                 out[g - 1] += acc * exp(-H)
     return out_arr
+
+
+cdef double _U = 1.1102230246251565e-16  # unit roundoff of float64
+
+
+def ctd_split(const double[::1] p, double offset, double hin, double mesh):
+    """Connect-the-dots of the atoms ``p_i`` at ``offset + hin i`` onto ``mesh * Z``: the masses per lattice
+    point from ``j0`` on; returns ``(out, j0)``.  Reference: :func:`fastpld.dominance.splits._ctd_split_py`
+    (the same operations per atom; the sums into each point in another order, within the rounding the
+    caller charges)."""
+    cdef Py_ssize_t n = p.shape[0], i, jj
+    cdef double den = -expm1(-mesh), t, slack, theta, w, t0, tl, pos
+    t0 = (offset + hin * 0.0) / mesh
+    tl = (offset + hin * <double>(n - 1)) / mesh
+    cdef long long j0 = <long long>floor(t0)
+    cdef Py_ssize_t m = <Py_ssize_t>(<long long>floor(tl) - j0 + 2)
+    out_arr = np.zeros(m, dtype=np.float64)
+    cdef double[::1] out = out_arr
+    with nogil:
+        for i in range(n):
+            if p[i] == 0.0:
+                continue
+            pos = fabs(offset) + hin * <double>i
+            t = (offset + hin * <double>i) / mesh
+            slack = 8 * _U * (pos / mesh + fabs(t) + 2)
+            jj = <Py_ssize_t>(<long long>floor(t) - j0)
+            theta = t - floor(t)
+            if theta < 0.0:
+                theta = 0.0
+            elif theta > 1.0:
+                theta = 1.0
+            # share sent up, raised by its rounding and by the position error of t (pessimistic)
+            w = -expm1(-theta * mesh) / den
+            w = w + 8 * _U + slack * mesh / den
+            if w > 1.0:
+                w = 1.0
+            out[jj] += p[i] * (1 - w)
+            out[jj + 1] += p[i] * w
+    return out_arr, j0
+
+
+def dominated_prep(const double[::1] p, double offset, double hin, double mesh):
+    """The atoms' lattice cells and offsets for the balanced split onto ``mesh * Z``: ``(j - j0, s, tv, j0, m)``.
+    Reference: :func:`fastpld.dominance.splits._dominated_prep_py` (the same operations per atom)."""
+    cdef Py_ssize_t n = p.shape[0], i
+    j_arr = np.empty(n, dtype=np.int64)
+    s_arr = np.empty(n, dtype=np.float64)
+    cdef long long[::1] j = j_arr
+    cdef double[::1] s = s_arr
+    cdef double t, slack, r, tv = 0.0, x
+    cdef long long jf, j0 = 0
+    with nogil:
+        for i in range(n):
+            t = (offset + hin * <double>i) / mesh
+            slack = 8 * _U * ((fabs(offset) + hin * <double>i) / mesh + fabs(t) + 2)
+            r = rint(t)
+            if fabs(t - r) <= slack:  # within rounding of a lattice point: on it (charged p slack mesh)
+                tv += p[i] * slack
+                jf = <long long>floor(r)
+                s[i] = 0.0
+            else:
+                t = t - slack
+                jf = <long long>floor(t)
+                x = (t - <double>jf) * mesh
+                s[i] = 0.0 if x < 0.0 else (mesh if x > mesh else x)
+            j[i] = jf
+        if n > 0:
+            j0 = j[0]
+        for i in range(n):
+            j[i] -= j0
+    m = (j_arr[n - 1] + 2) if n > 0 else 2
+    return j_arr, s_arr, tv * mesh, j0, int(m)

@@ -118,9 +118,9 @@ def _split_prep(pmf: GridPMF, mesh: float):
     return p, t, slack, cast
 
 
-def ctd_split(pmf: GridPMF, mesh: float, native: bool = False) -> GridPMF:
-    """Connect-the-dots re-discretisation onto the lattice ``mesh * Z`` (dominates ``pmf``)."""
-    p, t, slack, cast = _split_prep(pmf, mesh)
+def _ctd_split_py(pmf: GridPMF, mesh: float):
+    """Reference of the compiled :func:`fastpld._dominance.ctd_split`: ``(out, j0)``."""
+    p, t, slack, _ = _split_prep(pmf, mesh)
     j = np.floor(t).astype(np.int64)
     theta = np.clip(t - j, 0.0, 1.0)
     den = -math.expm1(-mesh)
@@ -132,16 +132,28 @@ def ctd_split(pmf: GridPMF, mesh: float, native: bool = False) -> GridPMF:
     out = np.zeros(m)
     np.add.at(out, j - j0, p * (1 - w))
     np.add.at(out, j - j0 + 1, p * w)
+    return out, j0
+
+
+def ctd_split(pmf: GridPMF, mesh: float, native: bool = False) -> GridPMF:
+    """Connect-the-dots re-discretisation onto the lattice ``mesh * Z`` (dominates ``pmf``); ``native``: the
+    compiled kernel (one pass), else its numpy reference."""
+    if native and _dom is not None:
+        p = np.ascontiguousarray(pmf.probs, dtype=np.float64)
+        out, j0 = _dom.ctd_split(p, float(pmf.offset), float(pmf.mesh), float(mesh))
+    else:
+        out, j0 = _ctd_split_py(pmf, mesh)
+    cast = _U if np.asarray(pmf.probs).dtype != np.float64 else 0.0  # (a long double node's cast: relative)
     ratio = mesh / pmf.mesh
     res = GridPMF(out, j0 * mesh, mesh)
-    # every output entry is a sum of at most ratio + 2 positive products: relative rounding
+    # every output entry is a sum of at most ratio + 2 positive products (in any order): relative rounding
     res.rel = cast + 2 * (ratio + 3) * _U
     return res
 
 
-def dominated_split(pmf: GridPMF, mesh: float, native: bool = False) -> GridPMF:
-    """Re-discretisation onto ``mesh * Z`` dominated by ``pmf`` (:func:`_balanced_split`)."""
-    p, t, slack, cast = _split_prep(pmf, mesh)
+def _dominated_prep_py(pmf: GridPMF, mesh: float):
+    """Reference of the compiled :func:`fastpld._dominance.dominated_prep`: ``(j - j0, s, tv, j0, m)``."""
+    p, t, slack, _ = _split_prep(pmf, mesh)
     # atoms within rounding of a lattice point sit on it (moved up by at most slack * mesh: the
     # curve moves by at most that mass times it, charged); the others at their exact offset, rounded down
     r = np.rint(t)
@@ -150,10 +162,21 @@ def dominated_split(pmf: GridPMF, mesh: float, native: bool = False) -> GridPMF:
     t = np.where(on, r, t - slack)
     j = np.floor(t).astype(np.int64)
     s = np.where(on, 0.0, np.clip((t - j) * mesh, 0.0, mesh))
-    ratio = mesh / pmf.mesh
     j0 = int(j[0])
-    m = int(j[-1]) - j0 + 2
-    out = _balanced_split(j - j0, s, p, mesh, m, cell=int(ratio) + 2)
+    return j - j0, s, tv, j0, int(j[-1]) - j0 + 2
+
+
+def dominated_split(pmf: GridPMF, mesh: float, native: bool = False) -> GridPMF:
+    """Re-discretisation onto ``mesh * Z`` dominated by ``pmf`` (:func:`_balanced_split`); ``native``: the
+    atoms' cells from the compiled kernel, else its numpy reference."""
+    p = np.ascontiguousarray(pmf.probs, dtype=np.float64)
+    cast = _U if np.asarray(pmf.probs).dtype != np.float64 else 0.0  # (a long double node's cast: relative)
+    if native and _dom is not None:
+        j, s, tv, j0, m = _dom.dominated_prep(p, float(pmf.offset), float(pmf.mesh), float(mesh))
+    else:
+        j, s, tv, j0, m = _dominated_prep_py(pmf, mesh)
+    ratio = mesh / pmf.mesh
+    out = _balanced_split(j, s, p, mesh, m, cell=int(ratio) + 2)
     total = float(out.sum())
     res = GridPMF(out / total, j0 * mesh, mesh, tv=tv)
     # (the output was lowered by its rounding; the sums, the cast and the division only lower the mass claimed)
