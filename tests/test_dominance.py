@@ -482,6 +482,7 @@ def test_a_misleading_proxy_pilot_is_corrected_by_the_answers_own_width(monkeypa
     mu = math.sqrt(sum(c / s**2 for s, c in zip(sigmas, counts)))
     wide = fastpld.Gaussian(0.7).privacy_losses()["remove"]
     monkeypatch.setattr(D.planner, "_proxy_parts", lambda parts, order, merge: [(wide, c) for _, c in parts])
+    monkeypatch.setattr(D.planner, "_model_scale", lambda dir_parts: None)  # (smooth losses skip the pilot)
     widths = []
     real = D.planner.DominancePLD._reference_excess
     monkeypatch.setattr(D.planner.DominancePLD, "_reference_excess",
@@ -494,6 +495,49 @@ def test_a_misleading_proxy_pilot_is_corrected_by_the_answers_own_width(monkeypa
         exact = gaussian_epsilon(delta, mu)
         assert b.lower <= exact <= b.upper
         assert b.upper - b.lower <= 1.1e-3 * exact
+
+
+@pytest.mark.parametrize("mech, k", [(fastpld.PoissonSubsampledGaussian(1.0, 0.01), 1000),
+                                     (fastpld.PoissonSubsampledGaussian(0.8, 0.001), 20_000),
+                                     (fastpld.PoissonSubsampledGaussian(5.0, 0.1), 300),
+                                     (fastpld.Gaussian(10.0), 1000)])
+def test_smooth_losses_take_the_width_model_without_a_pilot(monkeypatch, mech, k):
+    # smooth losses: meshes from the width's model (lambda + 1), one composition that lands at 0.4-0.9 of the
+    # width asked (a pilot would show as a second measured width)
+    widths = []
+    real = D.planner.DominancePLD._reference_excess
+    monkeypatch.setattr(D.planner.DominancePLD, "_reference_excess",
+                        lambda self, *a: widths.append(real(self, *a)) or widths[-1])
+    b = fastpld.compose(mech, k, rel_error=1e-3).epsilon(1e-5)
+    assert len(widths) == 1 and 0.3 <= widths[0] <= 0.9
+    assert b.upper - b.lower <= 1e-3 * b.lower
+
+
+def test_a_misleading_width_model_is_corrected_by_the_answers_own_width(monkeypatch):
+    # a model 20x optimistic (its first answer far too wide) is measured and rescaled like a pilot
+    monkeypatch.setattr(D.planner, "_MODEL_C", D.planner._MODEL_C / 20)
+    widths = []
+    real = D.planner.DominancePLD._reference_excess
+    monkeypatch.setattr(D.planner.DominancePLD, "_reference_excess",
+                        lambda self, *a: widths.append(real(self, *a)) or widths[-1])
+    mu = math.sqrt(300) / 10.0
+    pld = fastpld.compose(fastpld.Gaussian(10.0), 300, rel_error=1e-3)
+    assert len(widths) >= 2 and widths[0] > 5 and widths[-1] <= 1.0
+    for delta in (1e-3, 1e-5):
+        b = pld.epsilon(delta)
+        exact = gaussian_epsilon(delta, mu)
+        assert b.lower <= exact <= b.upper
+        assert b.upper - b.lower <= 1e-3 * exact
+
+
+def test_the_width_model_leaves_losses_with_atoms_to_the_pilot():
+    from fastpld.dominance.planner import _model_scale
+    lap = fastpld.Laplace(1.0).privacy_losses()
+    gau = fastpld.Gaussian(2.0).privacy_losses()
+    assert _model_scale([(n, [(l, 10)]) for n, l in lap.items()]) is None
+    assert _model_scale([(n, [(fastpld.PureDP(1.0).privacy_losses()[n], 3)]) for n in ("remove", "add")]) is None
+    s = _model_scale([(n, [(l, 10)]) for n, l in gau.items()])
+    assert s is not None and 0 < s < 1
 
 
 @pytest.mark.skipif(D.splits._dom is None, reason="the compiled core is not built")
