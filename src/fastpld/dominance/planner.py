@@ -90,6 +90,10 @@ _SCALE_MARGIN = 0.9  # the answer's meshes aim at 0.81 of the width asked for
 # width asked, lambda the tilt of the composed loss at epsilon; c measured at 0.31-0.43 for subsampled
 # Gaussians (q 1e-3 .. 0.25, sigma 0.6 .. 5, k 100 .. 1e6) and 0.38-0.52 for Gaussians: the largest, rounded up
 _MODEL_C = 0.55
+# grouped plans (more than _MERGE distinct parts: their blocks' leaves enter once, fewer stages than the model
+# counts) landed at 0.42-0.47 of the width asked with _MODEL_C (50 x 100, 20 x 3,000, 300 x 10 subsampled
+# Gaussians): c 0.31-0.35 there
+_MODEL_C_GROUPED = 0.4
 _MODEL_OFF = 8.0  # a first width this many times the width asked is not the model's error (see the rescale loop)
 _RESCALES = 4  # answers after the pilot at most (each one's width measured), before a miss is refused
 _MAX_REFINE = 8.0  # the largest factor by which one rescaling refines the meshes
@@ -176,7 +180,7 @@ def _proxy_parts(parts, order, merge: int) -> list:
     return rep
 
 
-def _model_scale(dir_parts) -> float | None:
+def _model_scale(dir_parts, grouped: bool = False) -> float | None:
     """The meshes' scale (against :func:`leaf_mesh`'s) at which the width is predicted to be
     ``_SCALE_MARGIN^2`` of the width asked, for losses with a smooth density (no atoms; ``None`` for
     others, which the pilot measures).
@@ -189,7 +193,7 @@ def _model_scale(dir_parts) -> float | None:
     meshes is ``c (lambda + 1)`` times the width asked, ``c`` measured (``_MODEL_C``).  ``lambda`` is the
     tilt of the normal approximation at its ``mu + 4 sd``: ``4 / sd``, of the direction whose ``mu + 4 sd``
     is largest (the one epsilon comes from).  The width is second order in the meshes: the scale is
-    ``sqrt(_SCALE_MARGIN^2 / (c (lambda + 1)))``.
+    ``sqrt(_SCALE_MARGIN^2 / (c (lambda + 1)))``; ``grouped``: a plan of blocks (``_MODEL_C_GROUPED``).
     """
     best = None
     for _, parts in dir_parts:
@@ -208,7 +212,8 @@ def _model_scale(dir_parts) -> float | None:
     if best is None:
         return None
     lam = 4.0 / best[1]
-    return _quantized(math.sqrt(_SCALE_MARGIN ** 2 / (_MODEL_C * (lam + 1.0))))
+    c = _MODEL_C_GROUPED if grouped else _MODEL_C
+    return _quantized(math.sqrt(_SCALE_MARGIN ** 2 / (c * (lam + 1.0))))
 
 
 def _epsilon_guess(dir_parts) -> float:
@@ -275,7 +280,7 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
         return pld
 
     proxy = any(p is not q for p, q in zip(plans, proxies))
-    model = _model_scale(dir_parts)
+    model = _model_scale(dir_parts, grouped=any(len(parts) > _MERGE for _, parts in dir_parts))
     if model is not None:
         # smooth losses: the width's model is good to ~1.4x, so no pilot (it cost 25-35% of the time)
         scale, proxy = model, False
