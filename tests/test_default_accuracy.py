@@ -154,12 +154,14 @@ def test_the_default_answers_at_k_1e7_where_dominance_alone_refuses():
 
 
 @pytest.mark.parametrize("sigma,q,arities", [(0.5, 0.1, (1024, 4096)),
-                                             # (the width model's meshes fit arity 64 here: the pilot's did not)
-                                             (5.0, 0.01, (64, 256, 1024, 4096))])
+                                             # (the width model's meshes fit the default arities here: the
+                                             # pilot's did not)
+                                             (5.0, 0.01, None)])
 def test_larger_arities_certify_k_1e7_where_64_and_256_do_not_fit(sigma, q, arities):
     # the first node's round-off counts once per instance: arities 1024 and 4096 have 4x and 16x fewer
     pld = fastpld.compose(fastpld.PoissonSubsampledGaussian(sigma, q), 10_000_000, rel_error=1e-3)
-    assert pld.method in tuple(f"dominance(arity={a})" for a in arities)
+    assert pld.method.startswith("dominance(") and (arities is None
+                                                    or pld.method in tuple(f"dominance(arity={a})" for a in arities))
     b = pld.epsilon(1e-5)
     assert b.upper - b.lower <= 1e-3 * b.lower and pld.delta_spent <= pld.delta_error
     # an independent certificate agrees: the coupling's interval at the same relative accuracy overlaps

@@ -191,9 +191,22 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     mmax = max(m for _, _, m in ins)
     lg = math.ceil(math.log2(N))
     est64 = _predicted_fp_plain(inst, msum, lg)
+    # accurate low-frequency spectra (use_series, below) at FFT length n
+    series_ok = lambda n: (est64 > 0.25 * allowance and mmax >= 8  # noqa: E731
+                           and sum(p.size for p, _, _ in ins) * (_SERIES_R + 3) <= 2 * n * math.log2(n))
+    dft_ok = est64 > 0.25 * allowance and _few_buckets(ins)
+    # (docs/roundoff.md, section 3g: one large power of an input with a narrow bulk and a wide thin tail;
+    # only where long double's plain charge, measured at up to ~4x its prediction on such nodes, could
+    # exceed delta_error by itself: the split costs a long double FFT more)
+    split_ok = (len(ins) == 1 and mmax >= 8 and not dft_ok
+                and _SPLIT_FACTOR * _predicted_fp_plain(inst, msum, lg, _ULD) > budgets.delta)
     if est64 <= 0.25 * allowance:
         dtypes = (np.float64,)
-    elif _predicted_fp_series(inst, msum, lg, mmax, _has_atoms(node)) <= node_allowance:
+    # (a float64 try is predicted by the series' charge only where the series, the DFTs or the split can run,
+    # else by the plain one (measured at 1.6x its prediction on x125 nodes of subsampled Gaussian leaves): a
+    # node of inputs too wide for the series whose plain charge does not fit goes to long double at once)
+    elif (_predicted_fp_series(inst, msum, lg, mmax, _has_atoms(node)) if (series_ok(N) or dft_ok or split_ok)
+          else est64) <= node_allowance:
         dtypes = (np.float64, np.longdouble)
     else:
         dtypes = (np.longdouble,)
@@ -206,14 +219,7 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     # some power is large (with small powers the plain bound has no m-fold growth) and the inputs'
     # moments cost less than a few FFTs (a block of many wide children with small powers would pay
     # (R + 3) n per child for nothing: a quarter of a 200 x 10 heterogeneous composition, docs/performance.md)
-    use_series = (est64 > 0.25 * allowance and mmax >= 8
-                  and sum(p.size for p, _, _ in ins) * (_SERIES_R + 3) <= 2 * N * math.log2(N))
-    dft_ok = est64 > 0.25 * allowance and _few_buckets(ins)
-    # (docs/roundoff.md, section 3g: one large power of an input with a narrow bulk and a wide thin tail;
-    # only where long double's plain charge, measured at up to ~4x its prediction on such nodes, could
-    # exceed delta_error by itself: the split costs a long double FFT more)
-    split_ok = (len(ins) == 1 and mmax >= 8 and not dft_ok
-                and _SPLIT_FACTOR * _predicted_fp_plain(inst, msum, lg, _ULD) > budgets.delta)
+    use_series = series_ok(N)
     for dtype in dtypes:
         u = _U64 if dtype is np.float64 else _ULD
         low = None
