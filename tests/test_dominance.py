@@ -482,7 +482,7 @@ def test_a_misleading_proxy_pilot_is_corrected_by_the_answers_own_width(monkeypa
     mu = math.sqrt(sum(c / s**2 for s, c in zip(sigmas, counts)))
     wide = fastpld.Gaussian(0.7).privacy_losses()["remove"]
     monkeypatch.setattr(D.planner, "_proxy_parts", lambda parts, order, merge: [(wide, c) for _, c in parts])
-    monkeypatch.setattr(D.planner, "_model_scale", lambda dir_parts, grouped=False: None)  # (smooth losses skip the pilot)
+    monkeypatch.setattr(D.planner, "_model_scale", lambda dir_parts: None)  # (smooth losses skip the pilot)
     widths = []
     real = D.planner.DominancePLD._reference_excess
     monkeypatch.setattr(D.planner.DominancePLD, "_reference_excess",

@@ -25,18 +25,32 @@ _U = np.finfo(np.float64).eps / 2  # unit roundoff
 # Plans and execution
 # --------------------------------------------------------------------------------------
 def dominance_meshes(plan, h1: float) -> dict:
-    """Mesh per group: ``h1`` times the power of two nearest ``sqrt(K / copies_g)``.
+    """Mesh per group: ``h1`` times the power of two nearest ``(K / copies_g)^_MESH_GROWTH``.
 
     A re-discretisation at mesh ``H`` moves each copy's loss by ``O(H^2)`` (connect-the-dots and
     the balanced split are second order), and its copies enter the final composition ``copies_g``
-    times: equal shares ``copies_g H_g^2 ~ K h1^2`` (``K`` the leaf copies) let the meshes grow like
-    the square root of the copies composed before them, and every stage holds about the same number
-    of buckets.  Powers of two keep every lattice nested in the next (the balanced split is exact on
-    nested lattices; on incommensurate ones its cells drift).
+    times: group ``g`` adds ``~copies_g H_g^2`` to the width at a cost of ``~span_g / H_g`` buckets.
+    Equal shares (``H_g ~ copies_g^-1/2``) give every stage about the same number of buckets; the
+    least buckets for a given width are at ``H_g ~ copies_g^-1/3`` (Lagrange, spans alike), which gives
+    the leaf's lattice -- the largest nodes, in long double -- a coarser mesh and the later ones finer
+    ones (``_MESH_GROWTH``).  Powers of two keep every lattice nested in the next (the balanced split is
+    exact on nested lattices; on incommensurate ones its cells drift).
     """
     copies = plan.copies_per_group()
     K = max(copies.values())
-    return {g: h1 * 2.0 ** round(0.5 * math.log2(K / max(c, 1))) for g, c in copies.items()}
+    return {g: h1 * 2.0 ** round(_MESH_GROWTH * math.log2(K / max(c, 1))) for g, c in copies.items()}
+
+
+# measured against 1/2 (equal shares) on subsampled Gaussians at rel_error 1e-3: 0.87x the time at q = 0.001
+# (k 1e5, 1e6), 0.9-1.0x at q = 0.01 and 0.1; 1/4 is slower (the root's lattice grows past the leaf's)
+_MESH_GROWTH = 1.0 / 3.0
+
+
+def _model_weight(plan) -> float:
+    """``sum_g copies_g (H_g / h1)^2`` of :func:`dominance_meshes`: the leaf-mesh units of the width."""
+    copies = plan.copies_per_group()
+    r = dominance_meshes(plan, 1.0)
+    return sum(c * r[g] ** 2 for g, c in copies.items())
 
 
 def leaf_mesh(parts, plan, eps_error: float, scale: float = 1.0) -> float:
@@ -44,16 +58,13 @@ def leaf_mesh(parts, plan, eps_error: float, scale: float = 1.0) -> float:
 
     Each group's re-discretisations (and the leaves) move the composed loss by about
     ``copies_g H_g^2 / 12`` (the mean shift of connect-the-dots; the balanced split's is of the
-    same size), and with :func:`dominance_meshes` every group contributes about ``K h1^2 / 12``:
-    the shifts of the ``S`` groups add up to ``S K h1^2 / 12``, which moves epsilon by as much.
+    same size): with :func:`dominance_meshes` the shifts add up to ``h1^2 / 12 sum_g copies_g (H_g / h1)^2``
+    (:func:`_model_weight`), which moves epsilon by as much.
     ``scale`` multiplies the result (a second attempt, see :func:`compose_dominance`).  A single
     part with one or two atoms takes the largest mesh below that on whose lattice, and on
     every coarser lattice of the plan, its atoms lie (their splits are then exact).
     """
-    copies = plan.copies_per_group()
-    K = max(copies.values())
-    S = len(copies)
-    h1 = scale * math.sqrt(12.0 * eps_error / (_SHIFT_FACTOR * S * K))
+    h1 = scale * math.sqrt(12.0 * eps_error / (_SHIFT_FACTOR * _model_weight(plan)))
     if len(parts) == 1:
         loss = parts[0][0]
         pts = (np.asarray(loss.values, dtype=np.float64) if isinstance(loss, DiscreteLoss)
@@ -87,13 +98,10 @@ _ARITIES = (_DEFAULT_ARITY, 256, 1024, 4096)  # tried in turn when a plan's char
 _PILOT_SCALE = 3.0  # the pilot's meshes against the planner's (see _compose_dominance)
 _SCALE_MARGIN = 0.9  # the answer's meshes aim at 0.81 of the width asked for
 # the width's model for smooth losses (_model_scale): at the planner's meshes it is c (lambda + 1) times the
-# width asked, lambda the tilt of the composed loss at epsilon; c measured at 0.31-0.43 for subsampled
-# Gaussians (q 1e-3 .. 0.25, sigma 0.6 .. 5, k 100 .. 1e6) and 0.38-0.52 for Gaussians: the largest, rounded up
+# width asked, lambda the tilt of the composed loss at epsilon.  With 0.55 the first answer landed at 0.56-0.78 of
+# the width asked on 16 subsampled Gaussians (q 1e-3 .. 0.25, sigma 0.6 .. 5, k 100 .. 1.2e5), 0.57-0.74 on 4
+# Gaussians, 0.70-0.77 on heterogeneous schedules of 5-8 parts and 0.66-0.69 (scaled from c = 0.4) on grouped ones
 _MODEL_C = 0.55
-# grouped plans (more than _MERGE distinct parts: their blocks' leaves enter once, fewer stages than the model
-# counts) landed at 0.42-0.47 of the width asked with _MODEL_C (50 x 100, 20 x 3,000, 300 x 10 subsampled
-# Gaussians): c 0.31-0.35 there
-_MODEL_C_GROUPED = 0.4
 _MODEL_OFF = 8.0  # a first width this many times the width asked is not the model's error (see the rescale loop)
 _RESCALES = 4  # answers after the pilot at most (each one's width measured), before a miss is refused
 _MAX_REFINE = 8.0  # the largest factor by which one rescaling refines the meshes
@@ -231,7 +239,7 @@ def _proxy_parts(parts, order, merge: int) -> list:
     return rep
 
 
-def _model_scale(dir_parts, grouped: bool = False) -> float | None:
+def _model_scale(dir_parts) -> float | None:
     """The meshes' scale (against :func:`leaf_mesh`'s) at which the width is predicted to be
     ``_SCALE_MARGIN^2`` of the width asked, for losses with a smooth density (no atoms; ``None`` for
     others, which the pilot measures).
@@ -244,7 +252,7 @@ def _model_scale(dir_parts, grouped: bool = False) -> float | None:
     meshes is ``c (lambda + 1)`` times the width asked, ``c`` measured (``_MODEL_C``).  ``lambda`` is the
     tilt of the normal approximation at its ``mu + 4 sd``: ``4 / sd``, of the direction whose ``mu + 4 sd``
     is largest (the one epsilon comes from).  The width is second order in the meshes: the scale is
-    ``sqrt(_SCALE_MARGIN^2 / (c (lambda + 1)))``; ``grouped``: a plan of blocks (``_MODEL_C_GROUPED``).
+    ``sqrt(_SCALE_MARGIN^2 / (c (lambda + 1)))``.
     """
     best = None
     for _, parts in dir_parts:
@@ -263,8 +271,7 @@ def _model_scale(dir_parts, grouped: bool = False) -> float | None:
     if best is None:
         return None
     lam = 4.0 / best[1]
-    c = _MODEL_C_GROUPED if grouped else _MODEL_C
-    return _quantized(math.sqrt(_SCALE_MARGIN ** 2 / (c * (lam + 1.0))))
+    return _quantized(math.sqrt(_SCALE_MARGIN ** 2 / (_MODEL_C * (lam + 1.0))))
 
 
 def _epsilon_guess(dir_parts) -> float:
@@ -331,7 +338,7 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
         return pld
 
     proxy = any(p is not q for p, q in zip(plans, proxies))
-    model = _model_scale(dir_parts, grouped=any(len(parts) > _MERGE for _, parts in dir_parts))
+    model = _model_scale(dir_parts)
     if model is not None:
         # smooth losses: the width's model is good to ~1.4x, so no pilot (it cost 25-35% of the time)
         scale, proxy = model, False
