@@ -10,9 +10,10 @@ import numpy as np
 
 from ..composition.budget import _BudgetError, _Budgets
 from ..composition.execute import _execute
-from ..composition.plan import _build_plan, _merge_order as _plan_merge_order
-from ..composition.threads import _run_jobs
+from ..composition.plan import _Leaf, _build_plan, _merge_order as _plan_merge_order
+from ..composition.threads import _PARALLEL_MIN_US, _run_jobs
 from ..curve import DirectionResult
+from ..discretize import truncation_window
 from ..mechanisms import DiscreteLoss
 from ..mechanisms.base import ContinuousLoss
 from .leaves import ctd_leaf, dominated_leaf
@@ -102,6 +103,9 @@ _SCALE_MARGIN = 0.9  # the answer's meshes aim at 0.81 of the width asked for
 # the width asked on 16 subsampled Gaussians (q 1e-3 .. 0.25, sigma 0.6 .. 5, k 100 .. 1.2e5), 0.57-0.74 on 4
 # Gaussians, 0.70-0.77 on heterogeneous schedules of 5-8 parts and 0.66-0.69 (scaled from c = 0.4) on grouped ones
 _MODEL_C = 0.55
+# the directions run on two threads from this many leaf buckets in all (subsampled Gaussians at rel_error 1e-3,
+# one thread against two: 0.87x the time at 10,000 buckets, 0.63x at 50,000-75,000; 1.0-1.1x at 2,000-4,300)
+_PARALLEL_LEAF_BUCKETS = 8000
 _MODEL_OFF = 8.0  # a first width this many times the width asked is not the model's error (see the rescale loop)
 _RESCALES = 4  # answers after the pilot at most (each one's width measured), before a miss is refused
 _MAX_REFINE = 8.0  # the largest factor by which one rescaling refines the meshes
@@ -323,14 +327,20 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
     def attempt(scale, plans):
         jobs = []
         memo = {}  # the leaves' grids and integrals, shared by the two chains of this attempt
+        meshes_of = {}
         for name, parts, plan in plans:
             h1 = leaf_mesh(parts, plan, eps_error, scale)
-            meshes = dominance_meshes(plan, h1)
+            meshes = meshes_of[name] = dominance_meshes(plan, h1)
             p_inf = -math.expm1(sum(c * math.log1p(-loss.p_inf) for loss, c in parts))
-            for upper in (True, False):
-                jobs.append(functools.partial(_run_chain, plan, meshes, budgets, backend, max_buckets, p_inf, upper,
-                                              arity, memo))
-        out = _run_jobs(jobs, threads, 0.0)
+            chains = [functools.partial(_run_chain, plan, meshes, budgets, backend, max_buckets, p_inf, upper,
+                                        arity, memo) for upper in (True, False)]
+            jobs.append(lambda chains=chains: [c() for c in chains])
+        # the directions on two threads where they are predicted to take long enough (the FFTs and compiled
+        # kernels release the GIL: 0.64x the time at q = 0.001 x 1e5, 1e6; under ~2 ms the handover costs more)
+        big = (threads > 1 and len(plans) > 1
+               and sum(_leaf_buckets(plan, meshes_of[name], budgets, backend.native, _PARALLEL_LEAF_BUCKETS)
+                       for name, _, plan in plans) >= _PARALLEL_LEAF_BUCKETS)
+        out = [r for pair in _run_jobs(jobs, threads, _PARALLEL_MIN_US if big else 0.0) for r in pair]
         upper = {name: out[2 * i] for i, (name, _, _) in enumerate(plans)}
         lower = {name: out[2 * i + 1] for i, (name, _, _) in enumerate(plans)}
         pld = DominancePLD(upper, lower, eps_error, delta_error, tuple(events), backend.name)
@@ -404,6 +414,32 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
             f"accuracy, or eps_error for the coupling certificate",
             best[1] if math.isfinite(best[0]) else None)
     return pld
+
+
+def _leaf_buckets(plan, meshes, budgets, native, enough=1e5) -> float:
+    """About how many buckets the plan's leaves hold (their truncation windows over their meshes, the tails as
+    :func:`fastpld.composition.execute._execute` sets them); a prediction only (a loss whose window cannot be
+    had counts 0), summed until ``enough``."""
+    n_objects = plan.n_nodes + plan.n_leaves
+    total = 0.0
+    for o in plan.order:
+        if not isinstance(o, _Leaf):
+            continue
+        loss = o.loss
+        try:
+            if isinstance(loss, DiscreteLoss):
+                v = np.asarray(loss.values, dtype=np.float64)
+                span = float(v.max() - v.min()) if v.size else 0.0
+            else:
+                a, b = truncation_window(loss, budgets.trunc / (n_objects * plan.instances[id(o)] * 2), native)
+                span = b - a
+        except (ValueError, ArithmeticError, NotImplementedError, AttributeError, TypeError):
+            continue
+        if math.isfinite(span):
+            total += span / meshes[o.group]
+        if total >= enough:
+            break
+    return total
 
 
 def _run_chain(plan, meshes, budgets, backend, max_buckets, p_inf, upper, arity, memo):
