@@ -14,8 +14,8 @@ from .. import _fft, _kernels
 from .._limits import BucketLimitError
 from ..discretize import GridPMF
 from .lattice import _lattice_spectrum
-from .precision import (_few_buckets, _has_atoms, _predicted_fp_dft, _predicted_fp_plain, _predicted_fp_series,
-                        _use_lattice)
+from .precision import (_MIXED_MIN_POWER, _few_buckets, _has_atoms, _predicted_fp_dft, _predicted_fp_plain,
+                        _predicted_fp_series, _use_lattice)
 from .roundoff import _U64, _ULD, _node_tv
 from .series import _SERIES_R, _series_amp, _series_spectrum, _split_series_spectrum
 
@@ -226,7 +226,11 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
         # (not where the lattice spectra below take every frequency: few-bucket inputs, large powers and
         # a charge that matters)
         want_lat = dft_ok and _use_lattice(_predicted_fp_dft(inst, msum, u), mmax, budgets.delta)
-        ser = _series_spectrum(ins, N, dtype, backend.native) if use_series and not want_lat else None
+        # (a long double node whose plain charge is small anyway and that takes no float64 forward FFTs gains
+        # nothing from the series but a smaller charge: 0.36 ms a node at 50 x 5,832 buckets, skipped)
+        ld_plain = (dtype is np.longdouble and msum < _MIXED_MIN_POWER
+                    and _predicted_fp_plain(inst, msum, lg, _ULD) <= 0.25 * allowance)
+        ser = _series_spectrum(ins, N, dtype, backend.native) if use_series and not want_lat and not ld_plain else None
         split = False
         if split_ok and (ser is None or ser[0] < _SPLIT_BELOW):
             # a thin tail to the window's end leaves the series few frequencies: bulk by moments, tail by an FFT
@@ -242,8 +246,10 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
         # (docs/roundoff.md, section 3c; the whole node falls back to long double where it does)
         # (not for lattice-like inputs, whose spectral peaks past the series' range make it fall back)
         # (not after a split: past its reach |X|^m still matters, measured to fall back every time)
+        # (not for powers below _MIXED_MIN_POWER, as the planner predicts: measured to fall back every time at 50,
+        # 100 and 125 -- the dominance chains of subsampled Gaussians -- the long double power then computed twice)
         fdt = (np.float64 if (dtype is np.longdouble and ser is not None and _MIXED_FORWARD and not _has_atoms(node)
-                              and not split) else dtype)
+                              and not split and msum >= _MIXED_MIN_POWER) else dtype)
         # inputs of a few buckets (the leaves of lattice-like losses at large k): direct DFTs, whose
         # error does not grow with log N and whose ascending sums keep it near the largest masses'
         # (docs/roundoff.md, section 3e); only where the round-off matters and the bound is at most
