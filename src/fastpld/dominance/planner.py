@@ -204,6 +204,11 @@ def _homogeneous_arity(dir_parts) -> int:
     if any(len(parts) != 1 for _, parts in dir_parts) or len(counts) != 1:
         return _DEFAULT_ARITY
     (k,) = counts
+    return _least_work_arity(k)
+
+
+@functools.lru_cache(maxsize=256)
+def _least_work_arity(k: int) -> int:
     lo, hi = _ARITY_RANGE
     return min(range(lo, hi + 1), key=lambda a: (_plan_work(k, a), abs(a - _DEFAULT_ARITY)))
 
