@@ -1,6 +1,6 @@
-"""Plans, meshes and the composition of the dominance certificate: both chains for every direction, a
-pilot on coarser meshes that measures the width, and the answer on meshes scaled for it
-(``docs/dominance.md``, "Meshes")."""
+"""Plans, meshes and the composition of the dominance certificate: both chains for every direction, on
+meshes from a width model (smooth losses) or scaled from a pilot on coarser meshes that measures the width
+(the others), every answer's width checked (``docs/dominance.md``, "Meshes")."""
 from __future__ import annotations
 
 import functools
@@ -42,8 +42,8 @@ def dominance_meshes(plan, h1: float) -> dict:
     return {g: h1 * 2.0 ** round(_MESH_GROWTH * math.log2(K / max(c, 1))) for g, c in copies.items()}
 
 
-# measured against 1/2 (equal shares) on subsampled Gaussians at rel_error 1e-3: 0.87x the time at q = 0.001
-# (k 1e5, 1e6), 0.9-1.0x at q = 0.01 and 0.1; 1/4 is slower (the root's lattice grows past the leaf's)
+# measured against 1/2 (equal shares) on subsampled Gaussians at rel_error 1e-3: 0.80-0.85x the time at
+# q = 0.001-0.004 (k 1e5, 1e6), 0.9-1.0x at q = 0.01 and 0.1; 1/4 is slower (the root's lattice grows past the leaf's)
 _MESH_GROWTH = 1.0 / 3.0
 
 
@@ -101,7 +101,7 @@ _SCALE_MARGIN = 0.9  # the answer's meshes aim at 0.81 of the width asked for
 # the width's model for smooth losses (_model_scale): at the planner's meshes it is c (lambda + 1) times the
 # width asked, lambda the tilt of the composed loss at epsilon.  With 0.55 the first answer landed at 0.56-0.78 of
 # the width asked on 16 subsampled Gaussians (q 1e-3 .. 0.25, sigma 0.6 .. 5, k 100 .. 1.2e5), 0.57-0.74 on 4
-# Gaussians, 0.70-0.77 on heterogeneous schedules of 5-8 parts and 0.66-0.69 (scaled from c = 0.4) on grouped ones
+# Gaussians, 0.70-0.77 on heterogeneous schedules of 5-8 parts and 0.64-0.67 on grouped ones (50 x 100, 20 x 3,000)
 _MODEL_C = 0.55
 # the directions run on two threads from this many leaf buckets in all (subsampled Gaussians at rel_error 1e-3,
 # one thread against two: 0.87x the time at 10,000 buckets, 0.63x at 50,000-75,000; 1.0-1.1x at 2,000-4,300)
@@ -159,8 +159,8 @@ def compose_dominance(dir_parts, events, eps_error: float, delta_error: float, b
 
 
 # a single part's arity is chosen in this range (the fewest nodes and re-discretisations): measured faster than 64
-# alone on every frontier workload (k = 1e3 .. 1e6: 0.7-0.9x the time, fewer carries); larger arities make
-# larger first nodes (256: slower at k = 1e5, 1e6)
+# alone on every frontier workload where they differ (k = 100 .. 1e6: 0.66-0.87x the time, fewer carries);
+# larger arities make larger first nodes (256: slower at k = 1e5, 1e6)
 _ARITY_RANGE = (40, 128)
 
 
@@ -341,7 +341,7 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
                                         arity, memo) for upper in (True, False)]
             jobs.append(lambda chains=chains: [c() for c in chains])
         # the directions on two threads where they are predicted to take long enough (the FFTs and compiled
-        # kernels release the GIL: 0.64x the time at q = 0.001 x 1e5, 1e6; under ~2 ms the handover costs more)
+        # kernels release the GIL: 0.63x the time at q = 0.001 x 1e5, 1e6; small ones lose by the handover)
         big = (threads > 1 and len(plans) > 1
                and sum(_leaf_buckets(plan, meshes_of[name], budgets, backend.native, _PARALLEL_LEAF_BUCKETS)
                        for name, _, plan in plans) >= _PARALLEL_LEAF_BUCKETS)
