@@ -32,7 +32,7 @@ def balanced_split(const long long[::1] j, const double[::1] s, const double[::1
                 c = r * a[i] * expm1(x)
                 bal -= c
                 neg += c
-                acc += r * a[i] * exp(x)
+                acc += r * a[i]  # (its A-mass: the merged atom keeps it, below)
                 i += 1
                 r = 1.0
             # atoms at or above the point, in its interval: as much as makes the balance >= margin
@@ -48,7 +48,7 @@ def balanced_split(const long long[::1] j, const double[::1] s, const double[::1
                     if first and x <= 0.5 * H * (1 + 1e-9):
                         f = r if x < 0.5 * H * (1 - 1e-9) else 0.5 * r
                         bal += f * a[i] * (-expm1(-x))
-                        acc += f * a[i] * exp(-x)
+                        acc += f * a[i]
                         r -= f
                         if r > 0.0:
                             break
@@ -59,12 +59,12 @@ def balanced_split(const long long[::1] j, const double[::1] s, const double[::1
                 c = r * a[i] * (-expm1(-x))
                 if c > need:
                     f = need / (a[i] * (-expm1(-x)))
-                    acc += f * a[i] * exp(-x)
+                    acc += f * a[i]
                     r -= f
                     bal += f * a[i] * (-expm1(-x))
                     break
                 bal += c
-                acc += r * a[i] * exp(-x)
+                acc += r * a[i]
                 i += 1
                 r = 1.0
             if acc + acc0 > 0.0:
@@ -73,7 +73,7 @@ def balanced_split(const long long[::1] j, const double[::1] s, const double[::1
                 out[g] += acc + acc0
             else:  # not balanced: atoms on the point stay, the rest goes to the point below
                 out[g] += acc0
-                out[g - 1] += acc * exp(-H)
+                out[g - 1] += acc
     return out_arr
 
 

@@ -248,10 +248,10 @@ def _narrowest_answer(refused: ValueError, dir_parts):
 # runs 1.5-4x above the measured times: halved) with a rough model of the dominance certificate's time:
 # _DOM_NODE_US per chain level and _DOM_PART_US per further distinct part (benchmarks/bench_auto.py;
 # docs/dominance.md).  The dominance certificate now runs 1-2 ms per level, but 3 ms is kept: at 1.5 ms auto
-# sent PSG(1, 0.01) x 1000 at eps_error 0.02 to dominance, whose dominated add chain keeps 55% of its mass on
-# such coarse meshes (the leaf's top cell, by the support end, cannot balance): its epsilon within eps_error,
-# its trade-off and Gaussian-DP views far looser than the coupling answer's (mu in [0.467, inf) against
-# [0.543, 0.549]); at 1.0 ms the paper's PSG x 2^16 at 0.01 went to dominance too (18 ms against 7)
+# sent PSG(1, 0.01) x 1000 at eps_error 0.02 to dominance, whose coarse meshes bound beta loosely at the
+# extreme alphas (0 against the coupling's 2.4e-12 at alpha = 1 - 1e-10): its epsilon within eps_error, its
+# Gaussian-DP mu over alpha in [1e-10, 1 - 1e-10] in [0.467, inf) against the coupling's [0.543, 0.549]; at
+# 1.0 ms the paper's PSG x 2^16 at 0.01 went to dominance too (18 ms against 7)
 _DOM_NODE_US = 3000.0
 _DOM_PART_US = 1000.0
 _COUPLING_PREDICTION_BIAS = 2.0

@@ -24,22 +24,22 @@ _MARGIN = 1e-12  # relative margin of every balance against the rounding of its 
 
 def _balanced_split(j, s, a, H, n, cell=4):
     """Atoms of mass ``a`` at ``j H + s`` (``0 <= s < H``, sorted) onto the lattice points ``0..n-1``
-    (times ``H``), dominated; returns the masses per point (summing to at most ``a.sum()``).
+    (times ``H``), dominated; returns the masses per point (summing to ``a.sum()`` but for rounding).
 
     The points are taken in increasing order.  Point ``g`` receives every atom left below it, then
     atoms (or, for the last one, a fraction) of its interval ``[g H, (g + 1) H)`` until its
     *balance* ``sum a (1 - e^(g H - y))`` over what it received is >= 0: the merged atom (a
     post-processing of the pair, hence dominated) then has loss >= ``g H``, and it is moved down onto
-    the point keeping its mass under the second distribution (``A = e^(g H) B``, which only lowers
-    the curve).  Where the support is sparse (atoms further apart than ``H``), a cell takes atoms past
-    the next point; the points in between receive nothing.  Balances are made exactly zero (up to a relative margin against rounding), so no
-    mass is lost but at the ends of the support (a cell its interval cannot balance sends all but
-    the atoms on its point to the point below, where its balance is positive): the first cell also takes the lower half of its
-    interval (an atom on the midpoint half), whose positive balance is lost; starting the cells'
-    boundaries at the midpoints keeps them there (the boundaries' offsets follow a neutral
-    recursion, so a bad start would persist).  A cell that its interval cannot balance goes to the
-    point below, where its balance is positive.  ``cell`` bounds the atoms per cell for the rounding
-    of the sums (the result is lowered by it).
+    the point keeping its mass ``sum a`` under the first distribution (each hinge ``a (1 - e^(eps - y))_+``
+    only falls as ``y`` does: ``docs/dominance.md``, fact 4).  Where the support is sparse (atoms further
+    apart than ``H``), a cell takes atoms past the next point; the points in between receive nothing.
+    Balances are made exactly zero (up to a relative margin against rounding).  A cell that its interval
+    cannot balance (at the top end of the support) sends all but the atoms on its point to the point below,
+    each keeping its mass (their losses are at least that point's).  The first cell also takes the lower
+    half of its interval (an atom on the midpoint half); starting the cells' boundaries at the midpoints
+    keeps them there (the boundaries' offsets follow a neutral recursion, so a bad start would persist).
+    No mass is lost.  ``cell`` bounds the atoms per cell for the rounding of the sums (the result is
+    lowered by it).
     """
     j = np.ascontiguousarray(j, dtype=np.int64)
     s = np.ascontiguousarray(s, dtype=np.float64)
@@ -64,7 +64,7 @@ def _balanced_split_py(j, s, a, H, n, margin):
             c = r * a[i] * math.expm1(x)
             bal -= c
             neg += c
-            acc += r * a[i] * math.exp(x)
+            acc += r * a[i]
             i += 1
             r = 1.0
         while i < m and j[i] >= g:
@@ -79,7 +79,7 @@ def _balanced_split_py(j, s, a, H, n, margin):
                 if first and x <= 0.5 * H * (1 + 1e-9):  # the first cell: the lower half of its interval
                     f = r if x < 0.5 * H * (1 - 1e-9) else 0.5 * r  # (an atom on the midpoint: half)
                     bal += f * a[i] * -math.expm1(-x)
-                    acc += f * a[i] * math.exp(-x)
+                    acc += f * a[i]
                     r -= f
                     if r > 0.0:
                         break
@@ -90,12 +90,12 @@ def _balanced_split_py(j, s, a, H, n, margin):
             c = r * a[i] * -math.expm1(-x)
             if c > need:
                 f = need / (a[i] * -math.expm1(-x))
-                acc += f * a[i] * math.exp(-x)
+                acc += f * a[i]
                 r -= f
                 bal += f * a[i] * -math.expm1(-x)
                 break
             bal += c
-            acc += r * a[i] * math.exp(-x)
+            acc += r * a[i]
             i += 1
             r = 1.0
         if acc + acc0 > 0.0:
@@ -104,7 +104,7 @@ def _balanced_split_py(j, s, a, H, n, margin):
             out[g] += acc + acc0
         else:  # atoms on the point stay; the rest goes down (g > 0: the first cell has nothing below)
             out[g] += acc0
-            out[g - 1] += acc * math.exp(-H)
+            out[g - 1] += acc
     return out
 
 
