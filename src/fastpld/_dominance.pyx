@@ -1,7 +1,9 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Compiled kernel of :mod:`fastpld.dominance`: the balanced (dominated) split of atoms onto a lattice.
+"""Compiled kernels of :mod:`fastpld.dominance`: the balanced (dominated) split of atoms onto a lattice,
+the dominated re-discretisation's cells, and connect-the-dots onto a coarser lattice.
 
-The reference is :func:`fastpld.dominance._balanced_split_py` (same operations, same order).
+The references are in :mod:`fastpld.dominance.splits` (``_balanced_split_py``, ``_dominated_prep_py``,
+``_ctd_split_py``): the same operations per atom (connect-the-dots sums into each point in another order).
 """
 import numpy as np
 cimport numpy as cnp
