@@ -576,3 +576,24 @@ def test_the_dominated_chain_keeps_its_mass_at_a_support_end():
     out = D._balanced_split(j, s, a, 0.01, 2, cell=200)
     assert abs(out.sum() - a.sum()) <= 1e-12 * a.sum()
     assert out[1] == 0.0  # (nothing above the atoms: everything stays at the lower point)
+
+
+def test_plan_work_counts_the_plans_chain_builds():
+    # _plan_work mirrors composition.plan._chain without building plans (89 candidate arities per k): its
+    # count of convolving nodes and re-discretisations must stay that of the plan actually built
+    from fastpld.composition.plan import _Node, _build_plan
+    loss = fastpld.Gaussian(1.0).privacy_losses()["remove"]
+
+    def built(k, a):
+        plan = _build_plan([(loss, k)], "recursive", a)
+        conv = red = 0
+        for o in plan.order:
+            if isinstance(o, _Node):
+                conv += not (len(o.children) == 1 and o.children[0][1] == 1)
+                red += sum(1 for c, _ in o.children if c.group != o.group)
+        return conv + 0.5 * red
+
+    for k in (40, 41, 99, 128, 1600, 1601, 4096, 7919, 10_000, 123_457, 10**6, 2**20 + 3):
+        for a in (40, 50, 64, 100, 107, 125, 128):
+            if a <= k:  # (the arities it is asked about)
+                assert D.planner._plan_work(k, a) == built(k, a), (k, a)

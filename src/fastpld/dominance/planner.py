@@ -165,7 +165,7 @@ _ARITY_RANGE = (40, 128)
 
 
 def _plan_work(count: int, arity: int) -> float:
-    """The work of a single part's recursive plan at ``arity`` (as
+    """The work of a single part's recursive plan at ``arity <= count`` (as
     :func:`fastpld.composition.plan._chain` builds it): its nodes that convolve, and half a node per
     re-discretisation (a split and a forward transform)."""
     a, t = arity, 1
@@ -210,7 +210,9 @@ def _homogeneous_arity(dir_parts) -> int:
 @functools.lru_cache(maxsize=256)
 def _least_work_arity(k: int) -> int:
     lo, hi = _ARITY_RANGE
-    return min(range(lo, hi + 1), key=lambda a: (_plan_work(k, a), abs(a - _DEFAULT_ARITY)))
+    if k < lo:  # (one node below every arity of the range: the default's plan)
+        return _DEFAULT_ARITY
+    return min(range(lo, min(hi, k) + 1), key=lambda a: (_plan_work(k, a), abs(a - _DEFAULT_ARITY)))
 
 
 def _merge_order(parts) -> list:
@@ -263,42 +265,39 @@ def _model_scale(dir_parts) -> float | None:
     is largest (the one epsilon comes from).  The width is second order in the meshes: the scale is
     ``sqrt(_SCALE_MARGIN^2 / (c (lambda + 1)))``.
     """
-    best = None
     for _, parts in dir_parts:
         for loss, _c in parts:
             if not isinstance(loss, ContinuousLoss) or getattr(loss, "atoms", ()):
                 return None
+    moments = _normal_moments(dir_parts)
+    if not moments or any(sd <= 0 for _, sd in moments):
+        return None
+    _, sd = max(moments, key=lambda m: m[0] + 4 * m[1])
+    lam = 4.0 / sd
+    return _quantized(math.sqrt(_SCALE_MARGIN ** 2 / (_MODEL_C * (lam + 1.0))))
+
+
+def _normal_moments(dir_parts) -> list | None:
+    """Per direction, the mean and standard deviation of its composed loss (sums over its parts' copies), or
+    ``None`` where a loss has no finite moments."""
+    out = []
+    for _, parts in dir_parts:
         try:
             mu = sum(c * float(loss.mean()) for loss, c in parts)
             sd = math.sqrt(sum(c * float(loss.std()) ** 2 for loss, c in parts))
         except (NotImplementedError, AttributeError, TypeError, ValueError):
             return None
-        if not (math.isfinite(mu) and math.isfinite(sd)) or sd <= 0:
+        if not (math.isfinite(mu) and math.isfinite(sd)):
             return None
-        if best is None or mu + 4 * sd > best[0]:
-            best = (mu + 4 * sd, sd)
-    if best is None:
-        return None
-    lam = 4.0 / best[1]
-    return _quantized(math.sqrt(_SCALE_MARGIN ** 2 / (_MODEL_C * (lam + 1.0))))
+        out.append((mu, sd))
+    return out
 
 
 def _epsilon_guess(dir_parts) -> float:
     """A rough epsilon at delta ~1e-5 for the planner's first meshes: the composed loss's mean plus
     four standard deviations (a normal approximation; 1 where a loss has no moments)."""
-    guess = 0.0
-    for _, parts in dir_parts:
-        try:
-            mu = sum(c * float(loss.mean()) for loss, c in parts)
-            sd = math.sqrt(sum(c * float(loss.std()) ** 2 for loss, c in parts))
-        except (NotImplementedError, AttributeError, TypeError, ValueError):
-            return 1.0
-        if not (math.isfinite(mu) and math.isfinite(sd)):
-            return 1.0
-        guess = max(guess, mu + 4 * sd)
-    return guess
-
-
+    moments = _normal_moments(dir_parts)
+    return 1.0 if moments is None else max([0.0] + [mu + 4 * sd for mu, sd in moments])
 
 
 def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity, max_buckets, threads,

@@ -109,18 +109,18 @@ def _balanced_split_py(j, s, a, H, n, margin):
 
 
 def _split_prep(pmf: GridPMF, mesh: float):
+    """The atoms' masses (float64), their positions in units of ``mesh`` and those positions' rounding."""
     p = np.asarray(pmf.probs, dtype=np.float64)
-    cast = _U if np.asarray(pmf.probs).dtype != np.float64 else 0.0  # (a long double node's cast: relative)
     i = np.arange(p.size, dtype=np.float64)
     t = (pmf.offset + pmf.mesh * i) / mesh
     # absolute error of t: of the sum offset + mesh i (relative to its terms), of the division
     slack = 8 * _U * ((abs(pmf.offset) + pmf.mesh * i) / mesh + np.abs(t) + 2)
-    return p, t, slack, cast
+    return p, t, slack
 
 
 def _ctd_split_py(pmf: GridPMF, mesh: float):
     """Reference of the compiled :func:`fastpld._dominance.ctd_split`: ``(out, j0)``."""
-    p, t, slack, _ = _split_prep(pmf, mesh)
+    p, t, slack = _split_prep(pmf, mesh)
     j = np.floor(t).astype(np.int64)
     theta = np.clip(t - j, 0.0, 1.0)
     den = -math.expm1(-mesh)
@@ -153,7 +153,7 @@ def ctd_split(pmf: GridPMF, mesh: float, native: bool = False) -> GridPMF:
 
 def _dominated_prep_py(pmf: GridPMF, mesh: float):
     """Reference of the compiled :func:`fastpld._dominance.dominated_prep`: ``(j - j0, s, tv, j0, m)``."""
-    p, t, slack, _ = _split_prep(pmf, mesh)
+    p, t, slack = _split_prep(pmf, mesh)
     # atoms within rounding of a lattice point sit on it (moved up by at most slack * mesh: the
     # curve moves by at most that mass times it, charged); the others at their exact offset, rounded down
     r = np.rint(t)
