@@ -1,5 +1,5 @@
 """The split low-frequency series (composition.series._split_series_spectrum, docs/roundoff.md 3g): a bulk by
-its moments, a thin wide tail by a long double FFT.
+its moments, a thin wide tail by an FFT (long double; float64 in a float64 node).
 
 Checked against references computed independently: the spectrum against a 40-digit mpmath DFT at sampled
 frequencies (``m log|X|`` and ``m arg X`` within their bounds ``dL``, ``dPhi``), and whole nodes against the
@@ -40,8 +40,10 @@ def _mp(mpmath, x):
     return mpmath.mpf(hi) + mpmath.mpf(float(np.longdouble(x) - np.longdouble(hi)))
 
 
+@pytest.mark.parametrize("dtype", [np.longdouble, np.float64])
 @pytest.mark.parametrize("backend", ["numpy", "native"])
-def test_split_spectrum_against_mpmath(backend):
+def test_split_spectrum_against_mpmath(backend, dtype):
+    """Both precisions: a float64 node's split takes a float64 FFT of the tail, bounded at float64's g_T."""
     mpmath = pytest.importorskip("mpmath")
     if backend not in _fft.available_backends():
         pytest.skip("native backend not built")
@@ -49,8 +51,8 @@ def test_split_spectrum_against_mpmath(backend):
     p = _bulk_tail(3000, [0.45, 0.3, 0.15, 0.07], 0.03)
     cen = int(round(float(np.dot(np.arange(p.size), p))))
     N, m = 1 << 16, 64
-    u = roundoff._ULD
-    ser = series._split_series_spectrum([(p, cen, m)], N, np.longdouble, be, 12 * u * 16, be.native)
+    u = roundoff._ULD if dtype is np.longdouble else roundoff._U64
+    ser = series._split_series_spectrum([(p, cen, m)], N, dtype, be, 12 * u * 16, be.native)
     assert ser is not None
     K, L, P, dL, dP, d0, scale = ser
     assert K > 50
@@ -112,6 +114,30 @@ def test_split_node_within_its_charge(case, backend, monkeypatch):
     out0, info0 = _node(p, m, backend)
     assert info0["series"] < 20 and info["fp"] < 0.1 * info0["fp"], (info["fp"], info0["fp"])
     assert _tv(out0, ref) <= info0["fp"] + info0["wrap"]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "native"])
+def test_float64_split_node_within_its_charge(case, backend, monkeypatch):
+    """A node whose plain float64 charge does not fit its allowance but whose float64 split is predicted to runs
+    in float64 with the split (node._SPLIT64_MIN_N lowered and the ordinary series ruled out, as for the wide
+    inputs of large nodes); the exact power's distance stays within its charge, ~25x below the plain float64
+    charge."""
+    if backend not in _fft.available_backends():
+        pytest.skip("native backend not built")
+    p, m, ref = case
+    monkeypatch.setattr(node_mod, "_SPLIT64_MIN_N", 1)
+    monkeypatch.setattr(node_mod, "_SERIES_R", 10 ** 6)  # (the ordinary series' cost test fails)
+    out, info = _node(p, m, backend, fp_budget=1e-12)
+    assert np.dtype(info["dtype"]) == np.dtype(np.float64) and info["series"] > 100, info
+    tv = _tv(out, ref)
+    assert tv <= info["fp"] + info["wrap"], (tv, info)
+    out0, info0 = _node(p, m, backend, fp_budget=1e-10)  # (plain float64 fits this budget)
+    assert np.dtype(info0["dtype"]) == np.dtype(np.float64) and info0["series"] == 0
+    assert info["fp"] < 0.1 * info0["fp"], (info["fp"], info0["fp"])
+    # where the split is predicted not to fit either: long double, as before
+    out1, info1 = _node(p, m, backend, fp_budget=2e-13)
+    assert np.dtype(info1["dtype"]) == np.dtype(np.longdouble)
+    assert _tv(out1, ref) <= info1["fp"] + info1["wrap"]
 
 
 def test_split_not_taken_without_a_tail():

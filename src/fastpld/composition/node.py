@@ -17,7 +17,7 @@ from .lattice import _lattice_spectrum
 from .precision import (_MIXED_MIN_POWER, _few_buckets, _has_atoms, _predicted_fp_dft, _predicted_fp_plain,
                         _predicted_fp_series, _use_lattice)
 from .roundoff import _U64, _ULD, _node_tv
-from .series import _SERIES_R, _series_amp, _series_spectrum, _split_series_spectrum
+from .series import _SERIES_R, _series_amp, _series_spectrum, _split_choice, _split_series_spectrum
 
 
 # long double nodes with the low-frequency series take float64 forward FFTs (docs/roundoff.md, 3c)
@@ -137,6 +137,12 @@ def _chernoff_window(inputs, w, native=False):
 # nodes whose series covers fewer frequencies than this try the split series (docs/roundoff.md, 3g)
 _SPLIT_BELOW = 64
 _SPLIT_FACTOR = 4.0
+# a float64 node with the split series is tried where this times its predicted charge fits the node's allowance
+# (the charge measured 1.9-2.3 times the prediction on x50 and x125 nodes of subsampled Gaussian leaves)
+_SPLIT64_MARGIN = 2.5
+# ... and only from this FFT length: the split's fixed cost (its choice, the bulk's moments and series, ~1 ms)
+# exceeds the long double node's below it (x50 and x125 nodes of 7,000-14,000 buckets: 1.03-1.1x the time)
+_SPLIT64_MIN_N = 1 << 15
 
 _DIRECT_MAX_POWER = 1 << 20  # direct powers' bound assumes M u <= 1e-10 (see powers._direct_power)
 
@@ -200,6 +206,7 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     # exceed delta_error by itself: the split costs a long double FFT more)
     split_ok = (len(ins) == 1 and mmax >= 8 and not dft_ok
                 and _SPLIT_FACTOR * _predicted_fp_plain(inst, msum, lg, _ULD) > budgets.delta)
+    bulk64 = None
     if est64 <= 0.25 * allowance:
         dtypes = (np.float64,)
     # (a float64 try is predicted by the series' charge only where the series, the DFTs or the split can run,
@@ -210,6 +217,19 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
         dtypes = (np.float64, np.longdouble)
     else:
         dtypes = (np.longdouble,)
+    # a single wide input headed for long double, or for a plain float64 try: float64 with the split series
+    # where its predicted charge fits (docs/roundoff.md, 3g), long double after it only if the measured one
+    # does not (the inverse FFT's and the series' rounding at frequency 0 alone, g + 16 u per
+    # instance, must fit first: else the prediction's own FFT would be wasted)
+    if (len(ins) == 1 and mmax >= 8 and N >= _SPLIT64_MIN_N and not dft_ok and dtypes != (np.float64,)
+            and not series_ok(N)
+            and inst * _SPLIT64_MARGIN * (12.0 * lg + 16.0) * _U64 <= node_allowance):
+        bulk64, pred = _split_choice(ins[0][0], ins[0][1], mmax, N, 12.0 * _U64 * lg, backend, predict_u=_U64)
+        if bulk64 is not None and inst * _SPLIT64_MARGIN * pred <= node_allowance:
+            dtypes = (np.float64, np.longdouble)
+        else:
+            bulk64 = None
+    if dtypes == (np.longdouble,):
         # the long double FFT is fastest on 2^a 3^b lengths (docs/performance.md): worth up to 8%
         # more points
         N2, c2, wrap2 = place(_fft.fast_length_23)
@@ -232,7 +252,12 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
                     and _predicted_fp_plain(inst, msum, lg, _ULD) <= 0.25 * allowance)
         ser = _series_spectrum(ins, N, dtype, backend.native) if use_series and not want_lat and not ld_plain else None
         split = False
-        if split_ok and (ser is None or ser[0] < _SPLIT_BELOW):
+        if dtype is np.float64 and bulk64 is not None:
+            ser = _split_series_spectrum(ins, N, dtype, backend, 12.0 * u * lg, backend.native, bulk=bulk64)
+            if ser is None:  # (the bulk's series reaches too little: long double at once)
+                continue
+            split = True
+        elif split_ok and (ser is None or ser[0] < _SPLIT_BELOW):
             # a thin tail to the window's end leaves the series few frequencies: bulk by moments, tail by an FFT
             sp = _split_series_spectrum(ins, N, dtype, backend, 12.0 * u * lg, backend.native,
                                         0 if ser is None else ser[0])

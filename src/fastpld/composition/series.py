@@ -258,7 +258,7 @@ def _series_amp(ser, u_node):
 _SPLIT_GAIN = 4.0  # split only where the estimated spectral error drops at least this much
 
 
-def _split_choice(p, cen, m, N, g, backend, k_series=0):
+def _split_choice(p, cen, m, N, g, backend, k_series=0, predict_u=None):
     """The bulk ``[a, b)`` of a single-input node for :func:`_split_series_spectrum`, or ``None``.
 
     Only a choice (the bound is computed afterwards, whatever it is): from the float64 magnitudes
@@ -268,12 +268,18 @@ def _split_choice(p, cen, m, N, g, backend, k_series=0):
     the plain error beyond.  The half-width (steps of ``sqrt 2``) with the least estimated l2 error, if it
     is ``_SPLIT_GAIN`` times below the plain error past ``k_series`` (the ordinary series' reach, if any) and
     that error is at least half the inverse FFT's ``g ||P||_2`` (else the split would not pay).
+
+    ``predict_u``: a float64 node's unit round-off; then ``(bulk, err)`` with the best bulk (or ``None``)
+    and an estimate of the node's ``l1`` round-off with the split: the split's spectral error above,
+    plus the inverse FFT's ``g |P|`` and the polar evaluation's relative error (section 3) at every
+    frequency, in the ``l2`` norm that Parseval turns into the ``l1`` bound.  Only a prediction: the node
+    decides on it between float64 and long double and charges what it measures.
     """
     pf = np.ascontiguousarray(p, dtype=np.float64)
     n = pf.size
     tmax = max(cen, n - 1 - cen, 1)
     if tmax < 8:
-        return None
+        return None if predict_u is None else (None, math.inf)
     F = N // 2 + 1
     buf = np.empty(N)
     _kernels.fold(pf, cen, buf)
@@ -303,8 +309,19 @@ def _split_choice(p, cen, m, N, g, backend, k_series=0):
             K = min(F, int(math.floor(_SERIES_PHI * N / (2 * math.pi * (tB + abs(mu) + 1)))) + 1)
             est = (m * g * tau) ** 2 * pre[K] + suf[K]
             if est < best[0]:
-                best = (est, (a, b))
+                best = (est, (a, b), K)
         R *= math.sqrt(2.0)
+    if predict_u is not None:
+        if best[1] is None:
+            return None, math.inf
+        with np.errstate(divide="ignore", under="ignore"):
+            lr = np.log(np.maximum(r, 1e-300))
+            # |X^m| times the inverse FFT's g and the evaluation's relative rounding: a few u in the series'
+            # reach (m |Z'| = O(1) there), the polar form's 1.01 u (12 m (|log r| + pi/4) + 8 m + 40) beyond
+            rel = g + 1.01 * predict_u * (12.0 * m * (np.abs(lr) + 0.7854) + 8.0 * m + 40.0)
+            rel[:best[2]] = g + 16.0 * predict_u
+            inv = float(np.sum(w * np.exp(2.0 * m * lr) * rel * rel))
+        return best[1], math.sqrt(best[0]) + math.sqrt(inv)
     # (and only where that error matters: at least half the inverse FFT's g ||P||_2, which stays)
     with np.errstate(under="ignore"):
         inv2 = g * g * float(np.sum(w * np.exp(2.0 * m * np.log(np.maximum(r, 1e-300)))))
@@ -326,7 +343,7 @@ def _tail_mass(p, a, b, native=True):
     return S, dS + _ULD * float(S)
 
 
-def _split_series_spectrum(ins, N, dtype, backend, g, native=True, k_series=0):
+def _split_series_spectrum(ins, N, dtype, backend, g, native=True, k_series=0, bulk=None):
     """The low-frequency series of a single-input node whose input has a thin, wide tail (the
     subsampled losses at small ``q``: a narrow bulk and a tail to the window's end), in the format of
     :func:`_series_spectrum`, or ``None``.
@@ -336,17 +353,18 @@ def _split_series_spectrum(ins, N, dtype, backend, g, native=True, k_series=0):
     ``X = X_B + X_T`` with the bulk ``B = [a, b)`` (:func:`_split_choice`) and the tail ``T`` (mass
     ``S_T``).  About the bulk's mean ``c d``, ``1 - Z' = e^(i theta c d) X / mu0`` with
     ``mu0 Z' = mu0_B Z'_B + S_T - e^(i theta c d) X_T``: ``Z'_B`` from the bulk's moments (the series,
-    with its proved bound), ``S_T`` a compensated sum, ``X_T`` a long double FFT of the tail alone,
-    within ``g_T = (12 u log2 N + gamma_folds) S_T`` (the FFT model of section 3 on an input of mass
-    ``S_T``).  The error of ``Z'`` is then ``~ g_T``, not ``g``: ``m g S_T`` instead of ``m g`` where
+    with its proved bound), ``S_T`` a compensated sum, ``X_T`` an FFT of the tail alone (long double; float64
+    in a float64 node), within ``g_T = (12 u log2 N + gamma_folds) S_T`` at that FFT's ``u`` (the FFT model
+    of section 3 on an input of mass ``S_T``).  The error of ``Z'`` is then ``~ g_T``, not ``g``: ``m g S_T`` instead of ``m g`` where
     ``|X|^m`` matters.  The rest (``m log|1 - Z'|``, ``m arg``, the linear phase) is the series'
     (:func:`_series_finish`).  ``g``: the node's plain forward error; ``k_series``: the reach of the ordinary
-    series where the node has it (both for the choice only).
+    series where the node has it (both for the choice only). ``bulk``: the bulk, where the node chose it
+    (:func:`_split_choice`) already.
     """
     if len(ins) != 1:
         return None
     p, cen, m = ins[0]
-    ab = _split_choice(p, cen, m, N, g, backend, k_series)
+    ab = bulk if bulk is not None else _split_choice(p, cen, m, N, g, backend, k_series)
     if ab is None:
         return None
     a, b = ab
@@ -380,14 +398,19 @@ def _split_series_spectrum(ins, N, dtype, backend, g, native=True, k_series=0):
     mu0 = mu0B + ST
     STf, mu0Bf, mu0f = float(ST), float(mu0B), float(mu0)
     d0 = d0B + dST + uld * mu0f  # |mu0~ - mu0|
-    tail = np.array(p, dtype=LD)
+    # (in a float64 node a float64 FFT, at float64's g_T: a long double input read into it is rounded once
+    # per entry, relative u64, at most u64 S_T on every frequency)
+    TD = np.float64 if W is np.float64 else LD
+    ut = _U64 if TD is np.float64 else uld
+    tail = np.array(p, dtype=TD)
     tail[a:b] = 0
-    buf = np.empty(N, dtype=LD)
+    buf = np.empty(N, dtype=TD)
     _kernels.fold(tail, cen, buf)
     XT = backend.rfft(buf, N)[:K0]
     folds = -(-p.size // N)
     lg = math.ceil(math.log2(max(N, 2)))
-    gT = 1.01 * (12.0 * uld * lg + _rounding_gamma(folds, uld)) * (STf + dST)
+    cast = ut if (TD is np.float64 and np.asarray(p).dtype == LD) else 0.0
+    gT = 1.01 * (12.0 * ut * lg + _rounding_gamma(folds, ut) + cast) * (STf + dST)
     # rotation e^(i theta_k c d) (angle: 3 roundings and 2 pi's 2 ulp = 4 u, <= 7 u |angle| to first order;
     # cosl / sinl within 4 ulp each: 8 u per component)
     kk = np.arange(K0)
