@@ -171,6 +171,51 @@ def test_larger_arities_certify_k_1e7_where_64_and_256_do_not_fit(sigma, q, arit
     assert c.lower <= b.upper and b.lower <= c.upper
 
 
+def test_an_arity_predicted_to_fail_is_skipped_but_never_the_last(monkeypatch):
+    from fastpld.dominance import planner
+
+    tried = []
+    run = planner._compose_dominance
+
+    def record(*a, **k):
+        try:
+            out = run(*a, **k)
+        except Exception as exc:
+            tried.append((a[5], type(exc).__name__))
+            raise
+        tried.append((a[5], "ok"))
+        return out
+
+    monkeypatch.setattr(planner, "_compose_dominance", record)
+    m = fastpld.PoissonSubsampledGaussian(1.0, 0.01)
+    ref = fastpld.compose(m, 10_000, rel_error=1e-3)
+    assert tried == [(125, "ok")]
+    # every arity predicted to fail: each is skipped before its leaves, but the last one is composed
+    tried.clear()
+    monkeypatch.setattr(planner, "_DOOMED_FACTOR", 1e300)
+    pld = fastpld.compose(m, 10_000, rel_error=1e-3)
+    assert tried == [(125, "_BudgetError"), (256, "_BudgetError"), (1024, "_BudgetError"), (4096, "ok")]
+    assert pld.method == "dominance(arity=4096)"
+    a, b = pld.epsilon(1e-5), ref.epsilon(1e-5)
+    assert a.lower <= b.upper and b.lower <= a.upper and a.upper - a.lower <= 1e-3 * a.lower
+
+
+def test_the_first_node_floor_predicts_the_k_1e7_refusal():
+    # PSG(0.5, 1e-4) x 1e7 at delta_error 1e-10: arity 100's first node was charged 1.78e-10 (refused after its
+    # leaf and first node, 0.14 s), arity 256's 4.05e-11 (certified); the floor tells them apart before any leaf
+    from fastpld.composition.api import _direction_parts, _normalise_events
+    from fastpld.dominance import planner
+
+    dp = _direction_parts(_normalise_events(fastpld.PoissonSubsampledGaussian(0.5, 1e-4), 10_000_000))
+    parts = dp["remove"]
+    floors = {}
+    for a in (100, 256):
+        plan = planner._build_plan(parts, "recursive", a, direct_max=planner._DIRECT_COPIES * a ** 2)
+        h1 = planner.leaf_mesh(parts, plan, 0.006, planner._model_scale(list(dp.items())))
+        floors[a] = planner._first_node_floor(parts, plan, h1)
+    assert planner._DOOMED_FACTOR * floors[100] > 1e-10 > planner._DOOMED_FACTOR * floors[256], floors
+
+
 def test_auto_with_eps_error_takes_dominance_where_coupling_is_dear():
     import numpy as np
     from oracles import pure_dp_delta

@@ -11,6 +11,7 @@ import numpy as np
 from ..composition.budget import _BudgetError, _Budgets
 from ..composition.execute import _execute
 from ..composition.plan import _Leaf, _build_plan, _merge_order as _plan_merge_order
+from ..composition.roundoff import _ULD
 from ..composition.threads import _PARALLEL_MIN_US, _run_jobs
 from ..curve import DirectionResult
 from ..discretize import truncation_window
@@ -147,10 +148,11 @@ def compose_dominance(dir_parts, events, eps_error: float, delta_error: float, b
     # first node's charge counts once per instance), larger ones: fewer instances of each node
     first = None
     a0 = _homogeneous_arity(dir_parts)
-    for a in (a0,) + tuple(a for a in _ARITIES if a > a0):
+    arities = (a0,) + tuple(a for a in _ARITIES if a > a0)
+    for a in arities:
         try:
             return _compose_dominance(dir_parts, events, eps_error, delta_error, backend, a, max_buckets, threads,
-                                      rel_error)
+                                      rel_error, skip_doomed=a != arities[-1])
         except _WidthError:  # (the meshes', not the nodes' round-off: another arity does not help)
             raise
         except _BudgetError as exc:
@@ -300,8 +302,39 @@ def _epsilon_guess(dir_parts) -> float:
     return 1.0 if moments is None else max([0.0] + [mu + 4 * sd for mu, sd in moments])
 
 
+# an arity whose first node's predicted round-off floor (_first_node_floor) times this exceeds delta_error is
+# not tried where a larger one follows (the charge measured 6.3x and 8.5x the floor at q = 1e-4, sigma 0.5 x 1e7,
+# arities 256 and 100; skipping one that would have fitted costs time only: the larger arity is certified too)
+_DOOMED_FACTOR = 6.0
+
+
+def _first_node_floor(parts, plan, h1: float) -> float:
+    """A prediction of the round-off charged to the first node of a single part's plan (its leaf raised to
+    the arity, over all its instances), from the normal approximation: the inverse FFT's ``12 u log2 N |P|``
+    per instance (docs/roundoff.md, section 3) in long double, with
+    ``|P|^2 = sum_k |X_k|^(2m) ~ N / (sqrt(pi m) sd)`` (``sd`` the loss's in buckets).  The least a node
+    can be charged, whatever its series; 0 where it cannot be predicted."""
+    if len(parts) != 1:
+        return 0.0
+    loss, _ = parts[0]
+    first = next((o for o in plan.order if not isinstance(o, _Leaf)), None)
+    if first is None or len(first.children) != 1:
+        return 0.0
+    m = first.children[0][1]
+    try:
+        sd = float(loss.std()) / h1
+        a, b = truncation_window(loss, 1e-12, False)
+    except (NotImplementedError, AttributeError, TypeError, ValueError, ArithmeticError):
+        return 0.0
+    if not (sd > 0 and math.isfinite(sd) and math.isfinite(b - a)) or m < 2:
+        return 0.0
+    n = (b - a) / h1 + 8.0 * math.sqrt(m) * sd
+    lg = math.ceil(math.log2(max(n, 2.0)))
+    return plan.instances[id(first)] * 12.0 * _ULD * lg * math.sqrt(n / (math.sqrt(math.pi * m) * sd))
+
+
 def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity, max_buckets, threads,
-                       rel_error=None):
+                       rel_error=None, skip_doomed=False):
     budgets = _Budgets(eps=eps_error, delta=delta_error, eta=delta_error, trunc=0.3 * delta_error,
                        wrap=0.3 * delta_error, fp=0.4 * delta_error)
     # many distinct parts: grouped into blocks (one mesh group per level), as the coupling planner does
@@ -328,12 +361,17 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
     # block's middle part's loss (same plan, meshes and copies; one leaf computation per block and
     # direction instead of one per part, the leaves costing about as much on the pilot's meshes as on
     # the answer's); the pilot then only measures, and the answer is composed and measured on the parts.
+    doomed = [skip_doomed]  # (checked on the first attempt's meshes only: the later ones differ by a few x)
+
     def attempt(scale, plans):
         jobs = []
         memo = {}  # the leaves' grids and integrals, shared by the two chains of this attempt
         meshes_of = {}
         for name, parts, plan in plans:
             h1 = leaf_mesh(parts, plan, eps_error, scale)
+            if not meshes_of and doomed[0] and _DOOMED_FACTOR * _first_node_floor(parts, plan, h1) > delta_error:
+                # (before any leaf: the next arity's first node has fewer instances)
+                raise _BudgetError(f"arity {arity}: the first node's round-off is predicted not to fit delta_error")
             meshes = meshes_of[name] = dominance_meshes(plan, h1)
             p_inf = -math.expm1(sum(c * math.log1p(-loss.p_inf) for loss, c in parts))
             chains = [functools.partial(_run_chain, plan, meshes, budgets, backend, max_buckets, p_inf, upper,
@@ -341,6 +379,7 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
             jobs.append(lambda chains=chains: [c() for c in chains])
         # the directions on two threads where they are predicted to take long enough (the FFTs and compiled
         # kernels release the GIL: 0.63x the time at q = 0.001 x 1e5, 1e6; small ones lose by the handover)
+        doomed[0] = False
         big = (threads > 1 and len(plans) > 1
                and sum(_leaf_buckets(plan, meshes_of[name], budgets, backend.native, _PARALLEL_LEAF_BUCKETS)
                        for name, _, plan in plans) >= _PARALLEL_LEAF_BUCKETS)
