@@ -597,3 +597,87 @@ def test_plan_work_counts_the_plans_chain_builds():
         for a in (40, 50, 64, 100, 107, 125, 128):
             if a <= k:  # (the arities it is asked about)
                 assert D.planner._plan_work(k, a) == built(k, a), (k, a)
+
+
+def _eager_and_deferred(monkeypatch, mech, k, **kw):
+    """The same composition with every dominated chain run at once, and with the add direction's deferred."""
+    from fastpld.dominance import planner
+
+    deferred = fastpld.compose(mech, k, method="dominance", **kw)
+    with monkeypatch.context() as m:
+        m.setattr(planner, "_eager_direction", lambda dir_parts: None)
+        eager = fastpld.compose(mech, k, method="dominance", **kw)
+    return eager, deferred
+
+
+def test_a_deferred_dominated_chain_runs_only_where_it_matters_and_changes_no_answer(monkeypatch):
+    # the subsampled Gaussian's epsilon comes from the remove direction: the add direction's dominated chain is
+    # deferred, and epsilon(delta) at the usual deltas never reads it (its upper bound lies below the remove
+    # direction's lower one); delta near epsilon 0 does (both directions' curves meet at epsilon 0: the total
+    # variation), and runs it once.  Every answer is bitwise the eager composition's, before and after.
+    m = fastpld.PoissonSubsampledGaussian(1.0, 0.02)
+    eager, pld = _eager_and_deferred(monkeypatch, m, 300, rel_error=1e-3)
+    lower = pld.lower_directions
+    assert lower.deferred == {"add"} and not lower.ready("add") and eager.lower_directions.deferred == set()
+    deltas = np.array([1e-3, 1e-5, 1e-7, 1e-9, 1.0])
+    for q in (lambda p: p.epsilon(deltas), lambda p: p.epsilon(1e-5), lambda p: p.delta(np.array([1.5, 2.0]))):
+        a, b = q(pld), q(eager)
+        assert np.array_equal(a.lower, b.lower) and np.array_equal(a.upper, b.upper)
+    assert not lower.ready("add")
+    eps = np.linspace(0.0, 3.0, 31)
+    a, b = pld.delta(eps), eager.delta(eps)
+    assert lower.ready("add")
+    assert np.array_equal(a.lower, b.lower) and np.array_equal(a.upper, b.upper)
+    # the chain that ran late is the eager one, bitwise
+    for name in ("remove", "add"):
+        assert np.array_equal(pld.lower_directions[name].pmf.probs, eager.lower_directions[name].pmf.probs)
+        assert pld.lower_directions[name].delta_spent == eager.lower_directions[name].delta_spent
+    # and the hypothesis-testing views read both chains
+    alpha = np.array([1e-6, 1e-3, 0.1, 0.5])
+    a, b = pld.tradeoff(alpha), eager.tradeoff(alpha)
+    assert np.array_equal(a.lower, b.lower) and np.array_equal(a.upper, b.upper)
+
+
+def test_a_deferred_dominated_chain_runs_once_under_threads_and_pickles():
+    import pickle
+    import threading
+
+    from fastpld.dominance import result
+
+    m = fastpld.PoissonSubsampledGaussian(1.0, 0.05)
+    fastpld.clear_caches()
+    pld = fastpld.compose(m, 200, method="dominance", rel_error=1e-3)
+    lower = pld.lower_directions
+    assert not lower.ready("add")
+    calls = []
+    run = lower._todo["add"]
+    lower._todo["add"] = lambda: calls.append(1) or run()
+    out = [None] * 4
+    go = threading.Barrier(4)
+
+    def ask(i):
+        go.wait()
+        out[i] = pld.delta(np.array([0.0, 0.1]))
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert calls == [1]
+    assert all(np.array_equal(o.lower, out[0].lower) and np.array_equal(o.upper, out[0].upper) for o in out)
+    # an answer kept by the cache (conftest keeps none) has read-only arrays, a chain run later too, and is
+    # counted with its deferred chain's size (as its dominating chain's)
+    from fastpld import _answers
+    kept = fastpld.compose(fastpld.PoissonSubsampledGaussian(1.0, 0.04), 200, method="dominance", rel_error=1e-3)
+    n = _answers._freeze(kept)
+    assert not kept.lower_directions.ready("add") and n > 2 * kept.directions["add"].pmf.probs.nbytes
+    assert not kept.lower_directions["add"].pmf.probs.flags.writeable
+    # pickling runs every deferred chain first: the copy answers the same
+    pld2 = fastpld.compose(fastpld.PoissonSubsampledGaussian(1.0, 0.06), 200, method="dominance", rel_error=1e-3)
+    assert not pld2.lower_directions.ready("add")
+    copy = pickle.loads(pickle.dumps(pld2))
+    assert isinstance(copy.lower_directions, result._LazyChains) and copy.lower_directions.ready("add")
+    eps = np.array([0.0, 0.05, 1.0])
+    a, b = copy.delta(eps), pld2.delta(eps)
+    assert np.array_equal(a.lower, b.lower) and np.array_equal(a.upper, b.upper)

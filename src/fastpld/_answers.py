@@ -38,12 +38,20 @@ class _Retry(Exception):
 
 def _freeze(pld) -> int:
     """Make the answer's arrays read-only; its size in bytes."""
-    lower = getattr(pld, "lower_directions", {})  # (the dominance certificate's second chain)
-    for d in (*pld.directions.values(), *lower.values()):
+    # (the dominance certificate's second chain: its deferred directions are not run here, their arrays are made
+    # read-only when they run, and they are counted as their dominating chain's: the same lattice)
+    lower = getattr(pld, "lower_directions", {})
+    ready = getattr(lower, "ready", lambda name: True)
+    done = [lower[name] for name in lower if ready(name)]
+    ql = getattr(pld, "_ql", {})
+    later = [name for name in lower if not ready(name)]
+    if hasattr(lower, "freeze"):
+        lower.freeze = True
+    for d in (*pld.directions.values(), *done):
         for a in (d.pmf.probs,):
             if isinstance(a, np.ndarray):
                 a.setflags(write=False)
-    queries = (*pld._q.values(), *getattr(pld, "_ql", {}).values())
+    queries = (*pld._q.values(), *(ql[name] for name in lower if ready(name)))
     for q in queries:
         for name in ("p", "S1", "T", "dgrid"):
             a = getattr(q, name, None)
@@ -51,7 +59,8 @@ def _freeze(pld) -> int:
                 a.setflags(write=False)
     # (the arrays are the PMFs' and the queries' tables: the stages' and certificates' scalars are not walked,
     # ~340 objects and 0.5 ms per answer)
-    n = resources.nbytes_of((tuple(d.pmf for d in (*pld.directions.values(), *lower.values())), queries), depth=3)
+    n = resources.nbytes_of((tuple(d.pmf for d in (*pld.directions.values(), *done)), queries), depth=3)
+    n += sum(resources.nbytes_of((pld.directions[name].pmf, pld._q[name]), depth=3) for name in later)
     pld.__class__ = _kept(type(pld))
     pld._memo = {}
     return n

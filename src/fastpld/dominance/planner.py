@@ -18,7 +18,7 @@ from ..discretize import truncation_window
 from ..mechanisms import DiscreteLoss
 from ..mechanisms.base import ContinuousLoss
 from .leaves import ctd_leaf, dominated_leaf
-from .result import DominancePLD, _REL_FLOOR
+from .result import DominancePLD, _LazyChains, _REL_FLOOR
 from .splits import ctd_split, dominated_split
 
 _U = np.finfo(np.float64).eps / 2  # unit roundoff
@@ -367,6 +367,7 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
         jobs = []
         memo = {}  # the leaves' grids and integrals, shared by the two chains of this attempt
         meshes_of = {}
+        deferred = {}
         for name, parts, plan in plans:
             h1 = leaf_mesh(parts, plan, eps_error, scale)
             if not meshes_of and doomed[0] and _DOOMED_FACTOR * _first_node_floor(parts, plan, h1) > delta_error:
@@ -376,6 +377,11 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
             p_inf = -math.expm1(sum(c * math.log1p(-loss.p_inf) for loss, c in parts))
             chains = [functools.partial(_run_chain, plan, meshes, budgets, backend, max_buckets, p_inf, upper,
                                         arity, memo) for upper in (True, False)]
+            if eager is not None and name != eager:
+                # (its own leaves when it runs: the memo is not kept alive by the answer; the same results)
+                deferred[name] = functools.partial(_run_chain, plan, meshes, budgets, backend, max_buckets, p_inf,
+                                                   False, arity, None)
+                chains = chains[:1]
             jobs.append(lambda chains=chains: [c() for c in chains])
         # the directions on two threads where they are predicted to take long enough (the FFTs and compiled
         # kernels release the GIL: 0.63x the time at q = 0.001 x 1e5, 1e6; small ones lose by the handover)
@@ -383,13 +389,19 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
         big = (threads > 1 and len(plans) > 1
                and sum(_leaf_buckets(plan, meshes_of[name], budgets, backend.native, _PARALLEL_LEAF_BUCKETS)
                        for name, _, plan in plans) >= _PARALLEL_LEAF_BUCKETS)
-        out = [r for pair in _run_jobs(jobs, threads, _PARALLEL_MIN_US if big else 0.0) for r in pair]
-        upper = {name: out[2 * i] for i, (name, _, _) in enumerate(plans)}
-        lower = {name: out[2 * i + 1] for i, (name, _, _) in enumerate(plans)}
-        pld = DominancePLD(upper, lower, eps_error, delta_error, tuple(events), backend.name)
+        out = _run_jobs(jobs, threads, _PARALLEL_MIN_US if big else 0.0)
+        upper = {name: r[0] for (name, _, _), r in zip(plans, out)}
+        lower = {name: r[1] for (name, _, _), r in zip(plans, out) if name not in deferred}
+        pld = DominancePLD(upper, _LazyChains(lower, deferred, upper), eps_error, delta_error, tuple(events),
+                           backend.name)
         pld.rel_error = rel_error
         return pld
 
+    # the dominated chain of the direction epsilon is predicted to come from (the largest mu + 4 sd of the normal
+    # approximation) runs at once; the others' are deferred (DominancePLD: their lower bounds are read only where
+    # their upper bounds exceed its lower one, which for the subsampled Gaussian's add direction is near epsilon 0
+    # only; the reference widths run them where needed)
+    eager = _eager_direction(dir_parts)
     proxy = any(p is not q for p, q in zip(plans, proxies))
     model = _model_scale(dir_parts)
     if model is not None:
@@ -457,6 +469,19 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
             f"accuracy, or eps_error for the coupling certificate",
             best[1] if math.isfinite(best[0]) else None)
     return pld
+
+
+def _eager_direction(dir_parts):
+    """The direction whose dominated chain runs at once: where epsilon is predicted to come from (the largest
+    ``mu + 4 sd`` of :func:`_normal_moments`), the first one without moments; ``None`` (all at once) for a single
+    direction."""
+    if len(dir_parts) < 2:
+        return None
+    moments = _normal_moments(dir_parts)
+    if moments is None:
+        return None
+    i = max(range(len(moments)), key=lambda j: moments[j][0] + 4 * moments[j][1])
+    return dir_parts[i][0]
 
 
 def _leaf_buckets(plan, meshes, budgets, native, enough=1e5) -> float:

@@ -3,6 +3,8 @@ width it is asked to reach (:func:`_allowed_width`)."""
 from __future__ import annotations
 
 import math
+import threading
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -37,6 +39,75 @@ def _kept_mass(dl) -> float:
     return math.exp(dl.certificate["log_mass"]) * (1 - 8 * _U)
 
 
+class _LazyChains(Mapping):
+    """The dominated chains' results by direction, some of them deferred: a deferred chain (a callable) runs on
+    its first access, once (thread-safe), and is then kept.  Its result is the one an eager run gives (the same
+    deterministic computation on the same plan, meshes and budgets).  ``deferred`` names the directions deferred
+    at construction; it stays fixed, so that the bounds' rules (:class:`DominancePLD`) do not depend on which
+    chains have run since.  Pickling runs every chain first."""
+
+    def __init__(self, done: dict, deferred: dict, order):
+        self._done = dict(done)
+        self._todo = dict(deferred)
+        self._order = tuple(order)
+        self.deferred = frozenset(deferred)
+        self._lock = threading.Lock()
+        self.freeze = False  # (a kept answer's: chains run later get read-only arrays too)
+
+    def ready(self, name) -> bool:
+        """Whether direction ``name``'s chain has run (without running it)."""
+        return name in self._done
+
+    def __getitem__(self, name):
+        d = self._done.get(name)
+        if d is None:
+            with self._lock:
+                d = self._done.get(name)
+                if d is None:
+                    d = self._todo[name]()
+                    if self.freeze and isinstance(d.pmf.probs, np.ndarray):
+                        d.pmf.probs.setflags(write=False)
+                    self._done[name] = d
+                    del self._todo[name]
+        return d
+
+    def __iter__(self):
+        return iter(self._order)
+
+    def __len__(self):
+        return len(self._order)
+
+    def __reduce__(self):
+        return (_LazyChains, ({name: self[name] for name in self._order}, {}, self._order))
+
+
+class _LazyQueries(Mapping):
+    """The query tables of :class:`_LazyChains`' results, each built on first access (running its chain)."""
+
+    def __init__(self, chains: _LazyChains, native: bool):
+        self._chains = chains
+        self._native = native
+        self._q = {}
+
+    def ready(self, name) -> bool:
+        return name in self._q
+
+    def __getitem__(self, name):
+        q = self._q.get(name)
+        if q is None:
+            q = self._q.setdefault(name, _Query(self._chains[name].pmf, self._native))
+        return q
+
+    def __iter__(self):
+        return iter(self._chains)
+
+    def __len__(self):
+        return len(self._chains)
+
+    def __reduce__(self):
+        return (_LazyQueries, (self._chains, self._native))
+
+
 class DominancePLD(PrivacyLossDistribution):
     """A composition certified by dominance: its upper curve comes from a dominating PMF, its
     lower curve from a dominated one, with no epsilon shift (see :mod:`fastpld.dominance`).
@@ -53,14 +124,45 @@ class DominancePLD(PrivacyLossDistribution):
     ``r`` the relative rounding of the dominating chain's masses (leaves and re-discretisations:
     entries within a factor ``e^(+-rel)`` of exact ones compose into such a factor on the curve).
     The estimate is the midpoint of the certified interval.
+
+    A direction's dominated chain may be deferred (``lower`` a :class:`_LazyChains`): the lower bound is the
+    maximum of the directions' lower bounds, and a deferred direction's lower bound is at most its upper one,
+    so at the arguments where its upper bound is at most the lower bound of the directions composed at once it
+    cannot change the maximum and is not used.  It runs on the first query that needs it (where its upper bound
+    is larger), and is then used there only: the same bounds whether or not it has run.
     """
 
     _LOWER_CHAIN = True
 
     def __init__(self, upper, lower, eps_error, delta_error, events, backend):
         super().__init__(upper, eps_error, delta_error, events, backend)
+        if not isinstance(lower, _LazyChains):
+            lower = _LazyChains(lower, {}, lower)
         self.lower_directions = lower
-        self._ql = {name: _Query(d.pmf, backend == "native") for name, d in lower.items()}
+        self._ql = _LazyQueries(lower, backend == "native")
+
+    def _lower_max(self, lo_fn, up_of: dict, shape, skip=None):
+        """The maximum over directions of ``lo_fn(name)`` (a lower bound per direction, an array of ``shape``):
+        the directions composed at once everywhere, a deferred one only where its upper bound ``up_of[name]``
+        exceeds their maximum (running its chain if that happens anywhere but where ``skip``: arguments whose
+        answer does not read the lower bound)."""
+        lo = None
+        deferred = self.lower_directions.deferred
+        for name in self.directions:
+            if name not in deferred:
+                l = lo_fn(name)
+                lo = l if lo is None else np.maximum(lo, l)
+        for name in self.directions:
+            if name in deferred:
+                if lo is None:
+                    lo = lo_fn(name)
+                    continue
+                need = up_of[name] > lo
+                if skip is not None:
+                    need &= ~skip
+                if np.any(need):
+                    lo = np.where(need, np.maximum(lo, lo_fn(name)), lo)
+        return lo if lo is not None else np.zeros(shape)
 
     rel_error = None  #: the relative accuracy asked (``compose(..., rel_error=)``), or None
 
@@ -99,16 +201,22 @@ class DominancePLD(PrivacyLossDistribution):
         d = np.array(_REFERENCE_DELTAS, dtype=np.float64)
         live = np.ones(d.size, dtype=bool)  # (no finite epsilon where some direction's p_inf reaches d)
         up = np.full(d.size, -np.inf)
-        lo = np.zeros(d.size)  # (a vacuous lower bound, -inf, is epsilon >= 0: counted as 0)
+        bases, ups = {}, {}
         for name, dr in self.directions.items():
             pinf = dr.p_inf
             live &= d > pinf * (1 + 1e-9)
-            base = (d - pinf) / (1 - pinf) if pinf < 1 else np.zeros(d.size)
-            up = np.maximum(up, self._q[name].epsilon(base))
+            bases[name] = (d - pinf) / (1 - pinf) if pinf < 1 else np.zeros(d.size)
+            ups[name] = self._q[name].epsilon(bases[name])
+            up = np.maximum(up, ups[name])
+
+        def lo_of(name):
             # (the dominated chain's lost mass is the meshes' doing too: counted)
             m = math.exp(self.lower_directions[name].certificate["log_mass"])
             with np.errstate(divide="ignore"):  # (all mass lost, m = 0: the lower curve is vacuous)
-                lo = np.maximum(lo, self._ql[name].epsilon(np.minimum(base / m, 2.0)))
+                return self._ql[name].epsilon(np.minimum(bases[name] / m, 2.0))
+
+        # (a vacuous lower bound, -inf, is epsilon >= 0: counted as 0)
+        lo = np.maximum(self._lower_max(lo_of, ups, d.shape), 0.0)
         excess = 0.0
         for i in np.flatnonzero(live):
             if not math.isfinite(up[i]):
@@ -122,18 +230,24 @@ class DominancePLD(PrivacyLossDistribution):
         eps = V.query_array("epsilon", epsilon, lo=0.0)
         if np.isinf(eps).any():
             raise ValueError("epsilon must be finite")
-        lo = up = None
+        up = None
+        ups = {}
         for name, d in self.directions.items():
-            dl = self.lower_directions[name]
             pinf = d.p_inf
             du, pu = self._q[name].delta(eps)
             f = _rel_factor(d)
             u = np.minimum(1.0, (pinf + (1 - pinf) * np.minimum(1.0, f * (du + pu + d.delta_spent))) * (1 + 8 * _U))
+            ups[name] = u
+            up = u if up is None else np.maximum(up, u)
+
+        def lo_of(name):
+            d, dl = self.directions[name], self.lower_directions[name]
+            pinf = d.p_inf
             m = _kept_mass(dl)
             dd, pl = self._ql[name].delta(eps)
-            l = (pinf + (1 - pinf) * np.maximum(0.0, m * (dd - pl) - dl.delta_spent)) * (1 - 8 * _U)
-            lo = l if lo is None else np.maximum(lo, l)
-            up = u if up is None else np.maximum(up, u)
+            return (pinf + (1 - pinf) * np.maximum(0.0, m * (dd - pl) - dl.delta_spent)) * (1 - 8 * _U)
+
+        lo = self._lower_max(lo_of, ups, eps.shape)
         return self._sided(_pack(lo, 0.5 * (lo + up), up, np.ndim(epsilon) == 0), 0.0, 1.0)
 
     def epsilon(self, delta) -> Bounds:
@@ -144,20 +258,20 @@ class DominancePLD(PrivacyLossDistribution):
         """
         dq = V.query_array("delta", delta, lo=0.0, hi=1.0, lo_open=True)
         one = dq >= 1.0
-        lo = up = None
+        up = None
+        ups, bases = {}, {}
         for name, d in self.directions.items():
-            dl = self.lower_directions[name]
-            q, ql = self._q[name], self._ql[name]
+            q = self._q[name]
             pinf = d.p_inf
             if (dq[~one] <= pinf).any():
                 raise ValueError(
                     f"delta={float(np.min(dq[~one])):.3g} is at or below the probability of an infinite privacy "
                     f"loss ({pinf:.3g}): no finite epsilon exists")
             if pinf >= 1.0:
-                z = np.zeros(dq.shape)
-                lo, up = (z if a is None else a for a in (lo, up))
+                ups[name] = bases[name] = None
+                up = np.zeros(dq.shape) if up is None else up
                 continue
-            base = (dq - pinf) / (1 - pinf)
+            base = bases[name] = (dq - pinf) / (1 - pinf)
             x_up = base / _rel_factor(d) - d.delta_spent
             x_up = x_up - q.bracket_pad(np.maximum(x_up, 0.0))
             if (x_up[~one] <= 0).any():
@@ -166,12 +280,20 @@ class DominancePLD(PrivacyLossDistribution):
                     f"of {d.delta_spent:.3g}; compose with a smaller delta_error")
             u = q.epsilon(x_up)
             u = u + q.eps_pad(u)
+            ups[name] = u
+            up = u if up is None else np.maximum(up, u)
+
+        def lo_of(name):
+            if bases[name] is None:  # (p_inf = 1: epsilon 0)
+                return np.zeros(dq.shape)
+            dl, ql = self.lower_directions[name], self._ql[name]
             m = _kept_mass(dl)
             with np.errstate(divide="ignore"):  # (all mass lost, m = 0: the lower bound is vacuous, 0)
-                l = ql.epsilon(np.minimum((base + dl.delta_spent) / m + ql.pad, 2.0))
-            l = l - ql.eps_pad(l)
-            lo = l if lo is None else np.maximum(lo, l)
-            up = u if up is None else np.maximum(up, u)
+                l = ql.epsilon(np.minimum((bases[name] + dl.delta_spent) / m + ql.pad, 2.0))
+            return l - ql.eps_pad(l)
+
+        ups = {name: (np.zeros(dq.shape) if u is None else u) for name, u in ups.items()}
+        lo = self._lower_max(lo_of, ups, dq.shape, skip=one)
         lo = np.where(one, 0.0, np.maximum(lo, 0.0))
         up = np.where(one, 0.0, np.maximum(up, 0.0))
         lo = np.minimum(lo, up)
