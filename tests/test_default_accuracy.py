@@ -194,7 +194,7 @@ def test_an_arity_predicted_to_fail_is_skipped_but_never_the_last(monkeypatch):
     tried.clear()
     monkeypatch.setattr(planner, "_DOOMED_FACTOR", 1e300)
     pld = fastpld.compose(m, 10_000, rel_error=1e-3)
-    assert tried == [(125, "_BudgetError"), (256, "_BudgetError"), (1024, "_BudgetError"), (4096, "ok")]
+    assert tried == [(125, "_DoomedArity"), (256, "_DoomedArity"), (1024, "_DoomedArity"), (4096, "ok")]
     assert pld.method == "dominance(arity=4096)"
     a, b = pld.epsilon(1e-5), ref.epsilon(1e-5)
     assert a.lower <= b.upper and b.lower <= a.upper and a.upper - a.lower <= 1e-3 * a.lower

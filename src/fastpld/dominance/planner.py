@@ -123,6 +123,10 @@ def _quantized(scale: float) -> float:
     return 2.0 ** (math.floor(8.0 * math.log2(scale) + 1e-9) / 8.0)
 
 
+class _DoomedArity(_BudgetError):
+    """An arity not tried: its first node's round-off is predicted not to fit (:func:`_first_node_floor`)."""
+
+
 class _WidthError(_BudgetError):
     """The certified width did not reach the accuracy asked at meshes the charges allow.
 
@@ -146,7 +150,7 @@ def compose_dominance(dir_parts, events, eps_error: float, delta_error: float, b
                                   rel_error)
     # the default arity first; where its nodes' round-off does not fit delta_error (many copies: the
     # first node's charge counts once per instance), larger ones: fewer instances of each node
-    first = None
+    first = skipped = None  # (a composed arity's refusal says more than a predicted one's)
     a0 = _homogeneous_arity(dir_parts)
     arities = (a0,) + tuple(a for a in _ARITIES if a > a0)
     for a in arities:
@@ -155,9 +159,11 @@ def compose_dominance(dir_parts, events, eps_error: float, delta_error: float, b
                                       rel_error, skip_doomed=a != arities[-1])
         except _WidthError:  # (the meshes', not the nodes' round-off: another arity does not help)
             raise
+        except _DoomedArity as exc:
+            skipped = skipped or exc
         except _BudgetError as exc:
             first = first or exc
-    raise first
+    raise first or skipped
 
 
 # a single part's arity is chosen in this range (the fewest nodes and re-discretisations): measured faster than 64
@@ -372,7 +378,8 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
             h1 = leaf_mesh(parts, plan, eps_error, scale)
             if not meshes_of and doomed[0] and _DOOMED_FACTOR * _first_node_floor(parts, plan, h1) > delta_error:
                 # (before any leaf: the next arity's first node has fewer instances)
-                raise _BudgetError(f"arity {arity}: the first node's round-off is predicted not to fit delta_error")
+                raise _DoomedArity(f"arity {arity}: the first node's round-off is predicted not to fit "
+                                   f"delta_error={delta_error:g}")
             meshes = meshes_of[name] = dominance_meshes(plan, h1)
             p_inf = -math.expm1(sum(c * math.log1p(-loss.p_inf) for loss, c in parts))
             chains = [functools.partial(_run_chain, plan, meshes, budgets, backend, max_buckets, p_inf, upper,
