@@ -308,9 +308,14 @@ def cache_info() -> dict:
                 "entries": len(_entries), "by_kind": by}
 
 
+_NO_ARRAYS = frozenset((str, bytes, int, float, complex, bool, type(None), np.float64, np.longdouble, np.int64))
+
+
 def nbytes_of(obj, depth: int = 4, _seen=None) -> int:
     """Bytes of the numpy arrays reachable from ``obj`` through containers and instance
     dictionaries, to ``depth`` levels (an estimate of what keeping ``obj`` costs)."""
+    if type(obj) in _NO_ARRAYS:  # (most of what a loss object or an answer holds: nothing to walk or remember)
+        return 0
     if _seen is None:
         _seen = set()
     if id(obj) in _seen:
@@ -338,7 +343,7 @@ def nbytes_of(obj, depth: int = 4, _seen=None) -> int:
             v = getattr(obj, s, None)
             if v is not None:
                 items.append(v)
-    return sum(nbytes_of(v, depth - 1, _seen) for v in items)
+    return sum([nbytes_of(v, depth - 1, _seen) for v in items if type(v) not in _NO_ARRAYS])
 
 
 # --------------------------------------------------------------------------------------
