@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .. import _validation as V
+from .. import _validation as V, resources
 from ..curve import Bounds, PrivacyLossDistribution, _pack, _Query
 
 _U = np.finfo(np.float64).eps / 2  # unit roundoff
@@ -61,7 +61,9 @@ class _LazyChains(Mapping):
     def __getitem__(self, name):
         d = self._done.get(name)
         if d is None:
-            with self._lock:
+            # (a composition: it holds a compute slot like any other, taken before the lock, so that a thread
+            # holding the lock never waits for a slot held by one waiting for the lock)
+            with resources.compute_slot(), self._lock:
                 d = self._done.get(name)
                 if d is None:
                     d = self._todo[name]()
