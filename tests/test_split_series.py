@@ -140,6 +140,39 @@ def test_float64_split_node_within_its_charge(case, backend, monkeypatch):
     assert _tv(out1, ref) <= info1["fp"] + info1["wrap"]
 
 
+@pytest.mark.parametrize("backend", ["numpy", "native"])
+def test_split_retried_where_the_plain_charge_takes_most_of_delta_error(case, backend):
+    """A long double node whose plain charge, predicted small enough, is measured above 3/4 of delta_error is
+    redone with the split: on thin-tailed inputs the plain charge ran ~12x its prediction, and
+    PSG(0.5, 1e-4) x 1e6 was refused at every arity."""
+    if backend not in _fft.available_backends():
+        pytest.skip("native backend not built")
+    p, m, ref = case
+    inst = 100_000
+    lg = math.ceil(math.log2(2560))
+    pred = node_mod._predicted_fp_plain(inst, m, lg, roundoff._ULD)
+    delta = 1.2 * node_mod._SPLIT_FACTOR * pred  # (the prediction's rule would not split)
+    budgets = budget._Budgets(eps=0.1, delta=delta, eta=0.0, trunc=0.0, wrap=1e-30, fp=0.4 * delta)
+    pmf = GridPMF(np.asarray(p, dtype=np.float64), 0.0, 1.0)
+    out, info = node_mod._run_node(SimpleNamespace(label="test"), [(pmf, m)], inst, budgets, 1,
+                                   _fft.resolve(backend), 1 << 22)
+    assert np.dtype(info["dtype"]) == np.dtype(np.longdouble) and info["series"] > 100, info
+    assert _tv(out, ref) <= info["fp"] + info["wrap"]
+
+
+def test_dp_sgd_at_q_1e_4_k_1e6_certified_at_the_default():
+    # refused at every arity before (the first node's plain long double charge, 2.7e-10 at arity 125)
+    import fastpld
+    pld = fastpld.compose(fastpld.PoissonSubsampledGaussian(0.5, 1e-4), 1_000_000)
+    assert pld.method.startswith("dominance")
+    b = pld.epsilon(1e-5)
+    assert b.upper - b.lower <= 1e-3 * b.lower and pld.delta_spent <= pld.delta_error
+    # an independent certificate's interval overlaps it
+    c = fastpld.compose(fastpld.PoissonSubsampledGaussian(0.5, 1e-4), 1_000_000, method="coupling",
+                        eps_error=0.05).epsilon(1e-5)
+    assert c.lower <= b.upper and b.lower <= c.upper
+
+
 def test_split_not_taken_without_a_tail():
     """A compact input keeps the ordinary series (no split: nothing to gain)."""
     be = _fft.resolve("numpy")

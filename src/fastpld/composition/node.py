@@ -140,6 +140,10 @@ _SPLIT_FACTOR = 4.0
 # a float64 node with the split series is tried where this times its predicted charge fits the node's allowance
 # (the charge measured 1.9-2.3 times the prediction on x50 and x125 nodes of subsampled Gaussian leaves)
 _SPLIT64_MARGIN = 2.5
+# a long double node without the split whose measured charge exceeds this share of delta_error is redone with the
+# split (a thin tail makes the plain charge up to ~12x its prediction: PSG(0.5, 1e-4) x 1e6, x125 over 8,000
+# instances, 2.7e-10 against 2.3e-11 predicted, refused at every arity; with the split 8.8e-12)
+_SPLIT_RETRY = 0.75
 # ... and only from this FFT length: the split's fixed cost (its choice, the bulk's moments and series, ~1 ms)
 # exceeds the long double node's below it (x50 and x125 nodes of 7,000-14,000 buckets: 1.03-1.1x the time)
 _SPLIT64_MIN_N = 1 << 15
@@ -204,8 +208,9 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     # (docs/roundoff.md, section 3g: one large power of an input with a narrow bulk and a wide thin tail;
     # only where long double's plain charge, measured at up to ~4x its prediction on such nodes, could
     # exceed delta_error by itself: the split costs a long double FFT more)
-    split_ok = (len(ins) == 1 and mmax >= 8 and not dft_ok
-                and _SPLIT_FACTOR * _predicted_fp_plain(inst, msum, lg, _ULD) > budgets.delta)
+    # (and where the plain node's measured charge turns out to take most of delta_error: see _SPLIT_RETRY)
+    split_any = len(ins) == 1 and mmax >= 8 and not dft_ok
+    split_ok = split_any and _SPLIT_FACTOR * _predicted_fp_plain(inst, msum, lg, _ULD) > budgets.delta
     bulk64 = None
     if est64 <= 0.25 * allowance:
         dtypes = (np.float64,)
@@ -240,7 +245,10 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     # moments cost less than a few FFTs (a block of many wide children with small powers would pay
     # (R + 3) n per child for nothing: a quarter of a 200 x 10 heterogeneous composition, docs/performance.md)
     use_series = series_ok(N)
-    for dtype in dtypes:
+    tries = list(dtypes)
+    retry = False
+    while tries:
+        dtype = tries.pop(0)
         u = _U64 if dtype is np.float64 else _ULD
         low = None
         # (not where the lattice spectra below take every frequency: few-bucket inputs, large powers and
@@ -257,7 +265,7 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
             if ser is None:  # (the bulk's series reaches too little: long double at once)
                 continue
             split = True
-        elif split_ok and (ser is None or ser[0] < _SPLIT_BELOW):
+        elif (split_ok or retry) and (ser is None or ser[0] < _SPLIT_BELOW):
             # a thin tail to the window's end leaves the series few frequencies: bulk by moments, tail by an FFT
             sp = _split_series_spectrum(ins, N, dtype, backend, 12.0 * u * lg, backend.native,
                                         0 if ser is None else ser[0])
@@ -305,6 +313,11 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
         if ser is not None:  # the series' common scale, removed by the normalisation below
             fp_l1 *= 1 + 2 * ser[6]
             fp_linf *= 1 + 2 * ser[6]
+        if (dtype is np.longdouble and split_any and not split and not retry
+                and inst * _node_tv(fp_l1, N, u) > _SPLIT_RETRY * budgets.delta):
+            retry = True  # (the split's bound where the plain one took most of delta_error)
+            tries = [np.longdouble]
+            continue
         if len(dtypes) == 1 or dtype is np.longdouble or inst * _node_tv(fp_l1, N, u) <= node_allowance:
             break
     # removed = l1 bound on what clipping, trimming and dropping leave between lin and the exact

@@ -385,9 +385,8 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
             chains = [functools.partial(_run_chain, plan, meshes, budgets, backend, max_buckets, p_inf, upper,
                                         arity, memo) for upper in (True, False)]
             if eager is not None and name != eager:
-                # (its own leaves when it runs: the memo is not kept alive by the answer; the same results)
-                deferred[name] = functools.partial(_run_chain, plan, meshes, budgets, backend, max_buckets, p_inf,
-                                                   False, arity, None)
+                deferred[name] = _DeferredChain((plan, meshes, budgets, backend, max_buckets, p_inf, False, arity),
+                                                memo)
                 chains = chains[:1]
             jobs.append(lambda chains=chains: [c() for c in chains])
         # the directions on two threads where they are predicted to take long enough (the FFTs and compiled
@@ -408,7 +407,8 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
     # approximation) runs at once; the others' are deferred (DominancePLD: their lower bounds are read only where
     # their upper bounds exceed its lower one, which for the subsampled Gaussian's add direction is near epsilon 0
     # only; the reference widths run them where needed)
-    eager = _eager_direction(dir_parts)
+    eager = _eager_direction(dir_parts, rel_error if rel_error is not None
+                             else 2.0 * eps_error / max(_epsilon_guess(dir_parts), _REL_FLOOR))
     proxy = any(p is not q for p, q in zip(plans, proxies))
     model = _model_scale(dir_parts)
     if model is not None:
@@ -475,19 +475,47 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
             f"after {len(seen)} compositions (the last at meshes {scale:.3g} times the planner's); give a larger "
             f"accuracy, or eps_error for the coupling certificate",
             best[1] if math.isfinite(best[0]) else None)
+    pld.lower_directions.release()  # (a deferred chain run later computes its own leaves: the same results)
     return pld
 
 
-def _eager_direction(dir_parts):
+# the other directions' dominated chains are deferred where their predicted epsilon lies this many times the
+# relative width asked below the eager one's (the normal approximation's gap measured 1.5-5x smaller than the
+# true one on subsampled Gaussians; a deferred chain that is needed after all runs at once, costing time only)
+_DEFER_GAP = 2.0
+
+
+class _DeferredChain:
+    """A dominated chain to run later (:class:`fastpld.dominance.result._LazyChains`): the arguments of
+    :func:`_run_chain` and the attempt's memo of leaves, kept while the composition runs (its reference widths
+    may need the chain) and released when it returns (a later run computes its leaves again: the same ones)."""
+
+    __slots__ = ("args", "memo")
+
+    def __init__(self, args, memo):
+        self.args, self.memo = args, memo
+
+    def __call__(self):
+        return _run_chain(*self.args, self.memo)
+
+    def release(self):
+        self.memo = None
+
+
+def _eager_direction(dir_parts, width_rel: float):
     """The direction whose dominated chain runs at once: where epsilon is predicted to come from (the largest
-    ``mu + 4 sd`` of :func:`_normal_moments`), the first one without moments; ``None`` (all at once) for a single
-    direction."""
+    ``mu + 4 sd`` of :func:`_normal_moments`); ``None`` (all at once) for a single direction, losses without
+    moments, or directions whose predicted epsilons lie within ``_DEFER_GAP`` relative widths ``width_rel`` of
+    each other (the reference widths would need the other chains)."""
     if len(dir_parts) < 2:
         return None
     moments = _normal_moments(dir_parts)
     if moments is None:
         return None
-    i = max(range(len(moments)), key=lambda j: moments[j][0] + 4 * moments[j][1])
+    e = [mu + 4 * sd for mu, sd in moments]
+    i = max(range(len(e)), key=lambda j: e[j])
+    if not all(j == i or e[j] < e[i] * (1 - _DEFER_GAP * width_rel) for j in range(len(e))):
+        return None
     return dir_parts[i][0]
 
 

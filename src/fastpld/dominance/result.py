@@ -58,6 +58,11 @@ class _LazyChains(Mapping):
         """Whether direction ``name``'s chain has run (without running it)."""
         return name in self._done
 
+    def release(self) -> None:
+        """Let the deferred chains drop what their composition kept for them (their ``release``, if any)."""
+        for fn in list(self._todo.values()):
+            getattr(fn, "release", lambda: None)()
+
     def __getitem__(self, name):
         d = self._done.get(name)
         if d is None:
