@@ -251,9 +251,13 @@ def _integrals(loss, lo, h, tiny: float = 0.0):
         # charged as total variation in every copy (2.3e-8 at q = 1e-4 x 1e6); those whose mass error would be
         # charged so (above _REL_CAP relative, see ctd_leaf, and not negligible) are integrated again on panels
         # a quarter as wide, twice at most, keeping the smaller bound)
+        # (only where the rules' disagreement is most of the bound, and not again where a refinement did not cut
+        # it 4x: a density that is not smooth in u, the subsampled Laplace's, gains nothing -- 1.3x its time)
         step = np.array(step, dtype=np.float64)
+        dis = 10.0 * np.abs(a5 - a4)
+        live = np.ones(bad.size, dtype=bool)
         for _ in range(_U_REFINE):
-            worse = np.flatnonzero((ae > _REL_CAP * a5) & (ae > tiny))
+            worse = np.flatnonzero(live & (ae > _REL_CAP * a5) & (ae > tiny) & (dis > 0.5 * ae))
             if worse.size == 0 or float(np.sum(np.ceil(-ulo[worse] / (step[worse] / 4)))) > _REFINE_MAX_PANELS:
                 break
             step[worse] /= 4
@@ -263,9 +267,11 @@ def _integrals(loss, lo, h, tiny: float = 0.0):
             new = 10.0 * np.abs(n5w - n4w) + 16 * _U * n5w + rest[worse]
             bew = 10.0 * np.abs(b5w - b4w) + 16 * _U * b5w + rest[worse]
             better = aew + new + bew < ae[worse] + ne[worse] + be[worse]
+            live[worse[~(aew < 0.25 * ae[worse])]] = False
             w = worse[better]
             a5[w], ae[w], n5[w], ne[w], b5[w], be[w] = (a5w[better], aew[better], n5w[better], new[better],
                                                       b5w[better], bew[better])
+            dis[w] = 10.0 * np.abs(a5w - a4w)[better]
         # (those holding the end or within one mesh of it always; the others where the bound is smaller)
         close = at_end[bad]
         take = close | (ae + ne + be < a_err[bad] + n_err[bad] + b_err[bad])
