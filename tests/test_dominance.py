@@ -706,3 +706,27 @@ def test_the_cell_at_a_support_end_is_integrated_to_its_rules_agreement():
     assert b.upper - b.lower <= 1e-3 * b.lower
     c = fastpld.compose(m, 1_000_000, method="coupling", eps_error=0.002).epsilon(1e-5)
     assert c.lower <= b.upper and b.lower <= c.upper
+
+
+def test_fixed_size_batches_at_the_default_accuracy():
+    # the symmetric subsampled loss of fixed-size batches (replace-one) holds most of its mass in an atom at 0:
+    # its mass from the CDF's jump was charged 8 tau_F of it as total variation in every copy (5e-11 with the
+    # tails' form), refusing 1,000 steps; the default then answered by a coupling plan 0.22% wide.  The atom's
+    # mass is exact to its bound (40 digits from the pair's closed forms) and enters as a relative factor.
+    mpmath = pytest.importorskip("mpmath")
+    from fastpld.dominance import leaves
+    m = fastpld.SubsampledWithoutReplacement(fastpld.Gaussian(1.0), 256, 60000)
+    loss = m.privacy_losses()["remove"]
+    mpmath.mp.dps = 40
+    g, v = mpmath.mpf(loss.gamma), mpmath.mpf(loss.pair.v)
+    p_pos = 1 - mpmath.ncdf(v / 2 / mpmath.sqrt(v))  # P[L > 0] (L ~ N(-v/2, v) under P, N(v/2, v) under Q)
+    q_pos = 1 - mpmath.ncdf(-v / 2 / mpmath.sqrt(v))
+    exact = 1 - ((1 - g) * p_pos + g * q_pos) - p_pos  # Z = 0 where the record is not in the batch, or L <= 0
+    mass, err = leaves._atom_masses(loss, loss.atoms)
+    assert abs(float(exact) - mass[0]) <= err[0] and err[0] <= 1e-10 * mass[0]
+    pld = fastpld.compose(m, 1000)
+    assert pld.method.startswith("dominance")
+    b = pld.epsilon(1e-6)
+    assert b.upper - b.lower <= 1e-3 * b.lower
+    c = fastpld.compose(m, 1000, method="coupling", eps_error=0.01).epsilon(1e-6)
+    assert c.lower <= b.upper and b.lower <= c.upper
