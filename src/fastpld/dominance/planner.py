@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
+from fractions import Fraction
 
 import numpy as np
 
@@ -71,18 +72,49 @@ def leaf_mesh(parts, plan, eps_error: float, scale: float = 1.0) -> float:
         loss = parts[0][0]
         pts = (np.asarray(loss.values, dtype=np.float64) if isinstance(loss, DiscreteLoss)
                else np.asarray(getattr(loss, "atoms", ()), dtype=np.float64))
+        span = 0.0
         if 0 < pts.size <= 2:
             span = float(np.max(np.abs(pts)))
             if span > 0 and pts.size == 2 and abs(abs(pts[0]) - abs(pts[1])) > 1e-12 * span:
                 span = float(pts[1] - pts[0])
-            if span > 0:
-                # the atoms (and those of every composition of them) on every lattice of the plan:
-                # the coarsest mesh R h1 must divide span too
-                R = max(dominance_meshes(plan, 1.0).values())
-                aligned = span / (R * max(1, math.ceil(span / (R * h1))))
-                if aligned >= 1e-290:  # (atoms a few ulps of zero apart, PureDP(5e-324): the plain mesh)
-                    h1 = aligned
+        elif pts.size <= _QUANTUM_MAX_ATOMS and np.all(np.isfinite(pts)):
+            # more atoms: their common quantum, if any (randomized response over c > 2 categories: -eps, 0, eps;
+            # on lattices off it the width fell first order in the mesh, RR(0.5, 4) x 1e4 took five compositions
+            # down to 2.4M-bucket FFTs, 3.8 s)
+            span = _atom_quantum(pts)
+        if span > 0:
+            # the atoms (and those of every composition of them) on every lattice of the plan:
+            # the coarsest mesh R h1 must divide span too
+            R = max(dominance_meshes(plan, 1.0).values())
+            aligned = span / (R * max(1, math.ceil(span / (R * h1))))
+            if aligned >= 1e-290:  # (atoms a few ulps of zero apart, PureDP(5e-324): the plain mesh)
+                h1 = aligned
     return h1
+
+
+_QUANTUM_MAX_ATOMS = 16
+_QUANTUM_MAX_DEN = 64
+
+
+def _atom_quantum(pts) -> float:
+    """The largest ``g`` such that every point is an integer multiple of ``g`` to within ``1e-12`` of it (their
+    ratios to the smallest nonzero one with denominators up to ``_QUANTUM_MAX_DEN``), or 0.  On a lattice of a
+    mesh dividing ``g`` the points and all their sums lie on lattice points (an atom that misses one by its
+    rounding is still split exactly: only the speed depends on it)."""
+    a = np.abs(np.asarray(pts, dtype=np.float64))
+    a = a[a > 0]
+    if a.size == 0:
+        return 0.0
+    ref = float(a.min())
+    den = 1
+    for x in a:
+        fr = Fraction(float(x) / ref).limit_denominator(_QUANTUM_MAX_DEN)
+        if abs(float(fr) * ref - float(x)) > 1e-12 * float(x):
+            return 0.0
+        den = den * fr.denominator // math.gcd(den, fr.denominator)
+        if den > _QUANTUM_MAX_DEN:
+            return 0.0
+    return ref / den
 
 
 # the composed shift of each chain, measured at 1.2-2.2 times the sum of the groups' mean shifts
