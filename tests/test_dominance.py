@@ -683,9 +683,21 @@ def test_a_deferred_dominated_chain_runs_once_under_threads_and_pickles():
     assert not pld2.lower_directions.ready("add")
     copy = pickle.loads(pickle.dumps(pld2))
     assert isinstance(copy.lower_directions, result._LazyChains) and copy.lower_directions.ready("add")
+    assert copy.lower_directions.deferred == {"add"}  # (the same rule for the bounds)
     eps = np.array([0.0, 0.05, 1.0])
     a, b = copy.delta(eps), pld2.delta(eps)
     assert np.array_equal(a.lower, b.lower) and np.array_equal(a.upper, b.upper)
+
+
+def _dominance_at_the_default(m, k, delta, coupling_eps_error):
+    """``compose(m, k)`` at the default accuracy is a dominance answer within 0.1%, whose interval overlaps an
+    independent certificate's (a coupling plan at ``coupling_eps_error``)."""
+    pld = fastpld.compose(m, k)
+    assert pld.method.startswith("dominance")
+    b = pld.epsilon(delta)
+    assert b.upper - b.lower <= 1e-3 * b.lower
+    c = fastpld.compose(m, k, method="coupling", eps_error=coupling_eps_error).epsilon(delta)
+    assert c.lower <= b.upper and b.lower <= c.upper
 
 
 def test_the_cell_at_a_support_end_is_integrated_to_its_rules_agreement():
@@ -700,12 +712,7 @@ def test_the_cell_at_a_support_end_is_integrated_to_its_rules_agreement():
         up = leaves.ctd_leaf(loss, 2.5849e-6, 1e-18, native=native)
         lo = leaves.dominated_leaf(loss, 2.5849e-6, 1e-18, native=native)
         assert up.tv < 1e-20 and lo.tv < 1e-20, (up.tv, lo.tv)
-    pld = fastpld.compose(m, 1_000_000)
-    assert pld.method.startswith("dominance")
-    b = pld.epsilon(1e-5)
-    assert b.upper - b.lower <= 1e-3 * b.lower
-    c = fastpld.compose(m, 1_000_000, method="coupling", eps_error=0.002).epsilon(1e-5)
-    assert c.lower <= b.upper and b.lower <= c.upper
+    _dominance_at_the_default(m, 1_000_000, 1e-5, 0.002)
 
 
 def test_fixed_size_batches_at_the_default_accuracy():
@@ -724,12 +731,7 @@ def test_fixed_size_batches_at_the_default_accuracy():
     exact = 1 - ((1 - g) * p_pos + g * q_pos) - p_pos  # Z = 0 where the record is not in the batch, or L <= 0
     mass, err = leaves._atom_masses(loss, loss.atoms)
     assert abs(float(exact) - mass[0]) <= err[0] and err[0] <= 1e-10 * mass[0]
-    pld = fastpld.compose(m, 1000)
-    assert pld.method.startswith("dominance")
-    b = pld.epsilon(1e-6)
-    assert b.upper - b.lower <= 1e-3 * b.lower
-    c = fastpld.compose(m, 1000, method="coupling", eps_error=0.01).epsilon(1e-6)
-    assert c.lower <= b.upper and b.lower <= c.upper
+    _dominance_at_the_default(m, 1000, 1e-6, 0.01)
 
 
 def test_three_atoms_on_their_common_quantum_trinomial_oracle():

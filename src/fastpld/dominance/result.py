@@ -46,11 +46,11 @@ class _LazyChains(Mapping):
     at construction; it stays fixed, so that the bounds' rules (:class:`DominancePLD`) do not depend on which
     chains have run since.  Pickling runs every chain first."""
 
-    def __init__(self, done: dict, deferred: dict, order):
+    def __init__(self, done: dict, deferred: dict, order, deferred_names=None):
         self._done = dict(done)
         self._todo = dict(deferred)
         self._order = tuple(order)
-        self.deferred = frozenset(deferred)
+        self.deferred = frozenset(deferred if deferred_names is None else deferred_names)
         self._lock = threading.Lock()
         self.freeze = False  # (a kept answer's: chains run later get read-only arrays too)
 
@@ -85,7 +85,7 @@ class _LazyChains(Mapping):
         return len(self._order)
 
     def __reduce__(self):
-        return (_LazyChains, ({name: self[name] for name in self._order}, {}, self._order))
+        return (_LazyChains, ({name: self[name] for name in self._order}, {}, self._order, tuple(self.deferred)))
 
 
 class _LazyQueries(Mapping):
