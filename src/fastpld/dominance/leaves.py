@@ -59,6 +59,10 @@ def _atom_masses(loss: ContinuousLoss, atoms):
     below = np.nextafter(y, -np.inf)
     F_lo, S_lo = _cdf_sf(loss, below)  # Pr[Z < y], Pr[Z >= y]
     F_hi, S_hi = _cdf_sf(loss, y)  # Pr[Z <= y], Pr[Z > y]
+    if getattr(loss, "_sf", False) is None:
+        # (a custom loss given without its survival function: 1 - cdf, whose error is tau_F of the CDF, not of
+        # the tail -- the CDF's jump, with the CDF's errors at both ends)
+        return np.maximum(F_hi - F_lo, 0.0), 8 * loss.cdf_rel_error * (F_hi + F_lo) + 4 * _U + 1e-300
     low, high = F_hi <= 0.5, S_lo <= 0.5
     m = np.where(low, F_hi - F_lo, np.where(high, S_lo - S_hi, 1.0 - F_lo - S_hi))
     tails = np.where(low, F_hi + F_lo, np.where(high, S_lo + S_hi, F_lo + S_hi))

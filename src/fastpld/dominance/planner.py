@@ -501,6 +501,8 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
         if excess < best[0]:
             best = (excess, pld)
     if not excess <= 1.0:
+        if math.isfinite(best[0]):
+            best[1].lower_directions.release()  # (it may be answered after all: _narrowest_answer)
         what = f"rel_error={rel_error:g}" if rel_error is not None else f"eps_error={eps_error:g}"
         raise _WidthError(
             f"the dominance certificate did not reach {what}: its width is {excess:.3g} times the width asked "
