@@ -605,7 +605,7 @@ def _eager_and_deferred(monkeypatch, mech, k, **kw):
 
     deferred = fastpld.compose(mech, k, method="dominance", **kw)
     with monkeypatch.context() as m:
-        m.setattr(planner, "_eager_direction", lambda dir_parts, width_rel: None)
+        m.setattr(planner, "_eager_direction", lambda *a: None)
         eager = fastpld.compose(mech, k, method="dominance", **kw)
     return eager, deferred
 

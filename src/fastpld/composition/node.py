@@ -210,7 +210,8 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     # exceed delta_error by itself: the split costs a long double FFT more)
     # (and where the plain node's measured charge turns out to take most of delta_error: see _SPLIT_RETRY)
     split_any = len(ins) == 1 and mmax >= 8 and not dft_ok
-    split_ok = split_any and _SPLIT_FACTOR * _predicted_fp_plain(inst, msum, lg, _ULD) > budgets.delta
+    pred_ld = _predicted_fp_plain(inst, msum, lg, _ULD)
+    split_ok = split_any and _SPLIT_FACTOR * pred_ld > budgets.delta
     bulk64 = None
     if est64 <= 0.25 * allowance:
         dtypes = (np.float64,)
@@ -226,8 +227,7 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     # where its predicted charge fits (docs/roundoff.md, 3g), long double after it only if the measured one
     # does not (the inverse FFT's and the series' rounding at frequency 0 alone, g + 16 u per
     # instance, must fit first: else the prediction's own FFT would be wasted)
-    if (len(ins) == 1 and mmax >= 8 and N >= _SPLIT64_MIN_N and not dft_ok and dtypes != (np.float64,)
-            and not series_ok(N)
+    if (split_any and N >= _SPLIT64_MIN_N and dtypes != (np.float64,) and not series_ok(N)
             and inst * _SPLIT64_MARGIN * (12.0 * lg + 16.0) * _U64 <= node_allowance):
         bulk64, pred = _split_choice(ins[0][0], ins[0][1], mmax, N, 12.0 * _U64 * lg, backend, predict_u=_U64)
         if bulk64 is not None and inst * _SPLIT64_MARGIN * pred <= node_allowance:
@@ -256,8 +256,7 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
         want_lat = dft_ok and _use_lattice(_predicted_fp_dft(inst, msum, u), mmax, budgets.delta)
         # (a long double node whose plain charge is small anyway and that takes no float64 forward FFTs gains
         # nothing from the series but a smaller charge: 0.36 ms a node at 50 x 5,832 buckets, skipped)
-        ld_plain = (dtype is np.longdouble and msum < _MIXED_MIN_POWER
-                    and _predicted_fp_plain(inst, msum, lg, _ULD) <= 0.25 * allowance)
+        ld_plain = dtype is np.longdouble and msum < _MIXED_MIN_POWER and pred_ld <= 0.25 * allowance
         ser = _series_spectrum(ins, N, dtype, backend.native) if use_series and not want_lat and not ld_plain else None
         split = False
         if dtype is np.float64 and bulk64 is not None:

@@ -414,12 +414,10 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
                                    f"delta_error={delta_error:g}")
             meshes = meshes_of[name] = dominance_meshes(plan, h1)
             p_inf = -math.expm1(sum(c * math.log1p(-loss.p_inf) for loss, c in parts))
-            chains = [functools.partial(_run_chain, plan, meshes, budgets, backend, max_buckets, p_inf, upper,
-                                        arity, memo) for upper in (True, False)]
+            args = (plan, meshes, budgets, backend, max_buckets, p_inf)
+            chains = [_DeferredChain(args + (upper, arity), memo) for upper in (True, False)]
             if eager is not None and name != eager:
-                deferred[name] = _DeferredChain((plan, meshes, budgets, backend, max_buckets, p_inf, False, arity),
-                                                memo)
-                chains = chains[:1]
+                deferred[name] = chains.pop()
             jobs.append(lambda chains=chains: [c() for c in chains])
         # the directions on two threads where they are predicted to take long enough (the FFTs and compiled
         # kernels release the GIL: 0.63x the time at q = 0.001 x 1e5, 1e6; small ones lose by the handover)
@@ -439,8 +437,7 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
     # approximation) runs at once; the others' are deferred (DominancePLD: their lower bounds are read only where
     # their upper bounds exceed its lower one, which for the subsampled Gaussian's add direction is near epsilon 0
     # only; the reference widths run them where needed)
-    eager = _eager_direction(dir_parts, rel_error if rel_error is not None
-                             else 2.0 * eps_error / max(_epsilon_guess(dir_parts), _REL_FLOOR))
+    eager = _eager_direction(dir_parts, eps_error, rel_error)
     proxy = any(p is not q for p, q in zip(plans, proxies))
     model = _model_scale(dir_parts)
     if model is not None:
@@ -520,9 +517,10 @@ _DEFER_GAP = 2.0
 
 
 class _DeferredChain:
-    """A dominated chain to run later (:class:`fastpld.dominance.result._LazyChains`): the arguments of
-    :func:`_run_chain` and the attempt's memo of leaves, kept while the composition runs (its reference widths
-    may need the chain) and released when it returns (a later run computes its leaves again: the same ones)."""
+    """A chain of an attempt: the arguments of :func:`_run_chain` and the attempt's memo of leaves.  A deferred
+    dominated chain (:class:`fastpld.dominance.result._LazyChains`) keeps the memo while the composition runs
+    (its reference widths may need the chain) and releases it when it returns (a later run computes its leaves
+    again: the same ones)."""
 
     __slots__ = ("args", "memo")
 
@@ -536,11 +534,12 @@ class _DeferredChain:
         self.memo = None
 
 
-def _eager_direction(dir_parts, width_rel: float):
+def _eager_direction(dir_parts, eps_error: float, rel_error: float | None):
     """The direction whose dominated chain runs at once: where epsilon is predicted to come from (the largest
-    ``mu + 4 sd`` of :func:`_normal_moments`); ``None`` (all at once) for a single direction, losses without
-    moments, or directions whose predicted epsilons lie within ``_DEFER_GAP`` relative widths ``width_rel`` of
-    each other (the reference widths would need the other chains)."""
+    ``mu + 4 sd`` of :func:`_normal_moments`, as :func:`_epsilon_guess`); ``None`` (all at once) for a single
+    direction, losses without moments, or directions whose predicted epsilons lie within ``_DEFER_GAP`` relative
+    widths of each other (the reference widths would need the other chains).  The relative width asked:
+    ``rel_error``, else ``2 eps_error`` against the largest predicted epsilon."""
     if len(dir_parts) < 2:
         return None
     moments = _normal_moments(dir_parts)
@@ -548,6 +547,7 @@ def _eager_direction(dir_parts, width_rel: float):
         return None
     e = [mu + 4 * sd for mu, sd in moments]
     i = max(range(len(e)), key=lambda j: e[j])
+    width_rel = rel_error if rel_error is not None else 2.0 * eps_error / max(e[i], 0.0, _REL_FLOOR)
     if not all(j == i or e[j] < e[i] * (1 - _DEFER_GAP * width_rel) for j in range(len(e))):
         return None
     return dir_parts[i][0]

@@ -96,9 +96,6 @@ class _LazyQueries(Mapping):
         self._native = native
         self._q = {}
 
-    def ready(self, name) -> bool:
-        return name in self._q
-
     def __getitem__(self, name):
         q = self._q.get(name)
         if q is None:
