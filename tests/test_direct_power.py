@@ -1,4 +1,5 @@
-"""Direct powers of float64 nodes without the low-frequency series (composition.powers._direct_power).
+"""Direct powers of float64 and long double nodes without the low-frequency series
+(composition.powers._direct_power).
 
 * Against exact powers (fixed point, 320 bits, convolved in long double): the output of a node
   of several inputs with small powers stays within its round-off bound, on both backends.
@@ -7,7 +8,8 @@
 * The compiled kernel and the numpy reference agree (same arithmetic; the bounds to 1e-12).
 * The bound is of the size of the polar form's (both are dominated by the forward error).
 * The binary powering itself: every exponent up to 70 against repeated multiplication in
-  long double.
+  long double (float64), against exact rational powers (long double).
+* Long double nodes: the same within-bound and agreement checks at long double's unit round-off.
 """
 from __future__ import annotations
 
@@ -20,6 +22,9 @@ from oracles import exact_power
 from fastpld.composition import powers
 
 U64 = float(np.finfo(np.float64).eps) / 2
+ULD = float(np.finfo(np.longdouble).eps) / 2
+LD_DISTINCT = np.finfo(np.longdouble).nmant > np.finfo(np.float64).nmant
+needs_ld = pytest.mark.skipif(not LD_DISTINCT, reason="long double is float64 on this platform")
 BACKENDS = [b for b in ("numpy", "native") if b in _fft.available_backends()]
 needs_native = pytest.mark.skipif("native" not in BACKENDS, reason="native backend not built")
 
@@ -52,12 +57,14 @@ def _exact(ins):
     return res
 
 
-def _run(backend, ins, N, dead_log=800.0):
+def _run(backend, ins, N, dead_log=800.0, dtype=np.float64):
     be = _fft.resolve(backend)
+    u = U64 if dtype is np.float64 else ULD
     if be.native:
-        out, l1, _ = be.convolve(ins, N, np.float64, U64, dead_log=dead_log, direct=True)
+        out, l1, _ = be.convolve(ins, N, dtype, u, dead_log=dead_log, direct=True)
     else:
-        l1, _, out = powers._direct_power(be, ins, N, U64)
+        l1, _, out = powers._direct_power(be, ins, N, u, dtype=dtype)
+    assert np.asarray(out).dtype == np.dtype(dtype)
     return np.asarray(out), l1
 
 
@@ -122,3 +129,87 @@ def test_binary_powering_kernel():
         # or a missed g moves them by far more)
         np.testing.assert_allclose(B, (r + g) ** m, rtol=2e-13)
         np.testing.assert_allclose(D, m / (r + g), rtol=1e-14)
+
+
+def _dyadic(ins):
+    """The inputs with masses on 2^-40 summing to 1 exactly (the oracle normalises its input: float64 masses
+    whose sum is not exactly 1 would move it by ~m u64, above a long double node's bound)."""
+    out = []
+    for p, cen, m in ins:
+        q = np.floor(p * 2.0 ** 40)
+        j = int(np.argmax(q))
+        q[j] += 2.0 ** 40 - q.sum()
+        out.append((q / 2.0 ** 40, cen, m))
+    return out
+
+
+@needs_ld
+@pytest.mark.parametrize("backend,dead_log", [(b, 800.0) for b in BACKENDS] + [("native", 40.0)] * ("native" in BACKENDS))
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_direct_power_long_double_within_its_bound(backend, dead_log, case):
+    """A long double node's direct powers against the exact convolution (320-bit powers, ~1e-19): within the
+    bound at long double's ``u``, and that bound ~2^11 times below the float64 node's (a bound computed with
+    float64's ``u`` by mistake, or float64 arithmetic, would fail one or the other)."""
+    ins = _dyadic(CASES[case])
+    assert all(p.sum() == 1.0 for p, _, _ in ins)
+    ref = _exact(ins)
+    N = _fft.fast_length(ref.size)
+    out, l1 = _run(backend, ins, N, dead_log, np.longdouble)
+    shift = sum(m * cen for _, cen, m in ins)
+    pos = (np.arange(ref.size) - shift) % N
+    err = float(np.abs(out[pos] - ref).sum())
+    err += float(np.abs(np.delete(out, pos)).sum())
+    assert err <= l1, (err, l1)
+    if dead_log == 800.0:
+        _, l64 = _run(backend, ins, N, dead_log)
+        assert l1 < l64 / 500
+
+
+@needs_ld
+@needs_native
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_direct_power_long_double_backends_agree(case):
+    ins = CASES[case]
+    N = _fft.fast_length(sum((p.size - 1) * m for p, _, m in ins) + 1)
+    a, la = _run("native", ins, N, dtype=np.longdouble)
+    b, lb = _run("numpy", ins, N, dtype=np.longdouble)
+    assert la == pytest.approx(lb, rel=1e-12, abs=0)
+    assert float(np.abs(a - b).sum()) <= 1e-2 * la
+
+
+@needs_ld
+@needs_native
+def test_binary_powering_kernel_long_double():
+    """Every exponent up to 70 against the exact power of the long double input (rational arithmetic): within
+    ``4.01 (m - 1) u r^m`` at long double's ``u``; ``B`` and ``D`` as the float64 kernel's."""
+    from fractions import Fraction
+    rng = np.random.default_rng(19)
+    n = 24
+    X = ((rng.standard_normal(n) + 1j * rng.standard_normal(n)) * 0.6).astype(np.clongdouble)
+    X = X * np.longdouble(1 + 1e-17)  # (digits past float64's)
+    xs = [(Fraction(*x.real.as_integer_ratio()), Fraction(*x.imag.as_integer_ratio())) for x in X]
+    g = 1e-17
+    r64 = np.hypot(X.real.astype(np.float64), X.imag.astype(np.float64))
+    for m in (1, 2, 3, 5, 8, 13, 31, 50, 64, 70):
+        P = np.empty(n, dtype=np.clongdouble)
+        B = np.empty(n)
+        D = np.empty(n)
+        k = _kernels._core.power_direct_ld(X.view(np.longdouble), m, P.view(np.longdouble), B, D, g, True)
+        assert k == n
+        for j, (a, b) in enumerate(xs):
+            er, ei = Fraction(1), Fraction(0)
+            for _ in range(m):
+                er, ei = er * a - ei * b, er * b + ei * a
+            diff = abs(complex(float(Fraction(*P[j].real.as_integer_ratio()) - er),
+                               float(Fraction(*P[j].imag.as_integer_ratio()) - ei)))
+            bound = 4.01 * max(m - 1, 0) * ULD * float(r64[j]) ** m * (1 + 1e-9) + 1e-300
+            assert diff <= bound, (m, j, diff, bound)
+        np.testing.assert_allclose(B, (r64 + g) ** m, rtol=2e-13)
+        np.testing.assert_allclose(D, m / (r64 + g), rtol=1e-14)
+    # accumulating a second input: P *= X^m, B *= .., D += ..
+    P2, B2, D2 = P.copy(), B.copy(), D.copy()
+    _kernels._core.power_direct_ld(X.view(np.longdouble), 3, P2.view(np.longdouble), B2, D2, g, False)
+    np.testing.assert_allclose(B2, B * (r64 + g) ** 3, rtol=1e-13)
+    np.testing.assert_allclose(D2, D + 3 / (r64 + g), rtol=1e-14)
+    ref = P.astype(np.clongdouble) * X ** 3
+    assert np.all(np.abs(P2 - ref) <= 1e-15 * np.abs(ref) + 1e-300)

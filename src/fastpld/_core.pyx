@@ -747,6 +747,81 @@ def power_direct(const double complex[::1] X, Py_ssize_t m, double complex[::1] 
     return k
 
 
+def power_direct_ld(const long double[::1] X, Py_ssize_t m, long double[::1] P, double[::1] B, double[::1] D,
+                    double g, bint first, double rdead=0.0, K=None):
+    """:func:`power_direct` of a long double node: ``X`` and ``P`` interleaved ``(re, im)`` long double arrays
+    (``2 F`` entries), the powers by binary powering and textbook complex products in long double (relative
+    ``sqrt(5) u`` each, ``u`` long double's: :func:`power_direct_bound` with that ``u``); ``B`` and ``D`` in
+    float64 from ``|X|`` in float64, as the float64 kernel's (its bound's ``1 + 1e-9`` covers their rounding).
+    One pass per frequency, no logarithms or trigonometric calls (the polar form's ``logl``, ``atan2l``, ``expl``
+    and ``sincosl`` cost most of a long double node's power).  Returns the new ``K`` as :func:`power_direct`."""
+    cdef Py_ssize_t F = X.shape[0] // 2
+    cdef Py_ssize_t n = F if K is None else K, k
+    cdef long double xr, xi, yr, yi, t, pr, pim
+    cdef double rg, b, dm = <double>m, lim, a, c
+    cdef Py_ssize_t e
+    cdef bint have
+    if (F < 1 or X.shape[0] != 2 * F or P.shape[0] != 2 * F or B.shape[0] != F or D.shape[0] != F or m < 1
+            or n < 0 or n > F):
+        raise ValueError("power_direct_ld: invalid argument")
+    with nogil:
+        if rdead > 0:
+            # (as the float64 kernel: the prefix ends after the last frequency where |X| + g >= rdead + g)
+            lim = rdead + g
+            while n > 0:
+                a = <double>X[2 * n - 2]
+                c = <double>X[2 * n - 1]
+                if sqrt(a * a + c * c) + g < lim:
+                    n -= 1
+                else:
+                    break
+        for k in range(n):
+            xr = X[2 * k]
+            xi = X[2 * k + 1]
+            a = <double>xr
+            c = <double>xi
+            rg = sqrt(a * a + c * c) + g
+            if first:
+                D[k] = dm / rg
+            else:
+                D[k] = D[k] + dm / rg
+            have = False
+            yr = 0
+            yi = 0
+            b = 1.0
+            e = m
+            while True:
+                if e & 1:
+                    if not have:
+                        yr = xr
+                        yi = xi
+                        b = rg
+                        have = True
+                    else:
+                        t = yr * xr - yi * xi
+                        yi = yr * xi + yi * xr
+                        yr = t
+                        b = b * rg
+                e >>= 1
+                if e == 0:
+                    break
+                t = xr * xr - xi * xi
+                xi = 2 * xr * xi
+                xr = t
+                rg = rg * rg
+            if first:
+                P[2 * k] = yr
+                P[2 * k + 1] = yi
+                B[k] = b
+            else:
+                pr = P[2 * k]
+                pim = P[2 * k + 1]
+                P[2 * k] = pr * yr - pim * yi
+                P[2 * k + 1] = pr * yi + pim * yr
+                B[k] = B[k] * b
+    return n
+
+
 def power_direct_bound(const double[::1] B, const double[::1] D, double g, double msum, double u, Py_ssize_t N,
                        Py_ssize_t K=-1):
     """``(sum_k w_k amp_k^2, sum_k w_k B_k^2)`` for the direct powers (composition.powers._direct_power):

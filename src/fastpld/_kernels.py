@@ -477,6 +477,12 @@ def power_direct(X, m, P, B, D, g, first, work=None, rdead=0.0, K=None):
     return _compiled("power_direct")(X, m, P, B, D, g, first, work, rdead, K)
 
 
+def power_direct_ld(X, m, P, B, D, g, first, rdead=0.0, K=None):
+    """``_core.power_direct_ld``: one input spectrum of a long double node's direct power (``X``, ``P``: long
+    double ``(re, im)`` interleaved); reference: ``composition.powers._direct_power``."""
+    return _compiled("power_direct_ld")(X, m, P, B, D, g, first, rdead, K)
+
+
 def power_direct_bound(B, D, g, msum, u, N, K=-1):
     """``_core.power_direct_bound``: the round-off sums of the direct powers; reference:
     ``composition.powers._direct_power``."""

@@ -157,7 +157,7 @@ class NativeBackend(Backend):
             return self._convolve_lattice(lat, N, dt, u, raw)
         fdt = dt if (fwd_dtype is None or dft is not None) else np.dtype(fwd_dtype)
         if direct:
-            return self._convolve_direct(ins, N, u, dead_log, dft, raw)
+            return self._convolve_direct(ins, N, u, dead_log, dft, raw, dt)
         fwd = _plan(N, fdt, True)
         inv = _plan(N, dt, False)
         F = N // 2 + 1
@@ -199,7 +199,7 @@ class NativeBackend(Backend):
             # the float64 forward error is not negligible here: the whole node in dtype instead
             return self.convolve(ins, N, dtype, u, ser, low, dead_log, raw=raw)  # (dft is None: fdt == dt with it)
         inv.execute()
-        out = inv.output_array if raw else inv.output_array * dt.type(1.0 / N)
+        out = inv.output_array if raw else inv.output_array * (dt.type(1) / dt.type(N))
         l1 = e2 + g_inv * p2
         return out, l1, l1 / math.sqrt(N)
 
@@ -219,22 +219,24 @@ class NativeBackend(Backend):
         # the power and its bound (composition.lattice._lattice_amp) in one pass
         e2sq, p2sq = _kernels.lattice_power(L, Phi, Q, dL, dP, up, u, N, inv.input_array)
         inv.execute()
-        out = inv.output_array if raw else inv.output_array * dt.type(1.0 / N)
+        out = inv.output_array if raw else inv.output_array * (dt.type(1) / dt.type(N))
         l1 = math.sqrt(e2sq) + 12.0 * u * math.ceil(math.log2(max(N, 2))) * math.sqrt(p2sq)
         return out, l1, l1 / math.sqrt(N)
 
-    def _convolve_direct(self, ins, N, u, dead_log=800.0, dft=None, raw=False):
-        """``convolve`` of a float64 node by direct powers (reference: composition.powers._direct_power).
+    def _convolve_direct(self, ins, N, u, dead_log=800.0, dft=None, raw=False, dt=np.dtype(np.float64)):
+        """``convolve`` of a node without the series by direct powers (reference: composition.powers._direct_power),
+        in float64 or long double (``dt``).
 
         Dead frequencies as in the polar path: past an input's last frequency where its power
         ``(|X| + g)^m`` is at least ``e^-T`` (``T = dead_log``), that power alone is below ``e^-T``
         and the others' are at most ``(1 + g)^m <= e^10``; the frequencies past the earliest such
         cut (a suffix) are set to 0 and charged ``2 e^(10 - T)`` each in both norms.
         """
-        fwd = _plan(N, np.float64, True)
-        inv = _plan(N, np.float64, False)
+        ld = dt == np.longdouble
+        fwd = _plan(N, dt, True)
+        inv = _plan(N, dt, False)
         F = N // 2 + 1
-        g, _ = _fwd_error(ins, N, np.float64, u, None, dft)
+        g, _ = _fwd_error(ins, N, dt, u, None, dft)
         P = inv.input_array  # the product accumulates in the inverse plan's input buffer
         B, D, work = _direct_scratch(F)
         msum = float(sum(m for _, _, m in ins))
@@ -243,12 +245,16 @@ class NativeBackend(Backend):
         for c, (p, cen, m) in enumerate(ins):
             _forward(fwd, p, cen, N, None if dft is None else dft[c])
             rdead = max(math.exp(-dead_log / m) - g, 0.0) if skip else 0.0
-            K = _kernels.power_direct(fwd.output_array, int(m), P, B, D, g, c == 0, work, rdead, K)
+            if ld:
+                K = _kernels.power_direct_ld(fwd.output_array.view(np.longdouble), int(m), P.view(np.longdouble),
+                                             B, D, g, c == 0, rdead, K)
+            else:
+                K = _kernels.power_direct(fwd.output_array, int(m), P, B, D, g, c == 0, work, rdead, K)
         P[K:] = 0
         e2sq, p2sq = _kernels.power_direct_bound(B, D, g, msum, u, N, K)
         dead = (F - K) * max(2e-300, 2.0 * math.exp(10.0 - dead_log)) if K < F else 0.0
         inv.execute()
-        out = inv.output_array if raw else inv.output_array * (1.0 / N)
+        out = inv.output_array if raw else inv.output_array * (dt.type(1) / dt.type(N))
         g_inv = 12.0 * u * math.ceil(math.log2(max(N, 2)))
         l1 = math.sqrt(e2sq) + dead + g_inv * (math.sqrt(p2sq) + dead)
         return out, l1, l1 / math.sqrt(N)

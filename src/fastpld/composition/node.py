@@ -303,8 +303,9 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
         if dft is not None and want_lat:
             lat = _lattice_spectrum(ins, dft, N, dtype, backend.native, dead_log, backend.abs_rfft, scratch=True)
             ser, low = None, None
-        # float64 without the series: powers as products (cheaper than the polar form, same size of bound)
-        direct = dtype is np.float64 and ser is None and lat is None and msum <= _DIRECT_MAX_POWER
+        # without the series: powers as products (cheaper than the polar form, same size of bound; in long
+        # double no logl, atan2l, expl and sincosl per frequency, most of the polar power's time)
+        direct = ser is None and lat is None and msum <= _DIRECT_MAX_POWER
         # the power and its round-off bound: the backend's (native: cached plans and compiled kernels; numpy:
         # the reference code of composition.powers; the same arithmetic)
         out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u, ser=ser, low=low, dead_log=dead_log, fwd_dtype=fdt,

@@ -82,9 +82,9 @@ def _numpy_power(backend, ins, N, dtype, fdt, u, ser, low, g_extra, dft=None):
     return fp_l1, fp_linf, out
 
 
-def _direct_power(backend, ins, N, u, dft=None):
-    """Reference (numpy backend) of the direct powers of a float64 node without the series
-    (``NativeBackend.convolve(direct=True)``, same arithmetic): ``(l1, linf, out)``.
+def _direct_power(backend, ins, N, u, dft=None, dtype=np.float64):
+    """Reference (numpy backend) of the direct powers of a node without the series, float64 or long double
+    (``dtype``; ``NativeBackend.convolve(direct=True)``, same arithmetic): ``(l1, linf, out)``.
 
     Instead of the polar form, ``P = prod_c X_c^m_c`` is computed by binary powering and
     products (complex products by the textbook formula: relative error at most ``sqrt(5) u``
@@ -99,12 +99,14 @@ def _direct_power(backend, ins, N, u, dft=None):
     trigonometric calls: the bound is of the polar form's size (both are dominated by the forward
     term) at a fraction of its cost (docs/roundoff.md, section 3d).
     """
-    g, _ = _fwd_error(ins, N, np.float64, u, None, dft)
+    g, _ = _fwd_error(ins, N, dtype, u, None, dft)
     P = B = D = None
     msum = 0
     for i, (p, cen, m) in enumerate(ins):
-        X = _spectrum(backend, p, cen, N, np.float64, None if dft is None else dft[i])
-        r = np.sqrt(X.real * X.real + X.imag * X.imag)  # (relative error <= 2 u, inside the 1e-9 inflation)
+        X = _spectrum(backend, p, cen, N, dtype, None if dft is None else dft[i])
+        # (|X| in float64, also of a long double X: relative error <= 3 u64, inside the 1e-9 inflation)
+        xr, xi = X.real.astype(np.float64), X.imag.astype(np.float64)
+        r = np.sqrt(xr * xr + xi * xi)
         x, rg = X, r + g
         y = np.ones_like(X)
         b = np.ones_like(r)
@@ -148,7 +150,7 @@ def numpy_convolve(backend, ins, N, dtype, u, ser=None, low=None, dead_log=800.0
     if lat is not None:
         l1, linf, out = _lattice_power_numpy(backend, lat, N, dtype, u)
     elif direct:
-        l1, linf, out = _direct_power(backend, ins, N, u, dft)
+        l1, linf, out = _direct_power(backend, ins, N, u, dft, dtype)
     else:
         fdt = dtype if fwd_dtype is None else fwd_dtype
         l1, linf, out = _numpy_power(backend, ins, N, dtype, fdt, u, ser, low, ser[5] if ser is not None else 0.0, dft)
