@@ -640,3 +640,17 @@ def test_mean_index_kernel():
     rng = np.random.default_rng(2)
     p = rng.random(3001) ** 4
     assert _kernels.mean_index(p) == pytest.approx(float(np.dot(np.arange(p.size), p) / p.sum()), rel=1e-13)
+
+
+def test_numpy_backend_refuses_float64_ffts_for_long_double_nodes():
+    """numpy before 2.0 computes the FFT of a long double array in float64: the numpy backend's long double
+    nodes would then be charged long double's round-off for float64 arithmetic.  The backend checks the
+    precision of what numpy returns (here numpy 2's, whose FFTs of long double arrays are long double)."""
+    from fastpld import _backend
+    be = _backend.NumpyBackend()
+    x = np.linspace(0, 1, 16).astype(np.longdouble)
+    assert be.rfft(x, 16).dtype == np.clongdouble
+    assert be.irfft(be.rfft(x, 16), 16).dtype == np.longdouble
+    with pytest.raises(RuntimeError, match="numpy >= 2.0"):
+        _backend._same_precision(x, np.zeros(9, dtype=np.complex128))
+    assert _backend._same_precision(x.astype(np.float64), np.zeros(9, dtype=np.complex128)).dtype == np.complex128

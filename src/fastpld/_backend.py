@@ -49,14 +49,23 @@ class Backend:
         raise NotImplementedError
 
 
+def _same_precision(x, out):
+    """``out``, if computed in ``x``'s precision: numpy's FFT runs in long double from numpy 2.0 on, but in
+    float64 before it, while a long double node charges long double's round-off (a bound far too small)."""
+    if np.asarray(x).dtype in (np.longdouble, np.clongdouble) and out.dtype not in (np.longdouble, np.clongdouble):
+        raise RuntimeError("the numpy backend needs numpy >= 2.0 for long double FFTs "
+                           f"(numpy {np.__version__} computes them in float64)")
+    return out
+
+
 class NumpyBackend(Backend):
     name = "numpy"
 
     def rfft(self, x, n):
-        return np.fft.rfft(x, n)
+        return _same_precision(x, np.fft.rfft(x, n))
 
     def irfft(self, X, n):
-        return np.fft.irfft(X, n)
+        return _same_precision(X, np.fft.irfft(X, n))
 
     def convolve(self, ins, N, dtype, u, ser=None, low=None, dead_log=800.0, fwd_dtype=None, direct=False, dft=None,
                  lat=None, raw=False):
