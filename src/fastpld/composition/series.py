@@ -281,9 +281,7 @@ def _split_choice(p, cen, m, N, g, backend, k_series=0, predict_u=None):
     if tmax < 8:
         return None if predict_u is None else (None, math.inf)
     F = N // 2 + 1
-    buf = np.empty(N)
-    _kernels.fold(pf, cen, buf)
-    r = np.abs(backend.rfft(buf, N)).astype(np.float64)
+    r = backend.abs_rfft(pf, cen, N, np.empty(F))  # (placed straight into the plan's buffer where native)
     w = np.full(F, 2.0)
     w[0] = 1.0
     if N % 2 == 0:
