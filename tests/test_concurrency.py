@@ -114,6 +114,54 @@ def test_worker_error_reaches_the_caller():
         fastpld.compose(ev, eps_error=0.1, delta_error=1e-8, max_buckets=2000, threads=1)
 
 
+def test_shared_tasks_in_order_first_error_wins():
+    """``_run_shared``: the results in the tasks' order whichever thread ran them, every task run, and the error
+    of the first failing task (in that order) raised, on two threads as on one."""
+    import threading
+    import time
+    from fastpld.composition.threads import _PARALLEL_MIN_US, _run_shared
+    for threads, us in ((2, _PARALLEL_MIN_US), (1, _PARALLEL_MIN_US), (2, 0.0)):
+        names = []
+
+        def task(i, delay, fail=False):
+            def run():
+                time.sleep(delay)
+                names.append(threading.current_thread().name)
+                if fail:
+                    raise ValueError(f"task {i}")
+                return i * i
+            return run
+        assert _run_shared([task(i, 0.02 * (i % 2)) for i in range(5)], threads, us) == [0, 1, 4, 9, 16]
+        assert len(names) == 5
+        ran = []
+        tasks = [task(0, 0.03), task(1, 0.0, fail=True), task(2, 0.0, fail=True), task(3, 0.0)]
+        tasks = [(lambda t=t, j=j: (ran.append(j), t())[1]) for j, t in enumerate(tasks)]
+        with pytest.raises(ValueError, match="task 1"):
+            _run_shared(tasks, threads, us)
+        # (shared out, every task runs; in turn, they stop at the first error)
+        assert sorted(ran) == ([0, 1, 2, 3] if threads == 2 and us else [0, 1])
+
+
+def test_shared_chains_equal_one_thread():
+    """Leaves above _SHARED_LEAF_BUCKETS: the chains shared out over two threads give the one thread's answer
+    bitwise (the threshold lowered so that a small composition takes that path)."""
+    from fastpld.dominance import planner
+    m = fastpld.PoissonSubsampledGaussian(1.0, 0.01)
+    fastpld.clear_caches()
+    one = fastpld.compose(m, 2000, rel_error=1e-3, threads=1)
+    old = planner._SHARED_LEAF_BUCKETS, planner._PARALLEL_LEAF_BUCKETS
+    try:
+        planner._SHARED_LEAF_BUCKETS = planner._PARALLEL_LEAF_BUCKETS = 1
+        fastpld.clear_caches()
+        two = fastpld.compose(m, 2000, rel_error=1e-3, threads=2)
+    finally:
+        planner._SHARED_LEAF_BUCKETS, planner._PARALLEL_LEAF_BUCKETS = old
+    assert one.method == two.method and one.method.startswith("dominance")
+    for d in one.directions:
+        np.testing.assert_array_equal(one.directions[d].pmf.probs, two.directions[d].pmf.probs)
+    assert one.epsilon(1e-5) == two.epsilon(1e-5)
+
+
 @pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True, float("nan")])
 def test_threads_validated(bad):
     with pytest.raises(ValueError, match="threads"):

@@ -96,3 +96,44 @@ def _run_jobs(jobs, threads, predicted_us):
     finally:
         head = fut.result()  # waits; its error (if any) takes precedence, as if it had run first
     return [head] + rest
+
+
+def _run_shared(tasks, threads, predicted_us):
+    """Results of ``tasks`` (callables, in this order), the calling thread and one worker each taking the next
+    one left whenever it is free (:func:`_try_submit`; only where that pays, as in :func:`_run_jobs`).
+
+    For more tasks than threads: the dominance certificate's three chains (two dominating, one dominated) on
+    two threads end when the shorter dominating chain and the dominated one do, not when one thread has run
+    two of them.  No task outlives the call; the error of the first task (in this order) that failed wins, as
+    when they run in turn (shared out, those after it have run too); the results do not depend on the
+    threading (each task is a pure function of its arguments).
+    """
+    if len(tasks) < 2 or threads < 2 or predicted_us < _PARALLEL_MIN_US:
+        return [t() for t in tasks]
+    lock = threading.Lock()
+    nxt = [0]
+    out = [None] * len(tasks)
+    err = [None] * len(tasks)
+
+    def runner():
+        while True:
+            with lock:
+                i = nxt[0]
+                nxt[0] += 1
+            if i >= len(tasks):
+                return
+            try:
+                out[i] = tasks[i]()
+            except Exception as e:  # (raised below in the tasks' order)
+                err[i] = e
+
+    fut = _try_submit(runner)
+    try:
+        runner()
+    finally:
+        if fut is not None:
+            fut.result()
+    for e in err:
+        if e is not None:
+            raise e
+    return out

@@ -13,7 +13,7 @@ from ..composition.budget import _BudgetError, _Budgets
 from ..composition.execute import _execute
 from ..composition.plan import _Leaf, _build_plan, _merge_order as _plan_merge_order
 from ..composition.roundoff import _ULD
-from ..composition.threads import _PARALLEL_MIN_US, _run_jobs
+from ..composition.threads import _PARALLEL_MIN_US, _run_jobs, _run_shared
 from ..curve import DirectionResult
 from ..discretize import truncation_window
 from ..mechanisms import DiscreteLoss
@@ -139,6 +139,11 @@ _MODEL_C = 0.55
 # the directions run on two threads from this many leaf buckets in all (subsampled Gaussians at rel_error 1e-3,
 # one thread against two: 0.87x the time at 10,000 buckets, 0.63x at 50,000-75,000; 1.0-1.1x at 2,000-4,300)
 _PARALLEL_LEAF_BUCKETS = 8000
+# ... and from this many, the chains are shared out as the threads come free (the dominated chain to whichever
+# finishes its dominating chain first) instead of one job per direction: q = 1e-4 x 1e7 (550,000 leaf buckets),
+# 0.89-0.93x the time; below it the stolen chain's plans and cold caches cost about what the imbalance does
+# (0.94-1.07x at 50,000-75,000 buckets, q = 0.001; 1.04-1.10x at 13,000-15,000, q = 0.01)
+_SHARED_LEAF_BUCKETS = 100000
 _MODEL_OFF = 8.0  # a first width this many times the width asked is not the model's error (see the rescale loop)
 _RESCALES = 4  # answers after the pilot at most (each one's width measured), before a miss is refused
 _MAX_REFINE = 8.0  # the largest factor by which one rescaling refines the meshes
@@ -418,14 +423,22 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
             chains = [_DeferredChain(args + (upper, arity), memo) for upper in (True, False)]
             if eager is not None and name != eager:
                 deferred[name] = chains.pop()
-            jobs.append(lambda chains=chains: [c() for c in chains])
+            jobs.append(chains)  # (per direction: its dominating chain, then its dominated one unless deferred)
         # the directions on two threads where they are predicted to take long enough (the FFTs and compiled
         # kernels release the GIL: 0.63x the time at q = 0.001 x 1e5, 1e6; small ones lose by the handover)
         doomed[0] = False
-        big = (threads > 1 and len(plans) > 1
-               and sum(_leaf_buckets(plan, meshes_of[name], budgets, backend.native, _PARALLEL_LEAF_BUCKETS)
-                       for name, _, plan in plans) >= _PARALLEL_LEAF_BUCKETS)
-        out = _run_jobs(jobs, threads, _PARALLEL_MIN_US if big else 0.0)
+        leaves = (sum(_leaf_buckets(plan, meshes_of[name], budgets, backend.native, _SHARED_LEAF_BUCKETS)
+                      for name, _, plan in plans) if threads > 1 and len(plans) > 1 else 0.0)
+        us = _PARALLEL_MIN_US if leaves >= _PARALLEL_LEAF_BUCKETS else 0.0
+        if leaves >= _SHARED_LEAF_BUCKETS:
+            # (the dominating chains first, then the dominated ones, each to the first thread free)
+            res = iter(_run_shared([c[0] for c in jobs] + [c[1] for c in jobs if len(c) > 1], threads, us))
+            out = [[next(res)] for _ in jobs]
+            for o, c in zip(out, jobs):
+                if len(c) > 1:
+                    o.append(next(res))
+        else:
+            out = _run_jobs([lambda c=c: [x() for x in c] for c in jobs], threads, us)
         upper = {name: r[0] for (name, _, _), r in zip(plans, out)}
         lower = {name: r[1] for (name, _, _), r in zip(plans, out) if name not in deferred}
         pld = DominancePLD(upper, _LazyChains(lower, deferred, upper), eps_error, delta_error, tuple(events),
