@@ -29,9 +29,31 @@ def test_import_does_not_load_heavy_modules(code):
 
 
 def test_heavy_modules_load_on_first_use():
+    # (the Gaussian's CDF is scipy's ndtr; the subsampled Gaussian's is compiled, and its windows start from the
+    # standard library's normal quantile: its first composition loads neither scipy.special nor pyFFTW's package,
+    # only pyFFTW's compiled module)
     loaded = _modules_after("import fastpld\n"
-                            "fastpld.compose(fastpld.PoissonSubsampledGaussian(1.0, 0.01), 3).epsilon(1e-5)")
+                            "fastpld.compose(fastpld.Gaussian(1.0), 3).epsilon(1e-5)")
     assert "scipy.special" in loaded
+    loaded = _modules_after("import fastpld\n"
+                            "fastpld.compose(fastpld.PoissonSubsampledGaussian(1.0, 0.01), 3000).epsilon(1e-5)\n"
+                            "assert fastpld.get_backend() == 'native' or 'native' not in fastpld.available_backends()")
+    assert not any(m in loaded for m in ("scipy.special", "scipy.fft", "pyfftw", "pyfftw.interfaces", "dask"))
+
+
+def test_pyfftw_loaded_later_is_the_same_module():
+    """fastpld loads pyFFTW's compiled module alone; a later ``import pyfftw`` (the package, its interfaces)
+    finds it: one FFTW class, and the package works."""
+    code = ("import fastpld, sys\n"
+            "fastpld.compose(fastpld.PoissonSubsampledGaussian(1.0, 0.01), 3000).epsilon(1e-5)\n"
+            "core = sys.modules.get('pyfftw.pyfftw')\n"
+            "import pyfftw, numpy as np\n"
+            "from pyfftw.interfaces import numpy_fft\n"
+            "assert core is None or pyfftw.FFTW is core.FFTW\n"
+            "assert np.allclose(numpy_fft.rfft(np.ones(8)), np.fft.rfft(np.ones(8)))\n"
+            "print('ok')")
+    loaded = _modules_after(code)
+    assert "pyfftw.interfaces" in loaded
 
 
 def test_lazy_proxy_returns_the_real_functions():

@@ -199,22 +199,34 @@ def have_leaf() -> bool:
     return _core is not None and _leaf is not None
 
 
+def ndtri(p: float) -> float:
+    """The standard normal quantile at ``p`` as ``scipy.special.ndtri`` gives it (``-inf`` at 0, ``inf`` at 1,
+    ``nan`` outside), from the standard library (Wichura's AS241, ~1e-16 relative): only the windows' starting
+    points take it (their ends are checked on the computed CDF), and scipy.special's import cost ~100 ms of a
+    process's first composition."""
+    p = float(p)
+    if 0.0 < p < 1.0:
+        from statistics import NormalDist
+        return NormalDist().inv_cdf(p)
+    return -math.inf if p == 0.0 else (math.inf if p == 1.0 else math.nan)
+
+
 def _psg_quantiles(q: float, remove: bool, tail: float):
-    """``(z1, z2, has_hi)`` of the compiled window (``fpld_psg_window``): scipy's normal quantiles at the
-    tail over each mixture component's weight, as :func:`fastpld.discretize._psg_window` takes them."""
+    """``(z1, z2, has_hi)`` of the compiled window (``fpld_psg_window``): the normal quantiles (:func:`ndtri`) at
+    the tail over each mixture component's weight, as :func:`fastpld.discretize._psg_window` takes them."""
     if remove:
-        z1 = float(special.ndtri(tail / (1 - q)))
+        z1 = ndtri(tail / (1 - q))
         has_hi = tail < q
-        z2 = float(special.ndtri(tail / q)) if has_hi else 0.0
+        z2 = ndtri(tail / q) if has_hi else 0.0
     else:
-        z1, z2, has_hi = float(special.ndtri(tail)), 0.0, True
+        z1, z2, has_hi = ndtri(tail), 0.0, True
     return z1, z2, has_hi
 
 
 def psg_window(q: float, v: float, sd: float, remove: bool, tail: float, steps: np.ndarray):
     """:func:`fastpld.discretize._psg_window` compiled (same arithmetic): ``(a, b)`` or ``None``.
 
-    The normal quantiles come from scipy's ``ndtri`` as there; the rest is one compiled call.
+    The normal quantiles come from :func:`ndtri` as there; the rest is one compiled call.
     """
     return _leaf.psg_window(q, v, sd, remove, tail, *_psg_quantiles(q, remove, tail), steps)
 

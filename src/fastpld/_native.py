@@ -17,10 +17,13 @@ evicted plan costs about one FFT of its length at 2^18 and more, ~0.3 ms below
 """
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import math
+import os
+import sys
 import threading
 import numpy as np
-import pyfftw
 
 from . import _kernels, resources
 from ._backend import Backend
@@ -28,6 +31,38 @@ from ._fft_error import _MIXED_RATIO, _fwd_error, _low_e2
 
 if _kernels._core is None:  # not built, or FASTPLD_PURE_PYTHON=1
     raise ImportError("the compiled core fastpld._core is unavailable")
+
+
+def _pyfftw_core():
+    """pyFFTW's compiled module ``pyfftw.pyfftw`` (``FFTW``, ``empty_aligned``), without the package's
+    ``__init__``: that one imports ``pyfftw.interfaces``, hence ``scipy.fft`` and ``dask.array`` where installed,
+    120-300 ms of a process's first composition for classes fastpld does not use (the extension module itself
+    imports only numpy).  Registered under its own name, so that a later ``import pyfftw`` finds it and the
+    two share one module (one ``FFTW`` class, one planner lock); loaded the usual way if pyFFTW is imported
+    already or its layout is not the expected one."""
+    mod = sys.modules.get("pyfftw.pyfftw")
+    if mod is not None:
+        return mod
+    spec = importlib.util.find_spec("pyfftw")  # (a top-level name: found, not imported)
+    if spec is not None and spec.submodule_search_locations and "pyfftw" not in sys.modules:
+        for folder in spec.submodule_search_locations:
+            for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+                path = os.path.join(folder, "pyfftw" + suffix)
+                if os.path.isfile(path):
+                    core = importlib.util.spec_from_file_location("pyfftw.pyfftw", path)
+                    mod = importlib.util.module_from_spec(core)
+                    sys.modules["pyfftw.pyfftw"] = mod
+                    try:
+                        core.loader.exec_module(mod)
+                    except BaseException:
+                        sys.modules.pop("pyfftw.pyfftw", None)
+                        raise
+                    return mod
+    import pyfftw.pyfftw  # (the package and its interfaces)
+    return sys.modules["pyfftw.pyfftw"]
+
+
+pyfftw = _pyfftw_core()
 
 __all__ = ["NativeBackend"]
 

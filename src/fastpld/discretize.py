@@ -123,7 +123,6 @@ def _psg_window(loss, tail: float):
     mixture (``remove``), so each end is the image of the quantile of the mixture component that
     dominates that tail, then a few steps outward; the first candidate whose *computed* CDF (or
     survival function) is at most ``tail`` is taken, as on the ladder, so any end returned is valid."""
-    from scipy import special
     q, v, sd, remove = loss.psg_params
 
     def g(l):
@@ -133,12 +132,12 @@ def _psg_window(loss, tail: float):
             return np.where(l > 30, big, np.log1p(q * np.expm1(np.minimum(l, 30.0))))
 
     if remove:  # L ~ (1 - q) N(-v/2, v) + q N(v/2, v); Y = g(L)
-        l_lo = -v / 2 + sd * float(special.ndtri(tail / (1 - q))) - sd * _PSG_STEPS
-        l_hi = v / 2 - sd * float(special.ndtri(tail / q)) + sd * _PSG_STEPS if tail < q else None
+        l_lo = -v / 2 + sd * _kernels.ndtri(tail / (1 - q)) - sd * _PSG_STEPS
+        l_hi = v / 2 - sd * _kernels.ndtri(tail / q) + sd * _PSG_STEPS if tail < q else None
         y_lo = g(l_lo)
         y_hi = g(l_hi) if l_hi is not None else None
     else:  # L ~ N(-v/2, v); Y = -g(L): the lower tail of Y is the upper tail of L
-        z = -float(special.ndtri(tail))
+        z = -_kernels.ndtri(tail)
         y_lo = -g(-v / 2 + sd * z + sd * _PSG_STEPS)
         y_hi = -g(-v / 2 - sd * z - sd * _PSG_STEPS)
     if y_hi is None or not (np.all(np.isfinite(y_lo)) and np.all(np.isfinite(y_hi))):
