@@ -165,3 +165,16 @@ def test_bench_auto_quick(tmp_path):
         got = [(r[m]["lower"], r[m]["upper"]) for m in ("auto", "coupling", "dominance")]
         assert all(_finite(lo) and lo <= up for lo, up in got)
         assert got[0] in got[1:]
+
+
+def test_first_call_benchmark(tmp_path):
+    """bench_first_call.py: fresh processes end to end; the library and its command line give the same answer."""
+    script = os.path.join(ROOT, "benchmarks", "bench_first_call.py")
+    p = subprocess.run([sys.executable, script, "--repeat", "1", "--out", str(tmp_path)], capture_output=True,
+                       text=True, timeout=600, cwd=ROOT)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    res = json.loads((tmp_path / "first_call.json").read_text())
+    a, b = res["fastpld compose"], res["fastpld CLI"]
+    assert a["answer"] == b["answer"] and 6.18 < a["answer"] < 6.20  # (epsilon ~6.187 at delta 1e-5)
+    assert all(_finite(r["wall"]) and r["wall"] > 0 for r in res.values())
+    assert _finite(a["import"]) and _finite(a["first"])
