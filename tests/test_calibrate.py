@@ -91,3 +91,24 @@ def test_noise_multiplier_to_a_relative_accuracy():
     assert fastpld.compose(fastpld.PoissonSubsampledGaussian(1.0, q), 1000, rel_error=1e-4).epsilon(1e-5).upper <= 2.0
     p = fastpld.calibrate(lambda x: fastpld.Gaussian(x), 50, 1.0, 1e-6, rel_error=1e-3)
     assert fastpld.compose(fastpld.Gaussian(p), 50, rel_error=1e-4).epsilon(1e-6).upper <= 1.0
+
+
+def test_starting_points_without_scipy_special():
+    """The searches' Gaussian starting point (``_gaussian_mu``, from ``math.erfc``) against scipy's ``ndtr`` and
+    ``log_ndtr`` and the analytic Gaussian curve (``oracles.gaussian_delta``)."""
+    import importlib
+
+    from scipy import special
+
+    from oracles import gaussian_delta
+    C = importlib.import_module("fastpld.calibrate")  # (the module: fastpld.calibrate is also the function)
+    import mpmath
+    mpmath.mp.dps = 40
+    for x in [-1e3, -200.0, -40.0, -30.5, -30.0, -29.9, -10.0, -1.0, 0.0, 0.7, 5.0, 40.0]:
+        # (far in the tail both lose ~x^2 u to the rounding of the argument)
+        assert C._ndtr(x) == pytest.approx(float(mpmath.ncdf(x)), rel=1e-12, abs=1e-300)
+        assert C._log_ndtr(x) == pytest.approx(float(mpmath.log(mpmath.ncdf(x))), rel=1e-11, abs=1e-16)
+        assert C._log_ndtr(x) == pytest.approx(float(special.log_ndtr(x)), rel=1e-11, abs=1e-16)
+    for eps, delta in [(0.5, 1e-5), (3.0, 1e-5), (8.0, 1e-10), (1.0, 0.1), (50.0, 1e-12)]:
+        mu = C._gaussian_mu(eps, delta)
+        assert gaussian_delta(eps, mu) == pytest.approx(delta, rel=1e-8)
