@@ -9,6 +9,7 @@ kernels can change independently.)
 import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport int64_t
+from libc.math cimport isfinite
 
 cnp.import_array()
 
@@ -43,6 +44,68 @@ def psg_eval(const double[::1] t, double q, double v, double sd, bint remove, bi
     if status != 0:
         raise ValueError("psg_eval: invalid argument")
     return (F if want_cdf else None), (S if want_cdf else None), (P if want_pdf else None)
+
+
+def psg_tail_cells(const double[::1] e, double q, double v, double sd, bint remove, double share,
+                   Py_ssize_t big, Py_ssize_t small):
+    """``(starts, sizes)`` of the leaf's cells (reference: ``fastpld.dominance.leaves._tail_blocks``' scan for
+    other losses, the same evaluations and comparisons): the CDF and survival function at every ``small``-th
+    edge of the lattice ``e`` (``fpld_psg_eval``); blocks of ``M`` intervals (``M = big``, then ``small``; ``big``
+    a multiple of ``small``) aligned on multiples of ``M`` whose outer mass (survival function at the lower
+    edge, CDF at the upper) is at most ``share / M^2`` become one cell where all their intervals are still
+    cells of one; the rest are cells of one interval."""
+    cdef Py_ssize_t n = e.shape[0] - 1, nq, i, b, nb, M, step, j, count = 0, r
+    cdef double tau, up, down
+    cdef bint ok
+    cdef int status = 0
+    if n < 0 or small < 1 or big < small or big % small:
+        raise ValueError("psg_tail_cells: invalid argument")
+    size = np.ones(max(n, 0), dtype=np.int64)
+    cdef int64_t[::1] sz = size
+    if n // small < 3:
+        return np.arange(n, dtype=np.int64), size
+    nq = n // small + 1
+    pts = np.empty(nq)
+    F = np.empty(nq)
+    S = np.empty(nq)
+    cdef double[::1] pv = pts, fv = F, sv = S
+    starts = np.empty(n, dtype=np.int64)
+    sizes = np.empty(n, dtype=np.int64)
+    cdef int64_t[::1] st = starts, so = sizes
+    with nogil:
+        for i in range(nq):
+            pv[i] = e[i * small]
+        status = fpld_psg_eval(&pv[0], nq, q, v, sd, remove, &fv[0], &sv[0], NULL)
+        if status == 0:
+            for r in range(2):
+                M = big if r == 0 else small
+                nb = n // M
+                if nb < 3:
+                    continue
+                tau = share / <double>(M * M)
+                step = M // small
+                for b in range(nb):
+                    up = sv[b * step]
+                    down = fv[(b + 1) * step]
+                    if not ((up <= tau or down <= tau) and isfinite(up) and isfinite(down)):
+                        continue
+                    ok = True
+                    for j in range(b * M, (b + 1) * M):
+                        if sz[j] != 1:
+                            ok = False
+                            break
+                    if ok:
+                        for j in range(b * M, (b + 1) * M):
+                            sz[j] = M
+            i = 0
+            while i < n:
+                st[count] = i
+                so[count] = sz[i]
+                count += 1
+                i += sz[i]
+    if status != 0:
+        raise ValueError("psg_tail_cells: invalid argument")
+    return starts[:count].copy(), sizes[:count].copy()
 
 
 def psg_panels(const double[::1] lo, const double[::1] c0, const double[::1] c1, double q, double v, double sd,

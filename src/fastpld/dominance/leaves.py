@@ -150,15 +150,26 @@ def _tail_blocks(loss, e, h: float):
     m0 = _BLOCKS[-1]
     if n // m0 < 3:
         return np.arange(n, dtype=np.int64), size
+    psg = getattr(loss, "psg_params", None)
+    if psg is not None and _kernels.have_leaf():
+        # (the subsampled Gaussian's in one compiled pass without the GIL, the same evaluations and comparisons:
+        # on two threads the other direction's leaf runs meanwhile)
+        return _kernels._leaf.psg_tail_cells(np.ascontiguousarray(e, dtype=np.float64), float(psg[0]),
+                                             float(psg[1]), float(psg[2]), bool(psg[3]), _BLOCK_SHARE,
+                                             _BLOCKS[0], _BLOCKS[1])
+    # the CDF and survival function at every multiple of the smallest size (the larger ones' edges among them)
+    below, above = _cdf_sf(loss, e[np.arange(n // m0 + 1) * m0])
     for M in _BLOCKS:
         nb = n // M
         if nb < 3:
             continue
         # block b is [e[b M], e[(b + 1) M]]; a last partial block stays fine.  The mass beyond it, upwards
         # (sf at its lower edge) and downwards (cdf at its upper edge)
+        up = above[np.arange(nb) * (M // m0)]
+        down = below[np.arange(1, nb + 1) * (M // m0)]
         tau = _BLOCK_SHARE / M ** 2
         # (the CDF's rounding: its relative error is the loss's cdf_rel_error, far below the margin here)
-        coarse = _thin_blocks(loss, e, M, nb, tau)
+        coarse = ((up <= tau) | (down <= tau)) & np.isfinite(up) & np.isfinite(down)
         # (a block of M within a larger cell stays in it: sizes only grow from the largest down)
         free = (size[:nb * M].reshape(nb, M) == 1).all(axis=1)
         size[:nb * M][np.repeat(coarse & free, M)] = M
@@ -169,50 +180,6 @@ def _tail_blocks(loss, e, h: float):
     edges = np.concatenate([[0], np.flatnonzero(np.diff(size)) + 1, [n]])
     starts = np.concatenate([np.arange(a, b, size[a], dtype=np.int64) for a, b in zip(edges[:-1], edges[1:])])
     return starts, size[starts]
-
-
-_SCAN = 64  # blocks per step of _thin_blocks' first scan
-
-
-def _thin_blocks(loss, e, M: int, nb: int, tau: float):
-    """Per block ``b < nb`` of ``M`` intervals: whether the mass beyond it is at most ``tau`` (``sf(e[b M])`` or
-    ``cdf(e[(b + 1) M])``, both finite).  Both are monotone in ``b`` (the survival function falls, the CDF
-    rises), so the blocks that qualify are a prefix (the CDF's) and a suffix (the survival function's): their
-    ends are found on every ``_SCAN``-th block and then on the blocks of the bracket, a few hundred evaluations
-    instead of one per block (where rounding makes the computed values not monotone, the cells may differ
-    from a full scan's by a block at a bracket's end: any cells are valid, these only decide the accuracy)."""
-    b = np.arange(nb)
-    coarse_b = np.unique(np.append(b[::_SCAN], nb - 1))
-    F, _ = _cdf_sf(loss, e[(coarse_b + 1) * M])
-    _, S = _cdf_sf(loss, e[coarse_b * M])
-    down_ok = (F <= tau) & np.isfinite(F)
-    up_ok = (S <= tau) & np.isfinite(S)
-    out = np.zeros(nb, dtype=bool)
-    # the CDF's prefix: the last coarse block that qualifies, then the bracket up to the next coarse one
-    k = int(np.argmin(down_ok)) if not down_ok.all() else coarse_b.size
-    if k > 0:
-        lo = int(coarse_b[k - 1])
-        hi = int(coarse_b[k]) if k < coarse_b.size else nb
-        out[:lo + 1] = True
-        if hi > lo + 1:
-            mid = np.arange(lo + 1, hi)
-            Fm, _ = _cdf_sf(loss, e[(mid + 1) * M])
-            ok = (Fm <= tau) & np.isfinite(Fm)
-            stop = int(np.argmin(ok)) if not ok.all() else ok.size
-            out[lo + 1:lo + 1 + stop] = True
-    # the survival function's suffix: the first coarse block that qualifies, and the bracket below it
-    if up_ok.any():
-        k = int(np.argmax(up_ok))
-        hi = int(coarse_b[k])
-        lo = int(coarse_b[k - 1]) if k > 0 else -1
-        out[hi:] = True
-        if hi > lo + 1:
-            mid = np.arange(lo + 1, hi)
-            _, Sm = _cdf_sf(loss, e[mid * M])
-            ok = (Sm <= tau) & np.isfinite(Sm)
-            start = mid.size - (int(np.argmin(ok[::-1])) if not ok.all() else mid.size)
-            out[lo + 1 + start:hi] = True
-    return out
 
 
 def _cdf_sf(loss, t):
