@@ -41,17 +41,18 @@ def _freeze(pld) -> int:
     # (the dominance certificate's second chain: its deferred directions are not run here, their arrays are made
     # read-only when they run, and they are counted as their dominating chain's: the same lattice)
     lower = getattr(pld, "lower_directions", {})
-    ready = getattr(lower, "ready", lambda name: True)
-    done = [lower[name] for name in lower if ready(name)]
-    ql = getattr(pld, "_ql", {})
-    later = [name for name in lower if not ready(name)]
     if hasattr(lower, "freeze"):
-        lower.freeze = True
+        lower.freeze = True  # (first: a chain that finishes from here on makes its own arrays read-only)
+    ready = getattr(lower, "ready", lambda name: True)
+    names = [name for name in lower if ready(name)]
+    later = [name for name in lower if name not in names]
+    done = [lower[name] for name in names]
+    ql = getattr(pld, "_ql", {})
     for d in (*pld.directions.values(), *done):
         for a in (d.pmf.probs,):
             if isinstance(a, np.ndarray):
                 a.setflags(write=False)
-    queries = (*pld._q.values(), *(ql[name] for name in lower if ready(name)))
+    queries = (*pld._q.values(), *(ql[name] for name in names))
     for q in queries:
         for name in ("p", "S1", "T", "dgrid"):
             a = getattr(q, name, None)
