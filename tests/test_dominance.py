@@ -760,36 +760,13 @@ def test_three_atoms_on_their_common_quantum_trinomial_oracle():
     assert planner._atom_quantum([1.0, math.sqrt(2)]) == 0.0
 
 
-def _tail_blocks_full_scan(loss, e, h):
-    """The leaf's cells from the CDF and survival function at every block edge (the reference of
-    leaves._tail_blocks, which brackets the thin blocks' ends instead)."""
-    from fastpld.dominance import leaves as L
-    n = e.size - 1
-    size = np.ones(n, dtype=np.int64)
-    m0 = L._BLOCKS[-1]
-    if n // m0 < 3:
-        return np.arange(n, dtype=np.int64), size
-    below, above = L._cdf_sf(loss, e[np.arange(n // m0 + 1) * m0])
-    for M in L._BLOCKS:
-        nb = n // M
-        if nb < 3:
-            continue
-        up = above[np.arange(nb) * (M // m0)]
-        down = below[np.arange(1, nb + 1) * (M // m0)]
-        tau = L._BLOCK_SHARE / M ** 2
-        coarse = ((up <= tau) | (down <= tau)) & np.isfinite(up) & np.isfinite(down)
-        free = (size[:nb * M].reshape(nb, M) == 1).all(axis=1)
-        size[:nb * M][np.repeat(coarse & free, M)] = M
-    starts = np.flatnonzero(np.arange(n) % size == 0)
-    return starts.astype(np.int64), size[starts]
-
-
 @pytest.mark.parametrize("mech", [fastpld.PoissonSubsampledGaussian(0.8, 1e-3), fastpld.PoissonSubsampledGaussian(1.0, 0.01),
                                   fastpld.PoissonSubsampledGaussian(0.5, 1e-4), fastpld.PoissonSubsampledGaussian(5.0, 0.1),
                                   fastpld.Gaussian(2.0), fastpld.PoissonSubsampledLaplace(1.0, 0.05)])
 def test_tail_cells_match_a_full_scan(mech):
-    """The thin tails' cells found by bracketing (a few hundred CDF evaluations) are those of a scan of every
-    block edge, on leaves of several sizes and losses."""
+    """The leaf's thin-tail cells (the subsampled Gaussian's from the compiled pass) are those of the numpy scan
+    of every block edge, and they tile the lattice with cells aligned on multiples of their size (the definition
+    the scan's run-by-run starts implement), on leaves of several sizes and losses."""
     from fastpld.dominance import leaves as L
     for loss in mech.privacy_losses().values():
         for h, tail in ((1e-3, 1e-14), (1e-4, 1e-14), (3e-5, 1e-16)):
@@ -797,6 +774,9 @@ def test_tail_cells_match_a_full_scan(mech):
                 e, _, _ = L._continuous_grid(loss, h, tail, 1 << 22, True)
             except ValueError:
                 continue
-            a, b = L._tail_blocks(loss, e, h), _tail_blocks_full_scan(loss, e, h)
+            a, b = L._tail_blocks(loss, e, h), L._scan_cells(loss, e)
             np.testing.assert_array_equal(a[0], b[0])
             np.testing.assert_array_equal(a[1], b[1])
+            size = np.repeat(b[1], b[1])
+            assert size.size == e.size - 1
+            np.testing.assert_array_equal(b[0], np.flatnonzero(np.arange(size.size) % size == 0))

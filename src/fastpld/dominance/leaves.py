@@ -145,18 +145,23 @@ def _tail_blocks(loss, e, h: float):
     epsilon), against ``O(h^2)`` for the fine cells; the cells of size ``M`` hold at most
     ``_BLOCK_SHARE / M^2`` of mass on each side, adding at most ``2 _BLOCK_SHARE h^2`` each, while the
     window's thin tails -- most of it for a small sampling rate -- cost a fraction of the quadrature."""
+    psg = getattr(loss, "psg_params", None)
+    if psg is not None and _kernels.have_leaf() and len(_BLOCKS) == 2:
+        # (the subsampled Gaussian's in one compiled pass without the GIL, the same evaluations and comparisons:
+        # on two threads the other direction's leaf runs meanwhile; the kernel takes two cell sizes)
+        return _kernels._leaf.psg_tail_cells(np.ascontiguousarray(e, dtype=np.float64), float(psg[0]),
+                                             float(psg[1]), float(psg[2]), bool(psg[3]), _BLOCK_SHARE,
+                                             _BLOCKS[0], _BLOCKS[1])
+    return _scan_cells(loss, e)
+
+
+def _scan_cells(loss, e):
+    """:func:`_tail_blocks` by numpy (any loss; the reference of the compiled ``_leaf.psg_tail_cells``)."""
     n = e.size - 1
     size = np.ones(n, dtype=np.int64)  # per interval: the size of its cell
     m0 = _BLOCKS[-1]
     if n // m0 < 3:
         return np.arange(n, dtype=np.int64), size
-    psg = getattr(loss, "psg_params", None)
-    if psg is not None and _kernels.have_leaf():
-        # (the subsampled Gaussian's in one compiled pass without the GIL, the same evaluations and comparisons:
-        # on two threads the other direction's leaf runs meanwhile)
-        return _kernels._leaf.psg_tail_cells(np.ascontiguousarray(e, dtype=np.float64), float(psg[0]),
-                                             float(psg[1]), float(psg[2]), bool(psg[3]), _BLOCK_SHARE,
-                                             _BLOCKS[0], _BLOCKS[1])
     # the CDF and survival function at every multiple of the smallest size (the larger ones' edges among them)
     below, above = _cdf_sf(loss, e[np.arange(n // m0 + 1) * m0])
     for M in _BLOCKS:

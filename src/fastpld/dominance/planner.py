@@ -432,11 +432,10 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
         us = _PARALLEL_MIN_US if leaves >= _PARALLEL_LEAF_BUCKETS else 0.0
         if leaves >= _SHARED_LEAF_BUCKETS:
             # (the dominating chains first, then the dominated ones, each to the first thread free)
-            res = iter(_run_shared([c[0] for c in jobs] + [c[1] for c in jobs if len(c) > 1], threads, us))
-            out = [[next(res)] for _ in jobs]
-            for o, c in zip(out, jobs):
-                if len(c) > 1:
-                    o.append(next(res))
+            order = sorted((k, i) for i, c in enumerate(jobs) for k in range(len(c)))
+            out = [[None] * len(c) for c in jobs]
+            for (k, i), r in zip(order, _run_shared([jobs[i][k] for k, i in order], threads, us)):
+                out[i][k] = r
         else:
             out = _run_jobs([lambda c=c: [x() for x in c] for c in jobs], threads, us)
         upper = {name: r[0] for (name, _, _), r in zip(plans, out)}
