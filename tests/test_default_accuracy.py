@@ -158,12 +158,12 @@ def test_the_default_answers_at_k_1e7():
     assert c.lower <= b.upper and b.lower <= c.upper
 
 
-@pytest.mark.parametrize("sigma,q,arities", [(0.5, 0.1, (1024, 4096)),
+@pytest.mark.parametrize("sigma,q,arities", [(0.5, 0.1, (1000, 4000)),  # (1024 and 4096's nearby arities at k = 1e7)
                                              # (the width model's meshes fit the default arities here: the
                                              # pilot's did not)
                                              (5.0, 0.01, None)])
 def test_larger_arities_certify_k_1e7_where_64_and_256_do_not_fit(sigma, q, arities):
-    # the first node's round-off counts once per instance: arities 1024 and 4096 have 4x and 16x fewer
+    # the first node's round-off counts once per instance: arities ~1024 and ~4096 have 4x and 16x fewer
     pld = fastpld.compose(fastpld.PoissonSubsampledGaussian(sigma, q), 10_000_000, rel_error=1e-3)
     assert pld.method.startswith("dominance(") and (arities is None
                                                     or pld.method in tuple(f"dominance(arity={a})" for a in arities))
@@ -198,10 +198,34 @@ def test_an_arity_predicted_to_fail_is_skipped_but_never_the_last(monkeypatch):
     tried.clear()
     monkeypatch.setattr(planner, "_DOOMED_FACTOR", 1e300)
     pld = fastpld.compose(m, 10_000, rel_error=1e-3)
-    assert tried == [(125, "_DoomedArity"), (256, "_DoomedArity"), (1024, "_DoomedArity"), (4096, "ok")]
-    assert pld.method == "dominance(arity=4096)"
+    # (each of 256, 1024, 4096 as the arity within 0.75-1.25 of it whose plan does the least work)
+    near = [planner._least_work_near(10_000, a) for a in (256, 1024, 4096)]
+    assert tried == [(125, "_DoomedArity"), (near[0], "_DoomedArity"), (near[1], "_DoomedArity"), (near[2], "ok")]
+    assert pld.method == f"dominance(arity={near[2]})"
     a, b = pld.epsilon(1e-5), ref.epsilon(1e-5)
     assert a.lower <= b.upper and b.lower <= a.upper and a.upper - a.lower <= 1e-3 * a.lower
+
+
+def test_the_larger_arities_are_the_least_work_near_them():
+    from fastpld.dominance import planner
+
+    # k = 1e7 = 160 x 250^2: three convolving nodes and two re-discretisations, where 256 leaves digits 152, 150
+    # and 128 (six nodes and a leaf of 128 copies)
+    assert planner._least_work_near(10_000_000, 256) == 250
+    assert planner._plan_work(10_000_000, 250) < planner._plan_work(10_000_000, 256)
+    for k in (10_000, 123_457, 10_000_000, 2 ** 24, 10 ** 9):
+        for a in (256, 1024, 4096):
+            b = planner._least_work_near(k, a)
+            assert 0.75 * a <= b <= 1.25 * a or (b == a and k < 1.25 * a)
+            assert planner._plan_work(k, b) <= planner._plan_work(k, a)
+    # (a schedule of several parts keeps the list's arities)
+    parts = [("remove", [(fastpld.PoissonSubsampledGaussian(1.0, 0.01), 10), (fastpld.Gaussian(2.0), 5)])]
+    assert planner._nearby_arity(parts, 256) == 256
+    # composed with it: k = 1e7 of a subsampled Gaussian whose first node needs arity 256's round-off
+    pld = fastpld.compose(fastpld.PoissonSubsampledGaussian(0.5, 1e-4), 10_000_000, rel_error=1e-3)
+    assert pld.method == "dominance(arity=250)"
+    b = pld.epsilon(1e-5)
+    assert b.upper - b.lower <= 1e-3 * b.lower and pld.delta_spent <= pld.delta_error
 
 
 def test_the_first_node_floor_predicts_the_k_1e7_refusal():

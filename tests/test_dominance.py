@@ -643,6 +643,50 @@ def test_a_deferred_dominated_chain_runs_only_where_it_matters_and_changes_no_an
     assert np.array_equal(a.lower, b.lower) and np.array_equal(a.upper, b.upper)
 
 
+def test_a_deferred_dominated_chain_whose_charges_do_not_fit_retries_at_larger_arities(monkeypatch):
+    # a deferred chain runs after the composition has answered: where its charges do not fit delta_error (a lattice
+    # alignment the eager chains did not have: PSG(0.5, 1e-4) x 1e7 at arity 250), the larger arities of the list
+    # in turn (fewer instances of each node); its curve is a lower bound all the same
+    from fastpld.composition.budget import _BudgetError
+    from fastpld.dominance import planner
+
+    m = fastpld.PoissonSubsampledGaussian(1.0, 0.02)
+    eager, _ = _eager_and_deferred(monkeypatch, m, 300, rel_error=1e-3)
+    run = planner._run_chain
+    refused = []
+
+    def refuse(*args):
+        # (the chains run after the composition returned: the deferred one and its retries, without the memo)
+        upper, arity, memo = args[6], args[7], args[8]
+        if not upper and memo is None and arity in refused_arities:
+            refused.append(arity)
+            raise _BudgetError("refused (test)")
+        return run(*args)
+
+    monkeypatch.setattr(planner, "_run_chain", refuse)
+    refused_arities = set()
+    pld = fastpld.compose(m, 300, method="dominance", rel_error=1e-3)
+    a0 = int(pld.method.split("=")[1].rstrip(")"))
+    assert pld.lower_directions.deferred == {"add"} and not pld.lower_directions.ready("add")
+    refused_arities.add(a0)
+    eps = np.linspace(0.0, 2.0, 21)
+    b, e = pld.delta(eps), eager.delta(eps)
+    assert refused == [a0]
+    lower = pld.lower_directions["add"]
+    assert lower.method == f"dominance(arity={[a for a in planner._ARITIES if a > a0][0]})"
+    assert lower.delta_spent <= pld.delta_error
+    # certified both ways: the intervals overlap, and are about as wide
+    assert np.all(b.lower <= e.upper) and np.all(e.lower <= b.upper)
+    assert np.all(b.upper - b.lower <= 2 * (e.upper - e.lower) + 1e-12)
+    # every retry refused too: the first refusal is the answer's
+    refused.clear()
+    refused_arities.update(planner._ARITIES)
+    pld = fastpld.compose(m, 300, method="dominance", rel_error=1e-3)
+    with pytest.raises(ValueError, match="refused"):
+        pld.delta(eps)
+    assert refused == [a0] + [a for a in planner._ARITIES if a > a0]
+
+
 def test_a_deferred_dominated_chain_runs_once_under_threads_and_pickles():
     import pickle
     import threading
