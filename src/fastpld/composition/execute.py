@@ -19,7 +19,7 @@ from .plan import _Leaf, _Node
 from .roundoff import _U64, _ULD, _rounding_gamma
 
 
-def _execute(plan, meshes, budgets, backend, max_buckets, eps_limit=None, leaf_fn=None, split_fn=None):
+def _execute(plan, meshes, budgets, backend, max_buckets, eps_limit=None, leaf_fn=None, split_fn=None, position=0):
     """Run a plan for one direction; returns (final GridPMF, eps_spent, delta_spent, stages, cert).
 
     ``eps_limit``: stop (:class:`_EtaError`) as soon as the measured delta charges make an eps
@@ -27,6 +27,8 @@ def _execute(plan, meshes, budgets, backend, max_buckets, eps_limit=None, leaf_f
     ``leaf_fn(loss, mesh, tail, max_buckets, native, copies=instances)`` and ``split_fn(pmf, mesh, native)`` replace
     Algorithm 1 and the mean-preserving split (the dominance certificate, :mod:`fastpld.dominance`,
     runs the same nodes on its own leaves and re-discretisations; it reads only the delta charges).
+    ``position``: how the nodes round their offsets (:func:`fastpld.composition.node._run_node`; the dominance
+    chains: up for the dominating one, down for the dominated one).
     """
     results = {}
     redisc = {}
@@ -103,7 +105,8 @@ def _execute(plan, meshes, budgets, backend, max_buckets, eps_limit=None, leaf_f
                 pmf = rd
             inputs.append((pmf, m))
         _check_tv(budgets, tv_trunc, tv_wrap, tv_fp)  # re-discretisation charges, before the FFT
-        out, info = _run_node(o, inputs, inst, budgets, n_objects, backend, max_buckets, n_nodes=plan.n_nodes)
+        out, info = _run_node(o, inputs, inst, budgets, n_objects, backend, max_buckets, n_nodes=plan.n_nodes,
+                              position=position)
         _eta_check(budgets, tv_trunc + tv_wrap + tv_fp + inst * (info["wrap"] + info["fp"]), v_lo, eps_limit)
         results[id(o)] = out
         del inputs
@@ -115,6 +118,7 @@ def _execute(plan, meshes, budgets, backend, max_buckets, eps_limit=None, leaf_f
                     redisc.pop((id(c), g), None)
         tv_wrap += inst * info["wrap"]
         tv_fp += inst * info["fp"]
+        bias += inst * info["pos_err"]  # (the output's offset against the exact sum of its inputs' positions)
         stages.append(StageInfo(o.label, sum(c.count * m for c, m in o.children), h,
                                 (float(out.offset), float(out.offset + h * (out.probs.size - 1))),
                                 info["N"], inst, inst * info["wrap"], inst * info["fp"], 0.0,

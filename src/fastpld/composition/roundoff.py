@@ -28,6 +28,38 @@ def _polar_rel(cond, msum, C, u):
     return 1.01 * u * ((11 + C) * cond + 8 * msum + 40)
 
 
+def _dyadic_sum(terms):
+    """``sum k x`` over ``terms`` (pairs of an integer ``k`` and a finite float ``x``), exactly: ``(n, e)`` for
+    ``n / 2^e`` (every float is an integer over a power of two)."""
+    parts = []
+    for k, x in terms:
+        n, d = float(x).as_integer_ratio()
+        parts.append((int(k) * n, d.bit_length() - 1))
+    e = max(p[1] for p in parts)
+    return sum(n << (e - ei) for n, ei in parts), e
+
+
+def _directed(terms, direction: int) -> float:
+    """The float nearest ``sum k x`` (:func:`_dyadic_sum`), moved by one ulp where needed to lie at or above the
+    exact sum (``direction > 0``) or at or below it (``direction < 0``)."""
+    n, e = _dyadic_sum(terms)
+    f = n / (1 << e)  # (correctly rounded)
+    fn, fd = f.as_integer_ratio()
+    c = fn * (1 << e) - n * fd  # (the sign of f - exact)
+    if direction > 0 and c < 0:
+        f = math.nextafter(f, math.inf)
+    elif direction < 0 and c > 0:
+        f = math.nextafter(f, -math.inf)
+    return f
+
+
+def _dyadic_error(terms, value: float) -> float:
+    """``|value - sum k x|`` (:func:`_dyadic_sum`), rounded up."""
+    diff = [(1, value)] + [(-k, x) for k, x in terms]
+    up, down = _directed(diff, 1), _directed(diff, -1)
+    return up if down >= 0 else (-down if up <= 0 else max(up, -down))
+
+
 def _rounding_gamma(k, u):
     """Higham's ``gamma_k = k u / (1 - k u)``: the relative error bound of ``k`` roundings of unit ``u``."""
     return k * u / (1.0 - k * u)

@@ -659,7 +659,7 @@ def _run_chain(plan, meshes, budgets, backend, max_buckets, p_inf, upper, arity,
     leaf_fn, split_fn = (ctd_leaf, ctd_split) if upper else (dominated_leaf, dominated_split)
     leaf_fn = functools.partial(leaf_fn, memo=memo)
     final, _, _, stages, cert = _execute(plan, meshes, budgets, backend, max_buckets, leaf_fn=leaf_fn,
-                                         split_fn=split_fn)
+                                         split_fn=split_fn, position=1 if upper else -1)
     charges = (cert["truncation"] + cert["wrap"] + cert["roundoff"]) * (1 + 8 * _U)
     cert = {"truncation": cert["truncation"], "wrap": cert["wrap"], "roundoff": cert["roundoff"],
             "log_mass": cert["log_mass"], "log_rel": cert["log_rel"], "bound": "upper" if upper else "lower"}

@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from .. import _kernels
+from ..composition.roundoff import _directed
 from ..discretize import GridPMF
 
 _dom = None  # the compiled balanced split (FASTPLD_PURE_PYTHON=1 or no build: the reference below)
@@ -145,7 +146,8 @@ def ctd_split(pmf: GridPMF, mesh: float, native: bool = False) -> GridPMF:
         out, j0 = _ctd_split_py(pmf, mesh)
     cast = _U if np.asarray(pmf.probs).dtype != np.float64 else 0.0  # (a long double node's cast: relative)
     ratio = mesh / pmf.mesh
-    res = GridPMF(out, j0 * mesh, mesh)
+    # (the lattice's offset j0 mesh rounded up: every atom at or above the point it was split onto)
+    res = GridPMF(out, _directed([(j0, mesh)], 1), mesh)
     # every output entry is a sum of at most ratio + 2 positive products (in any order): relative rounding
     res.rel = cast + 2 * (ratio + 3) * _U
     return res
@@ -178,7 +180,7 @@ def dominated_split(pmf: GridPMF, mesh: float, native: bool = False) -> GridPMF:
     ratio = mesh / pmf.mesh
     out = _balanced_split(j, s, p, mesh, m, cell=int(ratio) + 2)
     total = float(out.sum())
-    res = GridPMF(out / total, j0 * mesh, mesh, tv=tv)
+    res = GridPMF(out / total, _directed([(j0, mesh)], -1), mesh, tv=tv)  # (rounded down: at or below)
     # (the output was lowered by its rounding; the sums, the cast and the division only lower the mass claimed)
     res.mass = min(total / float(p.sum()) * (1 - 2 * cast - 2 * (out.size + p.size + 4) * _U), 1.0)
     return res
