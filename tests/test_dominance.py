@@ -123,7 +123,7 @@ def test_leaves_with_thin_tail_cells_bracket_the_mechanism(sigma, q, monkeypatch
     # a small sampling rate: most of the window is a thin tail, merged into cells of _BLOCKS intervals
     for loss in fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses().values():
         h = 0.002
-        e, _, _ = D._continuous_grid(loss, h, 1e-14, 1 << 24, False)
+        e, _, _, _ = D._continuous_grid(loss, h, 1e-14, 1 << 24, False)
         starts, sizes = D._tail_blocks(loss, e, h)
         for M in D.leaves._BLOCKS:
             assert (sizes == M).sum() > 3  # the tails are merged (every size is used) ...
@@ -332,7 +332,7 @@ def test_leaf_integrals_match_closed_forms(sigma, q, h):
     # and everywhere else (cells of 1, 4 and 32 intervals; errors below _negligible charged as TV)
     tail = 1e-13
     for loss in fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses().values():
-        e, _, _ = D._continuous_grid(loss, h, tail, 1 << 24, True)
+        e, _, _, _ = D._continuous_grid(loss, h, tail, 1 << 24, True)
         starts, sizes = D._tail_blocks(loss, e, h)
         lo = e[starts]
         a, a_err, n, n_err, b, b_err = D._integrals(loss, lo, h * sizes, D.leaves._negligible(tail, lo.size))
@@ -455,7 +455,7 @@ def test_leaf_end_charge_without_a_finite_density(monkeypatch):
     # where the density is not finite at a cell's end, the mass its position error moves comes from the CDF
     sigma, q, h, tail = 1.0, 0.01, 8e-4, 1e-13
     for loss in fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses().values():
-        e, _, _ = D._continuous_grid(loss, h, tail, 1 << 24, True)
+        e, _, _, _ = D._continuous_grid(loss, h, tail, 1 << 24, True)
         starts, sizes = D._tail_blocks(loss, e, h)
         lo = e[starts]
         tiny = D.leaves._negligible(tail, lo.size)
@@ -815,7 +815,7 @@ def test_tail_cells_match_a_full_scan(mech):
     for loss in mech.privacy_losses().values():
         for h, tail in ((1e-3, 1e-14), (1e-4, 1e-14), (3e-5, 1e-16)):
             try:
-                e, _, _ = L._continuous_grid(loss, h, tail, 1 << 22, True)
+                e, _, _, _ = L._continuous_grid(loss, h, tail, 1 << 22, True)
             except ValueError:
                 continue
             a, b = L._tail_blocks(loss, e, h), L._scan_cells(loss, e)
@@ -824,3 +824,71 @@ def test_tail_cells_match_a_full_scan(mech):
             size = np.repeat(b[1], b[1])
             assert size.size == e.size - 1
             np.testing.assert_array_equal(b[0], np.flatnonzero(np.arange(size.size) % size == 0))
+
+
+def test_dyadic_ratio_against_fractions():
+    from fractions import Fraction
+
+    from fastpld.composition.roundoff import _dyadic, _dyadic_ratio, _dyadic_sum
+
+    rng = np.random.default_rng(11)
+    for _ in range(3000):
+        b = float(rng.random() * 10.0 ** rng.integers(-9, 2)) or 1.0
+        k = int(rng.integers(-10 ** 9, 10 ** 9))
+        exact_multiple = _dyadic_sum([(k, b)])
+        assert _dyadic_ratio(exact_multiple, b) == k
+        a = float(rng.standard_normal())
+        fa, fb = Fraction(a), Fraction(b)
+        r = _dyadic_ratio(a, b)
+        assert (r == fa / fb) if (fa / fb).denominator == 1 else r is None
+        n, e = _dyadic(a)
+        assert Fraction(n, 2 ** e) == fa
+    assert _dyadic_ratio(1.0, 0.0) is None
+
+
+@pytest.mark.parametrize("n0", [-1_000_003, -17, 0, 5, 123_457])
+@pytest.mark.parametrize("R", [1, 2, 8, 3])
+def test_exact_dominated_prep_agrees_with_its_reference_and_is_exact(n0, R):
+    from fractions import Fraction
+
+    from fastpld.dominance import splits
+
+    h = 3.0401e-05
+    ref = splits._dominated_prep_exact_py(1000, n0, R, h)
+    if D._dom is not None:
+        got = D._dom.dominated_prep_exact(1000, n0, R, h)
+        for x, y in zip(got, ref):
+            np.testing.assert_array_equal(x, y)
+    j, s, tv, j0, m = ref
+    assert tv == 0.0 and m == int(j[-1]) + 2
+    for i in (0, 1, 2, 7, 500, 999):
+        # atom (n0 + i) h: on lattice point (j0 + j_i) R h, at most s_i above it, s_i no more than the exact offset
+        pos = (n0 + i) * Fraction(h)
+        point = (j0 + int(j[i])) * R * Fraction(h)
+        assert 0 <= Fraction(float(s[i])) <= pos - point < R * Fraction(h)
+        assert (s[i] == 0.0) == (pos == point)
+
+
+def test_dominated_splits_on_nested_lattices_are_exact_and_charge_nothing():
+    # a node's positions, known exactly (its origin), on a lattice nested in the target: atoms on the target's
+    # points are known to be there, where the float positions' rounding had them charged (16 u |v| each, per copy)
+    from fastpld.composition.roundoff import _dyadic_sum
+
+    rng = np.random.default_rng(5)
+    h = 3.0401e-05
+    n0 = -233_127  # (-7.087 of a subsampled Gaussian's node, in meshes)
+    p = rng.random(4000) ** 4
+    p /= p.sum()
+    origin = _dyadic_sum([(n0, h)])
+    exact = GridPMF(p, float(n0 * h), h, origin=origin)
+    floating = GridPMF(p, float(n0 * h), h)
+    for ratio in (2, 8):
+        a, b = D.dominated_split(exact, ratio * h, True), D.dominated_split(floating, ratio * h, True)
+        assert a.tv == 0.0 and b.tv > 0.0
+        assert a.origin is not None and a.offset <= float(a.origin[0]) / 2 ** a.origin[1]
+        # both dominated by the input, and as tight as each other up to the rounding
+        eps = np.linspace(-7.2, -6.9, 301)
+        base = curve(exact.values, exact.probs, eps)
+        ca, cb = curve(a.values, a.probs * a.mass, eps), curve(b.values, b.probs * b.mass, eps)
+        assert np.all(ca <= base + 1e-15) and np.all(cb <= base + b.tv + 1e-15)
+        assert np.max(np.abs(ca - cb)) < 1e-9

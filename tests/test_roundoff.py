@@ -238,9 +238,13 @@ def test_node_offsets_lie_on_the_safe_side_of_the_exact_sums(monkeypatch):
     def record(o, inputs, inst, *a, position=0, **k):
         out, info = run(o, inputs, inst, *a, position=position, **k)
         if not (len(inputs) == 1 and inputs[0][1] == 1):
-            base = sum(m * Fraction(p.offset) for p, m in inputs)
+            # (the inputs' exact offsets where they carry them: the dominance chains' leaves, nodes and splits)
+            base = sum(m * (Fraction(p.origin[0], 2 ** p.origin[1]) if p.origin is not None else Fraction(p.offset))
+                       for p, m in inputs)
             steps = (Fraction(out.offset) - base) / Fraction(out.mesh)
             exact = base + round(steps) * Fraction(out.mesh)
+            if out.origin is not None:
+                assert Fraction(out.origin[0], 2 ** out.origin[1]) == exact
             seen.append((position, Fraction(out.offset) - exact, info["pos_err"], inst))
         return out, info
 

@@ -149,3 +149,30 @@ def dominated_prep(const double[::1] p, double offset, double hin, double mesh):
             j[i] -= j0
     m = (j_arr[n - 1] + 2) if n > 0 else 2
     return j_arr, s_arr, tv * mesh, j0, int(m)
+
+
+def dominated_prep_exact(Py_ssize_t n, long long n0, long long R, double hin):
+    """:func:`dominated_prep` on an exactly nested lattice: atom ``i`` at exactly ``(n0 + i) hin``, the target mesh
+    ``R hin``.  Reference: :func:`fastpld.dominance.splits._dominated_prep_exact_py` (the same operations)."""
+    j_arr = np.empty(n, dtype=np.int64)
+    s_arr = np.empty(n, dtype=np.float64)
+    cdef long long[::1] j = j_arr
+    cdef double[::1] s = s_arr
+    cdef Py_ssize_t i
+    cdef long long q, jf, r, j0 = 0
+    if R < 1:
+        raise ValueError("dominated_prep_exact: R must be positive")
+    with nogil:
+        for i in range(n):
+            q = n0 + i
+            jf = q // R if q >= 0 else -((-q + R - 1) // R)  # (floor division)
+            r = q - jf * R
+            j[i] = jf
+            # (the offset within the cell rounded down: two roundings, each at most u, against 1 - 2u)
+            s[i] = (<double>r * hin) * (1 - 2 * _U)
+        if n > 0:
+            j0 = j[0]
+        for i in range(n):
+            j[i] -= j0
+    m = (j_arr[n - 1] + 2) if n > 0 else 2
+    return j_arr, s_arr, 0.0, j0, int(m)

@@ -87,6 +87,9 @@ class GridPMF:
     truncated: float = 0.0
     #: coarse tail regions ``(p_R, r_R, a_R)`` of a leaf (see the module docstring); empty: all fine
     mix: tuple = ()
+    #: the exact offset ``n / 2^e`` as ``(n, e)`` where known (the dominance chains' leaves, nodes and splits):
+    #: the atoms lie at exactly ``origin + i * mesh``, and ``offset`` is within one ulp of it
+    origin: tuple | None = None
 
     @property
     def values(self) -> np.ndarray:

@@ -16,7 +16,7 @@ from ..discretize import GridPMF
 from .lattice import _lattice_spectrum
 from .precision import (_MIXED_MIN_POWER, _few_buckets, _has_atoms, _predicted_fp_dft, _predicted_fp_plain,
                         _predicted_fp_series, _use_lattice)
-from .roundoff import _U64, _ULD, _directed, _dyadic_error, _node_tv
+from .roundoff import _U64, _ULD, _dyadic_error, _dyadic_sum, _node_tv, _rounded
 from .series import _SERIES_R, _series_amp, _series_spectrum, _split_choice, _split_series_spectrum
 
 
@@ -174,7 +174,7 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     w_per = budgets.wrap / (n_objects * inst)
     if len(ins) == 1 and ins[0][2] == 1:
         p, cen, m = ins[0]
-        return GridPMF(p, inputs[0][0].offset, h), {"N": p.size, "wrap": 0.0, "fp": 0.0, "dtype": p.dtype, "pos_err": 0.0,
+        return GridPMF(p, inputs[0][0].offset, h, origin=inputs[0][0].origin), {"N": p.size, "wrap": 0.0, "fp": 0.0, "dtype": p.dtype, "pos_err": 0.0,
                                                    "window": (0, p.size - 1), "series": 0, "dft": False,
                                                    "lattice": False}
     lo_full = -sum(m * cen for _, cen, m in ins)
@@ -343,13 +343,16 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     removed += dropped
     tv_fp = _node_tv(removed, N, u)
     # base_val = sum m_c (offset_c + cen_c h); entry j of lin is the index sum I' = c + a + j
-    # (exactly: sum m_c offset_c + (sum m_c cen_c + c + a) h)
-    exact = [(m, pmf.offset) for pmf, m in inputs] + [(sum(m * cen for _, cen, m in ins) + c + a, h)]
-    if position:  # (rounded the safe way)
-        offset, pos_err = _directed(exact, position), 0.0
+    # (exactly: sum m_c offset_c + (sum m_c cen_c + c + a) h, each input's exact offset where it has one)
+    exact = ([(m, pmf.origin if pmf.origin is not None else pmf.offset) for pmf, m in inputs]
+             + [(sum(m * cen for _, cen, m in ins) + c + a, h)])
+    origin = None
+    if position:  # (rounded the safe way; the exact offset kept)
+        origin = _dyadic_sum(exact)
+        offset, pos_err = _rounded(origin, position), 0.0
     else:  # (the float sums, as before; their exact error goes to the coupling certificate's bias, per instance)
         offset = base_val + (c + a) * h
         pos_err = _dyadic_error(exact, offset)
     info = {"N": N, "wrap": wrap, "fp": tv_fp, "dtype": dtype, "window": (c, c + N - 1), "pos_err": pos_err,
             "series": ser[0] if ser is not None else 0, "dft": dft is not None, "lattice": lat is not None}
-    return GridPMF(lin, offset, h), info
+    return GridPMF(lin, offset, h, origin=origin), info

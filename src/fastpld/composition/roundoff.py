@@ -28,21 +28,47 @@ def _polar_rel(cond, msum, C, u):
     return 1.01 * u * ((11 + C) * cond + 8 * msum + 40)
 
 
-def _dyadic_sum(terms):
-    """``sum k x`` over ``terms`` (pairs of an integer ``k`` and a finite float ``x``), exactly: ``(n, e)`` for
-    ``n / 2^e`` (every float is an integer over a power of two)."""
+def _dyadic(x) -> tuple:
+    """A finite float, or an exact ``(n, e)`` pair, as ``(n, e)``: the rational ``n / 2^e`` (every float is an
+    integer over a power of two)."""
+    if isinstance(x, tuple):
+        return x
+    n, d = float(x).as_integer_ratio()
+    return n, d.bit_length() - 1
+
+
+def _dyadic_sum(terms) -> tuple:
+    """``sum k x`` over ``terms`` (pairs of an integer ``k`` and a finite float or ``(n, e)`` pair ``x``),
+    exactly, as ``(n, e)`` (:func:`_dyadic`)."""
     parts = []
     for k, x in terms:
-        n, d = float(x).as_integer_ratio()
-        parts.append((int(k) * n, d.bit_length() - 1))
+        n, e = _dyadic(x)
+        parts.append((int(k) * n, e))
     e = max(p[1] for p in parts)
     return sum(n << (e - ei) for n, ei in parts), e
+
+
+def _dyadic_ratio(a, b):
+    """``a / b`` (floats or ``(n, e)`` pairs, ``b != 0``) if it is an integer, else ``None``."""
+    na, ea = _dyadic(a)
+    nb, eb = _dyadic(b)
+    if nb == 0:
+        return None
+    # a / b = (na / nb) 2^(eb - ea)
+    num, den = (na << (eb - ea), nb) if eb >= ea else (na, nb << (ea - eb))
+    q, r = divmod(num, den)
+    return q if r == 0 else None
 
 
 def _directed(terms, direction: int) -> float:
     """The float nearest ``sum k x`` (:func:`_dyadic_sum`), moved by one ulp where needed to lie at or above the
     exact sum (``direction > 0``) or at or below it (``direction < 0``)."""
-    n, e = _dyadic_sum(terms)
+    return _rounded(_dyadic_sum(terms), direction)
+
+
+def _rounded(x: tuple, direction: int) -> float:
+    """:func:`_directed` of the exact ``(n, e)`` pair ``x``."""
+    n, e = x
     f = n / (1 << e)  # (correctly rounded)
     fn, fd = f.as_integer_ratio()
     c = fn * (1 << e) - n * fd  # (the sign of f - exact)

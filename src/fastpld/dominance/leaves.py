@@ -10,6 +10,7 @@ import numpy as np
 
 from .. import _kernels
 from .._limits import BucketLimitError
+from ..composition.roundoff import _dyadic, _dyadic_sum, _rounded
 from ..discretize import GridPMF, truncation_window
 from ..mechanisms import ContinuousLoss, DiscreteLoss, SubsampledLoss
 from .splits import _balanced_split
@@ -70,7 +71,10 @@ def _atom_masses(loss: ContinuousLoss, atoms):
 
 
 def _continuous_grid(loss: ContinuousLoss, h: float, tail: float, max_buckets: int, native: bool):
-    """The leaf's lattice (mesh ``h``) over the window, the atoms inside it, and the tails cut off."""
+    """The leaf's lattice (mesh ``h``) over the window, the atoms inside it, the tails cut off, and the
+    lattice's first point exactly (``lat + i_lo h`` as :func:`fastpld.composition.roundoff._dyadic`'s pair: the
+    point each lattice point ``e[j]`` stands for is ``lat + (i_lo + j) h``, its rounding charged by
+    :func:`_integrals`)."""
     a0, b0 = truncation_window(loss, tail, native)
     atoms = [x for x in loss.atoms if a0 < x <= b0]
     # the heaviest atom on a grid point (its split is then exact; with the planner's mesh, all are)
@@ -86,7 +90,7 @@ def _continuous_grid(loss: ContinuousLoss, h: float, tail: float, max_buckets: i
     shift = loss.cdf_shift(max(abs(float(e[0])), abs(float(e[-1]))))
     dens = float(np.max(np.asarray(loss.pdf(np.array([e[0], e[-1]])), dtype=np.float64)))
     truncated = float(out) * (1 + 8 * loss.cdf_rel_error) + 4 * shift * dens
-    return e, atoms, truncated
+    return e, atoms, truncated, _dyadic_sum([(1, lat), (i_lo, h)])
 
 
 def _leaf_data(loss, h: float, tail: float, max_buckets: int, native: bool, memo: dict | None, cells: bool = True):
@@ -96,13 +100,13 @@ def _leaf_data(loss, h: float, tail: float, max_buckets: int, native: bool, memo
     key = ("data", id(loss), float(h), float(tail), cells)
     hit = _memo_get(memo, key, loss)
     if hit is None:
-        e, atoms, truncated = _continuous_grid(loss, h, tail, max_buckets, native)
+        e, atoms, truncated, origin = _continuous_grid(loss, h, tail, max_buckets, native)
         if cells:
             starts, sizes = _tail_blocks(loss, e, h)
         else:
             starts, sizes = np.arange(e.size - 1, dtype=np.int64), np.ones(e.size - 1, dtype=np.int64)
         hit = (e, atoms, truncated, (starts, sizes),
-               _integrals(loss, e[starts], h * sizes, _negligible(tail, starts.size)))
+               _integrals(loss, e[starts], h * sizes, _negligible(tail, starts.size)), origin)
         _memo_put(memo, key, loss, hit)
     return hit
 
@@ -449,8 +453,8 @@ def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bo
     hit = _memo_get(memo, key, loss)
     if hit is not None:
         return hit  # (another leaf of the same loss, mesh and tail: a pilot's proxy repeats them)
-    e, atoms, truncated, (starts, sizes), (a, a_err, nu, nu_err, _, _) = _leaf_data(loss, h, tail, max_buckets,
-                                                                                  native, memo, cells)
+    e, atoms, truncated, (starts, sizes), (a, a_err, nu, nu_err, _, _), origin = _leaf_data(
+        loss, h, tail, max_buckets, native, memo, cells)
     n = e.size
     den = -math.expm1(-h)
     # (a cell of m intervals: its chord between its end points, e^-(m h) exact to a few u, the
@@ -487,7 +491,7 @@ def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bo
         raise ValueError("the discretisation window holds no probability mass; the mechanism parameters are degenerate")
     _check_window(total, truncated, err, loss)
     tv = 2 * err / total
-    pmf = GridPMF(p / total, float(e[0]), h, tv=tv, truncated=truncated)
+    pmf = GridPMF(p / total, _rounded(origin, 1), h, tv=tv, truncated=truncated, origin=origin)
     # (the entries: a difference and a sum of two products, the sum, the normalisation)
     pmf.rel = 2 * (rel + 4 * _U) + (math.log2(n) + 8) * _U  # (np.sum is pairwise)
     _memo_put(memo, key, loss, pmf)
@@ -513,8 +517,8 @@ def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, nati
     hit = _memo_get(memo, key, loss)
     if hit is not None:
         return hit
-    e, atoms, truncated, (starts, sizes), (a5, a_err, _, _, b5, b_err) = _leaf_data(loss, h, tail, max_buckets,
-                                                                                    native, memo, cells)
+    e, atoms, truncated, (starts, sizes), (a5, a_err, _, _, b5, b_err), origin = _leaf_data(
+        loss, h, tail, max_buckets, native, memo, cells)
     a = np.maximum(a5 - a_err, 0.0)  # A-mass, rounded down
     b = b5 + b_err  # B-mass times e^lo, rounded up
     ok = (a > 0) & (b > 0)
@@ -549,7 +553,7 @@ def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, nati
     if not window > 0 or not out.sum() > 0:
         raise ValueError("the discretisation window holds no probability mass; the mechanism parameters are degenerate")
     kept = float(out.sum())
-    pmf = GridPMF(out / kept, float(e[0]), h, truncated=truncated)
+    pmf = GridPMF(out / kept, _rounded(origin, -1), h, truncated=truncated, origin=origin)
     # (kept: a sum of n positive terms; the division: u per entry; both only lower the mass claimed)
     pmf.mass = min(kept / window * (1 - 16 * loss.cdf_rel_error - (e.size + 8) * 2 * _U), 1.0)
     _memo_put(memo, key, loss, pmf)
@@ -593,7 +597,7 @@ def _discrete_leaf(loss: DiscreteLoss, h: float, max_buckets: int, upper: bool) 
     else:
         np.add.at(p, j, pr)
     p /= p.sum()
-    pmf = GridPMF(p, lat, h, tv=tv_pos)
+    pmf = GridPMF(p, lat, h, tv=tv_pos, origin=_dyadic(lat))
     # (the products, the sums into each entry and the normalisation: relative rounding; the
     # dominating leaf charges it as a factor, the dominated one lowers its mass by it)
     r = (math.log2(n) + 8 + np.max(np.bincount(j, minlength=n))) * 2 * _U
