@@ -88,7 +88,15 @@ def leaf_mesh(parts, plan, eps_error: float, scale: float = 1.0) -> float:
             # the atoms (and those of every composition of them) on every lattice of the plan:
             # the coarsest mesh R h1 must divide span too
             R = max(dominance_meshes(plan, 1.0).values())
-            aligned = span / (R * max(1, math.ceil(span / (R * h1))))
+            M = max(1, math.ceil(span / (R * h1)))
+            if isinstance(loss, DiscreteLoss):
+                # (a power of two, at most M, for a discrete loss: the mesh span / (R M) is then exact where span is
+                # (R is one too), and so are its lattice points on the atoms -- +-eps, and 0 -- whose splits are then
+                # exact at every level; a mesh off by its rounding left an atom just below a point, and the dominated
+                # leaf a whole mesh lower.  On its own lattices such a loss composes exactly: a coarser mesh costs
+                # no width)
+                M = 1 << (M.bit_length() - 1)
+            aligned = span / (R * M)
             if aligned >= 1e-290:  # (atoms a few ulps of zero apart, PureDP(5e-324): the plain mesh)
                 h1 = aligned
     return h1
@@ -191,7 +199,7 @@ def compose_dominance(dir_parts, events, eps_error: float, delta_error: float, b
     # first node's charge counts once per instance), larger ones: fewer instances of each node
     first = skipped = None  # (a composed arity's refusal says more than a predicted one's)
     a0 = _homogeneous_arity(dir_parts)
-    arities = (a0,) + tuple(_nearby_arity(dir_parts, a) for a in _ARITIES if a > a0)
+    arities = (a0,) + tuple(dict.fromkeys(b for b in (_nearby_arity(dir_parts, a) for a in _ARITIES) if b > a0))
     for a in arities:
         try:
             return _compose_dominance(dir_parts, events, eps_error, delta_error, backend, a, max_buckets, threads,
@@ -207,8 +215,11 @@ def compose_dominance(dir_parts, events, eps_error: float, delta_error: float, b
 
 # a single part's arity is chosen in this range (the fewest nodes and re-discretisations): measured faster than 64
 # alone on every frontier workload where they differ (k = 100 .. 1e6: 0.66-0.87x the time, fewer carries);
-# larger arities make larger first nodes (256: slower at k = 1e5, 1e6)
-_ARITY_RANGE = (40, 128)
+# larger arities make larger first nodes (256: slower at k = 1e5, 1e6, where they save no work and are not chosen);
+# up to 320 where they do: k = 1e7 (250: 160 x 250^2) and 3e6 (200), 0.95-1.05x the time of 100 and 50 for subsampled
+# Gaussians, Gaussian, 0.2-0.6x for pure and approximate DP (their leaves are a few buckets: a large first node is
+# cheap, a level less is not)
+_ARITY_RANGE = (40, 320)
 
 
 def _plan_work(count: int, arity: int) -> float:
