@@ -133,7 +133,7 @@ def dominated_prep(const double[::1] p, double offset, double hin, double mesh):
             t = (offset + hin * <double>i) / mesh
             slack = 8 * _U * ((fabs(offset) + hin * <double>i) / mesh + fabs(t) + 2)
             r = rint(t)
-            if fabs(t - r) <= slack:  # within rounding of a lattice point: on it (charged p slack mesh)
+            if fabs(t - r) <= slack:  # within rounding of a lattice point: on it (charged p 2 slack mesh)
                 tv += p[i] * slack
                 jf = <long long>floor(r)
                 s[i] = 0.0
@@ -148,7 +148,7 @@ def dominated_prep(const double[::1] p, double offset, double hin, double mesh):
         for i in range(n):
             j[i] -= j0
     m = (j_arr[n - 1] + 2) if n > 0 else 2
-    return j_arr, s_arr, tv * mesh, j0, int(m)
+    return j_arr, s_arr, 2.0 * tv * mesh, j0, int(m)
 
 
 def dominated_prep_exact(Py_ssize_t n, long long n0, long long R, double hin):

@@ -174,9 +174,9 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     w_per = budgets.wrap / (n_objects * inst)
     if len(ins) == 1 and ins[0][2] == 1:
         p, cen, m = ins[0]
-        return GridPMF(p, inputs[0][0].offset, h, origin=inputs[0][0].origin), {"N": p.size, "wrap": 0.0, "fp": 0.0, "dtype": p.dtype, "pos_err": 0.0,
-                                                   "window": (0, p.size - 1), "series": 0, "dft": False,
-                                                   "lattice": False}
+        info = {"N": p.size, "wrap": 0.0, "fp": 0.0, "dtype": p.dtype, "pos_err": 0.0, "window": (0, p.size - 1),
+                "series": 0, "dft": False, "lattice": False}
+        return GridPMF(p, inputs[0][0].offset, h, origin=inputs[0][0].origin), info
     lo_full = -sum(m * cen for _, cen, m in ins)
     lo, hi, tail = _chernoff_window(ins, w_per, backend.native)
     need = hi - lo + 1

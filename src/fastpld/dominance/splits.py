@@ -157,11 +157,12 @@ def ctd_split(pmf: GridPMF, mesh: float, native: bool = False) -> GridPMF:
 def _dominated_prep_py(pmf: GridPMF, mesh: float):
     """Reference of the compiled :func:`fastpld._dominance.dominated_prep`: ``(j - j0, s, tv, j0, m)``."""
     p, t, slack = _split_prep(pmf, mesh)
-    # atoms within rounding of a lattice point sit on it (moved up by at most slack * mesh: the
-    # curve moves by at most that mass times it, charged); the others at their exact offset, rounded down
+    # atoms within rounding of a lattice point sit on it (moved up by at most 2 slack * mesh -- slack from the
+    # computed position to the point, at most slack more to the exact position --: the curve moves by at most that
+    # mass times it, charged); the others at their exact offset, rounded down
     r = np.rint(t)
     on = np.abs(t - r) <= slack
-    tv = float(np.sum(p[on] * slack[on])) * mesh
+    tv = 2.0 * float(np.sum(p[on] * slack[on])) * mesh
     t = np.where(on, r, t - slack)
     j = np.floor(t).astype(np.int64)
     s = np.where(on, 0.0, np.clip((t - j) * mesh, 0.0, mesh))
