@@ -249,6 +249,25 @@ def test_discrete_leaves_place_their_atoms_exactly():
         assert np.all(curve(lo.values, lo.probs * lo.mass, eps) <= exact + lo.tv + 1e-16)
 
 
+def test_discrete_leaves_of_many_atoms_place_them_in_floating_point():
+    # (past _EXACT_ATOMS the exact placement's Python loop would cost ~10 us an atom: the float placement, charged)
+    from fastpld.dominance import leaves
+
+    rng = np.random.default_rng(2)
+    pa = rng.random(300)
+    m = fastpld.CustomPMF(np.sort(rng.normal(0.0, 1.0, 300)), pa / pa.sum())
+    loss = next(iter(m.privacy_losses().values()))
+    v = np.asarray(loss.values, dtype=np.float64)
+    assert v.size > leaves._EXACT_ATOMS
+    eps = np.linspace(-1.0, 3.0, 81)
+    exact = curve(v, np.asarray(loss.probs, dtype=np.float64), eps)
+    up = leaves._discrete_leaf(loss, 0.01, 1 << 20, True)
+    lo = leaves._discrete_leaf(loss, 0.01, 1 << 20, False)
+    assert up.tv > 0.0 and lo.tv > 0.0
+    assert np.all(curve(up.values, up.probs, eps) + up.tv >= exact - 1e-15)
+    assert np.all(curve(lo.values, lo.probs * lo.mass, eps) <= exact + lo.tv + 1e-15)
+
+
 @pytest.mark.parametrize("mech,k", [(fastpld.PureDP(0.01), 10_000_000), (fastpld.RandomizedResponse(0.5, 4), 10_000_000),
                                     (fastpld.PureDP(1.0), 100_000)])
 def test_discrete_mechanisms_at_large_k_by_dominance(mech, k):
