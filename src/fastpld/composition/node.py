@@ -151,14 +151,64 @@ _SPLIT64_MIN_N = 1 << 15
 _DIRECT_MAX_POWER = 1 << 20  # direct powers' bound assumes M u <= 1e-10 (see powers._direct_power)
 
 
-def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_nodes=None, position=0):
+def _common_stride(inputs) -> int:
+    """The largest ``g`` such that every input's non-zero entries lie ``g`` apart (a multiple of it), at least 1;
+    an input with one non-zero entry fits any ``g``.  (A discrete loss's leaf on a lattice fine enough for the
+    coarser levels -- pure DP: its two atoms 64 or 128 points apart -- and its powers are such inputs.)"""
+    g = 0
+    for pmf, _ in inputs:
+        p = np.asarray(pmf.probs)
+        nnz = int(np.count_nonzero(p))
+        if 2 * nnz > p.size + 1:
+            return 1  # (more than every other entry non-zero: no stride of 2 or more)
+        if nnz > 1:
+            g = math.gcd(g, int(np.gcd.reduce(np.diff(np.flatnonzero(p)))))
+            if g == 1:
+                return 1
+    return max(g, 1)
+
+
+def _run_strided(node, inputs, inst, g, budgets, n_objects, backend, max_buckets, n_nodes, position):
+    """:func:`_run_node` on inputs whose non-zero entries lie ``g`` apart: on the coarser lattice of mesh ``g h``
+    (each input from its first non-zero entry, its exact offset moved there), the output spread back onto mesh
+    ``h`` (every ``g``-th entry).  The same convolution on relabelled points: a ``g`` times shorter transform, and
+    none of the spectral peaks an input on a sublattice has at multiples of ``N / g`` (each raised to the power:
+    2.4e-10 of round-off over the 40,000 instances of PureDP(0.1)'s first node at k = 1e7, leaf atoms 128 apart)."""
+    h = inputs[0][0].mesh
+    packed = []
+    for pmf, m in inputs:
+        p = np.asarray(pmf.probs)
+        nz = np.flatnonzero(p)
+        first, last = int(nz[0]), int(nz[-1])
+        origin = _dyadic_sum([(1, pmf.origin), (first, h)])
+        packed.append((GridPMF(np.ascontiguousarray(p[first:last + 1:g]), _rounded(origin, position), g * h,
+                               origin=origin), m))
+    out, info = _run_node(node, packed, inst, budgets, n_objects, backend, max_buckets, n_nodes, position, stride=False)
+    q = np.asarray(out.probs)
+    size = (q.size - 1) * g + 1
+    if size > max_buckets:  # (the result on the node's lattice, as the plan's next steps read it)
+        raise BucketLimitError(
+            f"composition needs {size} buckets at mesh {h:.3g} (node {node.label}), more than max_buckets={max_buckets}; "
+            f"increase eps_error or max_buckets", size)
+    full = np.zeros(size, dtype=q.dtype)
+    full[::g] = q
+    return GridPMF(full, out.offset, h, origin=out.origin), dict(info, stride=g)
+
+
+def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_nodes=None, position=0, stride=True):
     """Convolve the node's inputs; returns (GridPMF, info dict).
 
     ``position``: the output's offset, the exact sum of its inputs' positions, rounded up (``> 0``: every atom
     at or above its exact position, for a dominating chain), down (``< 0``: a dominated chain) or computed in
     floating point (``0``).  Rounded to nearest, every instance of a node would carry its offset's rounding: a
     common shift of the composed loss (measured 8e-14 per instance of the x250 node at q = 1e-4 x 1e7, 3e-9 over
-    its 40,000 instances, with the float sums); rounded one way, it only moves the atoms the safe way."""
+    its 40,000 instances, with the float sums); rounded one way, it only moves the atoms the safe way.
+    ``stride``: inputs of the dominance chains (exact offsets) whose non-zero entries lie ``g > 1`` apart run on
+    the lattice of mesh ``g h`` (:func:`_run_strided`)."""
+    if stride and position and all(pmf.origin is not None for pmf, _ in inputs) and len(inputs[0][0].probs) > 1:
+        g = _common_stride(inputs)
+        if g > 1:
+            return _run_strided(node, inputs, inst, g, budgets, n_objects, backend, max_buckets, n_nodes, position)
     h = inputs[0][0].mesh
     # centre each input at its mean index (keeps phases small in the powers)
     ins = []
