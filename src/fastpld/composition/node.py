@@ -188,8 +188,8 @@ def _run_strided(node, inputs, inst, g, budgets, n_objects, backend, max_buckets
     size = (q.size - 1) * g + 1
     if size > max_buckets:  # (the result on the node's lattice, as the plan's next steps read it)
         raise BucketLimitError(
-            f"composition needs {size} buckets at mesh {h:.3g} (node {node.label}), more than max_buckets={max_buckets}; "
-            f"increase eps_error or max_buckets", size)
+            f"composition needs {size} buckets at mesh {h:.3g} (node {node.label}), more than "
+            f"max_buckets={max_buckets}; increase eps_error or max_buckets", size)
     full = np.zeros(size, dtype=q.dtype)
     full[::g] = q
     return GridPMF(full, out.offset, h, origin=out.origin), dict(info, stride=g)

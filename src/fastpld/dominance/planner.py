@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import math
-import sys
 from fractions import Fraction
 
 import numpy as np
@@ -461,8 +460,8 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
             chains = [_DeferredChain(args + (upper, arity), memo) for upper in (True, False)]
             if eager is not None and name != eager:
                 deferred[name] = chains.pop()
-                deferred[name].retry = functools.partial(_retry_args, functools.partial(_plan_at, parts, *grouping[name]),
-                                                         parts, arity, eps_error, scale, args[2:])
+                build = functools.partial(_plan_at, parts, *grouping[name])
+                deferred[name].retry = functools.partial(_retry_args, build, parts, arity, eps_error, scale, args[2:])
             jobs.append(chains)  # (per direction: its dominating chain, then its dominated one unless deferred)
         # the directions on two threads where they are predicted to take long enough (the FFTs and compiled
         # kernels release the GIL: 0.63x the time at q = 0.001 x 1e5, 1e6; small ones lose by the handover)
@@ -606,10 +605,10 @@ class _DeferredChain:
     def __call__(self):
         try:
             return _run_chain(*self.args, self.memo)
-        except _BudgetError:
+        except _BudgetError as exc:
             if self.retry is None:
                 raise
-            first = sys.exc_info()[1]
+            first = exc
         for args in self.retry():
             try:
                 return _run_chain(*args, None)
