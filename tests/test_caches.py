@@ -371,3 +371,23 @@ def test_an_evicted_loss_still_in_use_is_not_built_again(allocation_builds):
     finally:
         resources.set_cache_limit(None)
         fastpld.clear_caches()
+
+
+def test_a_kept_answer_pickles_as_its_own_class():
+    # the cache hands out answers of a class made at run time (KeptDominancePLD), which pickle cannot find by name:
+    # they pickle as the answer's own class, without the remembered queries (conftest keeps no answers: made here)
+    import pickle
+
+    from fastpld import _answers
+    from fastpld.dominance.result import DominancePLD
+
+    pld = fastpld.compose(fastpld.PoissonSubsampledGaussian(1.0, 0.05), 200, rel_error=1e-3)
+    _answers._freeze(pld)
+    assert type(pld).__name__ == "KeptDominancePLD"
+    e = pld.epsilon(1e-5)  # (remembered)
+    copy = pickle.loads(pickle.dumps(pld))
+    assert type(copy) is DominancePLD and "_memo" not in copy.__dict__
+    assert copy.epsilon(1e-5) == e
+    eps = np.array([0.0, 0.5, 2.0])
+    a, b = copy.delta(eps), pld.delta(eps)
+    assert np.array_equal(a.lower, b.lower) and np.array_equal(a.upper, b.upper)

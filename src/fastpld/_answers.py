@@ -79,6 +79,12 @@ class _KeptMixin:
     def delta(self, epsilon) -> Bounds:
         return self._memoised("d", epsilon, super().delta)
 
+    def __reduce_ex__(self, protocol):
+        # pickled as the answer's own class, without the remembered queries: a kept class is made at run time
+        # (KeptDominancePLD), which another process cannot find by name -- pickling a kept dominance answer failed
+        cls = next(c for c in type(self).__mro__[1:] if not issubclass(c, _KeptMixin))
+        return _rebuild, (cls, {k: v for k, v in self.__dict__.items() if k != "_memo"})
+
     def epsilon(self, delta) -> Bounds:
         return self._memoised("e", delta, super().epsilon)
 
@@ -94,6 +100,13 @@ class _KeptMixin:
                 memo.clear()
             memo[key] = out
         return out
+
+
+def _rebuild(cls, state):
+    """An answer of class ``cls`` with the attributes ``state`` (unpickling a kept answer)."""
+    obj = cls.__new__(cls)
+    obj.__dict__.update(state)
+    return obj
 
 
 _KEPT_CLASSES: dict = {}
