@@ -205,7 +205,7 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     its 40,000 instances, with the float sums); rounded one way, it only moves the atoms the safe way.
     ``stride``: inputs of the dominance chains (exact offsets) whose non-zero entries lie ``g > 1`` apart run on
     the lattice of mesh ``g h`` (:func:`_run_strided`)."""
-    if stride and position and all(pmf.origin is not None for pmf, _ in inputs) and len(inputs[0][0].probs) > 1:
+    if stride and position and all(pmf.origin is not None for pmf, _ in inputs):
         g = _common_stride(inputs)
         if g > 1:
             return _run_strided(node, inputs, inst, g, budgets, n_objects, backend, max_buckets, n_nodes, position)

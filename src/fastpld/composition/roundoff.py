@@ -60,14 +60,9 @@ def _dyadic_ratio(a, b):
     return q if r == 0 else None
 
 
-def _directed(terms, direction: int) -> float:
-    """The float nearest ``sum k x`` (:func:`_dyadic_sum`), moved by one ulp where needed to lie at or above the
-    exact sum (``direction > 0``) or at or below it (``direction < 0``)."""
-    return _rounded(_dyadic_sum(terms), direction)
-
-
 def _rounded(x: tuple, direction: int) -> float:
-    """:func:`_directed` of the exact ``(n, e)`` pair ``x``."""
+    """The float nearest the exact ``(n, e)`` pair ``x`` (:func:`_dyadic`), moved by one ulp where needed to lie
+    at or above it (``direction > 0``) or at or below it (``direction < 0``)."""
     n, e = x
     f = n / (1 << e)  # (correctly rounded)
     fn, fd = f.as_integer_ratio()
@@ -81,8 +76,8 @@ def _rounded(x: tuple, direction: int) -> float:
 
 def _dyadic_error(terms, value: float) -> float:
     """``|value - sum k x|`` (:func:`_dyadic_sum`), rounded up."""
-    diff = [(1, value)] + [(-k, x) for k, x in terms]
-    up, down = _directed(diff, 1), _directed(diff, -1)
+    diff = _dyadic_sum([(1, value)] + [(-k, x) for k, x in terms])
+    up, down = _rounded(diff, 1), _rounded(diff, -1)
     return up if down >= 0 else (-down if up <= 0 else max(up, -down))
 
 

@@ -254,14 +254,19 @@ def _plan_work(count: int, arity: int) -> float:
     return conv + 0.5 * red
 
 
+def _single_count(dir_parts) -> int | None:
+    """The number of copies where every direction is a single part of the same count, else ``None``."""
+    counts = {int(c) for _, parts in dir_parts for _, c in parts}
+    if any(len(parts) != 1 for _, parts in dir_parts) or len(counts) != 1:
+        return None
+    return next(iter(counts))
+
+
 def _homogeneous_arity(dir_parts) -> int:
     """The default arity: for directions of a single part, the arity in ``_ARITY_RANGE`` whose plan does the
     least work (:func:`_plan_work`; ties: the nearest to 64), else ``_DEFAULT_ARITY``."""
-    counts = {int(c) for _, parts in dir_parts for _, c in parts}
-    if any(len(parts) != 1 for _, parts in dir_parts) or len(counts) != 1:
-        return _DEFAULT_ARITY
-    (k,) = counts
-    return _least_work_arity(k)
+    k = _single_count(dir_parts)
+    return _DEFAULT_ARITY if k is None else _least_work_arity(k)
 
 
 def _nearby_arity(dir_parts, a: int) -> int:
@@ -270,15 +275,17 @@ def _nearby_arity(dir_parts, a: int) -> int:
     whose plan does the least work (:func:`_plan_work`; ties: the nearest to ``a``), else ``a``.  The first node's
     round-off, which decides the arity here, changes by ~1/arity: a few tens of percent at most, where round
     numbers of copies save whole nodes (k = 1e7: arity 250 composes 250, 250 and 160 copies -- three nodes --
-    where 256 takes six and a leaf of 128 copies; 0.73x the time at q = 1e-4, sigma 0.5)."""
-    counts = {int(c) for _, parts in dir_parts for _, c in parts}
-    if any(len(parts) != 1 for _, parts in dir_parts) or len(counts) != 1:
-        return a
-    (k,) = counts
-    return _least_work_near(k, a)
+    where 256 takes six and a leaf of 128 copies)."""
+    k = _single_count(dir_parts)
+    return a if k is None else _least_work_near(k, a)
 
 
 _NEAR_RANGE = (0.75, 1.25)
+
+
+def _least_work(k: int, lo: int, hi: int, near: int) -> int:
+    """The arity in ``lo..hi`` whose plan for ``k`` copies does the least work (ties: the nearest to ``near``)."""
+    return min(range(lo, hi + 1), key=lambda a: (_plan_work(k, a), abs(a - near)))
 
 
 @functools.lru_cache(maxsize=256)
@@ -286,7 +293,7 @@ def _least_work_near(k: int, a: int) -> int:
     lo, hi = math.ceil(_NEAR_RANGE[0] * a), math.floor(_NEAR_RANGE[1] * a)
     if k < hi:  # (k at most a few arities: the arity asked)
         return a
-    return min(range(lo, hi + 1), key=lambda b: (_plan_work(k, b), abs(b - a)))
+    return _least_work(k, lo, hi, a)
 
 
 @functools.lru_cache(maxsize=256)
@@ -294,7 +301,7 @@ def _least_work_arity(k: int) -> int:
     lo, hi = _ARITY_RANGE
     if k < lo:  # (one node below every arity of the range: the default's plan)
         return _DEFAULT_ARITY
-    return min(range(lo, min(hi, k) + 1), key=lambda a: (_plan_work(k, a), abs(a - _DEFAULT_ARITY)))
+    return _least_work(k, lo, min(hi, k), _DEFAULT_ARITY)
 
 
 def _merge_order(parts) -> list:
@@ -590,11 +597,10 @@ class _DeferredChain:
 
     ``retry``: for a deferred dominated chain, a callable giving the arguments of other plans (larger arities) to
     run in turn where this one's charges do not fit ``delta_error``.  Such a chain runs after the composition has
-    answered, so a refusal would surface in a later query; its charges can differ from the eager chains' (the
-    dominated split charges atoms that its rounding cannot tell from a lattice point: a nested lattice's offset
-    falls on the coarser one for some plans and not for others -- PSG(0.5, 1e-4) x 1e7, arity 250: 6.3e-11 in one
-    re-discretisation of the add direction, none at 256).  Any dominated chain's curve is a lower bound, so a
-    retry's answers are certified too (its own meshes, its own width).
+    answered, so a refusal would surface in a later query; its charges can differ from the eager chains' (where
+    its lattices are not exactly nested, the dominated split charges the atoms its rounding cannot tell from a
+    lattice point, and whether a node's offset falls on the coarser lattice depends on the plan).  Any dominated
+    chain's curve is a lower bound, so a retry's answers are certified too (its own meshes, its own width).
     """
 
     __slots__ = ("args", "memo", "retry")
