@@ -159,7 +159,7 @@ def test_the_default_answers_at_k_1e7():
 
 
 # (0.5, 0.1): arities 64 and 256 did not fit while the dominated splits charged the atoms their rounding could not
-# tell from a lattice point; on the exactly nested lattices they now read (2026-11-27) the default arity fits
+# tell from a lattice point; on the exactly nested lattices they now read the default arity fits
 @pytest.mark.parametrize("sigma,q,arities", [(0.5, 0.1, None),
                                              # (the width model's meshes fit the default arities here: the
                                              # pilot's did not)

@@ -271,7 +271,7 @@ def test_discrete_leaves_of_many_atoms_place_them_in_floating_point():
 @pytest.mark.parametrize("mech,k", [(fastpld.PureDP(0.01), 10_000_000), (fastpld.RandomizedResponse(0.5, 4), 10_000_000),
                                     (fastpld.PureDP(0.1), 10_000_000), (fastpld.PureDP(1.0), 100_000)])
 def test_discrete_mechanisms_at_large_k_by_dominance(mech, k):
-    # refused until 2026-11-27 at k = 1e7 (the leaf charged 8 u (|v| + |lat| + h) per copy for its float positions,
+    # once refused at k = 1e7 (the leaf charged 8 u (|v| + |lat| + h) per copy for its float positions,
     # the dominated splits ~16 u |v| of the mass on lattice points), answered by the coupling certificate at 1e5
     # (PureDP(1): width 0.05%); now exact positions and dyadic meshes: within 1e-6 relative
     pld = fastpld.compose(mech, k)

@@ -48,7 +48,7 @@ def test_huge_pure_dp_is_refused_by_max_buckets(monkeypatch):
     monkeypatch.setattr(api, "_execute", no_execution)
     with pytest.raises(BucketLimitError, match="max_buckets=8388608"):
         fastpld.compose(fastpld.PureDP(0.6895157771384961), 1336249, eps_error=1e-3, method="coupling")
-    # (auto answers it by the dominance certificate since 2026-11-27: pure DP on its own lattices, exactly)
+    # (auto answers it by the dominance certificate: pure DP on its own lattices, exactly)
     b = fastpld.compose(fastpld.PureDP(0.6895157771384961), 1336249, eps_error=1e-3).epsilon(1e-5)
     assert b.upper - b.lower <= 2e-3
 
@@ -136,7 +136,7 @@ def test_calibration_widens_a_default_delta_error():
 
 def test_calibration_warns_when_refusals_limit_it():
     # (at delta_error 1e-13 these compositions were refused for their round-off until pure DP's positions became exact
-    # and its nodes ran on their sublattices, 2026-11-27: the calibration now reaches the optimum there; at 3e-14
+    # and its nodes ran on their sublattices: the calibration now reaches the optimum there; at 3e-14
     # the refusals stop it early, as they did at 1e-13)
     k, te, td = 10**6, 5.0, 1e-10
     with pytest.warns(fastpld.CalibrationWarning, match="delta_error"):
