@@ -17,8 +17,9 @@ each relative accuracy ``r``:
 Then calibration (not with ``--quick``): ``find_noise_multiplier(3.0, 1e-5, 0.01, 10,000)`` at its default
 accuracy against dp_accounting's ``calibrate_dp_mechanism`` at the coarsest grid that is as close to the optimum.
 
-Every run builds its accountant from scratch (fastpld's per-mechanism cache cleared); times are the
-median of ``--repeat`` runs, interleaved across accountants.  The machine's speed drifts: read the
+Every run builds its accountant from scratch: fastpld's answers, losses and tables are cleared before each run
+(``clear_caches(keep_plans=True)``: its FFT plans are kept, as numpy's and scipy's FFTs, which dp_accounting and
+prv_accountant use, keep theirs; ``--clear-plans`` clears those too); times are the median of ``--repeat`` runs, interleaved across accountants.  The machine's speed drifts: read the
 ratios, not the absolute times.  Writes ``benchmarks/results/frontier.json`` and prints a markdown table.
 
     python benchmarks/bench_frontier.py [--quick] [--repeat 3] [--out benchmarks/results]
@@ -47,10 +48,12 @@ WORKLOADS = [  # (q, sigma, k)
 QUICK = [(0.01, 1.0, 1_000), (0.05, 2.0, 300)]
 LADDER = [1e-2, 5e-3, 2e-3, 1e-3, 5e-4, 2e-4, 1e-4, 5e-5]
 TIMEOUT = 60.0  # a peer run past this is recorded as such and not retried
+KEEP_PLANS = True  # (main: --clear-plans)
 
 
 def _fastpld(q, sigma, k, eps_error, method, rel_error=None):
-    fastpld.clear_caches()  # (kept answers, losses, plans and tables: every run composes from scratch)
+    # (kept answers, losses and tables: every run composes from scratch; the FFT plans too with --clear-plans)
+    fastpld.clear_caches(keep_plans=KEEP_PLANS)
     t0 = time.perf_counter()
     acc = {"rel_error": rel_error} if rel_error is not None else {"eps_error": eps_error}
     b = fastpld.compose(fastpld.PoissonSubsampledGaussian(sigma, q), k, method=method, **acc).epsilon(DELTA)
@@ -163,7 +166,7 @@ def calibration(repeat):
     fastpld.find_noise_multiplier(te * 1.1, td, q, k // 2)
 
     def ours():
-        fastpld.clear_caches()
+        fastpld.clear_caches(keep_plans=KEEP_PLANS)
         t0 = time.perf_counter()
         s = fastpld.find_noise_multiplier(te, td, q, k)
         return time.perf_counter() - t0, s
@@ -238,7 +241,11 @@ def main(argv=None):
     ap.add_argument("--no-calibration", action="store_true", help="skip the calibration comparison")
     ap.add_argument("--glw-kmax", type=float, default=1e5, help="run GLW only up to this many steps (it takes minutes)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    ap.add_argument("--clear-plans", action="store_true",
+                    help="clear fastpld's FFT plans before every run too (the peers' FFT libraries keep theirs)")
     a = ap.parse_args(argv)
+    global KEEP_PLANS
+    KEEP_PLANS = not a.clear_plans
     workloads, rels = (QUICK, [1e-2]) if a.quick else (WORKLOADS, [float(r) for r in a.rels.split(",")])
     print(HEADER, flush=True)
     workloads = [w for w in workloads if a.kmin <= w[2] <= a.kmax]
@@ -247,7 +254,8 @@ def main(argv=None):
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "frontier.json"), "w") as f:
         json.dump({"delta": DELTA, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                   "version": fastpld.__version__ if hasattr(fastpld, "__version__") else None, "rows": rows, "calibration": cal}, f, indent=1)
+                   "version": fastpld.__version__ if hasattr(fastpld, "__version__") else None,
+                   "fft_plans_kept": KEEP_PLANS, "rows": rows, "calibration": cal}, f, indent=1)
     return 0
 
 

@@ -262,6 +262,25 @@ def test_clear_caches_frees_every_threads_workspace():
     assert seen["after"] is not seen["plan"]  # rebuilt after the clear
 
 
+def test_clear_caches_can_keep_the_plans(answers):
+    if "native" not in fastpld.available_backends():
+        pytest.skip("the native backend is not built")
+    m = fastpld.PoissonSubsampledGaussian(1.0, 0.05)
+    ref = fastpld.compose(m, 100, backend="native")
+    plan = _native._plan(4096, np.float64, True)
+    kinds = fastpld.cache_info()["by_kind"]
+    assert kinds["plans"] > 0 and kinds["results"] > 0 and kinds["losses"] > 0
+    fastpld.clear_caches(keep_plans=True)
+    info = fastpld.cache_info()
+    assert info["by_kind"]["plans"] == kinds["plans"] and info["bytes"] == kinds["plans"]
+    assert _native._plan(4096, np.float64, True) is plan  # (kept)
+    got = fastpld.compose(m, 100, backend="native")
+    assert got is not ref  # (the answer was not kept: composed again, the same)
+    _same(got, ref)
+    fastpld.clear_caches()
+    assert fastpld.cache_info()["bytes"] == 0
+
+
 def test_thread_limit_bounds_concurrent_compositions(monkeypatch):
     active, peak = [0], [0]
     lock = threading.Lock()

@@ -262,13 +262,20 @@ def on_clear(fn) -> None:
     _clear_hooks.append(fn)
 
 
-def clear_caches() -> None:
+def clear_caches(*, keep_plans: bool = False) -> None:
     """Free everything fastpld keeps between calls, in every thread.
 
     That is: FFT plans and their buffers, scratch arrays, DFT and binomial tables, the mechanisms'
     loss objects (with their MGF grids) and composed answers.  Values in use by a running
     composition are freed when it ends.  Thread-safe; the bound (:func:`cache_limit`) stays as set.
     Results do not change: the next composition rebuilds what it needs (call it between timed runs).
+
+    Parameters
+    ----------
+    keep_plans : bool, optional
+        Keep the FFT plans and scratch arrays (every workspace's; they hold no answers): the next
+        composition then computes everything else afresh without rebuilding the FFT plans of the
+        lengths it has used, as numpy's and scipy's FFTs keep theirs.  Default ``False``.
 
     Examples
     --------
@@ -278,11 +285,16 @@ def clear_caches() -> None:
     0
     """
     with _lock:
-        dropped = list(_entries.values())
-        _entries.clear()
-        _state["total"] = 0
-        for r in _region_bytes:
-            _region_bytes[r] = 0
+        if keep_plans:
+            # (the workspaces are the regions named "plans"; every other region is a process-wide named one)
+            named = {r.id for r in _regions.values()}
+            dropped = [_drop(k) for k in [k for k in _entries if k[0] in named]]
+        else:
+            dropped = list(_entries.values())
+            _entries.clear()
+            _state["total"] = 0
+            for r in _region_bytes:
+                _region_bytes[r] = 0
     del dropped
     for fn in _clear_hooks:
         fn()
