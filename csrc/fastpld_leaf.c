@@ -889,3 +889,365 @@ int fpld_psg_moments16(double l_lo, double l_hi, double q, double v, double sd, 
     }
     return FPLD_OK;
 }
+
+/* ---------------------------------------------------------------------------------------------
+ * The dominance leaf's integrals for the subsampled Gaussian in one call
+ * (fastpld.dominance.leaves._integrals).  Every step names the numpy statement it mirrors; the
+ * formulas, comparisons and branches are those of the numpy code with its compiled rules
+ * (fpld_psg_panels, fpld_psg_logpanels) and fpld_psg_eval for loss.cdf / loss.sf / loss.pdf.  What
+ * may differ in the last bits: the sums over a refined cell's panels (numpy sums pairwise) and the
+ * exp / log of the ladder and the log-distance bounds (numpy's SIMD kernels against libm's).
+ * --------------------------------------------------------------------------------------------- */
+
+/* numpy.maximum (a NaN in either argument is the result) */
+static inline double np_maximum(double a, double b)
+{
+    if (isnan(a))
+        return a;
+    if (isnan(b))
+        return b;
+    return a >= b ? a : b;
+}
+
+/* numpy.clip(x, lo, hi) with scalar bounds (NaN stays NaN) */
+static inline double np_clip(double x, double lo, double hi)
+{
+    if (isnan(x))
+        return x;
+    double r = x > lo ? x : lo;
+    return r < hi ? r : hi;
+}
+
+/* numpy.searchsorted(a, key, side="right") */
+static ptrdiff_t searchsorted_right(const double *a, ptrdiff_t n, double key)
+{
+    ptrdiff_t lo = 0, hi = n;
+    while (lo < hi) {
+        ptrdiff_t mid = lo + ((hi - lo) >> 1);
+        if (key < a[mid])
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+#define INTEGRALS_MAX_LADDER 64 /* rungs of the depth ladder 5, 10, .., u_depth (u_depth <= 324) */
+
+/* the rules' failure test of _integrals (fails): an error above refine_rel of what it is measured against */
+static inline int integrals_fail(const double *out, ptrdiff_t n, ptrdiff_t i, const double *ns, double rr)
+{
+    return out[n + i] > rr * out[i] || out[3 * n + i] > rr * out[i] * ns[i] || out[5 * n + i] > rr * out[4 * n + i];
+}
+
+/* One support end (side 0: below, at s_end = s_lo; side 1: above, s_hi) of _integrals: the cells near it
+ * whose rules fail, on the log-distance panels with their depth and refinements.  out: the six rows. */
+static int integrals_side(int side, double s_end, const double *lo, const double *h, ptrdiff_t hs, ptrdiff_t n,
+                          double tiny, const double *c0, const double *c1, const double *ns, char *done,
+                          double q, double v, double sd, int remove, double near_end, double rr, double u_step,
+                          double u_step_near, double u_depth, int u_refine, double rel_cap, int64_t max_panels,
+                          const double *x5, const double *w5, const double *x4, const double *w4, double *out)
+{
+    const double u = 0x1p-53, sgn = side == 0 ? 1.0 : -1.0;
+    double *a = out, *a_err = out + n, *nn = out + 2 * n, *n_err = out + 3 * n, *b = out + 4 * n,
+           *b_err = out + 5 * n;
+    int st = FPLD_OK;
+    /* bad = flatnonzero(near_end & (c1 > c0) & (at_end | (a_err > tiny)) & fails) */
+    ptrdiff_t nb = 0;
+    for (ptrdiff_t i = 0; i < n; i++) {
+        double hi_ = h[i * hs];
+        int near = side == 0 ? (lo[i] - near_end * hi_ < s_end) : (lo[i] + (near_end + 1) * hi_ > s_end);
+        int at = side == 0 ? (lo[i] - hi_ < s_end) : (lo[i] + 2 * hi_ > s_end);
+        if (near && c1[i] > c0[i] && (at || a_err[i] > tiny) && integrals_fail(out, n, i, ns, rr))
+            nb++;
+    }
+    if (nb == 0)
+        return FPLD_OK;
+    /* per bad cell: 17 doubles of its own, 11 for a refinement's gathered copy and rules */
+    double *buf = (double *)calloc(28 * (size_t)nb, sizeof(double)); /* (zeroed: gcc cannot see the fill) */
+    ptrdiff_t *idx = (ptrdiff_t *)malloc(sizeof(ptrdiff_t) * 2 * (size_t)nb);
+    char *flags = (char *)malloc(3 * (size_t)nb);
+    if (!buf || !idx || !flags) {
+        st = FPLD_ENOMEM;
+        goto finish;
+    }
+    double *lob = buf, *end = buf + nb, *dfar = buf + 2 * nb, *ulo = buf + 3 * nb, *step = buf + 4 * nb,
+           *depth = buf + 5 * nb, *rest = buf + 6 * nb, *ae = buf + 7 * nb, *ne = buf + 8 * nb,
+           *be = buf + 9 * nb, *dis = buf + 10 * nb, *lp = buf + 11 * nb; /* lp: 6 nb, {a5, n5, b5, a4, n4, b4} */
+    double *gw = buf + 17 * nb; /* a refinement's lo, end, d_far, ulo, step (5 nw) and rules (6 nw) */
+    ptrdiff_t *widx = idx + nb;
+    char *deep = flags, *live = flags + nb, *close = flags + 2 * nb;
+    ptrdiff_t k = 0;
+    for (ptrdiff_t i = 0; i < n; i++) {
+        double hi_ = h[i * hs];
+        int near = side == 0 ? (lo[i] - near_end * hi_ < s_end) : (lo[i] + (near_end + 1) * hi_ > s_end);
+        int at = side == 0 ? (lo[i] - hi_ < s_end) : (lo[i] + 2 * hi_ > s_end);
+        if (near && c1[i] > c0[i] && (at || a_err[i] > tiny) && integrals_fail(out, n, i, ns, rr)) {
+            idx[k] = i;
+            close[k++] = (char)at;
+        }
+    }
+    /* end, d_far, d_near, u_near = log(d_near / d_far) (-inf where the end is inside); deep = ~(u_near > -D) */
+    double ladder[INTEGRALS_MAX_LADDER], pts[INTEGRALS_MAX_LADDER], tl[INTEGRALS_MAX_LADDER];
+    /* numpy.arange(5.0, u_depth + 1, 5.0) */
+    ptrdiff_t nl = (ptrdiff_t)ceil((u_depth + 1 - 5.0) / 5.0);
+    for (ptrdiff_t r = 0; r < nl; r++)
+        ladder[r] = 5.0 + (double)r * 5.0;
+    for (ptrdiff_t j = 0; j < nb; j++) {
+        ptrdiff_t i = idx[j];
+        lob[j] = lo[i];
+        end[j] = s_end - lo[i];
+        dfar[j] = side == 0 ? c1[i] - end[j] : end[j] - c0[i];
+        double d_near = np_maximum(side == 0 ? c0[i] - end[j] : end[j] - c1[i], 0.0);
+        double u_near = log(d_near / dfar[j]);
+        deep[j] = !(u_near > -u_depth);
+        depth[j] = u_depth;
+        if (deep[j]) {
+            /* the first rung whose tail beyond e^-D of the far edge's distance is below 1e-18 of the
+             * cell's mass (the first rules' estimate), else the last */
+            ptrdiff_t first = nl - 1;
+            if (a[i] > 0) {
+                for (ptrdiff_t r = 0; r < nl; r++)
+                    pts[r] = (lo[i] + end[j]) + (sgn * dfar[j]) * exp(-ladder[r]);
+                st = fpld_psg_eval(pts, nl, q, v, sd, remove, side == 0 ? tl : NULL, side == 0 ? NULL : tl, NULL);
+                if (st != FPLD_OK)
+                    goto finish;
+                for (ptrdiff_t r = 0; r < nl; r++)
+                    if (tl[r] <= 1e-18 * a[i]) {
+                        first = r;
+                        break;
+                    }
+            }
+            depth[j] = ladder[first];
+        }
+        ulo[j] = deep[j] ? -depth[j] : u_near;
+        /* (the cells clear of the end on panels a quarter as wide) */
+        step[j] = deep[j] ? u_step : u_step_near;
+    }
+    st = fpld_psg_logpanels(lob, end, dfar, ulo, step, nb, sgn, q, v, sd, remove, x5, w5, x4, w4, lp);
+    if (st != FPLD_OK)
+        goto finish;
+    double *a5 = lp, *n5 = lp + nb, *b5 = lp + 2 * nb, *a4 = lp + 3 * nb, *n4 = lp + 4 * nb, *b4 = lp + 5 * nb;
+    /* rest: the tail beyond the depth (CDF or survival function at inner), charged to every rule */
+    for (ptrdiff_t j = 0; j < nb; j++) {
+        rest[j] = 0.0;
+        if (deep[j]) {
+            double inner = end[j] + (sgn * dfar[j]) * exp(-depth[j]), y = lob[j] + inner, t;
+            st = fpld_psg_eval(&y, 1, q, v, sd, remove, side == 0 ? &t : NULL, side == 0 ? NULL : &t, NULL);
+            if (st != FPLD_OK)
+                goto finish;
+            rest[j] = np_maximum(t, 0.0) * (1 + 1e-6);
+        }
+        ae[j] = 10.0 * fabs(a5[j] - a4[j]) + 16 * u * a5[j] + rest[j];
+        ne[j] = 10.0 * fabs(n5[j] - n4[j]) + 16 * u * n5[j] + rest[j];
+        be[j] = 10.0 * fabs(b5[j] - b4[j]) + 16 * u * b5[j] + rest[j];
+        dis[j] = 10.0 * fabs(a5[j] - a4[j]);
+        live[j] = 1;
+    }
+    /* refinements: panels a quarter as wide where the rules' disagreement is most of a bound that would be
+     * charged as total variation; the smaller bound kept, no more where one did not cut it 4x */
+    for (int it = 0; it < u_refine; it++) {
+        ptrdiff_t nw = 0;
+        double panels = 0.0;
+        for (ptrdiff_t j = 0; j < nb; j++)
+            if (live[j] && ae[j] > rel_cap * a5[j] && ae[j] > tiny && dis[j] > 0.5 * ae[j]) {
+                widx[nw++] = j;
+                panels += ceil(-ulo[j] / (step[j] / 4)); /* (integers: exact, as numpy's sum) */
+            }
+        if (nw == 0 || panels > (double)max_panels)
+            break;
+        double *wlo = gw, *wend = gw + nw, *wdfar = gw + 2 * nw, *wulo = gw + 3 * nw, *wstep = gw + 4 * nw,
+               *wr = gw + 5 * nw;
+        for (ptrdiff_t w = 0; w < nw; w++) {
+            ptrdiff_t j = widx[w];
+            step[j] /= 4;
+            wlo[w] = lob[j];
+            wend[w] = end[j];
+            wdfar[w] = dfar[j];
+            wulo[w] = ulo[j];
+            wstep[w] = step[j];
+        }
+        st = fpld_psg_logpanels(wlo, wend, wdfar, wulo, wstep, nw, sgn, q, v, sd, remove, x5, w5, x4, w4, wr);
+        if (st != FPLD_OK)
+            goto finish;
+        for (ptrdiff_t w = 0; w < nw; w++) {
+            ptrdiff_t j = widx[w];
+            double a5w = wr[w], n5w = wr[nw + w], b5w = wr[2 * nw + w];
+            double a4w = wr[3 * nw + w], n4w = wr[4 * nw + w], b4w = wr[5 * nw + w];
+            double aew = 10.0 * fabs(a5w - a4w) + 16 * u * a5w + rest[j];
+            double new_ = 10.0 * fabs(n5w - n4w) + 16 * u * n5w + rest[j];
+            double bew = 10.0 * fabs(b5w - b4w) + 16 * u * b5w + rest[j];
+            int better = aew + new_ + bew < ae[j] + ne[j] + be[j];
+            if (!(aew < 0.25 * ae[j]))
+                live[j] = 0;
+            if (better) {
+                a5[j] = a5w;
+                ae[j] = aew;
+                n5[j] = n5w;
+                ne[j] = new_;
+                b5[j] = b5w;
+                be[j] = bew;
+                dis[j] = 10.0 * fabs(a5w - a4w);
+            }
+        }
+    }
+    /* take: those holding the end or within one mesh of it always, the others where the bound is smaller */
+    for (ptrdiff_t j = 0; j < nb; j++) {
+        ptrdiff_t i = idx[j];
+        if (!(close[j] || ae[j] + ne[j] + be[j] < a_err[i] + n_err[i] + b_err[i]))
+            continue;
+        a[i] = a5[j];
+        a_err[i] = ae[j];
+        nn[i] = n5[j];
+        n_err[i] = ne[j];
+        b[i] = b5[j];
+        b_err[i] = be[j];
+        done[i] = (char)(close[j] || (ae[j] <= rr * a5[j] && ne[j] <= rr * a5[j] * ns[i] && be[j] <= rr * b5[j]));
+    }
+finish:
+    free(buf);
+    free(idx);
+    free(flags);
+    return st;
+}
+
+int fpld_psg_integrals(const double *lo, const double *h, ptrdiff_t n, ptrdiff_t h_stride, double tiny, double s_lo,
+                       double s_hi, double q, double v, double sd, int remove, double cre, double near_end,
+                       double refine_rel, double u_step, double u_step_near, double u_depth, int u_refine,
+                       double rel_cap, int64_t max_panels, const double *x5, const double *w5, const double *x4,
+                       const double *w4, double *out)
+{
+    const double u = 0x1p-53;
+    if (n < 0 || !(h_stride == 0 || h_stride == 1) || !(q > 0 && q < 1) || !(v > 0) || !(sd > 0) || isnan(s_lo)
+        || isnan(s_hi) || s_lo > s_hi || !(near_end >= 0) || !(u_step > 0) || !(u_step_near > 0)
+        || !(u_depth >= 5.0 && u_depth + 1 - 5.0 <= 5.0 * INTEGRALS_MAX_LADDER) || u_refine < 0 || max_panels < 0)
+        return FPLD_EINVAL;
+    if (n == 0)
+        return FPLD_OK;
+    double *a_err = out + n, *n_err = out + 3 * n, *b_err = out + 5 * n;
+    /* c0, c1, nscale (n each); ends, f_end, pos, move (n + 1 each); a level's panels (9 * 512) */
+    double *buf = (double *)malloc(sizeof(double) * (3 * (size_t)n + 4 * ((size_t)n + 1) + 9 * 512));
+    char *done = (char *)calloc((size_t)n, 1);
+    int st = FPLD_OK;
+    if (!buf || !done) {
+        st = FPLD_ENOMEM;
+        goto finish;
+    }
+    double *c0 = buf, *c1 = buf + n, *ns = buf + 2 * n, *ends = buf + 3 * n, *fend = ends + (n + 1),
+           *pos = fend + (n + 1), *move = pos + (n + 1), *pan = move + (n + 1);
+    /* each interval integrated over its part inside the support */
+    for (ptrdiff_t i = 0; i < n; i++) {
+        double hi_ = h[i * h_stride];
+        c0[i] = np_clip(lo[i], s_lo, s_hi) - lo[i];
+        c1[i] = np_maximum(np_clip(lo[i] + hi_, s_lo, s_hi) - lo[i], c0[i]);
+        ns[i] = -expm1(-hi_); /* nscale: N's error against the cell's mass times 1 - e^-w */
+    }
+    st = fpld_psg_panels(lo, c0, c1, n, q, v, sd, remove, x5, w5, x4, w4, out);
+    if (st != FPLD_OK)
+        goto finish;
+    /* the support ends: the log-distance rules near them */
+    for (int side = 0; side < 2; side++) {
+        double s_end = side == 0 ? s_lo : s_hi;
+        if (!isfinite(s_end))
+            continue;
+        st = integrals_side(side, s_end, lo, h, h_stride, n, tiny, c0, c1, ns, done, q, v, sd, remove, near_end,
+                            refine_rel, u_step, u_step_near, u_depth, u_refine, rel_cap, max_panels, x5, w5, x4,
+                            w4, out);
+        if (st != FPLD_OK)
+            goto finish;
+    }
+    /* the cells whose rules still fail (not negligible): split into 8, 64, then 512 equal panels */
+    for (int level = 1; level < 4; level++) {
+        ptrdiff_t m = (ptrdiff_t)1 << (3 * level), nbad = 0;
+        for (ptrdiff_t i = 0; i < n; i++)
+            if (!done[i] && a_err[i] > tiny && integrals_fail(out, n, i, ns, refine_rel))
+                nbad++;
+        if (nbad == 0)
+            break;
+        if ((int64_t)nbad * (int64_t)m > max_panels)
+            break; /* (bounded work: the coarser rules' error bounds stand, charged as they are) */
+        double *plo = pan, *p0 = pan + m, *p1 = pan + 2 * m, *pr = pan + 3 * m;
+        for (ptrdiff_t i = 0; i < n; i++) {
+            if (!(!done[i] && a_err[i] > tiny && integrals_fail(out, n, i, ns, refine_rel)))
+                continue;
+            /* edges c0 + (c1 - c0) (k / m), k = 0..m (numpy.arange(m + 1) / m) */
+            double w = c1[i] - c0[i], e0 = c0[i] + w * 0.0;
+            for (ptrdiff_t k = 0; k < m; k++) {
+                double e1 = c0[i] + w * ((double)(k + 1) / (double)m);
+                plo[k] = lo[i];
+                p0[k] = e0;
+                p1[k] = e1;
+                e0 = e1;
+            }
+            st = fpld_psg_panels(plo, p0, p1, m, q, v, sd, remove, x5, w5, x4, w4, pr);
+            if (st != FPLD_OK)
+                goto finish;
+            for (int r = 0; r < 6; r++) {
+                double s = 0.0;
+                for (ptrdiff_t k = 0; k < m; k++)
+                    s += pr[r * m + k];
+                out[r * n + i] = s;
+            }
+        }
+    }
+    /* the position charge: each cell end within 4 u (|y| + w) of the lattice point it stands for moves up to
+     * f(end) times that between neighbouring cells, charged to all three integrals */
+    for (ptrdiff_t i = 0; i < n; i++)
+        ends[i] = lo[i];
+    ends[n] = lo[n - 1] + h[(n - 1) * h_stride];
+    st = fpld_psg_eval(ends, n + 1, q, v, sd, remove, NULL, NULL, fend);
+    if (st != FPLD_OK)
+        goto finish;
+    double hmax = h[0]; /* numpy.max(h) (NaN propagates) */
+    for (ptrdiff_t i = 1; i < (h_stride ? n : 1); i++)
+        if (!(hmax >= h[i]) && !isnan(hmax))
+            hmax = h[i];
+    for (ptrdiff_t i = 0; i <= n; i++) {
+        double delta = (4 * u) * (fabs(ends[i]) + hmax);
+        pos[i] = fabs(fend[i]) * delta;
+        if (!isfinite(pos[i])) {
+            /* (a density not finite at an end: the mass within delta of it, from the CDF or the survival
+             * function, whichever is smaller, and their rounding) */
+            double x[2] = {ends[i] + delta, ends[i] - delta}, F[2], S[2];
+            st = fpld_psg_eval(x, 2, q, v, sd, remove, F, S, NULL);
+            if (st != FPLD_OK)
+                goto finish;
+            int use_f = F[0] <= S[1];
+            pos[i] = (use_f ? fabs(F[0] - F[1]) : fabs(S[1] - S[0])) + 16 * cre * (use_f ? fabs(F[0]) : fabs(S[1]))
+                     + 1e-300;
+        }
+    }
+    for (ptrdiff_t i = 0; i < n; i++)
+        move[i] = pos[i] + pos[i + 1];
+    /* a support end inside the window: the density next to it, inside */
+    for (int side = 0; side < 2; side++) {
+        double s_end = side == 0 ? s_lo : s_hi;
+        if (!(isfinite(s_end) && ends[0] < s_end && s_end < ends[n]))
+            continue;
+        ptrdiff_t j = searchsorted_right(ends, n + 1, s_end) - 1;
+        j = j < 0 ? 0 : (j > n - 1 ? n - 1 : j);
+        double d_s = (4 * u) * (fabs(s_end) + hmax), f_s, y = nextafter(s_end, side == 0 ? INFINITY : -INFINITY);
+        st = fpld_psg_eval(&y, 1, q, v, sd, remove, NULL, NULL, &f_s);
+        if (st != FPLD_OK)
+            goto finish;
+        if (!isfinite(f_s)) {
+            double x = side == 0 ? s_end + d_s : s_end - d_s, F, S;
+            st = fpld_psg_eval(&x, 1, q, v, sd, remove, &F, &S, NULL);
+            if (st != FPLD_OK)
+                goto finish;
+            f_s = 1.0;
+            d_s = (side == 0 ? F : S) * (1 + 16 * cre) + 1e-300;
+        }
+        move[j] += fabs(f_s) * d_s;
+    }
+    for (ptrdiff_t i = 0; i < n; i++) {
+        double mv = move[i] * (1 + 1e-6);
+        a_err[i] = a_err[i] + mv;
+        n_err[i] = n_err[i] + mv;
+        b_err[i] = b_err[i] + mv;
+    }
+finish:
+    free(buf);
+    free(done);
+    return st;
+}

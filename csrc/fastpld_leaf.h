@@ -1,9 +1,10 @@
 /* Plain C leaf kernels of fastpld (the Poisson-subsampled Gaussian privacy loss): no Python,
  * an int status (0 = ok, see fastpld_kernels.h).
  *
- * Each kernel mirrors a numpy reference in fastpld._kernels (psg_eval, psg_moments); the
- * results agree to a few units in the last place (same formulas; scipy's ndtr and the C
- * library's erf/erfc may differ by an ulp).
+ * Each kernel mirrors a numpy reference in fastpld._kernels (psg_eval, psg_moments) or
+ * fastpld.dominance.leaves (the dominance leaf's rules and integrals); the results agree to a few
+ * units in the last place (same formulas; scipy's ndtr and the C library's erf/erfc may differ by
+ * an ulp).
  */
 #ifndef FASTPLD_LEAF_H
 #define FASTPLD_LEAF_H
@@ -39,6 +40,27 @@ int fpld_psg_panels(const double *lo, const double *c0, const double *c1, ptrdif
 int fpld_psg_logpanels(const double *lo, const double *end, const double *dfar, const double *ulo,
                        const double *steps, ptrdiff_t n, double sgn, double q, double v, double sd, int remove,
                        const double *x5, const double *w5, const double *x4, const double *w4, double *out);
+
+/* The whole of fastpld.dominance.leaves._integrals for the same loss in one call: per cell
+ * (lo_i, lo_i + h_i] (h: n widths, or one with h_stride 0) clipped to the support [s_lo, s_hi] (one
+ * end finite), the rules of fpld_psg_panels; near a finite support end the rules in log-distance
+ * (fpld_psg_logpanels) for the cells whose rules fail, with their depth ladder 5, 10, .., u_depth
+ * (fpld_psg_eval's CDF or survival function against 1e-18 of the cell's mass), the tail beyond it
+ * charged, and up to u_refine refinements; then the cells that still fail split into 8, 64, 512
+ * panels; finally the position charge from the density at every cell end (and next to a support end
+ * inside the window).  The same formulas, comparisons and branches as the numpy code, whose tuning
+ * constants are the arguments (_NEAR_END, _REFINE_REL, _U_STEP, _U_STEP_NEAR, _U_DEPTH, _U_REFINE,
+ * _REL_CAP, _REFINE_MAX_PANELS); tiny: the cells' negligible mass error; cre: the loss's
+ * cdf_rel_error.  The results agree with the numpy code's to a few ulps (a refined cell's panels
+ * summed in order, numpy's pairwise; libm's exp and log against numpy's in the ladder).
+ * out[6 n] = {a, a_err, n, n_err, b, b_err} (each n values).  FPLD_EINVAL: bad arguments (or a
+ * log-distance panel count fpld_psg_logpanels refuses); FPLD_ENOMEM: scratch could not be
+ * allocated (a few dozen doubles per cell). */
+int fpld_psg_integrals(const double *lo, const double *h, ptrdiff_t n, ptrdiff_t h_stride, double tiny, double s_lo,
+                       double s_hi, double q, double v, double sd, int remove, double cre, double near_end,
+                       double refine_rel, double u_step, double u_step_near, double u_depth, int u_refine,
+                       double rel_cap, int64_t max_panels, const double *x5, const double *w5, const double *x4,
+                       const double *w4, double *out);
 
 /* int g(l)^k dmu(l) over l in [l_lo, l_hi] for k = 1, 2, with g(l) = log(1 - q + q e^l) and
  * mu = (1-q) P + q Q (remove) or P (add), by Gauss-Legendre on equal panels of width <= min(sd, 1)

@@ -529,6 +529,9 @@ def test_leaf_end_charge_without_a_finite_density(monkeypatch):
         starts, sizes = D._tail_blocks(loss, e, h)
         lo = e[starts]
         tiny = D.leaves._negligible(tail, lo.size)
+        # (the numpy code around the compiled rules, which asks loss.pdf at the ends: the fused kernel of the
+        # subsampled Gaussian evaluates its density itself, finite everywhere)
+        monkeypatch.delattr(D._kernels._leaf, "psg_integrals", raising=False)
         ref = D._integrals(loss, lo, h * sizes, tiny)
         monkeypatch.setattr(loss, "pdf", lambda t: np.full(np.shape(t), np.inf))  # (only the ends ask it)
         got = D._integrals(loss, lo, h * sizes, tiny)

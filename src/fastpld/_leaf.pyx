@@ -148,6 +148,74 @@ def psg_logpanels(const double[::1] lo, const double[::1] end, const double[::1]
     return tuple(out)
 
 
+cdef extern from "fastpld_leaf.h" nogil:
+    int fpld_psg_integrals(const double *lo, const double *h, Py_ssize_t n, Py_ssize_t h_stride, double tiny,
+                           double s_lo, double s_hi, double q, double v, double sd, int remove, double cre,
+                           double near_end, double refine_rel, double u_step, double u_step_near, double u_depth,
+                           int u_refine, double rel_cap, int64_t max_panels, const double *x5, const double *w5,
+                           const double *x4, const double *w4, double *out)
+
+
+def psg_integrals(const double[::1] lo, h, double tiny, double s_lo, double s_hi, double q, double v, double sd,
+                  bint remove, double cre, double near_end, double refine_rel, double u_step, double u_step_near,
+                  double u_depth, int u_refine, double rel_cap, int64_t max_panels, const double[::1] x5,
+                  const double[::1] w5, const double[::1] x4, const double[::1] w4):
+    """``(a, a_err, n, n_err, b, b_err)`` of ``fpld_psg_integrals`` (reference: ``dominance.leaves._integrals``).
+
+    Parameters
+    ----------
+    lo : float64 array
+        The cells' starts.
+    h : float or float64 array
+        Their width, or one width per cell.
+    tiny : float
+        A cell's mass error at most this is not refined (``leaves._negligible``).
+    s_lo, s_hi : float
+        The loss's support (one end finite).
+    q, v, sd, remove :
+        The loss's ``psg_params``.
+    cre : float
+        The loss's ``cdf_rel_error``.
+    near_end, refine_rel, u_step, u_step_near, u_depth, u_refine, rel_cap, max_panels :
+        ``leaves._NEAR_END``, ``_REFINE_REL``, ``_U_STEP``, ``_U_STEP_NEAR``, ``_U_DEPTH``, ``_U_REFINE``,
+        ``_REL_CAP`` and ``_REFINE_MAX_PANELS``.
+    x5, w5, x4, w4 : float64 arrays
+        The 5- and 4-point Gauss-Legendre rules on ``[-1, 1]``.
+
+    Returns
+    -------
+    tuple of six float64 arrays
+        The rows of one ``(6, len(lo))`` array.  The GIL is released for the whole computation.
+    """
+    cdef Py_ssize_t n = lo.shape[0], hs
+    cdef const double[::1] hv
+    if x5.shape[0] != 5 or w5.shape[0] != 5:
+        raise ValueError("psg_integrals: x5 and w5 must be the 5-point Gauss-Legendre rule")
+    if x4.shape[0] != 4 or w4.shape[0] != 4:
+        raise ValueError("psg_integrals: x4 and w4 must be the 4-point Gauss-Legendre rule")
+    if np.ndim(h) == 0:
+        hv = np.full(1, float(h))
+        hs = 0
+    else:
+        hv = h
+        hs = 1
+        if hv.shape[0] != n:
+            raise ValueError(f"psg_integrals: h has {hv.shape[0]} widths for {n} cells (lo)")
+    out = np.empty((6, n), dtype=np.float64)
+    cdef double[:, ::1] ov = out
+    cdef int status = 0
+    if n:
+        with nogil:
+            status = fpld_psg_integrals(&lo[0], &hv[0], n, hs, tiny, s_lo, s_hi, q, v, sd, remove, cre, near_end,
+                                        refine_rel, u_step, u_step_near, u_depth, u_refine, rel_cap, max_panels,
+                                        &x5[0], &w5[0], &x4[0], &w4[0], &ov[0, 0])
+    if status == 3:
+        raise MemoryError("psg_integrals: out of memory")
+    if status != 0:
+        raise ValueError("psg_integrals: invalid argument (q, v, sd, the support or a tuning constant)")
+    return tuple(out)
+
+
 def psg_moments(double l_lo, double l_hi, double q, double v, double sd, bint remove,
                 const double[::1] x16, const double[::1] w16, const double[::1] x8, const double[::1] w8):
     """``(I1, d1, a1, I2, d2, a2)``: see ``fpld_psg_moments``."""

@@ -1,0 +1,224 @@
+"""The dominance leaf's integrals of the Poisson-subsampled Gaussian in one compiled call
+(``_leaf.psg_integrals``, the C ``fpld_psg_integrals``) against the numpy code of
+``fastpld.dominance.leaves._integrals`` it replaces: the numpy reference (no compiled kernel anywhere) and
+the numpy glue around the compiled rules (``_panels``, ``_log_panels``) that ran before it.
+
+The kernel runs the same algorithm -- the same rules, branches and comparisons -- so the six arrays agree
+to round-off: the sums over a refined cell's 8/64/512 panels are taken in order (numpy sums pairwise), the
+ladder's and the log-distance bounds' ``exp``/``log`` are libm's (numpy's SIMD kernels round differently),
+and the numpy reference evaluates the density through numpy and scipy.  Never bit-for-bit.
+"""
+import threading
+
+import numpy as np
+import pytest
+
+import fastpld
+from fastpld import _kernels
+from fastpld import dominance as D
+from fastpld.dominance import leaves as L
+
+pytestmark = pytest.mark.skipif(not (_kernels.have_leaf() and hasattr(_kernels._leaf, "psg_integrals")),
+                                reason="compiled leaf kernels unavailable")
+
+# |x - ref| <= tol (|ref| + scale), scale the cell's larger mass (int f or int e^(lo - y) f).  Every value --
+# the integrals and their error bounds -- is a sum of terms of the cell's size whose rounding (a few u each,
+# summed in another order, through another libm) moves it by ~1e-15 of the mass: the error bounds (ten times
+# a 5- against 4-point disagreement, itself ~1e-16 relative where the rules agree) change by that much, not by
+# a few ulps of themselves.  A refinement decided by a comparison at _REFINE_REL (1e-13 relative) on such a
+# bound may go the other way: the values then move by about that bound.  Against the glue around the same
+# compiled rules (seen: 1.6e-14 here, 1.5e-13 at sigma 20):
+_TOL = 1e-12
+# against the numpy reference, whose rules evaluate the density through numpy and scipy (ulps apart from the
+# compiled rules everywhere, so more of its decisions go the other way: seen 5.9e-13, an N bound of 1e-17
+# against 7e-19 in a cell of mass 1.7e-5 that both refine, the glue's as the fused kernel's)
+_TOL_NUMPY = 1e-11
+
+SIGMAS = [0.5, 1.0, 2.0, 5.0]
+QS = [1e-4, 1e-2, 0.1, 0.5]
+
+
+def _numpy_reference(loss, lo, h, tiny):
+    """``_integrals`` by numpy alone (the rules too: no compiled core)."""
+    core, _kernels._core = _kernels._core, None
+    try:
+        return L._integrals(loss, lo, h, tiny)
+    finally:
+        _kernels._core = core
+
+
+def _compiled_glue(loss, lo, h, tiny):
+    """``_integrals`` as before the fused kernel: the numpy glue around the compiled rules."""
+    fused = _kernels._leaf.psg_integrals
+    del _kernels._leaf.psg_integrals
+    try:
+        return L._integrals(loss, lo, h, tiny)
+    finally:
+        _kernels._leaf.psg_integrals = fused
+
+
+def _check(got, ref, what, tol=_TOL):
+    assert len(got) == len(ref) == 6
+    scale = np.maximum(np.abs(ref[0]), np.abs(ref[4]))
+    for k, (g, r) in enumerate(zip(got, ref)):
+        assert g.shape == r.shape and g.dtype == np.float64, what
+        assert np.all(np.isfinite(g)), what
+        bad = np.flatnonzero(~(np.abs(g - r) <= tol * (np.abs(r) + scale) + 1e-300))
+        assert bad.size == 0, (what, k, bad[:5], g[bad[:5]], r[bad[:5]], scale[bad[:5]])
+
+
+def _leaves(loss, h, tail):
+    """The leaf's lattice and cells (as ``_leaf_data`` takes them), or None where the window is refused."""
+    try:
+        e, _, _, _ = D._continuous_grid(loss, h, tail, 1 << 22, True)
+    except ValueError:
+        return None
+    starts, sizes = D._tail_blocks(loss, e, h)
+    return e, starts, sizes
+
+
+def _cases(loss, h, tail):
+    """``(lo, h, tiny)``: the leaf's cells with the tiny it passes, and with 0 (every failing cell refined);
+    every lattice interval with a scalar width."""
+    got = _leaves(loss, h, tail)
+    if got is None:
+        return []
+    e, starts, sizes = got
+    tiny = L._negligible(tail, starts.size)
+    return [(e[starts], h * sizes, tiny), (e[starts], h * sizes, 0.0), (e[:-1], h, 0.0)]
+
+
+@pytest.mark.parametrize("q", QS)
+@pytest.mark.parametrize("sigma", SIGMAS)
+def test_fused_integrals_match_the_numpy_reference(sigma, q):
+    for loss in fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses().values():
+        assert loss.psg_params is not None
+        for h, tail in ((2e-3, 1e-13), (2e-4, 1e-14)):
+            for lo, hh, tiny in _cases(loss, h, tail):
+                what = (sigma, q, loss.direction, h, np.ndim(hh), tiny)
+                got = L._integrals(loss, lo, hh, tiny)
+                _check(got, _numpy_reference(loss, lo, hh, tiny), what, _TOL_NUMPY)
+                _check(got, _compiled_glue(loss, lo, hh, tiny), what)
+
+
+# (sigma, q, h, tail) whose reference takes every refinement: all three levels of 8, 64 and 512 panels, and
+# both log-distance refinements (a large sigma: steep in log-distance)
+_REFINING = [(2.0, 0.5, 1e-4, 1e-14), (5.0, 1e-4, 1e-5, 1e-16), (20.0, 1e-3, 1e-5, 1e-16), (0.3, 0.01, 1e-2, 1e-10)]
+
+
+@pytest.mark.parametrize("sigma,q,h,tail", _REFINING)
+def test_fused_integrals_match_through_every_refinement(sigma, q, h, tail):
+    for loss in fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses().values():
+        for lo, hh, tiny in _cases(loss, h, tail):
+            what = (sigma, q, loss.direction, h, np.ndim(hh), tiny)
+            got = L._integrals(loss, lo, hh, tiny)
+            _check(got, _numpy_reference(loss, lo, hh, tiny), what, _TOL_NUMPY)
+            _check(got, _compiled_glue(loss, lo, hh, tiny), what)
+
+
+def test_the_refining_cases_take_every_refinement(monkeypatch):
+    # over _REFINING the reference (the glue around the compiled rules, whose calls tell its path) takes all
+    # three levels of panels and both log-distance refinements: the comparisons above cover every branch
+    levels, log_calls = 0, 0
+    panels, log_panels = L._panels, L._log_panels
+    for sigma, q, h, tail in _REFINING:
+        for loss in fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses().values():
+            for lo, hh, tiny in _cases(loss, h, tail):
+                seen = {"panels": 0, "log": 0}
+
+                def count(key, f):
+                    def wrapped(*a, **kw):
+                        seen[key] += 1
+                        return f(*a, **kw)
+                    return wrapped
+
+                monkeypatch.setattr(L, "_panels", count("panels", panels))
+                monkeypatch.setattr(L, "_log_panels", count("log", log_panels))
+                _compiled_glue(loss, lo, hh, tiny)
+                monkeypatch.undo()
+                levels = max(levels, seen["panels"] - 1)  # (the first rules, then one call per level)
+                log_calls = max(log_calls, seen["log"])  # (one support end: the rules, then one per refinement)
+    assert levels == 3
+    assert log_calls == 1 + L._U_REFINE
+
+
+def test_fused_integrals_respect_the_panel_budget(monkeypatch):
+    # a small _REFINE_MAX_PANELS stops the log-distance refinements and the panel levels early (the coarser
+    # bounds stand): the kernel takes it from the module, as the numpy code does
+    monkeypatch.setattr(L, "_REFINE_MAX_PANELS", 200)
+    for sigma, q, h, tail in _REFINING:
+        for loss in fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses().values():
+            for lo, hh, tiny in _cases(loss, h, tail):
+                got = L._integrals(loss, lo, hh, tiny)
+                _check(got, _compiled_glue(loss, lo, hh, tiny), (sigma, q, loss.direction, h, tiny))
+                _check(got, _numpy_reference(loss, lo, hh, tiny), (sigma, q, loss.direction, h, tiny), _TOL_NUMPY)
+
+
+def test_fused_integrals_of_no_cells():
+    loss = fastpld.PoissonSubsampledGaussian(1.0, 0.01).privacy_losses()["remove"]
+    for h in (1e-3, np.zeros(0)):
+        got = L._integrals(loss, np.zeros(0), h, 0.0)
+        ref = _numpy_reference(loss, np.zeros(0), h, 0.0)
+        assert len(got) == 6 and all(g.shape == (0,) for g in got) and all(r.shape == (0,) for r in ref)
+
+
+def test_fused_integrals_in_threads_match_serial():
+    # no state of its own: the two directions' leaves on two threads give the serial results bitwise
+    losses = list(fastpld.PoissonSubsampledGaussian(1.0, 0.01).privacy_losses().values())
+    args = []
+    for loss in losses:
+        e, starts, sizes = _leaves(loss, 1e-4, 1e-14)
+        args.append((loss, e[starts], 1e-4 * sizes, L._negligible(1e-14, starts.size)))
+    serial = [L._integrals(*a) for a in args]
+    out = [None] * len(args)
+
+    def run(i):
+        for _ in range(5):
+            out[i] = L._integrals(*args[i])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(args))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for s, o in zip(serial, out):
+        for a, b in zip(s, o):
+            np.testing.assert_array_equal(a, b)
+
+
+def _kernel_args(**kw):
+    loss = fastpld.PoissonSubsampledGaussian(1.0, 0.01).privacy_losses()["remove"]
+    q, v, sd, remove = loss.psg_params
+    args = dict(lo=np.linspace(-0.02, 0.05, 8), h=0.01, tiny=0.0, s_lo=loss.support[0], s_hi=loss.support[1], q=q,
+                v=v, sd=sd, remove=remove, cre=loss.cdf_rel_error, near_end=float(L._NEAR_END),
+                refine_rel=L._REFINE_REL, u_step=L._U_STEP, u_step_near=L._U_STEP_NEAR, u_depth=L._U_DEPTH,
+                u_refine=L._U_REFINE, rel_cap=L._REL_CAP, max_panels=L._REFINE_MAX_PANELS, x5=L._GL_RULES[0],
+                w5=L._GL_RULES[1], x4=L._GL_RULES[2], w4=L._GL_RULES[3])
+    args.update(kw)
+    return args
+
+
+@pytest.mark.parametrize("kw,name", [
+    (dict(h=np.full(7, 0.01)), "h"),
+    (dict(h=np.full(9, 0.01)), "h"),
+    (dict(x5=np.zeros(4)), "x5"),
+    (dict(w4=np.zeros(5)), "x4 and w4"),
+    (dict(q=1.5), "invalid argument"),
+    (dict(sd=0.0), "invalid argument"),
+    (dict(u_depth=2.0), "invalid argument"),
+    (dict(u_step=0.0), "invalid argument"),
+    (dict(s_lo=1.0, s_hi=0.0), "invalid argument"),
+])
+def test_kernel_refuses_bad_arguments(kw, name):
+    with pytest.raises(ValueError, match=name):
+        _kernels._leaf.psg_integrals(**_kernel_args(**kw))
+
+
+def test_kernel_matches_the_dispatch():
+    # the keyword arguments above are the dispatch's (a direct call gives _integrals' arrays)
+    loss = fastpld.PoissonSubsampledGaussian(1.0, 0.01).privacy_losses()["remove"]
+    a = _kernel_args()
+    got = _kernels._leaf.psg_integrals(**a)
+    ref = L._integrals(loss, a["lo"], a["h"], a["tiny"])
+    for g, r in zip(got, ref):
+        np.testing.assert_array_equal(g, r)
