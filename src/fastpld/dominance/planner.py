@@ -149,10 +149,10 @@ _MODEL_C = 0.55
 # one thread against two: 0.87x the time at 10,000 buckets, 0.63x at 50,000-75,000; 1.0-1.1x at 2,000-4,300)
 _PARALLEL_LEAF_BUCKETS = 8000
 # ... and from this many, the chains are shared out as the threads come free (the dominated chain to whichever
-# finishes its dominating chain first) instead of one job per direction: q = 1e-4 x 1e7 (550,000 leaf buckets),
-# 0.89-0.93x the time; below it the stolen chain's plans and cold caches cost about what the imbalance does
-# (0.94-1.07x at 50,000-75,000 buckets, q = 0.001; 1.04-1.10x at 13,000-15,000, q = 0.01)
-_SHARED_LEAF_BUCKETS = 100000
+# finishes its dominating chain first) instead of one job per direction: with the leaves' integrals compiled
+# without the GIL and the FFT plans kept, 0.93x and 0.96x the time at q = 0.001 (x 1e5 and 1e6, 50,000-75,000 leaf
+# buckets), 1.02-1.03x at q = 0.01 (10,000-14,000: the stolen chain's cold caches cost what the imbalance does)
+_SHARED_LEAF_BUCKETS = 30000
 _MODEL_OFF = 8.0  # a first width this many times the width asked is not the model's error (see the rescale loop)
 _RESCALES = 4  # answers after the pilot at most (each one's width measured), before a miss is refused
 _MAX_REFINE = 8.0  # the largest factor by which one rescaling refines the meshes
