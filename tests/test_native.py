@@ -316,6 +316,38 @@ def test_query_kernels_match(pure):
         _close(x, y, rtol=1e-13)  # (as above)
 
 
+@needs_native
+def test_epsilon_query_kernels_match(pure):
+    """The compiled epsilon query and bracket pad against the numpy code of curve._Query on composed PMFs: the
+    same bracket (grid index) for every x -- exact ones, between them, the ends, beyond them, NaN -- and the
+    solution within the log's last bits."""
+    plds = [fastpld.compose(fastpld.PoissonSubsampledGaussian(5.0, 0.1), 200, backend="native"),
+            fastpld.compose(fastpld.PureDP(0.5), 40, backend="native")]
+    for pld in plds:
+        for q in pld._q.values():
+            dg = q.dgrid
+            x = np.concatenate([dg[::7], 0.5 * (dg[1:] + dg[:-1])[::5], [q.S1[0], q.S1[0] * (1 + 1e-12), 2.0, 1.0,
+                                0.0, -1.0, 1e-300, 5e-324, np.nan, np.inf], np.geomspace(1e-14, 0.9, 40)])
+            got = q.epsilon(x)
+            ref = pure(q.epsilon, x)
+            assert np.array_equal(np.isfinite(got), np.isfinite(ref)) and np.array_equal(np.isnan(got), np.isnan(ref))
+            fin = np.isfinite(ref)
+            # (the same operations but the log: libm's against numpy's SIMD kernel, a few ulp of a value at most
+            # |v0| + h n in magnitude; a wrong bracket would move the solution by up to a mesh)
+            scale = abs(q.v0) + q.h * q.n + 1.0
+            np.testing.assert_array_less(np.abs(got[fin] - ref[fin]), 1e-14 * scale)
+            np.testing.assert_array_equal(got[~fin], ref[~fin])
+            np.testing.assert_array_equal(q.bracket_pad(x), pure(q.bracket_pad, x))  # (a table entry times pad)
+            # scalars and shapes as the numpy code returns them
+            y = x[: 2 * (x.size // 2)].reshape(2, -1)
+            assert np.shape(q.epsilon(np.float64(1e-5))) == () and q.epsilon(y).shape == y.shape
+            np.testing.assert_array_equal(q.epsilon(y), q.epsilon(y.ravel()).reshape(y.shape))
+    with pytest.raises(ValueError, match="query_epsilon"):
+        _kernels._core.query_epsilon(np.zeros(0), np.zeros(1), np.zeros(1), 0.0, 1.0, np.zeros(1), np.zeros(1))
+    with pytest.raises(ValueError, match="query_bracket_pad"):
+        _kernels._core.query_bracket_pad(np.zeros(3), np.zeros(3), 1.0, np.zeros(2), np.zeros(1))
+
+
 @pytest.mark.parametrize("backend", ["native", "numpy"])
 def test_delta_at_huge_eps(backend):
     """eps far beyond the grid: nothing lies above it (the grid index is clipped before its int cast)."""

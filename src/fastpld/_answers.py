@@ -54,7 +54,7 @@ def _freeze(pld) -> int:
                 a.setflags(write=False)
     queries = (*pld._q.values(), *(ql[name] for name in names))
     for q in queries:
-        for name in ("p", "S1", "T", "dgrid"):
+        for name in ("p", "S1", "T", "dgrid", "neg_dgrid"):
             a = getattr(q, name, None)
             if isinstance(a, np.ndarray):
                 a.setflags(write=False)

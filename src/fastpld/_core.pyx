@@ -68,6 +68,69 @@ def query_tables(const double[::1] p, double factor):
     return S1, T, dg
 
 
+cdef inline Py_ssize_t _first_at_least(const double[::1] a, Py_ssize_t n, double key) noexcept nogil:
+    """``numpy.searchsorted(a[:n], key, side="left")`` for a non-decreasing ``a`` without NaN (a NaN key sorts last)."""
+    cdef Py_ssize_t lo = 0, hi = n, mid
+    if key != key:
+        return n
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if a[mid] < key:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def query_epsilon(const double[::1] neg_dgrid, const double[::1] S1, const double[::1] T, double v0, double h,
+                  const double[::1] x, double[::1] out):
+    """:meth:`fastpld.curve._Query.epsilon` at every ``x`` into ``out`` (its numpy code is the reference: the same
+    operations in the same order per element; ``log`` is the C library's)."""
+    cdef Py_ssize_t n = neg_dgrid.shape[0], m = x.shape[0], i, j
+    cdef double xi, vj, sol, lo_edge
+    if n < 1 or S1.shape[0] < n or T.shape[0] < n or out.shape[0] != m:
+        raise ValueError("query_epsilon: need n >= 1 grid values, S1 and T of at least n and out of len(x)")
+    with nogil:
+        for i in range(m):
+            xi = x[i]
+            j = _first_at_least(neg_dgrid, n, -xi)  # first j with d(v_j) <= x
+            if j > n - 1:
+                j = n - 1
+            vj = v0 + h * <double>j
+            # eps in (v_{j-1}, v_j]: S1_j - e^{eps - v_j} T_j = x
+            sol = vj + log((S1[j] - xi) / T[j])
+            lo_edge = v0 + h * <double>(j - 1) if j > 0 else -INFINITY
+            if not isfinite(sol):
+                sol = vj
+            if sol < lo_edge:
+                sol = lo_edge
+            if sol > vj:
+                sol = vj
+            if xi >= S1[0]:
+                sol = -INFINITY
+            if xi <= 0:
+                sol = v0 + h * <double>(n - 1)
+            out[i] = sol
+    return out
+
+
+def query_bracket_pad(const double[::1] neg_dgrid, const double[::1] S1, double pad, const double[::1] x,
+                      double[::1] out):
+    """:meth:`fastpld.curve._Query.bracket_pad` at every ``x`` into ``out`` (the same operations as its numpy code)."""
+    cdef Py_ssize_t n = neg_dgrid.shape[0], m = x.shape[0], i, j
+    if n < 1 or S1.shape[0] < n or out.shape[0] != m:
+        raise ValueError("query_bracket_pad: need n >= 1 grid values, S1 of at least n and out of len(x)")
+    with nogil:
+        for i in range(m):
+            j = _first_at_least(neg_dgrid, n, -x[i]) - 1
+            if j < 0:
+                j = 0
+            if j > n - 1:
+                j = n - 1
+            out[i] = pad * S1[j]
+    return out
+
+
 def bucket_masses(const double[::1] F, const double[::1] S, Py_ssize_t split):
     """Masses of Algorithm 1 from the CDF/SF at the ``n + 1`` edges: ``(q, total)`` (q not normalised)."""
     cdef Py_ssize_t n = F.shape[0] - 1

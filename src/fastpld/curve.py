@@ -132,7 +132,13 @@ class _Query:
         solution; for any smaller ``x`` the bracket only moves up, where
         ``S1`` is smaller, so the pad stays valid.
         """
-        j = np.searchsorted(self.neg_dgrid, -np.asarray(x, dtype=np.float64), side="left")
+        x = np.asarray(x, dtype=np.float64)
+        if self.native and _kernels._core is not None:  # (the same operations, compiled: one call, no temporaries)
+            out = np.empty(x.shape, dtype=np.float64)
+            _kernels._core.query_bracket_pad(self.neg_dgrid, self.S1, self.pad, np.ascontiguousarray(x).reshape(-1),
+                                             out.reshape(-1))
+            return out
+        j = np.searchsorted(self.neg_dgrid, -x, side="left")
         jj = np.clip(j - 1, 0, self.n - 1)
         return self.pad * self.S1[jj]
 
@@ -163,6 +169,12 @@ class _Query:
         """Smallest ``eps`` with ``d(eps) <= x`` (``-inf`` if ``x >= 1``)."""
         x = np.asarray(x, dtype=np.float64)
         out = np.empty(x.shape, dtype=np.float64)
+        if self.native and _kernels._core is not None:
+            # (the same operations per element, compiled: ~40 us of numpy temporaries and error states a query
+            # otherwise, six queries an answer at rel_error, on the calling thread after the chains)
+            _kernels._core.query_epsilon(self.neg_dgrid, self.S1, self.T, self.v0, self.h,
+                                         np.ascontiguousarray(x).reshape(-1), out.reshape(-1))
+            return out
         # d is non-increasing along the grid; dgrid[j] = d(v_j)
         j = np.searchsorted(self.neg_dgrid, -x, side="left")  # first j with d(v_j) <= x
         # eps lies in (v_{j-1}, v_j] (or below v_0 when j == 0); solve S1_j - e^{eps - v_j} T_j = x
