@@ -14,7 +14,8 @@ from .._limits import BucketLimitError
 from ..composition.roundoff import _dyadic, _dyadic_sum, _rounded
 from ..discretize import GridPMF, truncation_window
 from ..mechanisms import ContinuousLoss, DiscreteLoss, SubsampledLoss
-from .splits import _balanced_split
+from . import splits as _splits
+from .splits import _balanced_split, _MARGIN, _split_lower
 
 _U = np.finfo(np.float64).eps / 2  # unit roundoff
 
@@ -474,7 +475,43 @@ def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bo
     e, atoms, truncated, (starts, sizes), (a, a_err, nu, nu_err, _, _), origin = _leaf_data(
         loss, h, tail, max_buckets, native, memo, cells)
     n = e.size
+    p, total, rel, err = _ctd_masses(loss, e, atoms, starts, sizes, a, a_err, nu, nu_err, h, tail)
+    if not total > 0:
+        raise ValueError("the discretisation window holds no probability mass; the mechanism parameters are degenerate")
+    _check_window(total, truncated, err, loss)
+    tv = 2 * err / total
+    pmf = GridPMF(p, _rounded(origin, 1), h, tv=tv, truncated=truncated, origin=origin)
+    # (the entries: a difference and a sum of two products, the sum, the normalisation)
+    pmf.rel = 2 * (rel + 4 * _U) + (math.log2(n) + 8) * _U  # (np.sum is pairwise)
+    _memo_put(memo, key, loss, pmf)
+    return pmf
+
+
+def _native_masses() -> bool:
+    """Whether the leaves' bodies run compiled (``_dominance.ctd_cells``, ``dominated_cells``: with the balanced
+    split, ``splits._dom``; tests set it to ``None`` for the numpy references)."""
+    return _splits._dom is not None and hasattr(_splits._dom, "ctd_cells")
+
+
+# the sizes a cell may have (1 and _BLOCKS): the connect-the-dots leaf's chord denominators by size
+_CELL_SIZES = np.arange(_BLOCKS[0] + 1, dtype=np.int64)
+
+
+def _ctd_masses(loss, e, atoms, starts, sizes, a, a_err, nu, nu_err, h: float, tail: float):
+    """The connect-the-dots leaf's masses on its lattice ``e`` from its cells' integrals: ``(p, total, rel, err)``,
+    ``p`` divided by its sum ``total`` (where positive), ``rel`` the masses' relative error charged as a factor
+    and ``err`` their error charged as total variation (see :func:`ctd_leaf`).  A loss without atoms in one
+    compiled call without the GIL (``_dominance.ctd_cells``: the same operations and numpy's pairwise sums, the
+    same bits); the numpy code below is its reference (and that of every loss with atoms)."""
+    n = e.size
     den = -math.expm1(-h)
+    if not atoms and _native_masses():
+        # (the chord's denominators as the numpy code rounds them: numpy's expm1 for cells of several intervals,
+        # libm's for one; numpy's SIMD expm1 rounds each element alike wherever it sits in the array)
+        dens = -np.expm1(-h * _CELL_SIZES)
+        dens[1] = den
+        return _splits._dom.ctd_cells(a, a_err, nu, nu_err, starts, sizes, n, dens, _U, _REL_CAP,
+                                      _negligible(tail, starts.size))
     # (a cell of m intervals: its chord between its end points, e^-(m h) exact to a few u, the
     # upper share's relative 4 u covers it)
     up = np.minimum((nu + nu_err) / np.where(sizes == 1, den, -np.expm1(-h * sizes)) * (1 + 4 * _U), a)
@@ -505,15 +542,7 @@ def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bo
             p[j] += ma * (1 - w)
             p[j + 1] += ma * w
     total = float(p.sum())
-    if not total > 0:
-        raise ValueError("the discretisation window holds no probability mass; the mechanism parameters are degenerate")
-    _check_window(total, truncated, err, loss)
-    tv = 2 * err / total
-    pmf = GridPMF(p / total, _rounded(origin, 1), h, tv=tv, truncated=truncated, origin=origin)
-    # (the entries: a difference and a sum of two products, the sum, the normalisation)
-    pmf.rel = 2 * (rel + 4 * _U) + (math.log2(n) + 8) * _U  # (np.sum is pairwise)
-    _memo_put(memo, key, loss, pmf)
-    return pmf
+    return (p / total if total > 0 else p), total, rel, err
 
 
 def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bool = False, *,
@@ -537,6 +566,35 @@ def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, nati
         return hit
     e, atoms, truncated, (starts, sizes), (a5, a_err, _, _, b5, b_err), origin = _leaf_data(
         loss, h, tail, max_buckets, native, memo, cells)
+    out, kept = _dominated_masses(loss, e, atoms, starts, sizes, a5, a_err, b5, b_err, h)
+    # the window's mass, from the CDF at its ends (relative error <= 8 cdf_rel_error: the mass kept is
+    # lowered by it)
+    window = 1.0 - truncated / (1 + 8 * loss.cdf_rel_error)
+    if not window > 0 or not kept > 0:
+        raise ValueError("the discretisation window holds no probability mass; the mechanism parameters are degenerate")
+    pmf = GridPMF(out, _rounded(origin, -1), h, truncated=truncated, origin=origin)
+    # (kept: a sum of n positive terms; the division: u per entry; both only lower the mass claimed)
+    pmf.mass = min(kept / window * (1 - 16 * loss.cdf_rel_error - (e.size + 8) * 2 * _U), 1.0)
+    _memo_put(memo, key, loss, pmf)
+    return pmf
+
+
+_SPLIT_CELL = 4  # the dominated leaf's balanced split: its bound on the atoms a cell sums, for their rounding
+
+
+def _dominated_masses(loss, e, atoms, starts, sizes, a5, a_err, b5, b_err, h: float):
+    """The dominated leaf's masses on its lattice ``e`` from its cells' integrals: ``(p, kept)``, ``p`` divided by
+    its sum ``kept`` (where positive; see :func:`dominated_leaf`).  A loss without atoms in two compiled calls
+    without the GIL around numpy's log (``_dominance.dominated_ratio``, ``dominated_cells``: the same operations
+    and numpy's pairwise sum, the same bits); the numpy code below is its reference (and that of every loss with
+    atoms)."""
+    if not atoms and _native_masses():
+        # (numpy's log between them: its SIMD log rounds differently from libm's, alike wherever an element sits;
+        # the cells are in order and each atom inside its cell, so the atoms are sorted as the lexsort below sorts
+        # them)
+        a, b, ratio = _splits._dom.dominated_ratio(a5, a_err, b5, b_err)
+        return _splits._dom.dominated_cells(a, b, np.log(ratio), starts, sizes, e.size, h, _U, _MARGIN,
+                                            _split_lower(_SPLIT_CELL))
     a = np.maximum(a5 - a_err, 0.0)  # A-mass, rounded down
     b = b5 + b_err  # B-mass times e^lo, rounded up
     ok = (a > 0) & (b > 0)
@@ -564,18 +622,9 @@ def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, nati
     j = np.concatenate(idx)
     sj = np.concatenate(ss)
     order = np.lexsort((sj, j))
-    out = _balanced_split(j[order], sj[order], np.concatenate(ms)[order], h, e.size)
-    # the window's mass, from the CDF at its ends (relative error <= 8 cdf_rel_error: the mass kept is
-    # lowered by it)
-    window = 1.0 - truncated / (1 + 8 * loss.cdf_rel_error)
-    if not window > 0 or not out.sum() > 0:
-        raise ValueError("the discretisation window holds no probability mass; the mechanism parameters are degenerate")
+    out = _balanced_split(j[order], sj[order], np.concatenate(ms)[order], h, e.size, cell=_SPLIT_CELL)
     kept = float(out.sum())
-    pmf = GridPMF(out / kept, _rounded(origin, -1), h, truncated=truncated, origin=origin)
-    # (kept: a sum of n positive terms; the division: u per entry; both only lower the mass claimed)
-    pmf.mass = min(kept / window * (1 - 16 * loss.cdf_rel_error - (e.size + 8) * 2 * _U), 1.0)
-    _memo_put(memo, key, loss, pmf)
-    return pmf
+    return (out / kept if kept > 0 else out), kept
 
 
 _U_STEP = 0.125  # width of the panels in log(distance) at a support end

@@ -47,7 +47,13 @@ def _balanced_split(j, s, a, H, n, cell=4):
     a = np.ascontiguousarray(a, dtype=np.float64)
     out = (_dom.balanced_split(j, s, a, float(H), int(n), _MARGIN) if _dom is not None
            else _balanced_split_py(j, s, a, float(H), int(n), _MARGIN))
-    return out * (1 - 8 * _U * (cell + 3))
+    return out * _split_lower(cell)
+
+
+def _split_lower(cell: int) -> float:
+    """The factor lowering the balanced split's masses for the rounding of its sums (at most ``cell`` atoms a
+    cell; :func:`_balanced_split`, and the dominated leaf's compiled ``_dominance.dominated_cells``)."""
+    return 1 - 8 * _U * (cell + 3)
 
 
 def _balanced_split_py(j, s, a, H, n, margin):

@@ -1,0 +1,204 @@
+"""The dominance leaves' masses from their cells' integrals in compiled calls without the GIL
+(``_dominance.ctd_cells``; ``_dominance.dominated_ratio`` and ``dominated_cells`` around numpy's log) against
+the numpy code of ``fastpld.dominance.leaves._ctd_masses`` and ``_dominated_masses`` they replace for losses
+without atoms.
+
+The kernels take the same operations in the same order as the numpy code -- numpy's comparisons and NaN rules,
+its pairwise summation repeated, and the transcendental functions from numpy itself (the chords' expm1 by size,
+the offsets' log: numpy's SIMD versions round differently from libm's) -- so every result agrees bit for bit:
+the masses, their sums and the charges.
+"""
+import threading
+
+import numpy as np
+import pytest
+
+import fastpld
+from fastpld.dominance import leaves as L
+from fastpld.dominance import splits as S
+
+pytestmark = pytest.mark.skipif(not L._native_masses(), reason="compiled dominance kernels unavailable")
+
+
+def _reference(monkeypatch, f, *args):
+    """``f(*args)`` by the numpy reference (no compiled dominance kernel: the balanced split's numpy too)."""
+    with monkeypatch.context() as m:
+        m.setattr(S, "_dom", None)
+        assert not L._native_masses()
+        return f(*args)
+
+
+def _same(got, ref, what):
+    assert len(got) == len(ref), what
+    for k, (g, r) in enumerate(zip(got, ref)):
+        g, r = np.asarray(g), np.asarray(r)
+        assert g.shape == r.shape, (what, k)
+        # (bitwise, signed zeros and NaNs included)
+        assert np.array_equal(g.view(np.uint64) if g.dtype == np.float64 else g,
+                              r.view(np.uint64) if r.dtype == np.float64 else r), (what, k)
+
+
+def _leaf_inputs(loss, h, tail, cells):
+    e, atoms, _, (starts, sizes), integrals, _ = L._leaf_data(loss, h, tail, 1 << 22, True, None, cells)
+    assert not atoms
+    return e, starts, sizes, integrals
+
+
+_LOSSES = [(s, q) for s in (0.5, 1.0, 5.0) for q in (1e-3, 0.01, 0.1, 0.5)]
+
+
+@pytest.mark.parametrize("sigma,q", _LOSSES)
+def test_leaf_masses_match_the_numpy_reference_bitwise(sigma, q, monkeypatch):
+    for loss in fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses().values():
+        for h, tail in ((2e-3, 1e-12), (3e-4, 1e-14)):
+            for cells in (True, False):
+                try:
+                    e, starts, sizes, (a, a_err, nu, nu_err, b5, b_err) = _leaf_inputs(loss, h, tail, cells)
+                except ValueError:
+                    continue
+                what = (sigma, q, loss.direction, h, cells)
+                ctd = (loss, e, [], starts, sizes, a, a_err, nu, nu_err, h, tail)
+                _same(L._ctd_masses(*ctd), _reference(monkeypatch, L._ctd_masses, *ctd), what)
+                dom = (loss, e, [], starts, sizes, a, a_err, b5, b_err, h)
+                _same(L._dominated_masses(*dom), _reference(monkeypatch, L._dominated_masses, *dom), what)
+
+
+@pytest.mark.parametrize("mech", [fastpld.PoissonSubsampledGaussian(1.0, 0.01),
+                                  fastpld.PoissonSubsampledGaussian(5.0, 0.1), fastpld.Gaussian(2.0)])
+def test_leaves_match_the_numpy_reference_bitwise(mech, monkeypatch):
+    # the whole leaves (probabilities, offset and every charge) of losses without atoms, as the planner calls them
+    for direction, loss in mech.privacy_losses().items():
+        for copies in (10, 1000):
+            for leaf in (L.ctd_leaf, L.dominated_leaf):
+                args = (loss, 1e-3, 1e-13, 1 << 22, True)
+                got = leaf(*args, memo={}, copies=copies)
+                ref = _reference(monkeypatch, lambda: leaf(*args, memo={}, copies=copies))
+                what = (direction, copies, leaf.__name__)
+                _same((got.probs,), (ref.probs,), what)
+                for name in ("offset", "mesh", "tv", "truncated", "origin", "rel", "mass"):
+                    assert getattr(got, name, None) == getattr(ref, name, None), (what, name)
+
+
+def _random_cells(rng, n, sizes=(1, 4, 32)):
+    """A partition of part of the ``n - 1`` lattice intervals into cells of the given sizes, in order."""
+    starts, out = [], []
+    j = int(rng.integers(0, 3))
+    while True:
+        z = int(rng.choice(sizes, p=[0.6, 0.25, 0.15]))
+        if j + z > n - 1:
+            break
+        starts.append(j)
+        out.append(z)
+        j += z + int(rng.random() < 0.1)  # (a gap now and then: the kernels need not cover the lattice)
+    return np.array(starts, dtype=np.int64), np.array(out, dtype=np.int64)
+
+
+@pytest.mark.parametrize("n", [2, 3, 9, 17, 130, 131, 1000, 8193, 20011])
+def test_random_cells_match_the_numpy_reference_bitwise(n, monkeypatch):
+    # synthetic integrals: cells without mass, errors above their masses, relative errors either side of
+    # _REL_CAP, negligible ones; lattices across numpy's pairwise blocks (8, 128, its 8192-element buffer)
+    rng = np.random.default_rng(n)
+    h, tail = 1e-3, 1e-12
+    e = h * np.arange(-(n // 2), n - n // 2, dtype=np.float64)
+    for trial in range(4):
+        starts, sizes = _random_cells(rng, n)
+        m = starts.size
+        a = rng.exponential(size=m) * np.exp(rng.uniform(-40, 0, m)) * (rng.random(m) > 0.05)
+        a_err = a * np.exp(rng.uniform(-40, 2, m)) + (rng.random(m) < 0.05) * 1e-30
+        nu = a * rng.random(m) * -np.expm1(-h * sizes)
+        nu_err = nu * np.exp(rng.uniform(-40, 0, m))
+        b5 = a * np.exp(-h * sizes * rng.random(m))
+        b_err = b5 * np.exp(rng.uniform(-40, -1, m))
+        if trial == 3:
+            a_err = np.zeros(m)  # (no total variation at all: an empty sum)
+        what = (n, trial)
+        ctd = (None, e, [], starts, sizes, a, a_err, nu, nu_err, h, tail)
+        got = L._ctd_masses(*ctd)
+        _same(got, _reference(monkeypatch, L._ctd_masses, *ctd), what)
+        dom = (None, e, [], starts, sizes, a, a_err, b5, b_err, h)
+        _same(L._dominated_masses(*dom), _reference(monkeypatch, L._dominated_masses, *dom), what)
+
+
+def test_the_totals_are_numpys_sums():
+    # the kernels' totals are np.sum's bit for bit (its pairwise blocking repeated), across the block sizes
+    rng = np.random.default_rng(7)
+    for n in list(range(2, 300)) + [1000, 8191, 8192, 8193, 16400, 70001]:
+        p = rng.exponential(size=n) * np.exp(rng.uniform(-30, 0, n))
+        starts = np.arange(n - 1, dtype=np.int64)
+        sizes = np.ones(n - 1, dtype=np.int64)
+        a = p[:-1].copy()
+        zero = np.zeros(n - 1)
+        probs, total, rel, err = S._dom.ctd_cells(a, a, zero, zero, starts, sizes, n, np.array([0.0, 1.0]),
+                                                  L._U, L._REL_CAP, 0.0)
+        # every mass stays on its lower point (no upper share); every error is total variation (r = 1)
+        assert total == float(np.sum(np.append(a, 0.0))), n
+        assert err == float(np.sum(a)) and rel == 0.0, n
+        np.testing.assert_array_equal(probs, np.append(a, 0.0) / total)
+
+
+def test_negative_zeros_sum_as_numpy_sums_them():
+    z = np.array([-0.0, -0.0, -0.0])
+    one = np.ones(1, dtype=np.int64)
+    _, total, _, err = S._dom.ctd_cells(z[:1], z[:1], z[:1], z[:1], np.zeros(1, dtype=np.int64), one, 2,
+                                        np.array([0.0, 1.0]), L._U, L._REL_CAP, 0.0)
+    assert np.signbit(err) == np.signbit(np.sum(z[:1])) and np.signbit(total) == np.signbit(np.sum(np.zeros(2)))
+
+
+@pytest.mark.parametrize("starts,sizes,n,match", [
+    ([0, 2], [3, 1], 10, "out of order"),  # overlapping
+    ([3, 1], [1, 1], 10, "out of order"),  # not in order
+    ([0, 8], [1, 2], 10, "outside"),  # past the last point
+    ([-1], [1], 10, "out of order"),
+    ([0], [0], 10, "out of order"),  # an empty cell
+    ([0], [5], 10, "size without den"),  # no chord denominator for it
+])
+def test_kernels_refuse_bad_cells(starts, sizes, n, match):
+    starts, sizes = np.array(starts, dtype=np.int64), np.array(sizes, dtype=np.int64)
+    m = starts.size
+    x = np.full(m, 0.1)
+    dens = -np.expm1(-1e-3 * np.arange(5))
+    with pytest.raises(ValueError, match=match):
+        S._dom.ctd_cells(x, x, x, x, starts, sizes, n, dens, L._U, L._REL_CAP, 0.0)
+    if "den" not in match:
+        with pytest.raises(ValueError, match="out of order|outside"):
+            S._dom.dominated_cells(x, x, np.zeros(m), starts, sizes, n, 1e-3, L._U, S._MARGIN, 1.0)
+    with pytest.raises(ValueError):
+        S._dom.ctd_cells(x, x[:0], x, x, starts, sizes, n, dens, L._U, L._REL_CAP, 0.0)
+    with pytest.raises(ValueError):
+        S._dom.dominated_ratio(x, x, x[:0], x)
+
+
+def test_losses_with_atoms_take_the_reference(monkeypatch):
+    # (the kernels know no atoms: a loss with them runs the numpy code, whatever is built)
+    calls = []
+    monkeypatch.setattr(S._dom, "ctd_cells", lambda *a: calls.append(a))
+    monkeypatch.setattr(S._dom, "dominated_cells", lambda *a: calls.append(a))
+    loss = fastpld.Laplace(1.0).privacy_losses()["remove"]
+    assert loss.atoms
+    L.ctd_leaf(loss, 1e-2, 1e-12, memo={}, copies=100)
+    L.dominated_leaf(loss, 1e-2, 1e-12, memo={}, copies=100)
+    assert not calls
+
+
+def test_leaf_masses_in_threads_match_serial():
+    # no state of their own: the two directions' leaves on two threads give the serial results bitwise
+    args = []
+    for loss in fastpld.PoissonSubsampledGaussian(1.0, 0.01).privacy_losses().values():
+        e, starts, sizes, (a, a_err, nu, nu_err, b5, b_err) = _leaf_inputs(loss, 1e-4, 1e-14, True)
+        args.append(((loss, e, [], starts, sizes, a, a_err, nu, nu_err, 1e-4, 1e-14),
+                     (loss, e, [], starts, sizes, a, a_err, b5, b_err, 1e-4)))
+    serial = [(L._ctd_masses(*c), L._dominated_masses(*d)) for c, d in args]
+    out = [None] * len(args)
+
+    def run(i):
+        for _ in range(5):
+            out[i] = (L._ctd_masses(*args[i][0]), L._dominated_masses(*args[i][1]))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(args))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for s, o in zip(serial, out):
+        for x, y in zip(s, o):
+            _same(x, y, "threads")
