@@ -202,3 +202,16 @@ def test_leaf_masses_in_threads_match_serial():
     for s, o in zip(serial, out):
         for x, y in zip(s, o):
             _same(x, y, "threads")
+
+
+@pytest.mark.parametrize("sigma,q", [(0.5, 1e-3), (1.0, 0.01), (5.0, 0.1), (2.0, 0.5)])
+def test_the_grids_truncation_from_one_evaluation_is_the_three_calls(sigma, q):
+    # _continuous_grid evaluates the subsampled Gaussian's CDF, survival function and density at the window's
+    # ends in one call: the charge is the one of loss.cdf, loss.sf and loss.pdf called apart, bit for bit
+    for loss in fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses().values():
+        for h, tail in ((2e-3, 1e-12), (3e-4, 1e-14)):
+            e, _, truncated, _ = L._continuous_grid(loss, h, tail, 1 << 22, True)
+            out = np.asarray(loss.cdf(e[:1]))[0] + np.asarray(loss.sf(e[-1:]))[0]
+            shift = loss.cdf_shift(max(abs(float(e[0])), abs(float(e[-1]))))
+            dens = float(np.max(np.asarray(loss.pdf(np.array([e[0], e[-1]])))))
+            assert truncated == float(out) * (1 + 8 * loss.cdf_rel_error) + 4 * shift * dens

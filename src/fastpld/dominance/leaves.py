@@ -86,11 +86,18 @@ def _continuous_grid(loss: ContinuousLoss, h: float, tail: float, max_buckets: i
     n = i_hi - i_lo + 1
     _check_size(n, h, a0, b0, max_buckets)
     e = lat + h * np.arange(i_lo, i_hi + 1, dtype=np.float64)
-    out = np.asarray(loss.cdf(e[:1]), dtype=np.float64)[0] + np.asarray(loss.sf(e[-1:]), dtype=np.float64)[0]
+    psg = getattr(loss, "psg_params", None)
+    if psg is not None:
+        # (the subsampled Gaussian's three evaluations in one call: the same values, a few microseconds less)
+        F, S, f = _kernels.psg_eval(np.array([e[0], e[-1]]), *psg)
+        out, ends = F[0] + S[1], f
+    else:
+        out = np.asarray(loss.cdf(e[:1]), dtype=np.float64)[0] + np.asarray(loss.sf(e[-1:]), dtype=np.float64)[0]
+        ends = loss.pdf(np.array([e[0], e[-1]]))
     # (the CDF is computed at a point within cdf_shift of the window's end: the mass in between, at
     # most that distance times the density there, is charged too)
     shift = loss.cdf_shift(max(abs(float(e[0])), abs(float(e[-1]))))
-    dens = float(np.max(np.asarray(loss.pdf(np.array([e[0], e[-1]])), dtype=np.float64)))
+    dens = float(np.max(np.asarray(ends, dtype=np.float64)))
     truncated = float(out) * (1 + 8 * loss.cdf_rel_error) + 4 * shift * dens
     return e, atoms, truncated, _dyadic_sum([(1, lat), (i_lo, h)])
 
