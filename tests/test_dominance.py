@@ -677,8 +677,11 @@ def _eager_and_deferred(monkeypatch, mech, k, **kw):
     from fastpld.dominance import planner
 
     deferred = fastpld.compose(mech, k, method="dominance", **kw)
+    eager_of, coarse_of = planner._eager_direction, planner._coarse_factors
     with monkeypatch.context() as m:
         m.setattr(planner, "_eager_direction", lambda *a: None)
+        # (the same meshes: the other direction's coarser ones, as the deferred composition chose them)
+        m.setattr(planner, "_coarse_factors", lambda dp, _, ee, re: coarse_of(dp, eager_of(dp, ee, re), ee, re))
         eager = fastpld.compose(mech, k, method="dominance", **kw)
     return eager, deferred
 
@@ -1007,3 +1010,53 @@ def test_nodes_on_a_sublattice_run_on_it():
     want = stats.binom.pmf(j0 + np.arange(got.size), 250, p[64])
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-16)  # (the FFT's round-off is absolute)
     assert np.all(np.asarray(a.probs)[np.arange(a.probs.size) % 64 != 0] == 0)
+
+
+def test_the_other_direction_takes_coarser_meshes_and_the_answer_does_not_change(monkeypatch):
+    # the subsampled Gaussian's add direction lies well below the remove one: its chains run on meshes up to
+    # _COARSE_MAX coarser (a cheaper chain), its upper bound stays under the remove direction's lower one, and
+    # epsilon(delta) at the usual deltas is bitwise the answer of a composition with every mesh the model's
+    from fastpld.dominance import planner
+
+    m = fastpld.PoissonSubsampledGaussian(1.0, 0.01)
+    pld = fastpld.compose(m, 10_000, rel_error=1e-3)
+    with monkeypatch.context() as mp:
+        mp.setattr(planner, "_coarse_factors", lambda *a: {})
+        plain = fastpld.compose(m, 10_000, rel_error=1e-3)
+    events = fastpld.composition.api._normalise_events(m, 10_000)
+    dp = list(fastpld.composition.api._direction_parts(events).items())
+    eager = planner._eager_direction(dp, 0.003, 1e-3)
+    f = planner._coarse_factors(dp, eager, 0.003, 1e-3)
+    assert eager == "remove" and set(f) == {"add"} and 1.0 < f["add"] <= planner._COARSE_MAX
+    for name, ratio in (("remove", 1.0), ("add", f["add"])):
+        got, ref = pld.directions[name].stages[0].mesh, plain.directions[name].stages[0].mesh
+        assert got == pytest.approx(ratio * ref, rel=1e-12), name
+    deltas = np.array([1e-3, 1e-5, 1e-7, 1e-9])
+    a, b = pld.epsilon(deltas), plain.epsilon(deltas)
+    assert np.array_equal(a.lower, b.lower) and np.array_equal(a.upper, b.upper)
+    # the coarser direction's bounds are certified all the same (wider: read where it is the larger one)
+    up_add = pld._q["add"].epsilon(deltas)
+    assert np.all(up_add < a.lower)
+    # nothing coarser without an eager direction, nor where the gap is small against the width asked
+    assert planner._coarse_factors(dp, None, 0.003, 1e-3) == {}
+    assert planner._coarse_factors(dp, eager, 0.003, 0.1) == {}
+
+
+def test_coarser_meshes_that_miss_the_width_are_dropped(monkeypatch):
+    # a factor far too coarse for the other direction (its upper bound above the eager one's lower bound): the
+    # width misses, and the composition is made again with every mesh the model's before any rescaling
+    from fastpld.dominance import planner
+
+    m = fastpld.PoissonSubsampledGaussian(1.0, 0.02)
+    with monkeypatch.context() as mp:
+        mp.setattr(planner, "_coarse_factors", lambda *a: {})
+        plain = fastpld.compose(m, 300, rel_error=1e-3)
+    with monkeypatch.context() as mp:
+        mp.setattr(planner, "_coarse_factors", lambda *a: {"add": 40.0})
+        pld = fastpld.compose(m, 300, rel_error=1e-3)
+    assert pld._reference_excess(pld.eps_error, 1e-3) <= 1.0
+    # (kept, the add direction's meshes would be 40 times the model's)
+    for name in ("remove", "add"):
+        assert pld.directions[name].stages[0].mesh == plain.directions[name].stages[0].mesh, name
+    a, b = pld.epsilon(np.array([1e-3, 1e-5, 1e-9])), plain.epsilon(np.array([1e-3, 1e-5, 1e-9]))
+    assert np.array_equal(a.lower, b.lower) and np.array_equal(a.upper, b.upper)

@@ -145,9 +145,10 @@ _SCALE_MARGIN = 0.9  # the answer's meshes aim at 0.81 of the width asked for
 # the width asked on 16 subsampled Gaussians (q 1e-3 .. 0.25, sigma 0.6 .. 5, k 100 .. 1.2e5), 0.57-0.74 on 4
 # Gaussians, 0.70-0.77 on heterogeneous schedules of 5-8 parts and 0.64-0.67 on grouped ones (50 x 100, 20 x 3,000)
 _MODEL_C = 0.55
-# the directions run on two threads from this many leaf buckets in all (subsampled Gaussians at rel_error 1e-3,
-# one thread against two: 0.87x the time at 10,000 buckets, 0.63x at 50,000-75,000; 1.0-1.1x at 2,000-4,300)
-_PARALLEL_LEAF_BUCKETS = 8000
+# the directions run on two threads from this many leaf buckets in all (subsampled Gaussians at rel_error 1e-3, with
+# the leaves' integrals compiled without the GIL and the other direction's chain coarser: 8,000 -> 3,000 took
+# PSG(1, 0.01) x 1e4 from 3.85 to 3.40 ms, PSG(5, 0.1) x 1e3 from 2.50 to 2.39; 1,000 lost 1.1x on PSG(2, 0.05) x 300)
+_PARALLEL_LEAF_BUCKETS = 3000
 # ... and from this many, the chains are shared out as the threads come free (the dominated chain to whichever
 # finishes its dominating chain first) instead of one job per direction: with the leaves' integrals compiled
 # without the GIL and the FFT plans kept, 0.93x and 0.96x the time at q = 0.001 (x 1e5 and 1e6, 50,000-75,000 leaf
@@ -456,7 +457,7 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
         meshes_of = {}
         deferred = {}
         for name, parts, plan in plans:
-            h1 = leaf_mesh(parts, plan, eps_error, scale)
+            h1 = leaf_mesh(parts, plan, eps_error, scale * coarse.get(name, 1.0))
             if not meshes_of and doomed[0] and _DOOMED_FACTOR * _first_node_floor(parts, plan, h1) > delta_error:
                 # (before any leaf: the next arity's first node has fewer instances)
                 raise _DoomedArity(f"arity {arity}: the first node's round-off is predicted not to fit "
@@ -468,7 +469,8 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
             if eager is not None and name != eager:
                 deferred[name] = chains.pop()
                 build = functools.partial(_plan_at, parts, *grouping[name])
-                deferred[name].retry = functools.partial(_retry_args, build, parts, arity, eps_error, scale, args[2:])
+                deferred[name].retry = functools.partial(_retry_args, build, parts, arity, eps_error,
+                                                         scale * coarse.get(name, 1.0), args[2:])
             jobs.append(chains)  # (per direction: its dominating chain, then its dominated one unless deferred)
         # the directions on two threads where they are predicted to take long enough (the FFTs and compiled
         # kernels release the GIL: 0.63x the time at q = 0.001 x 1e5, 1e6; small ones lose by the handover)
@@ -476,8 +478,9 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
         leaves = (sum(_leaf_buckets(plan, meshes_of[name], budgets, backend.native, _SHARED_LEAF_BUCKETS)
                       for name, _, plan in plans) if threads > 1 and len(plans) > 1 else 0.0)
         us = _PARALLEL_MIN_US if leaves >= _PARALLEL_LEAF_BUCKETS else 0.0
-        if leaves >= _SHARED_LEAF_BUCKETS:
-            # (the dominating chains first, then the dominated ones, each to the first thread free)
+        if leaves >= _SHARED_LEAF_BUCKETS or (coarse and us > 0):
+            # (the dominating chains first, then the dominated ones, each to the first thread free: the dominated
+            # chain to the coarser direction's thread, whose dominating chain ends first)
             order = sorted((k, i) for i, c in enumerate(jobs) for k in range(len(c)))
             out = [[None] * len(c) for c in jobs]
             for (k, i), r in zip(order, _run_shared([jobs[i][k] for k, i in order], threads, us)):
@@ -496,6 +499,9 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
     # their upper bounds exceed its lower one, which for the subsampled Gaussian's add direction is near epsilon 0
     # only; the reference widths run them where needed)
     eager = _eager_direction(dir_parts, eps_error, rel_error)
+    # (the other directions' dominating chains on coarser meshes, where their predicted epsilons lie far enough
+    # below: see _coarse_factors; dropped for good after a width that misses)
+    coarse = _coarse_factors(dir_parts, eager, eps_error, rel_error)
     proxy = any(p is not q for p, q in zip(plans, proxies))
     model = _model_scale(dir_parts)
     if model is not None:
@@ -520,6 +526,13 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
     # every answer's width is measured and a miss rescaled, at most _RESCALES times (the h^2 law
     # extrapolated far -- a pilot 10-30x off the target, mixed mechanisms -- can miss twice)
     excess = pld._reference_excess(eps_error, rel_error)
+    if excess > 1.0 and coarse:
+        # (a miss with coarser meshes for the other directions: they may be what widened it -- their upper bounds
+        # above the eager one's lower bound somewhere -- so every direction takes the meshes the model gives
+        # before the rescaling below judges them)
+        coarse.clear()
+        pld = attempt(scale, plans)
+        excess = pld._reference_excess(eps_error, rel_error)
     seen = [(scale, excess)]
     best = (excess, pld)
     while excess > 1.0 and math.isfinite(excess) and len(seen) <= _RESCALES:
@@ -643,6 +656,46 @@ def _eager_direction(dir_parts, eps_error: float, rel_error: float | None):
     if not all(j == i or e[j] < e[i] * (1 - _DEFER_GAP * width_rel) for j in range(len(e))):
         return None
     return dir_parts[i][0]
+
+
+# the other directions' meshes are at most this many times the eager one's (measured with the dominated chain shared
+# out to the thread that ends its dominating chain first: x3 took PSG(1, 0.01) x 1e5 from 5.5 to 4.5 ms, PSG(0.8,
+# 0.001) x 1e5 from 13.9 to 9.4 ms, x2 less; on two threads the eager direction's two chains set the time once the
+# other's is short)
+_COARSE_MAX = 3.0
+# ... where the predicted gap is at least this many relative widths asked per unit of factor squared (a factor f
+# widens the direction's bounds ~f^2 times, to ~0.7 f^2 of the width asked: f^2 <= gap / (_COARSE_GAP w) keeps its
+# upper bound under the eager direction's lower bound with a margin of two, on a gap the normal approximation puts
+# 1.2-5x below the true one on subsampled Gaussians)
+_COARSE_GAP = 2.0
+
+
+def _coarse_factors(dir_parts, eager, eps_error: float, rel_error: float | None) -> dict:
+    """Per direction other than ``eager``: the factor (>= 1, at most ``_COARSE_MAX``, a power of 2^(1/8)) by which
+    its meshes may be coarser than the model's.  Its epsilon is predicted (:func:`_normal_moments`, as
+    :func:`_eager_direction`) to lie a relative gap ``g`` below the eager direction's; its bounds widen ~f^2 times,
+    and with ``f^2 <= g / (_COARSE_GAP w)`` (``w`` the relative width asked) its upper bound stays below the eager
+    direction's lower bound, so the answer's bounds are the eager direction's: the same width, a cheaper chain.
+    Any meshes give certified bounds; a width that misses after all drops the factors (:func:`_compose_dominance`).
+    Where the directions meet (``delta(eps)`` near ``eps = 0``, the trade-off views) the coarser direction's bounds
+    can be the wider ones.  Empty without an eager direction."""
+    if eager is None:
+        return {}
+    moments = _normal_moments(dir_parts)
+    if moments is None:
+        return {}
+    e = {name: mu + 4 * sd for (name, _), (mu, sd) in zip(dir_parts, moments)}
+    top = e[eager]
+    width_rel = rel_error if rel_error is not None else 2.0 * eps_error / max(top, 0.0, _REL_FLOOR)
+    out = {}
+    for name, _ in dir_parts:
+        if name == eager or not top > 0:
+            continue
+        gap = 1.0 - e[name] / top
+        f2 = gap / (_COARSE_GAP * width_rel)
+        if f2 > 1.0 and math.isfinite(f2):
+            out[name] = _quantized(min(math.sqrt(f2), _COARSE_MAX))
+    return out
 
 
 def _leaf_buckets(plan, meshes, budgets, native, enough=1e5) -> float:
