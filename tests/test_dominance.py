@@ -1060,3 +1060,37 @@ def test_coarser_meshes_that_miss_the_width_are_dropped(monkeypatch):
         assert pld.directions[name].stages[0].mesh == plain.directions[name].stages[0].mesh, name
     a, b = pld.epsilon(np.array([1e-3, 1e-5, 1e-9])), plain.epsilon(np.array([1e-3, 1e-5, 1e-9]))
     assert np.array_equal(a.lower, b.lower) and np.array_equal(a.upper, b.upper)
+
+
+def test_two_chains_asking_for_one_leaf_at_once_compute_it_once(monkeypatch):
+    # a direction's dominating and dominated chains read the same leaf data (grid, cells, integrals) from the
+    # composition's memo; on two threads the second asks while the first computes it: it waits for that result
+    import threading
+    import time
+
+    from fastpld.dominance import leaves as L
+
+    calls = []
+    real = L._compute_leaf_data
+
+    def slow(*a, **k):
+        calls.append(threading.get_ident())
+        time.sleep(0.2)  # (the other thread asks meanwhile)
+        return real(*a, **k)
+
+    monkeypatch.setattr(L, "_compute_leaf_data", slow)
+    loss = fastpld.PoissonSubsampledGaussian(1.0, 0.01).privacy_losses()["remove"]
+    memo, out = {}, [None, None]
+
+    def run(i):
+        out[i] = L._leaf_data(loss, 1e-3, 1e-12, 1 << 22, True, memo)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and out[0] is out[1]
+    # without a memo (no composition to share it with): computed each time
+    L._leaf_data(loss, 1e-3, 1e-12, 1 << 22, True, None)
+    assert len(calls) == 2

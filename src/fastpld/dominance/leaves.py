@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from fractions import Fraction
 
 import numpy as np
@@ -108,16 +109,29 @@ def _leaf_data(loss, h: float, tail: float, max_buckets: int, native: bool, memo
     ``cells``: the thin tails in cells (:func:`_tail_blocks`), else every lattice interval its own."""
     key = ("data", id(loss), float(h), float(tail), cells)
     hit = _memo_get(memo, key, loss)
-    if hit is None:
-        e, atoms, truncated, origin = _continuous_grid(loss, h, tail, max_buckets, native)
-        if cells:
-            starts, sizes = _tail_blocks(loss, e, h)
-        else:
-            starts, sizes = np.arange(e.size - 1, dtype=np.int64), np.ones(e.size - 1, dtype=np.int64)
-        hit = (e, atoms, truncated, (starts, sizes),
-               _integrals(loss, e[starts], h * sizes, _negligible(tail, starts.size)), origin)
-        _memo_put(memo, key, loss, hit)
+    if hit is not None:
+        return hit
+    if memo is None:
+        return _compute_leaf_data(loss, h, tail, max_buckets, native, cells)
+    # (the two chains of a direction may ask at once, on two threads -- the dominated chain shared out to the
+    # thread whose short chain ended first, while the dominating one still computes this: the second waits for
+    # the first's result, not computing it again; measured 1.08x the time at a sampler's numpy leaves otherwise)
+    with memo.setdefault(("lock",) + key, threading.Lock()):
+        hit = _memo_get(memo, key, loss)
+        if hit is None:
+            hit = _compute_leaf_data(loss, h, tail, max_buckets, native, cells)
+            _memo_put(memo, key, loss, hit)
     return hit
+
+
+def _compute_leaf_data(loss, h: float, tail: float, max_buckets: int, native: bool, cells: bool):
+    e, atoms, truncated, origin = _continuous_grid(loss, h, tail, max_buckets, native)
+    if cells:
+        starts, sizes = _tail_blocks(loss, e, h)
+    else:
+        starts, sizes = np.arange(e.size - 1, dtype=np.int64), np.ones(e.size - 1, dtype=np.int64)
+    return (e, atoms, truncated, (starts, sizes),
+            _integrals(loss, e[starts], h * sizes, _negligible(tail, starts.size)), origin)
 
 
 def _memo_get(memo: dict | None, key, loss):
