@@ -281,7 +281,6 @@ def ctd_cells(const double[::1] a, const double[::1] a_err, const double[::1] nu
     error bounds ``a_err``: ``rel`` the largest relative one at most ``rel_cap`` among those above
     ``negligible`` (0 if none), ``err`` the sum of the others."""
     cdef Py_ssize_t m = a.shape[0], k, nd = den.shape[0], cnt = 0
-    cdef long long z
     cdef double up, r, rel = 0.0, err, total, fac = 1 + 4 * u
     cdef bint have = False, bad = False
     if (a_err.shape[0] != m or nu.shape[0] != m or nu_err.shape[0] != m or starts.shape[0] != m

@@ -383,11 +383,23 @@ def _normal_moments(dir_parts) -> list | None:
     return out
 
 
-def _epsilon_guess(dir_parts) -> float:
-    """A rough epsilon at delta ~1e-5 for the planner's first meshes: the composed loss's mean plus
-    four standard deviations (a normal approximation; 1 where a loss has no moments)."""
+def _predicted_epsilons(dir_parts) -> list | None:
+    """Per direction, a rough epsilon at delta ~1e-5: its composed loss's mean plus four standard deviations (the
+    normal approximation, :func:`_normal_moments`), or ``None`` where a loss has no moments."""
     moments = _normal_moments(dir_parts)
-    return 1.0 if moments is None else max([0.0] + [mu + 4 * sd for mu, sd in moments])
+    return None if moments is None else [mu + 4 * sd for mu, sd in moments]
+
+
+def _relative_width(eps_error: float, rel_error: float | None, eps: float) -> float:
+    """The width asked, relative to a predicted epsilon ``eps``: ``rel_error``, else ``2 eps_error`` against it."""
+    return rel_error if rel_error is not None else 2.0 * eps_error / max(eps, 0.0, _REL_FLOOR)
+
+
+def _epsilon_guess(dir_parts) -> float:
+    """A rough epsilon at delta ~1e-5 for the planner's first meshes: the largest of
+    :func:`_predicted_epsilons` (1 where a loss has no moments)."""
+    e = _predicted_epsilons(dir_parts)
+    return 1.0 if e is None else max([0.0] + e)
 
 
 # an arity whose first node's predicted round-off floor (_first_node_floor) times this exceeds delta_error is
@@ -641,18 +653,17 @@ class _DeferredChain:
 
 def _eager_direction(dir_parts, eps_error: float, rel_error: float | None):
     """The direction whose dominated chain runs at once: where epsilon is predicted to come from (the largest
-    ``mu + 4 sd`` of :func:`_normal_moments`, as :func:`_epsilon_guess`); ``None`` (all at once) for a single
-    direction, losses without moments, or directions whose predicted epsilons lie within ``_DEFER_GAP`` relative
-    widths of each other (the reference widths would need the other chains).  The relative width asked:
-    ``rel_error``, else ``2 eps_error`` against the largest predicted epsilon."""
+    of :func:`_predicted_epsilons`, as :func:`_epsilon_guess`); ``None`` (all at once) for a single direction,
+    losses without moments, or directions whose predicted epsilons lie within ``_DEFER_GAP`` relative widths of
+    each other (the reference widths would need the other chains).  The relative width asked:
+    :func:`_relative_width` against the largest predicted epsilon."""
     if len(dir_parts) < 2:
         return None
-    moments = _normal_moments(dir_parts)
-    if moments is None:
+    e = _predicted_epsilons(dir_parts)
+    if e is None:
         return None
-    e = [mu + 4 * sd for mu, sd in moments]
     i = max(range(len(e)), key=lambda j: e[j])
-    width_rel = rel_error if rel_error is not None else 2.0 * eps_error / max(e[i], 0.0, _REL_FLOOR)
+    width_rel = _relative_width(eps_error, rel_error, e[i])
     if not all(j == i or e[j] < e[i] * (1 - _DEFER_GAP * width_rel) for j in range(len(e))):
         return None
     return dir_parts[i][0]
@@ -672,7 +683,7 @@ _COARSE_GAP = 2.0
 
 def _coarse_factors(dir_parts, eager, eps_error: float, rel_error: float | None) -> dict:
     """Per direction other than ``eager``: the factor (>= 1, at most ``_COARSE_MAX``, a power of 2^(1/8)) by which
-    its meshes may be coarser than the model's.  Its epsilon is predicted (:func:`_normal_moments`, as
+    its meshes may be coarser than the model's.  Its epsilon is predicted (:func:`_predicted_epsilons`, as
     :func:`_eager_direction`) to lie a relative gap ``g`` below the eager direction's; its bounds widen ~f^2 times,
     and with ``f^2 <= g / (_COARSE_GAP w)`` (``w`` the relative width asked) its upper bound stays below the eager
     direction's lower bound, so the answer's bounds are the eager direction's: the same width, a cheaper chain.
@@ -681,12 +692,12 @@ def _coarse_factors(dir_parts, eager, eps_error: float, rel_error: float | None)
     can be the wider ones.  Empty without an eager direction."""
     if eager is None:
         return {}
-    moments = _normal_moments(dir_parts)
-    if moments is None:
+    eps = _predicted_epsilons(dir_parts)
+    if eps is None:
         return {}
-    e = {name: mu + 4 * sd for (name, _), (mu, sd) in zip(dir_parts, moments)}
+    e = {name: x for (name, _), x in zip(dir_parts, eps)}
     top = e[eager]
-    width_rel = rel_error if rel_error is not None else 2.0 * eps_error / max(top, 0.0, _REL_FLOOR)
+    width_rel = _relative_width(eps_error, rel_error, top)
     out = {}
     for name, _ in dir_parts:
         if name == eager or not top > 0:
