@@ -169,6 +169,33 @@ class _Query:
             P = np.where(ok, P, P2)
         return np.where(ok, P, np.maximum(P, self.pad * max(1.0, float(self.S1[0])) + 2 * _U * np.abs(x)))
 
+    def upper_solution(self, x):
+        """``(x', u)``: ``x' = x - bracket_pad(max(x, 0))`` and ``u = e + eps_pad(e)``, ``e = epsilon(x')``: an upper
+        bound's solution (:meth:`fastpld.dominance.DominancePLD.epsilon`; the caller checks ``x' > 0``).  Compiled
+        in one call (``_core.query_upper``, the same operations per element); these methods are its reference."""
+        x = np.asarray(x, dtype=np.float64)
+        if self.native and _kernels._core is not None:
+            x2, u = np.empty(x.shape, dtype=np.float64), np.empty(x.shape, dtype=np.float64)
+            _kernels._core.query_upper(self.neg_dgrid, self.S1, self.T, self.v0, self.h, self.pad,
+                                       np.ascontiguousarray(x).reshape(-1), x2.reshape(-1), u.reshape(-1))
+            return x2, u
+        x2 = x - self.bracket_pad(np.maximum(x, 0.0))
+        u = self.epsilon(x2)
+        return x2, u + self.eps_pad(u)
+
+    def lower_solution(self, x):
+        """``l - eps_pad(l)``, ``l = epsilon(min(x + lower_pad(x), 2))``: a lower bound's solution
+        (:meth:`fastpld.dominance.DominancePLD.epsilon`).  Compiled in one call (``_core.query_lower``, the same
+        operations per element); these methods are its reference."""
+        x = np.asarray(x, dtype=np.float64)
+        if self.native and _kernels._core is not None:
+            out = np.empty(x.shape, dtype=np.float64)
+            _kernels._core.query_lower(self.neg_dgrid, self.S1, self.T, self.v0, self.h, self.pad,
+                                       np.ascontiguousarray(x).reshape(-1), out.reshape(-1))
+            return out
+        l = self.epsilon(np.minimum(x + self.lower_pad(x), 2.0))
+        return l - self.eps_pad(l)
+
     def epsilon(self, x):
         """Smallest ``eps`` with ``d(eps) <= x`` (``-inf`` if ``x >= 1``)."""
         x = np.asarray(x, dtype=np.float64)
@@ -212,7 +239,7 @@ class PrivacyLossDistribution:
 
     _LOWER_CHAIN = False  # (a dominance composition: its lower chain composes dominated_loss)
 
-    def __init__(self, directions, eps_error, delta_error, events, backend):
+    def __init__(self, directions, eps_error, delta_error, events, backend, queries=None):
         self.directions = directions
         self.eps_error = eps_error
         self.delta_error = delta_error
@@ -221,7 +248,10 @@ class PrivacyLossDistribution:
                                        self._LOWER_CHAIN)
         self.backend = backend
         # the native backend answers queries with the compiled kernels, the numpy backend with numpy
-        self._q = {name: _Query(d.pmf, backend == "native") for name, d in directions.items()}
+        # (``queries``: tables already built for these results, by name -- those the composition built where the
+        # chain ran; the same tables)
+        queries = queries or {}
+        self._q = {name: queries.get(name) or _Query(d.pmf, backend == "native") for name, d in directions.items()}
 
     # diagnostics ---------------------------------------------------------------------
     @property

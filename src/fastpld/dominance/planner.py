@@ -15,7 +15,7 @@ from ..composition.execute import _execute
 from ..composition.plan import _Leaf, _build_plan, _merge_order as _plan_merge_order
 from ..composition.roundoff import _ULD
 from ..composition.threads import _PARALLEL_MIN_US, _run_jobs, _run_shared
-from ..curve import DirectionResult
+from ..curve import DirectionResult, _Query
 from ..discretize import truncation_window
 from ..mechanisms import DiscreteLoss
 from ..mechanisms.base import ContinuousLoss
@@ -477,9 +477,10 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
             meshes = meshes_of[name] = dominance_meshes(plan, h1)
             p_inf = -math.expm1(sum(c * math.log1p(-loss.p_inf) for loss, c in parts))
             args = (plan, meshes, budgets, backend, max_buckets, p_inf)
-            chains = [_DeferredChain(args + (upper, arity), memo) for upper in (True, False)]
+            chains = [_DeferredChain(args + (upper, arity), memo, tables=True) for upper in (True, False)]
             if eager is not None and name != eager:
                 deferred[name] = chains.pop()
+                deferred[name].tables = False
                 build = functools.partial(_plan_at, parts, *grouping[name])
                 deferred[name].retry = functools.partial(_retry_args, build, parts, arity, eps_error,
                                                          scale * coarse.get(name, 1.0), args[2:])
@@ -501,8 +502,9 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
             out = _run_jobs([lambda c=c: [x() for x in c] for c in jobs], threads, us)
         upper = {name: r[0] for (name, _, _), r in zip(plans, out)}
         lower = {name: r[1] for (name, _, _), r in zip(plans, out) if name not in deferred}
+        queries = [{name: c[i].query for (name, _, _), c in zip(plans, jobs) if i < len(c)} for i in (0, 1)]
         pld = DominancePLD(upper, _LazyChains(lower, deferred, upper), eps_error, delta_error, tuple(events),
-                           backend.name)
+                           backend.name, queries=queries)
         pld.rel_error = rel_error
         return pld
 
@@ -628,14 +630,21 @@ class _DeferredChain:
     chain's curve is a lower bound, so a retry's answers are certified too (its own meshes, its own width).
     """
 
-    __slots__ = ("args", "memo", "retry")
+    __slots__ = ("args", "memo", "retry", "query", "tables")
 
-    def __init__(self, args, memo):
+    def __init__(self, args, memo, tables=False):
         self.args, self.memo, self.retry = args, memo, None
+        self.tables, self.query = tables, None  # (tables: build the result's query tables, kept in ``query``)
 
     def __call__(self):
         try:
-            return _run_chain(*self.args, self.memo)
+            d = _run_chain(*self.args, self.memo)
+            if self.tables:
+                # (run at once: the answer queries it, so its tables are built here, on the thread that ran the
+                # chain -- its PMF still in that core's cache, the other thread's chain meanwhile -- not after
+                # both chains on the calling thread; the same tables: :class:`fastpld.curve._Query`)
+                self.query = _Query(d.pmf, self.args[3].name == "native")
+            return d
         except _BudgetError as exc:
             if self.retry is None:
                 raise

@@ -102,10 +102,10 @@ class _LazyChains(Mapping):
 class _LazyQueries(Mapping):
     """The query tables of :class:`_LazyChains`' results, each built on first access (running its chain)."""
 
-    def __init__(self, chains: _LazyChains, native: bool):
+    def __init__(self, chains: _LazyChains, native: bool, built=None):
         self._chains = chains
         self._native = native
-        self._q = {}
+        self._q = {name: q for name, q in (built or {}).items() if q is not None}  # (tables built with the chains)
 
     def __getitem__(self, name):
         q = self._q.get(name)
@@ -149,12 +149,12 @@ class DominancePLD(PrivacyLossDistribution):
 
     _LOWER_CHAIN = True
 
-    def __init__(self, upper, lower, eps_error, delta_error, events, backend):
-        super().__init__(upper, eps_error, delta_error, events, backend)
+    def __init__(self, upper, lower, eps_error, delta_error, events, backend, queries=(None, None)):
+        super().__init__(upper, eps_error, delta_error, events, backend, queries[0])
         if not isinstance(lower, _LazyChains):
             lower = _LazyChains(lower, {}, lower)
         self.lower_directions = lower
-        self._ql = _LazyQueries(lower, backend == "native")
+        self._ql = _LazyQueries(lower, backend == "native", queries[1])
 
     def _lower_max(self, lo_fn, up_of: dict, shape, skip=None):
         """The maximum over directions of ``lo_fn(name)`` (a lower bound per direction, an array of ``shape``):
@@ -287,14 +287,11 @@ class DominancePLD(PrivacyLossDistribution):
                 up = np.zeros(dq.shape) if up is None else up
                 continue
             base = bases[name] = (dq - pinf) / (1 - pinf)
-            x_up = base / _rel_factor(d) - d.delta_spent
-            x_up = x_up - q.bracket_pad(np.maximum(x_up, 0.0))
+            x_up, u = q.upper_solution(base / _rel_factor(d) - d.delta_spent)
             if (x_up[~one] <= 0).any():
                 raise ValueError(
                     f"delta={float(np.min(dq[~one])):.3g} is too small to certify: the composition spent a delta error "
                     f"of {d.delta_spent:.3g}; compose with a smaller delta_error")
-            u = q.epsilon(x_up)
-            u = u + q.eps_pad(u)
             ups[name] = u
             up = u if up is None else np.maximum(up, u)
 
@@ -308,8 +305,7 @@ class DominancePLD(PrivacyLossDistribution):
                 # (the suffix sums' rounding, relative to the tail mass at the solution: ql.lower_pad; the whole
                 # mass's pad, absolute, put 4 (n + 4) u ~ 3e-12 under delta 1e-12 on 7,000 buckets: epsilon 715.06
                 # against the exact 721.55 for Gaussian(1) x 1000)
-                l = ql.epsilon(np.minimum(x + ql.lower_pad(x), 2.0))
-            return l - ql.eps_pad(l)
+                return ql.lower_solution(x)
 
         ups = {name: (np.zeros(dq.shape) if u is None else u) for name, u in ups.items()}
         lo = self._lower_max(lo_of, ups, dq.shape, skip=one)
