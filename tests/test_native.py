@@ -348,6 +348,53 @@ def test_epsilon_query_kernels_match(pure):
         _kernels._core.query_bracket_pad(np.zeros(3), np.zeros(3), 1.0, np.zeros(2), np.zeros(1))
 
 
+@needs_native
+def test_epsilon_solution_kernels_match(pure):
+    """The compiled upper and lower solutions of an epsilon query (``_Query.upper_solution``, ``lower_solution``:
+    one call each) against the same methods composed -- the compiled epsilon and bracket pad with numpy's
+    arithmetic between them, the answers' previous path: bit for bit (the same operations, the same libm log) --
+    and against the numpy code throughout within the log's last bits, at exact grid values, between them, the
+    ends, beyond them, NaN and infinities."""
+    plds = [fastpld.compose(fastpld.PoissonSubsampledGaussian(5.0, 0.1), 1000, rel_error=1e-3),
+            fastpld.compose(fastpld.PoissonSubsampledGaussian(5.0, 0.1), 200, backend="native"),
+            fastpld.compose(fastpld.PureDP(0.5), 40, backend="native")]
+    for pld in plds:
+        queries = list(pld._q.values()) + ([pld._ql[n] for n in pld._ql] if hasattr(pld, "_ql") else [])
+        for q in queries:
+            dg = q.dgrid
+            x = np.concatenate([dg[::3], dg[::7] * (1 + 1e-15), dg[::7] * (1 - 1e-15), (dg + q.pad * q.S1[:-1])[::5],
+                                0.5 * (dg[1:] + dg[:-1])[::5], [q.S1[0], np.nextafter(q.S1[0], 0), q.S1[0] * (1 + 1e-12),
+                                2.0, 1.0, 0.0, -0.0, -1.0, 1e-300, 5e-324, np.nan, np.inf, -np.inf],
+                                np.geomspace(1e-300, 0.9, 60)])
+            with np.errstate(all="ignore"):
+                x2, u = q.upper_solution(x)
+                lo = q.lower_solution(x)
+                r2 = x - q.bracket_pad(np.maximum(x, 0.0))
+                ru = q.epsilon(r2)
+                ru = ru + q.eps_pad(ru)
+                rl = q.epsilon(np.minimum(x + q.lower_pad(x), 2.0))
+                rl = rl - q.eps_pad(rl)
+                p2, pu = pure(q.upper_solution, x)
+                pl = pure(q.lower_solution, x)
+            for got, ref in ((x2, r2), (u, ru), (lo, rl)):
+                np.testing.assert_array_equal(got.view(np.int64), ref.view(np.int64))
+            scale = abs(q.v0) + q.h * q.n + 1.0  # (as in test_epsilon_query_kernels_match: libm's log against numpy's)
+            np.testing.assert_array_equal(x2, p2)
+            for got, ref in ((u, pu), (lo, pl)):
+                assert np.array_equal(np.isnan(got), np.isnan(ref)) and np.array_equal(np.isinf(got), np.isinf(ref))
+                fin = np.isfinite(ref)
+                np.testing.assert_array_less(np.abs(got[fin] - ref[fin]), 1e-14 * scale)
+                np.testing.assert_array_equal(got[~fin & ~np.isnan(ref)], ref[~fin & ~np.isnan(ref)])
+            y = x[: 2 * (x.size // 2)].reshape(2, -1)
+            with np.errstate(all="ignore"):
+                assert q.upper_solution(y)[1].shape == y.shape and np.shape(q.lower_solution(np.float64(1e-5))) == ()
+    with pytest.raises(ValueError, match="query_upper"):
+        _kernels._core.query_upper(np.zeros(3), np.zeros(3), np.zeros(3), 0.0, 1.0, 1e-16, np.zeros(2), np.zeros(1),
+                                   np.zeros(2))
+    with pytest.raises(ValueError, match="query_lower"):
+        _kernels._core.query_lower(np.zeros(0), np.zeros(1), np.zeros(1), 0.0, 1.0, 1e-16, np.zeros(1), np.zeros(1))
+
+
 @pytest.mark.parametrize("backend", ["native", "numpy"])
 def test_delta_at_huge_eps(backend):
     """eps far beyond the grid: nothing lies above it (the grid index is clipped before its int cast)."""

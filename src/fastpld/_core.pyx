@@ -82,52 +82,135 @@ cdef inline Py_ssize_t _first_at_least(const double[::1] a, Py_ssize_t n, double
     return lo
 
 
+cdef double _U53 = 1.1102230246251565e-16  # 2^-53, the unit roundoff the numpy code's ``_U`` is
+
+
+cdef inline double _query_solve(const double[::1] neg_dgrid, const double[::1] S1, const double[::1] T, Py_ssize_t n,
+                                double v0, double h, double xi) noexcept nogil:
+    """One element of :meth:`fastpld.curve._Query.epsilon` (its numpy code's operations in its order)."""
+    cdef Py_ssize_t j = _first_at_least(neg_dgrid, n, -xi)  # first j with d(v_j) <= x
+    cdef double vj, sol, lo_edge
+    if j > n - 1:
+        j = n - 1
+    vj = v0 + h * <double>j
+    # eps in (v_{j-1}, v_j]: S1_j - e^{eps - v_j} T_j = x
+    sol = vj + log((S1[j] - xi) / T[j])
+    lo_edge = v0 + h * <double>(j - 1) if j > 0 else -INFINITY
+    if not isfinite(sol):
+        sol = vj
+    if sol < lo_edge:
+        sol = lo_edge
+    if sol > vj:
+        sol = vj
+    if xi >= S1[0]:
+        sol = -INFINITY
+    if xi <= 0:
+        sol = v0 + h * <double>(n - 1)
+    return sol
+
+
+cdef inline double _query_pad(const double[::1] neg_dgrid, const double[::1] S1, Py_ssize_t n, double pad,
+                              double xi) noexcept nogil:
+    """One element of :meth:`fastpld.curve._Query.bracket_pad`."""
+    cdef Py_ssize_t j = _first_at_least(neg_dgrid, n, -xi) - 1
+    if j < 0:
+        j = 0
+    if j > n - 1:
+        j = n - 1
+    return pad * S1[j]
+
+
+cdef inline double _eps_pad(double sol, double v0, double h, Py_ssize_t n) noexcept nogil:
+    """One element of :meth:`fastpld.curve._Query.eps_pad`: ``8 u (|sol| + |v0| + h n + 2)`` (0 for a
+    non-finite ``sol``), the numpy code's operations in its order."""
+    return (8.0 * _U53) * (((((fabs(sol) if isfinite(sol) else 0.0) + fabs(v0)) + h * <double>n)) + 2.0)
+
+
+cdef inline double _np_max(double a, double b) noexcept nogil:
+    """``numpy.maximum`` of two floats (a NaN wins)."""
+    if a != a or b != b:
+        return a + b
+    return a if a >= b else b
+
+
+cdef inline double _np_min(double a, double b) noexcept nogil:
+    """``numpy.minimum`` of two floats (a NaN wins)."""
+    if a != a or b != b:
+        return a + b
+    return a if a <= b else b
+
+
 def query_epsilon(const double[::1] neg_dgrid, const double[::1] S1, const double[::1] T, double v0, double h,
                   const double[::1] x, double[::1] out):
     """:meth:`fastpld.curve._Query.epsilon` at every ``x`` into ``out`` (its numpy code is the reference: the same
     operations in the same order per element; ``log`` is the C library's)."""
-    cdef Py_ssize_t n = neg_dgrid.shape[0], m = x.shape[0], i, j
-    cdef double xi, vj, sol, lo_edge
+    cdef Py_ssize_t n = neg_dgrid.shape[0], m = x.shape[0], i
     if n < 1 or S1.shape[0] < n or T.shape[0] < n or out.shape[0] != m:
         raise ValueError("query_epsilon: need n >= 1 grid values, S1 and T of at least n and out of len(x)")
     with nogil:
         for i in range(m):
-            xi = x[i]
-            j = _first_at_least(neg_dgrid, n, -xi)  # first j with d(v_j) <= x
-            if j > n - 1:
-                j = n - 1
-            vj = v0 + h * <double>j
-            # eps in (v_{j-1}, v_j]: S1_j - e^{eps - v_j} T_j = x
-            sol = vj + log((S1[j] - xi) / T[j])
-            lo_edge = v0 + h * <double>(j - 1) if j > 0 else -INFINITY
-            if not isfinite(sol):
-                sol = vj
-            if sol < lo_edge:
-                sol = lo_edge
-            if sol > vj:
-                sol = vj
-            if xi >= S1[0]:
-                sol = -INFINITY
-            if xi <= 0:
-                sol = v0 + h * <double>(n - 1)
-            out[i] = sol
+            out[i] = _query_solve(neg_dgrid, S1, T, n, v0, h, x[i])
     return out
 
 
 def query_bracket_pad(const double[::1] neg_dgrid, const double[::1] S1, double pad, const double[::1] x,
                       double[::1] out):
     """:meth:`fastpld.curve._Query.bracket_pad` at every ``x`` into ``out`` (the same operations as its numpy code)."""
-    cdef Py_ssize_t n = neg_dgrid.shape[0], m = x.shape[0], i, j
+    cdef Py_ssize_t n = neg_dgrid.shape[0], m = x.shape[0], i
     if n < 1 or S1.shape[0] < n or out.shape[0] != m:
         raise ValueError("query_bracket_pad: need n >= 1 grid values, S1 of at least n and out of len(x)")
     with nogil:
         for i in range(m):
-            j = _first_at_least(neg_dgrid, n, -x[i]) - 1
-            if j < 0:
-                j = 0
-            if j > n - 1:
-                j = n - 1
-            out[i] = pad * S1[j]
+            out[i] = _query_pad(neg_dgrid, S1, n, pad, x[i])
+    return out
+
+
+def query_upper(const double[::1] neg_dgrid, const double[::1] S1, const double[::1] T, double v0, double h, double pad,
+                const double[::1] x, double[::1] x_out, double[::1] out):
+    """:meth:`fastpld.curve._Query.upper_solution` at every ``x``: ``x' = x - bracket_pad(max(x, 0))`` into
+    ``x_out`` and ``epsilon(x') + eps_pad(epsilon(x'))`` into ``out`` (its numpy composition of those methods is
+    the reference: the same operations in the same order per element)."""
+    cdef Py_ssize_t n = neg_dgrid.shape[0], m = x.shape[0], i
+    cdef double xi, sol
+    if n < 1 or S1.shape[0] < n or T.shape[0] < n or x_out.shape[0] != m or out.shape[0] != m:
+        raise ValueError("query_upper: need n >= 1 grid values, S1 and T of at least n, x_out and out of len(x)")
+    with nogil:
+        for i in range(m):
+            xi = x[i]
+            xi = xi - _query_pad(neg_dgrid, S1, n, pad, _np_max(xi, 0.0))
+            x_out[i] = xi
+            sol = _query_solve(neg_dgrid, S1, T, n, v0, h, xi)
+            out[i] = sol + _eps_pad(sol, v0, h, n)
+    return out
+
+
+def query_lower(const double[::1] neg_dgrid, const double[::1] S1, const double[::1] T, double v0, double h, double pad,
+                const double[::1] x, double[::1] out):
+    """:meth:`fastpld.curve._Query.lower_solution` at every ``x``: ``P = lower_pad(x)`` (its fixed point, at most
+    four steps, else the whole mass's pad), ``l = epsilon(min(x + P, 2))``, ``l - eps_pad(l)`` into ``out`` (its
+    numpy composition of those methods is the reference: the same operations in the same order per element)."""
+    cdef Py_ssize_t n = neg_dgrid.shape[0], m = x.shape[0], i, it
+    cdef double xi, P, P2, ax, whole, sol
+    cdef bint ok
+    if n < 1 or S1.shape[0] < n or T.shape[0] < n or out.shape[0] != m:
+        raise ValueError("query_lower: need n >= 1 grid values, S1 and T of at least n and out of len(x)")
+    with nogil:
+        whole = pad * (S1[0] if S1[0] > 1.0 else 1.0)  # (pad * max(1.0, S1[0]))
+        for i in range(m):
+            xi = x[i]
+            ax = (2.0 * _U53) * fabs(xi)
+            P = _query_pad(neg_dgrid, S1, n, pad, xi)
+            ok = False
+            for it in range(4):
+                P2 = _query_pad(neg_dgrid, S1, n, pad, xi + P) + ax
+                ok = P2 <= P
+                if ok:
+                    break
+                P = P2
+            if not ok:
+                P = _np_max(P, whole + ax)
+            sol = _query_solve(neg_dgrid, S1, T, n, v0, h, _np_min(xi + P, 2.0))
+            out[i] = sol - _eps_pad(sol, v0, h, n)
     return out
 
 
