@@ -1094,3 +1094,44 @@ def test_two_chains_asking_for_one_leaf_at_once_compute_it_once(monkeypatch):
     # without a memo (no composition to share it with): computed each time
     L._leaf_data(loss, 1e-3, 1e-12, 1 << 22, True, None)
     assert len(calls) == 2
+
+
+def test_query_tables_built_with_the_chains_are_the_answers_tables(monkeypatch):
+    """The chains run at once build their results' query tables where they ran (on a worker thread when the
+    directions are shared out); the answer's tables are those, equal to tables built afresh from its PMFs, and a
+    deferred chain's are built when it runs."""
+    import threading
+
+    from fastpld.curve import _Query
+    from fastpld.dominance import planner
+
+    built = []
+
+    class Recording(_Query):
+        def __init__(self, pmf, native=False):
+            built.append((id(pmf), threading.get_ident()))
+            super().__init__(pmf, native)
+
+    monkeypatch.setattr(planner, "_Query", Recording)
+    monkeypatch.setattr(planner, "_PARALLEL_LEAF_BUCKETS", 0)  # (the directions on two threads)
+    fastpld.clear_caches()
+    pld = fastpld.compose(fastpld.PoissonSubsampledGaussian(1.0, 0.01), 1000, rel_error=1e-3, threads=2)
+    chains = {**{("up", n): d for n, d in pld.directions.items()},
+              **{("lo", n): pld.lower_directions[n] for n in pld.lower_directions if pld.lower_directions.ready(n)}}
+    ids = {i for i, _ in built}
+    for (side, name), d in chains.items():
+        q = (pld._q if side == "up" else pld._ql)[name]
+        if side == "up" or name not in pld.lower_directions.deferred:
+            assert isinstance(q, Recording) and id(d.pmf) in ids  # (the chain's own, not rebuilt after it)
+        fresh = _Query(d.pmf, native=q.native)
+        for a in ("p", "S1", "T", "dgrid", "neg_dgrid"):
+            np.testing.assert_array_equal(getattr(q, a), getattr(fresh, a))
+        assert (q.v0, q.h, q.n, q.pad) == (fresh.v0, fresh.h, fresh.n, fresh.pad)
+    if fastpld.thread_limit() > 1:
+        assert len({t for _, t in built}) == 2  # (the worker built its chains' tables)
+    # the answers read them: the same bounds as tables built afresh
+    ask = D.DominancePLD.epsilon  # (not the kept answer's memo)
+    eps = ask(pld, np.array([1e-3, 1e-6, 1e-9]))
+    for name in pld._q:
+        pld._q[name] = _Query(pld.directions[name].pmf, native=pld._q[name].native)
+    np.testing.assert_array_equal(np.array(eps), np.array(ask(pld, np.array([1e-3, 1e-6, 1e-9]))))
