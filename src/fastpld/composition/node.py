@@ -161,6 +161,12 @@ def _common_stride(inputs) -> int:
         k = p.size // 2
         if p.size >= 2 and p[k - 1] != 0 and p[k] != 0:
             return 1  # (two neighbours non-zero: no stride of 2 or more; a dense input known in O(1))
+        if p.size >= 2:
+            # (else beside the largest entry: a leaf's middle may fall in its thin tail's cells, whose inner
+            # points are empty, while its bulk is dense)
+            k = int(np.argmax(p))
+            if (k > 0 and p[k - 1] != 0) or (k + 1 < p.size and p[k + 1] != 0):
+                return 1
         nnz = int(np.count_nonzero(p))
         if 2 * nnz > p.size + 1:
             return 1  # (more than every other entry non-zero: no stride of 2 or more)
