@@ -88,3 +88,35 @@ def test_series_matches_fft_spectrum():
     assert np.all(np.abs(L.astype(np.float64) - Lref) <= dL + 1e-15)
     dphase = np.angle(np.exp(1j * (P.astype(np.float64) - Pref)))
     assert np.all(np.abs(dphase) <= dP + 1e-15)
+
+
+@pytest.mark.parametrize("n", [1, 2, 15, 16, 17, 40, 97])
+@pytest.mark.parametrize("native", [True, False])
+def test_series_moments_within_their_bound_of_exact_sums(n, native):
+    """The scaled power moments (compiled, blocks of terms summed two moments at a time, and the numpy
+    reference) against exact rational sums: within the bound ``_kernels.series_moments`` states
+    (``gamma_(r + ceil(log2 n) + SERIES_BLOCK + 1) sum_j p_j |s_j|^r``, long double ``u``; ``M_0``, ``M_1``
+    compensated), for every moment of the series (odd and even counts of them)."""
+    from fractions import Fraction
+
+    from fastpld import _kernels
+
+    if native and _kernels._core is None:
+        pytest.skip("compiled core not built")
+    rng = np.random.default_rng(n)
+    p = rng.random(n) * np.exp(-rng.random(n) * 30)  # (masses over many orders, as a leaf's)
+    cen = n // 3
+    d = 2.0 ** math.ceil(math.log2(max(cen, n - 1 - cen, 1)))
+    uld = float(np.finfo(np.longdouble).eps) / 2
+    lev = math.ceil(math.log2(max(n, 2))) + _kernels.SERIES_BLOCK + 1
+    for R1 in (1, 2, 51, series._SERIES_R + 3):
+        got = _kernels.series_moments(p, cen, d, R1, native=native)
+        for r in range(R1):
+            terms = [Fraction(float(p[j])) * (Fraction(j - cen) / Fraction(d)) ** r for j in range(n)]
+            exact = sum(terms)
+            absum = float(sum(abs(t) for t in terms))
+            k = r + lev
+            bound = (k * uld / (1 - k * uld)) * absum * 1.01 + 1e-300
+            if r < 2:
+                bound = min(bound, 1.01 * (uld * abs(float(exact)) + ((2 * n + 2) * uld) ** 2 * absum) + 1e-300)
+            assert abs(Fraction(*got[r].as_integer_ratio()) - exact) <= Fraction(bound), (n, R1, r)

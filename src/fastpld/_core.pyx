@@ -1252,17 +1252,34 @@ cdef void _moments_rec(const real_in[::1] p, Py_ssize_t a, Py_ssize_t b, Py_ssiz
     # ceil(log2 n) + _MOM_BLOCK additions (the bound in _kernels.series_moments)
     cdef long double left[_MOM_MAX]
     cdef long double right[_MOM_MAX]
-    cdef long double pw, s
-    cdef Py_ssize_t j, r, mid
+    cdef long double pws[_MOM_BLOCK]
+    cdef long double ss[_MOM_BLOCK]
+    cdef long double x0, x1, q
+    cdef Py_ssize_t j, r, mid, t, nb
     if b - a <= _MOM_BLOCK:
-        for r in range(R1):
-            acc[r] = 0
-        for j in range(a, b):
-            s = <long double>(j - cen) * inv_d  # exact: inv_d is a power of two
-            pw = <long double>p[j]
-            for r in range(R1):
-                acc[r] = acc[r] + pw
-                pw = pw * s
+        # per moment r, the block's terms p_j s_j^r added left to right (each power by r products, as
+        # p_j s_j s_j ...); two moments at a time: their sums are independent chains the FPU overlaps
+        nb = b - a
+        for t in range(nb):
+            ss[t] = <long double>(a + t - cen) * inv_d  # exact: inv_d is a power of two
+            pws[t] = <long double>p[a + t]
+        r = 0
+        while r + 1 < R1:
+            x0 = 0
+            x1 = 0
+            for t in range(nb):
+                x0 = x0 + pws[t]
+                q = pws[t] * ss[t]
+                x1 = x1 + q
+                pws[t] = q * ss[t]
+            acc[r] = x0
+            acc[r + 1] = x1
+            r += 2
+        if r < R1:
+            x0 = 0
+            for t in range(nb):
+                x0 = x0 + pws[t]
+            acc[r] = x0
         return
     mid = a + (b - a) // 2
     _moments_rec(p, a, mid, cen, inv_d, R1, left)
