@@ -243,6 +243,9 @@ def test_the_first_node_floor_predicts_the_k_1e7_refusal():
         plan = planner._build_plan(parts, "recursive", a, direct_max=planner._DIRECT_COPIES * a ** 2)
         h1 = planner.leaf_mesh(parts, plan, 0.006, planner._model_scale(list(dp.items())))
         floors[a] = planner._first_node_floor(parts, plan, h1)
+        # (the planner's own: the loss's window by the compiled kernel, the same prediction to round-off)
+        native = planner._first_node_floor(parts, plan, h1, native=True)
+        assert native == pytest.approx(floors[a], rel=1e-9)
     assert planner._DOOMED_FACTOR * floors[100] > 1e-10 > planner._DOOMED_FACTOR * floors[256], floors
 
 

@@ -408,12 +408,13 @@ def _epsilon_guess(dir_parts) -> float:
 _DOOMED_FACTOR = 6.0
 
 
-def _first_node_floor(parts, plan, h1: float) -> float:
+def _first_node_floor(parts, plan, h1: float, native: bool = False) -> float:
     """A prediction of the round-off charged to the first node of a single part's plan (its leaf raised to
     the arity, over all its instances), from the normal approximation: the inverse FFT's ``12 u log2 N |P|``
     per instance (docs/roundoff.md, section 3) in long double, with
     ``|P|^2 = sum_k |X_k|^(2m) ~ N / (sqrt(pi m) sd)`` (``sd`` the loss's in buckets).  The least a node
-    can be charged, whatever its series; 0 where it cannot be predicted."""
+    can be charged, whatever its series; 0 where it cannot be predicted.  ``native``: the loss's window by the
+    compiled kernel where it has one (the same candidates and arithmetic as the numpy code)."""
     if len(parts) != 1:
         return 0.0
     loss, _ = parts[0]
@@ -423,7 +424,7 @@ def _first_node_floor(parts, plan, h1: float) -> float:
     m = first.children[0][1]
     try:
         sd = float(loss.std()) / h1
-        a, b = truncation_window(loss, 1e-12, False)
+        a, b = truncation_window(loss, 1e-12, native)
     except (NotImplementedError, AttributeError, TypeError, ValueError, ArithmeticError):
         return 0.0
     if not (sd > 0 and math.isfinite(sd) and math.isfinite(b - a)) or m < 2:
@@ -470,7 +471,7 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
         deferred = {}
         for name, parts, plan in plans:
             h1 = leaf_mesh(parts, plan, eps_error, scale * coarse.get(name, 1.0))
-            if not meshes_of and doomed[0] and _DOOMED_FACTOR * _first_node_floor(parts, plan, h1) > delta_error:
+            if not meshes_of and doomed[0] and _DOOMED_FACTOR * _first_node_floor(parts, plan, h1, backend.native) > delta_error:
                 # (before any leaf: the next arity's first node has fewer instances)
                 raise _DoomedArity(f"arity {arity}: the first node's round-off is predicted not to fit "
                                    f"delta_error={delta_error:g}")
