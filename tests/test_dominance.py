@@ -724,11 +724,11 @@ def test_a_deferred_dominated_chain_whose_charges_do_not_fit_retries_at_larger_a
     # alignment the eager chains did not have: PSG(0.5, 1e-4) x 1e7 at arity 250), the larger arities of the list
     # in turn (fewer instances of each node); its curve is a lower bound all the same
     from fastpld.composition.budget import _BudgetError
-    from fastpld.dominance import planner
+    from fastpld.dominance import chains, planner
 
     m = fastpld.PoissonSubsampledGaussian(1.0, 0.02)
     eager, _ = _eager_and_deferred(monkeypatch, m, 300, rel_error=1e-3)
-    run = planner._run_chain
+    run = chains._run_chain
     refused = []
 
     def refuse(*args):
@@ -739,7 +739,7 @@ def test_a_deferred_dominated_chain_whose_charges_do_not_fit_retries_at_larger_a
             raise _BudgetError("refused (test)")
         return run(*args)
 
-    monkeypatch.setattr(planner, "_run_chain", refuse)
+    monkeypatch.setattr(chains, "_run_chain", refuse)
     refused_arities = set()
     pld = fastpld.compose(m, 300, method="dominance", rel_error=1e-3)
     a0 = int(pld.method.split("=")[1].rstrip(")"))
@@ -1103,7 +1103,7 @@ def test_query_tables_built_with_the_chains_are_the_answers_tables(monkeypatch):
     import threading
 
     from fastpld.curve import _Query
-    from fastpld.dominance import planner
+    from fastpld.dominance import chains, planner
 
     built = []
 
@@ -1112,7 +1112,7 @@ def test_query_tables_built_with_the_chains_are_the_answers_tables(monkeypatch):
             built.append((id(pmf), threading.get_ident()))
             super().__init__(pmf, native)
 
-    monkeypatch.setattr(planner, "_Query", Recording)
+    monkeypatch.setattr(chains, "_Query", Recording)
     monkeypatch.setattr(planner, "_PARALLEL_LEAF_BUCKETS", 0)  # (the directions on two threads)
     fastpld.clear_caches()
     pld = fastpld.compose(fastpld.PoissonSubsampledGaussian(1.0, 0.01), 1000, rel_error=1e-3, threads=2)

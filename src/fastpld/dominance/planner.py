@@ -9,21 +9,15 @@ from fractions import Fraction
 
 import numpy as np
 
-from .._limits import BucketLimitError
 from ..composition.budget import _BudgetError, _Budgets
-from ..composition.execute import _execute
 from ..composition.plan import _Leaf, _build_plan, _merge_order as _plan_merge_order
 from ..composition.roundoff import _ULD
 from ..composition.threads import _PARALLEL_MIN_US, _run_jobs, _run_shared
-from ..curve import DirectionResult, _Query
 from ..discretize import truncation_window
 from ..mechanisms import DiscreteLoss
 from ..mechanisms.base import ContinuousLoss
-from .leaves import ctd_leaf, dominated_leaf
+from .chains import _DeferredChain
 from .result import DominancePLD, _LazyChains, _REL_FLOOR
-from .splits import ctd_split, dominated_split
-
-_U = np.finfo(np.float64).eps / 2  # unit roundoff
 
 # --------------------------------------------------------------------------------------
 # Plans and execution
@@ -608,57 +602,13 @@ def _plan_at(parts, merge, order, arity: int):
 
 
 def _retry_args(build, parts, arity: int, eps_error: float, scale: float, rest):
-    """The arguments of :func:`_run_chain` for a deferred dominated chain at each arity of ``_ARITIES`` above
+    """The arguments of :func:`fastpld.dominance.chains._run_chain` for a deferred dominated chain at each arity of ``_ARITIES`` above
     ``arity`` in turn (its plan and meshes as :func:`_compose_dominance`'s ``attempt`` makes them at ``scale``;
     ``rest``: the other arguments, budgets to ``p_inf``)."""
     for a in _ARITIES:
         if a > arity:
             plan = build(a)
             yield (plan, dominance_meshes(plan, leaf_mesh(parts, plan, eps_error, scale))) + tuple(rest) + (False, a)
-
-
-class _DeferredChain:
-    """A chain of an attempt: the arguments of :func:`_run_chain` and the attempt's memo of leaves.  A deferred
-    dominated chain (:class:`fastpld.dominance.result._LazyChains`) keeps the memo while the composition runs
-    (its reference widths may need the chain) and releases it when it returns (a later run computes its leaves
-    again: the same ones).
-
-    ``retry``: for a deferred dominated chain, a callable giving the arguments of other plans (larger arities) to
-    run in turn where this one's charges do not fit ``delta_error``.  Such a chain runs after the composition has
-    answered, so a refusal would surface in a later query; its charges can differ from the eager chains' (where
-    its lattices are not exactly nested, the dominated split charges the atoms its rounding cannot tell from a
-    lattice point, and whether a node's offset falls on the coarser lattice depends on the plan).  Any dominated
-    chain's curve is a lower bound, so a retry's answers are certified too (its own meshes, its own width).
-    """
-
-    __slots__ = ("args", "memo", "retry", "query", "tables")
-
-    def __init__(self, args, memo, tables=False):
-        self.args, self.memo, self.retry = args, memo, None
-        self.tables, self.query = tables, None  # (tables: build the result's query tables, kept in ``query``)
-
-    def __call__(self):
-        try:
-            d = _run_chain(*self.args, self.memo)
-            if self.tables:
-                # (run at once: the answer queries it, so its tables are built here, on the thread that ran the
-                # chain -- its PMF still in that core's cache, the other thread's chain meanwhile -- not after
-                # both chains on the calling thread; the same tables: :class:`fastpld.curve._Query`)
-                self.query = _Query(d.pmf, self.args[3].name == "native")
-            return d
-        except _BudgetError as exc:
-            if self.retry is None:
-                raise
-            first = exc
-        for args in self.retry():
-            try:
-                return _run_chain(*args, None)
-            except (_BudgetError, BucketLimitError):
-                continue
-        raise first
-
-    def release(self):
-        self.memo = None
 
 
 def _eager_direction(dir_parts, eps_error: float, rel_error: float | None):
@@ -743,14 +693,3 @@ def _leaf_buckets(plan, meshes, budgets, native, enough=1e5) -> float:
         if total >= enough:
             break
     return total
-
-
-def _run_chain(plan, meshes, budgets, backend, max_buckets, p_inf, upper, arity, memo):
-    leaf_fn, split_fn = (ctd_leaf, ctd_split) if upper else (dominated_leaf, dominated_split)
-    leaf_fn = functools.partial(leaf_fn, memo=memo)
-    final, _, _, stages, cert = _execute(plan, meshes, budgets, backend, max_buckets, leaf_fn=leaf_fn,
-                                         split_fn=split_fn, position=1 if upper else -1)
-    charges = (cert["truncation"] + cert["wrap"] + cert["roundoff"]) * (1 + 8 * _U)
-    cert = {"truncation": cert["truncation"], "wrap": cert["wrap"], "roundoff": cert["roundoff"],
-            "log_mass": cert["log_mass"], "log_rel": cert["log_rel"], "bound": "upper" if upper else "lower"}
-    return DirectionResult(final, p_inf, 0.0, charges, tuple(stages), cert, f"dominance(arity={arity})")
