@@ -1135,3 +1135,76 @@ def test_query_tables_built_with_the_chains_are_the_answers_tables(monkeypatch):
     for name in pld._q:
         pld._q[name] = _Query(pld.directions[name].pmf, native=pld._q[name].native)
     np.testing.assert_array_equal(np.array(eps), np.array(ask(pld, np.array([1e-3, 1e-6, 1e-9]))))
+
+
+@pytest.mark.parametrize("sigma,q", [(1.0, 0.01), (0.7, 0.2), (5.0, 0.1)])
+def test_subsampled_directions_are_exact_reverses(sigma, q):
+    """The add and remove losses of a Poisson-subsampled Gaussian are one pair with its distributions swapped
+    (``SubsampledLoss.reverses``): their curves, integrated from the losses' survival functions, satisfy
+    ``delta_add(eps) = 1 - e^eps (1 - delta_remove(-eps))`` and the other way round; a loss does not reverse
+    itself, another pair's loss or another sampling rate's."""
+    from scipy import integrate
+
+    losses = fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses()
+    rem, add = losses["remove"], losses["add"]
+    assert rem.reverses(add) and add.reverses(rem)
+    assert not rem.reverses(rem)
+    assert not rem.reverses(fastpld.PoissonSubsampledGaussian(sigma, q / 2).privacy_losses()["add"])
+    assert not rem.reverses(fastpld.PoissonSubsampledGaussian(1.1 * sigma, q).privacy_losses()["add"])
+
+    def delta(loss, eps):
+        # E[(1 - e^(eps - Y))_+], by parts from a = max(eps, the support's low end):
+        # (1 - e^(eps - a)) sf(a) + int_a^inf e^(eps - y) sf(y) dy
+        lo, hi = loss.support
+        a = max(eps, lo)
+        sf = lambda y: float(loss.sf(np.array([y]))[0])  # noqa: E731
+        f = lambda y: math.exp(eps - y) * sf(y)  # noqa: E731
+        body = integrate.quad(f, a, min(hi, a + 60.0), limit=400, epsabs=1e-13, epsrel=1e-11)[0]
+        return -math.expm1(eps - a) * sf(a) + body
+
+    for eps in (0.0, 0.05, 0.3, 1.0):
+        for x, y in ((rem, add), (add, rem)):
+            want = 1 - math.exp(eps) * (1 - delta(x, -eps))
+            assert delta(y, eps) == pytest.approx(want, abs=1e-9), (eps, x.direction)
+
+
+def test_reversed_directions_tighten_delta_near_zero():
+    """PSG(1, 0.01) x 1e4: the add direction ran on coarser meshes; near eps = 0 its curve is bounded by the remove
+    direction's at -eps, reversed (the total variation is the same for both): delta(0) takes the remove direction's
+    upper bound, not the coarser one.  Each reversed upper bound lies above the add direction's own certified lower
+    bound (its dominated chain) and the intervals overlap, and the bounds bracket dp_accounting's optimistic and
+    pessimistic curves at a fine grid."""
+    from fastpld.dominance.result import _rel_factor, _reversal_upper
+
+    m = fastpld.PoissonSubsampledGaussian(1.0, 0.01)
+    pld = fastpld.compose(m, 10_000, rel_error=1e-3)
+    assert pld._reversed()
+    eps = np.array([0.0, 0.01, 0.05, 0.2, 1.0, 3.0])
+    ask = D.DominancePLD.delta
+    b = ask(pld, eps)
+
+    def own(name, x):
+        d = pld.directions[name]
+        du, pu = pld._q[name].delta(x)
+        return np.minimum(1.0, (d.p_inf + (1 - d.p_inf) * np.minimum(1.0, _rel_factor(d) * (du + pu + d.delta_spent)))
+                          * (1 + 8 * np.finfo(float).eps / 2))
+
+    up_r, up_a = own("remove", eps), own("add", eps)
+    assert up_a[0] > up_r[0] * (1 + 1e-4)  # (the coarser direction's own bound at 0 is the looser one here)
+    assert b.upper[0] <= up_r[0] * (1 + 1e-14)  # (... and the answer takes the remove direction's, reversed)
+    np.testing.assert_array_less(b.upper, np.maximum(up_r, up_a) * (1 + 1e-15))
+    rev = _reversal_upper(own("remove", -eps), eps)
+    dl = pld.lower_directions["add"]  # (the add direction's dominated chain: a certified lower bound of its own)
+    m_ = math.exp(dl.certificate["log_mass"])
+    dd, pl = pld._ql["add"].delta(eps)
+    lo_a = m_ * (dd - pl) - dl.delta_spent
+    np.testing.assert_array_less(lo_a, rev)
+    np.testing.assert_array_less(lo_a, up_a)
+    pytest.importorskip("dp_accounting")
+    from dp_accounting.pld import privacy_loss_distribution as pldlib
+    peer = {}
+    for pess in (True, False):
+        one = pldlib.from_gaussian_mechanism(1.0, sampling_prob=0.01, value_discretization_interval=1e-3,
+                                             pessimistic_estimate=pess)
+        peer[pess] = np.array([one.self_compose(10_000).get_delta_for_epsilon(float(e)) for e in eps])
+    assert np.all(b.lower <= peer[True] + 1e-12) and np.all(b.upper >= peer[False] - 1e-12)

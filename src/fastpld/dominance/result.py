@@ -45,6 +45,33 @@ def _rel_factor(d) -> float:
     return math.exp(d.certificate["log_rel"]) * (1 + 8 * _U)
 
 
+def _reversed_directions(events) -> bool:
+    """Whether every event's add pair is exactly its remove pair reversed (:meth:`SubsampledLoss.reverses`), so that
+    the composed add pair is the composed remove pair reversed: ``delta_add(eps) = 1 - e^eps (1 - delta_remove(-eps))``
+    and the other way round (docs/dominance.md, "Reversed pairs")."""
+    try:
+        for mech, _ in events:
+            losses = mech.privacy_losses()
+            r, a = losses.get("remove"), losses.get("add")
+            if r is None or a is None or r is a or not getattr(r, "reverses", lambda other: False)(a):
+                return False
+    except Exception:  # (a custom mechanism whose losses cannot be read here: no such relation assumed)
+        return False
+    return bool(events)
+
+
+def _reversal_upper(u: np.ndarray, eps: np.ndarray) -> np.ndarray:
+    """An upper bound on ``1 - e^eps (1 - x)`` for every ``x <= u`` (``u`` in ``[0, 1]``, ``eps >= 0``): the reversed
+    pair's curve at ``eps`` from an upper bound ``u`` on the curve at ``-eps``, rounded up (``e^eps`` within 4 ulp,
+    the product and ``1 - u`` within one rounding each: ``t = e^eps (1 - u)`` is computed within ``10 u t``, lowered by
+    ``16 u`` relative; the last subtraction's rounding and ``1 - u``'s below 4 ``u``)."""
+    # (where u = 1 the bound is 1, whatever e^eps: no 0 * inf; a valid u below 1 keeps e^eps (1 - u) <= 1, since the
+    # reversed curve is at least 0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        t = np.where(u >= 1.0, 0.0, np.exp(eps) * (1.0 - u) * (1 - 16 * _U))
+    return np.clip(1.0 - t + 4 * _U, 0.0, 1.0)
+
+
 def _kept_mass(dl) -> float:
     """``M``, the mass a dominated chain's result ``dl`` kept (its PMF is normalised), rounded down."""
     return math.exp(dl.certificate["log_mass"]) * (1 - 8 * _U)
@@ -156,6 +183,14 @@ class DominancePLD(PrivacyLossDistribution):
         self.lower_directions = lower
         self._ql = _LazyQueries(lower, backend == "native", queries[1])
 
+    def _reversed(self) -> bool:
+        """Whether the two directions are exact reverses of each other (:func:`_reversed_directions`)."""
+        r = self.__dict__.get("_reversed_pairs")
+        if r is None:
+            r = self.__dict__["_reversed_pairs"] = set(self.directions) == {"remove", "add"} and _reversed_directions(
+                self.events)
+        return r
+
     def _lower_max(self, lo_fn, up_of: dict, shape, skip=None):
         """The maximum over directions of ``lo_fn(name)`` (a lower bound per direction, an array of ``shape``):
         the directions composed at once everywhere, a deferred one only where its upper bound ``up_of[name]``
@@ -245,14 +280,22 @@ class DominancePLD(PrivacyLossDistribution):
         eps = V.query_array("epsilon", epsilon, lo=0.0)
         if np.isinf(eps).any():
             raise ValueError("epsilon must be finite")
-        up = None
-        ups = {}
-        for name, d in self.directions.items():
+        def up_of(name, x):
+            d = self.directions[name]
             pinf = d.p_inf
-            du, pu = self._q[name].delta(eps)
+            du, pu = self._q[name].delta(x)
             f = _rel_factor(d)
-            u = np.minimum(1.0, (pinf + (1 - pinf) * np.minimum(1.0, f * (du + pu + d.delta_spent))) * (1 + 8 * _U))
-            ups[name] = u
+            return np.minimum(1.0, (pinf + (1 - pinf) * np.minimum(1.0, f * (du + pu + d.delta_spent))) * (1 + 8 * _U))
+
+        ups = {name: up_of(name, eps) for name in self.directions}
+        if self._reversed():
+            # (each direction's pair is the other's reversed: its curve at eps is also at most the other's upper
+            # curve at -eps, reversed; near eps = 0 that is the tighter one -- the total variation is the same
+            # for both -- where one direction ran on coarser meshes)
+            other = {"remove": "add", "add": "remove"}
+            ups = {name: np.minimum(u, _reversal_upper(up_of(other[name], -eps), eps)) for name, u in ups.items()}
+        up = None
+        for u in ups.values():
             up = u if up is None else np.maximum(up, u)
 
         def lo_of(name):

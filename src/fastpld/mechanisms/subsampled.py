@@ -47,6 +47,13 @@ class SubsampledLoss(ContinuousLoss):
         # the Gaussian pair has compiled kernels (CDF/SF/density, partial moments in L-space)
         self._psg = (self.q, pair.v, pair.sd, direction == "remove") if isinstance(pair, _GaussPair) else None
 
+    def reverses(self, other) -> bool:
+        """Whether ``other``'s pair is exactly this one's with its two distributions swapped: the two directions
+        of one Poisson-subsampled pair, ``(M, P)`` (remove) and ``(P, M)`` (add).  Their privacy curves then
+        satisfy ``delta_other(eps) = 1 - e^eps (1 - delta_self(-eps))`` (docs/dominance.md, "Reversed pairs")."""
+        return (isinstance(other, SubsampledLoss) and other.pair is self.pair and other.q == self.q
+                and {self.direction, other.direction} == {"remove", "add"})
+
     @property
     def psg_params(self) -> tuple[float, float, float, bool] | None:
         """``(q, v, sd, remove)`` of a Gaussian pair (``v = 1 / sigma^2``, ``sd = sqrt(v)``, ``remove``: the
