@@ -62,6 +62,9 @@ class _DeferredChain:
 
 
 def _run_chain(plan, meshes, budgets, backend, max_buckets, p_inf, upper, arity, memo):
+    """One direction's ``plan`` on ``meshes`` with dominating leaves and splits (``upper``) or dominated ones, the
+    nodes' offsets rounded the same way: its :class:`fastpld.curve.DirectionResult`, charges and certificate
+    (``log_mass``: what a dominated chain lost; ``log_rel``: a dominating chain's relative rounding)."""
     leaf_fn, split_fn = (ctd_leaf, ctd_split) if upper else (dominated_leaf, dominated_split)
     leaf_fn = functools.partial(leaf_fn, memo=memo)
     final, _, _, stages, cert = _execute(plan, meshes, budgets, backend, max_buckets, leaf_fn=leaf_fn,

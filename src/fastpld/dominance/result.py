@@ -60,15 +60,16 @@ def _reversed_directions(events) -> bool:
     return bool(events)
 
 
-def _reversal_upper(u: np.ndarray, eps: np.ndarray) -> np.ndarray:
-    """An upper bound on ``1 - e^eps (1 - x)`` for every ``x <= u`` (``u`` in ``[0, 1]``, ``eps >= 0``): the reversed
-    pair's curve at ``eps`` from an upper bound ``u`` on the curve at ``-eps``, rounded up (``e^eps`` within 4 ulp,
-    the product and ``1 - u`` within one rounding each: ``t = e^eps (1 - u)`` is computed within ``10 u t``, lowered by
-    ``16 u`` relative; the last subtraction's rounding and ``1 - u``'s below 4 ``u``)."""
-    # (where u = 1 the bound is 1, whatever e^eps: no 0 * inf; a valid u below 1 keeps e^eps (1 - u) <= 1, since the
-    # reversed curve is at least 0)
+def _reversal_upper(upper: np.ndarray, eps: np.ndarray) -> np.ndarray:
+    """An upper bound on ``1 - e^eps (1 - x)`` for every ``x <= upper`` (``upper`` in ``[0, 1]``, ``eps >= 0``): the
+    reversed pair's curve at ``eps`` from an upper bound on the curve at ``-eps``, rounded up (``e^eps`` within 4 ulp,
+    the product and ``1 - upper`` within one rounding each: ``t = e^eps (1 - upper)`` is computed within ``10 u t``
+    (``u`` the unit round-off), lowered by ``16 u`` relative; the last subtraction's rounding and ``1 - upper``'s
+    below ``4 u``)."""
+    # (where upper = 1 the bound is 1, whatever e^eps: no 0 * inf; a valid upper bound below 1 keeps
+    # e^eps (1 - upper) <= 1, since the reversed curve is at least 0)
     with np.errstate(over="ignore", invalid="ignore"):
-        t = np.where(u >= 1.0, 0.0, np.exp(eps) * (1.0 - u) * (1 - 16 * _U))
+        t = np.where(upper >= 1.0, 0.0, np.exp(eps) * (1.0 - upper) * (1 - 16 * _U))
     return np.clip(1.0 - t + 4 * _U, 0.0, 1.0)
 
 
@@ -280,6 +281,7 @@ class DominancePLD(PrivacyLossDistribution):
         eps = V.query_array("epsilon", epsilon, lo=0.0)
         if np.isinf(eps).any():
             raise ValueError("epsilon must be finite")
+
         def up_of(name, x):
             d = self.directions[name]
             pinf = d.p_inf
