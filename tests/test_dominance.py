@@ -1208,3 +1208,19 @@ def test_reversed_directions_tighten_delta_near_zero():
                                              pessimistic_estimate=pess)
         peer[pess] = np.array([one.self_compose(10_000).get_delta_for_epsilon(float(e)) for e in eps])
     assert np.all(b.lower <= peer[True] + 1e-12) and np.all(b.upper >= peer[False] - 1e-12)
+
+
+def test_reversed_directions_only_where_every_part_is_a_reversed_pair():
+    """The reversal is used only where every event's add pair is its remove pair reversed: Poisson-subsampled
+    mechanisms in both orders (alone or in a schedule), not a symmetric mechanism (one loss for both), a sampler
+    whose two directions are separate dominating pairs, or a subsampled mechanism restricted to one order."""
+    from fastpld.dominance.result import _reversed_directions
+
+    g = fastpld.Gaussian(1.0)
+    psg = [(fastpld.PoissonSubsampledGaussian(1.0, q), 10) for q in (0.01, 0.02)]
+    assert _reversed_directions(psg)
+    assert _reversed_directions([(fastpld.PoissonSubsampled(fastpld.Laplace(1.0), 0.05), 3)])
+    assert not _reversed_directions(psg + [(g, 5)])
+    assert not _reversed_directions([(fastpld.PoissonSubsampledGaussian(1.0, 0.01, neighboring="remove"), 10)])
+    assert not _reversed_directions([(fastpld.TruncatedPoissonSubsampled(g, 0.01, 10_000, 130), 10)])
+    assert not _reversed_directions([])
