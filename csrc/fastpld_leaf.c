@@ -4,6 +4,7 @@
 #include <string.h>
 #include "fastpld_kernels.h"
 #include "fastpld_leaf.h"
+#include "fastpld_npops.h"
 
 #define SQRT1_2 0.70710678118654752440
 #define INV_SQRT_2PI 0.39894228040143267794
@@ -898,25 +899,6 @@ int fpld_psg_moments16(double l_lo, double l_hi, double q, double v, double sd, 
  * may differ in the last bits: the sums over a refined cell's panels (numpy sums pairwise) and the
  * exp / log of the ladder and the log-distance bounds (numpy's SIMD kernels against libm's).
  * --------------------------------------------------------------------------------------------- */
-
-/* numpy.maximum (a NaN in either argument is the result) */
-static inline double np_maximum(double a, double b)
-{
-    if (isnan(a))
-        return a;
-    if (isnan(b))
-        return b;
-    return a >= b ? a : b;
-}
-
-/* numpy.clip(x, lo, hi) with scalar bounds (NaN stays NaN) */
-static inline double np_clip(double x, double lo, double hi)
-{
-    if (isnan(x))
-        return x;
-    double r = x > lo ? x : lo;
-    return r < hi ? r : hi;
-}
 
 /* numpy.searchsorted(a, key, side="right") */
 static ptrdiff_t searchsorted_right(const double *a, ptrdiff_t n, double key)

@@ -17,6 +17,11 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc
 
 cnp.import_array()
 
+cdef extern from "fastpld_npops.h" nogil:
+    # numpy.maximum and numpy.minimum on doubles (a NaN argument the result), shared with the other kernels
+    double np_maximum(double a, double b)
+    double np_minimum(double a, double b)
+
 cdef double _TWO_PI = 2.0 * 3.141592653589793  # the float64 value numpy uses (2 * np.pi)
 # long double nodes reduce phases by a long double 2 pi (composition.series._TWO_PI_LD): a float64 2 pi
 # would add float64-size phase errors that the long double round-off charge does not cover
@@ -126,20 +131,6 @@ cdef inline double _eps_pad(double sol, double v0, double h, Py_ssize_t n) noexc
     return (8.0 * _U53) * (((((fabs(sol) if isfinite(sol) else 0.0) + fabs(v0)) + h * <double>n)) + 2.0)
 
 
-cdef inline double _np_max(double a, double b) noexcept nogil:
-    """``numpy.maximum`` of two floats (a NaN wins)."""
-    if a != a or b != b:
-        return a + b
-    return a if a >= b else b
-
-
-cdef inline double _np_min(double a, double b) noexcept nogil:
-    """``numpy.minimum`` of two floats (a NaN wins)."""
-    if a != a or b != b:
-        return a + b
-    return a if a <= b else b
-
-
 def query_epsilon(const double[::1] neg_dgrid, const double[::1] S1, const double[::1] T, double v0, double h,
                   const double[::1] x, double[::1] out):
     """:meth:`fastpld.curve._Query.epsilon` at every ``x`` into ``out`` (its numpy code is the reference: the same
@@ -177,7 +168,7 @@ def query_upper(const double[::1] neg_dgrid, const double[::1] S1, const double[
     with nogil:
         for i in range(m):
             xi = x[i]
-            xi = xi - _query_pad(neg_dgrid, S1, n, pad, _np_max(xi, 0.0))
+            xi = xi - _query_pad(neg_dgrid, S1, n, pad, np_maximum(xi, 0.0))
             x_out[i] = xi
             sol = _query_solve(neg_dgrid, S1, T, n, v0, h, xi)
             out[i] = sol + _eps_pad(sol, v0, h, n)
@@ -208,8 +199,8 @@ def query_lower(const double[::1] neg_dgrid, const double[::1] S1, const double[
                     break
                 P = P2
             if not ok:
-                P = _np_max(P, whole + ax)
-            sol = _query_solve(neg_dgrid, S1, T, n, v0, h, _np_min(xi + P, 2.0))
+                P = np_maximum(P, whole + ax)
+            sol = _query_solve(neg_dgrid, S1, T, n, v0, h, np_minimum(xi + P, 2.0))
             out[i] = sol - _eps_pad(sol, v0, h, n)
     return out
 

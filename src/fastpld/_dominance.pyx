@@ -14,6 +14,12 @@ from libc.math cimport expm1, exp, floor, fabs, rint, INFINITY
 
 cnp.import_array()
 
+cdef extern from "fastpld_npops.h" nogil:
+    # numpy.maximum, numpy.minimum and numpy.clip on doubles (a NaN argument the result), shared with the C kernels
+    double np_maximum(double a, double b)
+    double np_minimum(double a, double b)
+    double np_clip(double x, double lo, double hi)
+
 
 cdef void _split(const long long *j, const double *s, const double *a, Py_ssize_t m, double H, Py_ssize_t n,
                  double margin, double *out) noexcept nogil:
@@ -238,22 +244,6 @@ cdef inline double _np_sum(const double *a, Py_ssize_t n) noexcept nogil:
     return 0.0 + _pairwise(a, n)
 
 
-cdef inline double _np_max(double x, double y) noexcept nogil:
-    # np.maximum: NaN propagates (from either argument)
-    return x if (x >= y or x != x) else y
-
-
-cdef inline double _np_min(double x, double y) noexcept nogil:
-    # np.minimum: NaN propagates (from either argument)
-    return x if (x <= y or x != x) else y
-
-
-cdef inline double _np_clip(double x, double lo, double hi) noexcept nogil:
-    # np.clip(x, lo, hi) for floats: max then min, NaN propagating
-    cdef double y = x if (x != x or x > lo) else lo
-    return y if (y != y or y < hi) else hi
-
-
 cdef bint _cells_ok(const long long *starts, const long long *sizes, Py_ssize_t m, Py_ssize_t n) noexcept nogil:
     """Cells of lattice intervals in order, disjoint, within the ``n`` points (what the leaves' writes rely on)."""
     cdef Py_ssize_t k
@@ -301,7 +291,7 @@ def ctd_cells(const double[::1] a, const double[::1] a_err, const double[::1] nu
         if not bad:
             # (the lower shares first, then the upper ones, as numpy's two fancy-indexed additions)
             for k in range(m):
-                up = _np_min((nu[k] + nu_err[k]) / den[sizes[k]] * fac, a[k])
+                up = np_minimum((nu[k] + nu_err[k]) / den[sizes[k]] * fac, a[k])
                 ups[k] = up
                 p[starts[k]] += a[k] - up
             for k in range(m):
@@ -339,7 +329,7 @@ def dominated_ratio(const double[::1] a5, const double[::1] a_err, const double[
     cdef double[::1] a = a_arr, b = b_arr, ratio = r_arr
     with nogil:
         for k in range(m):
-            a[k] = _np_max(a5[k] - a_err[k], 0.0)
+            a[k] = np_maximum(a5[k] - a_err[k], 0.0)
             b[k] = b5[k] + b_err[k]
             ratio[k] = a[k] / b[k] if (a[k] > 0 and b[k] > 0) else 1.0
     return a_arr, b_arr, r_arr
@@ -377,12 +367,12 @@ def dominated_cells(const double[::1] a, const double[::1] b, const double[::1] 
             for k in range(m):
                 if not (a[k] > 0 and b[k] > 0):
                     continue
-                s = _np_clip(log_ratio[k] - low, 0.0, h * <double>sizes[k])
+                s = np_clip(log_ratio[k] - low, 0.0, h * <double>sizes[k])
                 jj = starts[k]
                 if sizes[k] > 1:
-                    kk = _np_min(floor(s / h), <double>(sizes[k] - 1))
+                    kk = np_minimum(floor(s / h), <double>(sizes[k] - 1))
                     sb = s - kk * h
-                    s = _np_clip(sb - low * (s + h), 0.0, cap)
+                    s = np_clip(sb - low * (s + h), 0.0, cap)
                     jj += <long long>kk
                 js[c] = jj
                 ss[c] = s
