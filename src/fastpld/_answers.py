@@ -60,9 +60,10 @@ def _freeze(pld) -> int:
                 a.setflags(write=False)
     # (the arrays are the PMFs' and the queries' tables: the stages' and certificates' scalars are not walked,
     # ~340 objects and 0.5 ms per answer; a deferred chain is counted as its dominating chain's: the same lattice)
-    n = _array_bytes([d.pmf.probs for d in (*pld.directions.values(), *done)]
-                     + [getattr(q, name, None) for q in queries for name in _QUERY_ARRAYS])
-    n += sum(_array_bytes([pld.directions[name].pmf.probs] + [getattr(pld._q[name], a, None) for a in _QUERY_ARRAYS])
+    n = resources.array_bytes([d.pmf.probs for d in (*pld.directions.values(), *done)]
+                              + [getattr(q, name, None) for q in queries for name in _QUERY_ARRAYS])
+    n += sum(resources.array_bytes([pld.directions[name].pmf.probs]
+                                   + [getattr(pld._q[name], a, None) for a in _QUERY_ARRAYS])
              for name in later)
     pld.__class__ = _kept(type(pld))
     pld._memo = {}
@@ -70,18 +71,6 @@ def _freeze(pld) -> int:
 
 
 _QUERY_ARRAYS = ("p", "S1", "T", "dgrid", "neg_dgrid")
-
-
-def _array_bytes(arrays) -> int:
-    """Bytes of the distinct buffers under ``arrays`` (a view counted once, as its base; ``None`` ignored), as
-    :func:`fastpld.resources.nbytes_of` counts them without walking the objects around them."""
-    seen = {}
-    for a in arrays:
-        if isinstance(a, np.ndarray):
-            while isinstance(a.base, np.ndarray):
-                a = a.base
-            seen[id(a)] = a.nbytes
-    return int(sum(seen.values()))
 
 
 _MEMO_MAX = 64  # scalar queries remembered per kept answer

@@ -323,6 +323,24 @@ def cache_info() -> dict:
 _NO_ARRAYS = frozenset((str, bytes, int, float, complex, bool, type(None), np.float64, np.longdouble, np.int64))
 
 
+def _buffer_of(a: np.ndarray) -> np.ndarray:
+    """The array owning ``a``'s memory: ``a`` itself, or the base of the chain of views it is."""
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
+def array_bytes(arrays) -> int:
+    """Bytes of the distinct buffers under ``arrays`` (a view counted once, as its base; ``None`` ignored), as
+    :func:`nbytes_of` counts them, without walking any object around them."""
+    seen = {}
+    for a in arrays:
+        if isinstance(a, np.ndarray):
+            b = _buffer_of(a)
+            seen[id(b)] = b.nbytes
+    return int(sum(seen.values()))
+
+
 def nbytes_of(obj, depth: int = 4, _seen=None) -> int:
     """Bytes of the numpy arrays reachable from ``obj`` through containers and instance
     dictionaries, to ``depth`` levels (an estimate of what keeping ``obj`` costs)."""
@@ -334,9 +352,7 @@ def nbytes_of(obj, depth: int = 4, _seen=None) -> int:
         return 0
     _seen.add(id(obj))
     if isinstance(obj, np.ndarray):
-        base = obj
-        while isinstance(base.base, np.ndarray):
-            base = base.base
+        base = _buffer_of(obj)
         if base is not obj:
             if id(base) in _seen:
                 return 0
