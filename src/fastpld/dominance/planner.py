@@ -465,17 +465,19 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
         deferred = {}
         for name, parts, plan in plans:
             h1 = leaf_mesh(parts, plan, eps_error, scale * coarse.get(name, 1.0))
-            if not meshes_of and doomed[0] and _DOOMED_FACTOR * _first_node_floor(parts, plan, h1, backend.native) > delta_error:
+            if (not meshes_of and doomed[0]
+                    and _DOOMED_FACTOR * _first_node_floor(parts, plan, h1, backend.native) > delta_error):
                 # (before any leaf: the next arity's first node has fewer instances)
                 raise _DoomedArity(f"arity {arity}: the first node's round-off is predicted not to fit "
                                    f"delta_error={delta_error:g}")
             meshes = meshes_of[name] = dominance_meshes(plan, h1)
             p_inf = -math.expm1(sum(c * math.log1p(-loss.p_inf) for loss, c in parts))
             args = (plan, meshes, budgets, backend, max_buckets, p_inf)
-            chains = [_DeferredChain(args + (upper, arity), memo, tables=True) for upper in (True, False)]
-            if eager is not None and name != eager:
+            defer = eager is not None and name != eager
+            # (the chains run at once build their answer's query tables where they run; a deferred one, when it runs)
+            chains = [_DeferredChain(args + (upper, arity), memo, tables=upper or not defer) for upper in (True, False)]
+            if defer:
                 deferred[name] = chains.pop()
-                deferred[name].tables = False
                 build = functools.partial(_plan_at, parts, *grouping[name])
                 deferred[name].retry = functools.partial(_retry_args, build, parts, arity, eps_error,
                                                          scale * coarse.get(name, 1.0), args[2:])
@@ -602,9 +604,9 @@ def _plan_at(parts, merge, order, arity: int):
 
 
 def _retry_args(build, parts, arity: int, eps_error: float, scale: float, rest):
-    """The arguments of :func:`fastpld.dominance.chains._run_chain` for a deferred dominated chain at each arity of ``_ARITIES`` above
-    ``arity`` in turn (its plan and meshes as :func:`_compose_dominance`'s ``attempt`` makes them at ``scale``;
-    ``rest``: the other arguments, budgets to ``p_inf``)."""
+    """The arguments of :func:`fastpld.dominance.chains._run_chain` for a deferred dominated chain at each arity of
+    ``_ARITIES`` above ``arity`` in turn (its plan and meshes as :func:`_compose_dominance`'s ``attempt`` makes them
+    at ``scale``; ``rest``: the other arguments, budgets to ``p_inf``)."""
     for a in _ARITIES:
         if a > arity:
             plan = build(a)
