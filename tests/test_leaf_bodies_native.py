@@ -10,7 +10,6 @@ bit for bit: the masses, their sums and the charges.  The tests hold them to a s
 which a numpy summing in another order meets and a lost or misplaced term does not.
 """
 import math
-import threading
 
 import numpy as np
 import pytest
@@ -18,6 +17,7 @@ import pytest
 import fastpld
 from fastpld.dominance import leaves as L
 from fastpld.dominance import splits as S
+from concurrency import each_on_its_own_thread
 
 pytestmark = pytest.mark.skipif(not L._native_masses(), reason="compiled dominance kernels unavailable")
 
@@ -212,18 +212,9 @@ def test_leaf_masses_in_threads_match_serial():
         e, starts, sizes, (a, a_err, nu, nu_err, b5, b_err) = _leaf_inputs(loss, 1e-4, 1e-14, True)
         args.append(((loss, e, [], starts, sizes, a, a_err, nu, nu_err, 1e-4, 1e-14),
                      (loss, e, [], starts, sizes, a, a_err, b5, b_err, 1e-4)))
-    serial = [(L._ctd_masses(*c), L._dominated_masses(*d)) for c, d in args]
-    out = [None] * len(args)
-
-    def run(i):
-        for _ in range(5):
-            out[i] = (L._ctd_masses(*args[i][0]), L._dominated_masses(*args[i][1]))
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(args))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    both = lambda cd: (L._ctd_masses(*cd[0]), L._dominated_masses(*cd[1]))  # noqa: E731
+    serial = [both(cd) for cd in args]
+    out = each_on_its_own_thread(both, args)
     for s, o in zip(serial, out):
         for x, y in zip(s, o):
             _bits(x, y, "threads")

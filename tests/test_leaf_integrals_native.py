@@ -8,7 +8,6 @@ to round-off: the sums over a refined cell's 8/64/512 panels are taken in order 
 ladder's and the log-distance bounds' ``exp``/``log`` are libm's (numpy's SIMD kernels round differently),
 and the numpy reference evaluates the density through numpy and scipy.  Never bit-for-bit.
 """
-import threading
 
 import numpy as np
 import pytest
@@ -17,6 +16,7 @@ import fastpld
 from fastpld import _kernels
 from fastpld import dominance as D
 from fastpld.dominance import leaves as L
+from concurrency import each_on_its_own_thread
 
 pytestmark = pytest.mark.skipif(not (_kernels.have_leaf() and hasattr(_kernels._leaf, "psg_integrals")),
                                 reason="compiled leaf kernels unavailable")
@@ -170,17 +170,7 @@ def test_fused_integrals_in_threads_match_serial():
         e, starts, sizes = _leaves(loss, 1e-4, 1e-14)
         args.append((loss, e[starts], 1e-4 * sizes, L._negligible(1e-14, starts.size)))
     serial = [L._integrals(*a) for a in args]
-    out = [None] * len(args)
-
-    def run(i):
-        for _ in range(5):
-            out[i] = L._integrals(*args[i])
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(args))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    out = each_on_its_own_thread(lambda a: L._integrals(*a), args)
     for s, o in zip(serial, out):
         for a, b in zip(s, o):
             np.testing.assert_array_equal(a, b)
