@@ -16,7 +16,7 @@ from ..composition.roundoff import _dyadic, _dyadic_sum, _rounded
 from ..discretize import GridPMF, truncation_window
 from ..mechanisms import ContinuousLoss, DiscreteLoss, SubsampledLoss
 from . import splits as _splits
-from .splits import _balanced_split, _MARGIN, _split_lower
+from .splits import _balanced_split, _claimed_mass, _MARGIN, _split_lower
 
 _U = np.finfo(np.float64).eps / 2  # unit roundoff
 
@@ -588,14 +588,14 @@ def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, nati
     e, atoms, truncated, (starts, sizes), (a5, a_err, _, _, b5, b_err), origin = _leaf_data(
         loss, h, tail, max_buckets, native, memo, cells)
     out, kept = _dominated_masses(loss, e, atoms, starts, sizes, a5, a_err, b5, b_err, h)
-    # the window's mass, from the CDF at its ends (relative error <= 8 cdf_rel_error: the mass kept is
-    # lowered by it)
+    # the window's mass, from the CDF at its ends: below the true one by at most 8 cdf_rel_error of the mass cut off
+    # plus twice the CDF's shift there (_continuous_grid), both within 3 `truncated`; the claimed mass is lowered by
+    # 4 truncated (relative: the window's error is that of the tails, not of the whole mass)
     window = 1.0 - truncated / (1 + 8 * loss.cdf_rel_error)
     if not window > 0 or not kept > 0:
         raise ValueError("the discretisation window holds no probability mass; the mechanism parameters are degenerate")
     pmf = GridPMF(out, _rounded(origin, -1), h, truncated=truncated, origin=origin)
-    # (kept: a sum of n positive terms; the division: u per entry; both only lower the mass claimed)
-    pmf.mass = min(kept / window * (1 - 16 * loss.cdf_rel_error - (e.size + 8) * 2 * _U), 1.0)
+    pmf.mass = _claimed_mass(kept / window, out, 4 * truncated / window)
     _memo_put(memo, key, loss, pmf)
     return pmf
 
