@@ -190,3 +190,22 @@ def test_delta_error_below_the_round_off_floor_refused_without_execution(monkeyp
     monkeypatch.setattr(api, "_execute", no_execution)
     with pytest.raises(ValueError, match="delta_error=1e-88 is too small"):
         fastpld.compose(fastpld.RandomizedResponse(0.22), 10**6, eps_error=2.0, delta_error=1e-88)
+
+
+def test_a_refusal_names_the_leaves_error_bounds_where_they_are_the_charge():
+    """A charge that is the leaves' mass error bounds is named so, not called round-off (which grows with k)."""
+    from fastpld.composition.budget import _BudgetError, _Budgets, _check_tv
+    b = _Budgets(eps=0.1, delta=1e-10, eta=1e-10, trunc=3e-11, wrap=3e-11, fp=4e-11)
+    with pytest.raises(_BudgetError, match="leaves' mass error bounds alone cost 6"):
+        _check_tv(b, 0.0, 0.0, 6.0, 6.0)
+    with pytest.raises(_BudgetError, match="round-off alone costs 2e-10"):
+        _check_tv(b, 0.0, 0.0, 2e-10, 1e-12)
+    _check_tv(b, 1e-11, 1e-11, 1e-11, 1e-11)  # (fits: no error)
+    # (a subsampled Laplace whose add direction holds an atom at the top of its support: where a lattice point falls
+    # on it, the cell below is bounded by the survival function, which holds the atom -- the dominance certificate
+    # refuses it at 6 copies, saying why, and the default accuracy answers by the coupling certificate)
+    m = fastpld.PoissonSubsampledLaplace(0.8507951300600777, 0.0035919839841600286)
+    with pytest.raises(ValueError, match="leaves' mass error bounds"):
+        fastpld.compose(m, 6, rel_error=1e-3)
+    b6 = fastpld.compose(m, 6).epsilon(1e-5)
+    assert 0 < b6.lower <= b6.upper

@@ -124,11 +124,18 @@ def _eta_check(budgets, tv, v_lo, eps_limit):
         f"eps_error or delta_error", tv)
 
 
-def _check_tv(budgets, tv_trunc, tv_wrap, tv_fp):
-    """Raise :class:`_BudgetError` once the delta charges leave no failure probability for the Azuma term."""
+def _check_tv(budgets, tv_trunc, tv_wrap, tv_fp, tv_leaf=0.0):
+    """Raise :class:`_BudgetError` once the delta charges leave no failure probability for the Azuma term.
+
+    ``tv_leaf``: the part of ``tv_fp`` that the leaves' mass error bounds charged (the message names it where it
+    is most of the charge: a mechanism's discretisation, not the FFTs' round-off)."""
     if not budgets.delta - (tv_trunc + tv_wrap + tv_fp) > 0:
-        raise _BudgetError(
-            f"delta_error={budgets.delta:.3g} is too small for this composition: round-off alone costs "
-            f"{tv_fp:.3g} (wrap-around {tv_wrap:.3g}, truncation {tv_trunc:.3g}; round-off grows with the number "
-            f"of compositions); increase delta_error"
-        )
+        if tv_leaf > 0.5 * tv_fp:
+            what = (f"the leaves' mass error bounds alone cost {tv_leaf:.3g} (summed over the copies: the "
+                    f"mechanism's discretisation, e.g. near an atom at an end of its support; the FFTs' round-off "
+                    f"{tv_fp - tv_leaf:.3g}, wrap-around {tv_wrap:.3g}, truncation {tv_trunc:.3g}); increase "
+                    f"delta_error, or give eps_error for the coupling certificate")
+        else:
+            what = (f"round-off alone costs {tv_fp:.3g} (wrap-around {tv_wrap:.3g}, truncation {tv_trunc:.3g}; "
+                    f"round-off grows with the number of compositions); increase delta_error")
+        raise _BudgetError(f"delta_error={budgets.delta:.3g} is too small for this composition: {what}")

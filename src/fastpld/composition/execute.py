@@ -49,13 +49,14 @@ def _execute(plan, meshes, budgets, backend, max_buckets, eps_limit=None, leaf_f
     V = 0.0
     bias = 0.0
     tv_trunc = tv_wrap = tv_fp = 0.0
+    tv_leaf = 0.0  # (the leaves' share of tv_fp: their mass error bounds, named in a refusal)
     log_mass = 0.0  # (dominated leaves and splits may lose mass: log of the composed total, <= 0)
     log_rel = 0.0  # (dominating ones: relative rounding of their masses, a factor e^log_rel on the curve)
     stages = []
     coarse, mixes = (_coarse_spec(plan, budgets) if leaf_fn is None else None), []
     for o in plan.order:
         # refuse as soon as the charges already exceed the budget (before more FFTs)
-        _check_tv(budgets, tv_trunc, tv_wrap, tv_fp)
+        _check_tv(budgets, tv_trunc, tv_wrap, tv_fp, tv_leaf)
         inst = plan.instances[id(o)]
         if isinstance(o, _Leaf):
             tail = budgets.trunc / (n_objects * inst * 2)
@@ -73,6 +74,7 @@ def _execute(plan, meshes, budgets, backend, max_buckets, eps_limit=None, leaf_f
             bias += inst * pmf.bias
             tv_trunc += inst * pmf.truncated
             tv_fp += inst * pmf.tv
+            tv_leaf += inst * pmf.tv
             stages.append(StageInfo("leaf", 1, pmf.mesh, (float(pmf.offset), float(pmf.offset + pmf.mesh * (pmf.probs.size - 1))),
                                     pmf.probs.size, inst, inst * pmf.truncated, inst * pmf.tv, inst * pmf.coupling_range**2,
                                     "float64"))
@@ -104,7 +106,7 @@ def _execute(plan, meshes, budgets, backend, max_buckets, eps_limit=None, leaf_f
                 tv_fp += copies * rd.tv
                 pmf = rd
             inputs.append((pmf, m))
-        _check_tv(budgets, tv_trunc, tv_wrap, tv_fp)  # re-discretisation charges, before the FFT
+        _check_tv(budgets, tv_trunc, tv_wrap, tv_fp, tv_leaf)  # re-discretisation charges, before the FFT
         out, info = _run_node(o, inputs, inst, budgets, n_objects, backend, max_buckets, n_nodes=plan.n_nodes,
                               position=position)
         _eta_check(budgets, tv_trunc + tv_wrap + tv_fp + inst * (info["wrap"] + info["fp"]), v_lo, eps_limit)
@@ -131,7 +133,7 @@ def _execute(plan, meshes, budgets, backend, max_buckets, eps_limit=None, leaf_f
     # not depend on backend-level noise in the other charges); only when the measured charges
     # overrun their shares does it take what they leave of the budget.
     tv = tv_trunc + tv_wrap + tv_fp
-    _check_tv(budgets, tv_trunc, tv_wrap, tv_fp)
+    _check_tv(budgets, tv_trunc, tv_wrap, tv_fp, tv_leaf)
     eta = min(budgets.eta, budgets.delta - tv)
     azuma = math.sqrt(V / 2 * math.log(2.0 / eta)) if not mixes else _mixed_azuma(V, mixes, math.log(2.0 / eta))
     eps_spent = azuma + bias
