@@ -16,6 +16,10 @@ are cleared before every run and the FFT plans kept (as ``bench_frontier.py`` ti
   Wrapped functions nest (a node contains its convolution, which contains kernels): the table shows each
   function's own total, not a partition.  ``--threads 2`` sums both threads' time.
 
+* **nodes**: the time inside the nodes (``composition.node._run_node``) and, of it, the time inside compiled
+  kernels and FFTs (each counted once, outermost): the rest is the nodes' Python -- what compiling a node's glue
+  would save (one thread).
+
 Prints tables and writes ``benchmarks/results/profile_answer.json`` (``--out`` to change).  The compiled work of an
 answer is the sum of the kernel rows (the ``_core`` / ``_leaf`` / ``_dominance`` calls and the FFTs inside the
 convolutions); what the chains take beyond it is Python between the kernels.
@@ -33,7 +37,7 @@ from pathlib import Path
 
 import fastpld
 from fastpld import _kernels, _native
-from fastpld.composition import node, series
+from fastpld.composition import execute, node, series
 from fastpld.dominance import chains, leaves, planner
 
 HERE = Path(__file__).resolve().parent
@@ -51,6 +55,12 @@ _FUNCTIONS = [
                 "power_direct", "power_direct_ld", "power_direct_bound", "query_tables", "psg_eval",
                 "psg_window", "mean_index"]),
 ]
+
+
+# the compiled entry points a node calls (the nodes pass; FFTs: the plans' execute)
+_NODE_KERNELS = ["series_moments", "series_input", "series_eval", "chernoff_window", "pmf_moments", "log_mgf_grid",
+                 "fold", "spectrum_terms", "power_fp", "power_direct", "power_direct_ld", "power_direct_bound",
+                 "mean_index", "finish_node", "dft_order", "small_dft"]
 
 
 def _answer(mech, k, rel, threads):
@@ -143,6 +153,79 @@ def functions(mech, k, rel, threads, runs):
     return dict(sorted(out.items(), key=lambda kv: -kv[1]["ms"]))
 
 
+class _TimedPlan:
+    """A pyFFTW plan whose ``execute`` is timed (its other attributes forwarded)."""
+
+    __slots__ = ("_fft", "_tick")
+
+    def __init__(self, fft, tick):
+        self._fft, self._tick = fft, tick
+
+    def __getattr__(self, name):
+        return getattr(self._fft, name)
+
+    def execute(self):
+        return self._tick(self._fft.execute)
+
+
+def nodes(mech, k, rel, runs):
+    """Medians (ms) of an answer, of its nodes and of the compiled kernels and FFTs inside them (one thread)."""
+    acc = {"kernel": 0.0, "node": 0.0}
+    depth = threading.local()
+
+    def tick(f, *a, **kw):
+        # (outermost only: a kernel called from a timed wrapper is not counted twice)
+        if getattr(depth, "n", 0) or not getattr(depth, "node", False):
+            return f(*a, **kw)
+        depth.n = 1
+        t = time.perf_counter()
+        try:
+            return f(*a, **kw)
+        finally:
+            acc["kernel"] += time.perf_counter() - t
+            depth.n = 0
+
+    saved = []
+
+    def patch(owner, name, g):
+        saved.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, g)
+
+    for owner, names in ((_native, ["_forward"]), (_kernels, _NODE_KERNELS)):
+        for n in names:
+            f = getattr(owner, n, None)
+            if callable(f):
+                patch(owner, n, functools.wraps(f)(functools.partial(tick, f)))
+    plan = _native._plan
+    patch(_native, "_plan", lambda n, dt, fw: _TimedPlan(plan(n, dt, fw), tick))
+    run_node = execute._run_node
+
+    def timed_node(*a, **kw):
+        depth.node = True
+        t = time.perf_counter()
+        try:
+            return run_node(*a, **kw)
+        finally:
+            acc["node"] += time.perf_counter() - t
+            depth.node = False
+
+    patch(execute, "_run_node", timed_node)
+    rows = []
+    try:
+        for i in range(runs + 3):
+            fastpld.clear_caches(keep_plans=True)
+            acc["kernel"] = acc["node"] = 0.0
+            t = time.perf_counter()
+            _answer(mech, k, rel, 1)
+            if i >= 3:
+                rows.append((time.perf_counter() - t, acc["node"], acc["kernel"]))
+    finally:
+        for owner, name, f in reversed(saved):
+            setattr(owner, name, f)
+    T, N, K = (1e3 * statistics.median(c) for c in zip(*rows))
+    return {"answer": T, "nodes": N, "nodes' kernels and FFTs": K, "nodes' Python": N - K}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workload", action="append",
@@ -161,7 +244,8 @@ def main():
         k = int(k)
         ph = phases(mech, k, args.rel_error, args.threads, args.runs)
         fn = functions(mech, k, args.rel_error, args.threads, args.runs)
-        result["workloads"][w] = {"phases_ms": ph, "functions": fn}
+        nd = nodes(mech, k, args.rel_error, args.runs)
+        result["workloads"][w] = {"phases_ms": ph, "functions": fn, "nodes_ms": nd}
         print(f"\n== PSG(sigma={sigma:g}, q={q:g}) x {k:g}, rel_error={args.rel_error:g}, threads={args.threads}, "
               f"median of {args.runs}")
         print("| phase | ms |\n|---|---:|")
@@ -170,6 +254,9 @@ def main():
         print("\n| function (nested: each its own total) | ms an answer | calls an answer |\n|---|---:|---:|")
         for label, v in fn.items():
             print(f"| {label} | {v['ms']:.3f} | {v['calls']:.1f} |")
+        print("\n| nodes (one thread) | ms an answer |\n|---|---:|")
+        for n, v in nd.items():
+            print(f"| {n} | {v:.3f} |")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
