@@ -1,9 +1,10 @@
 """The mass a dominated PMF claims (``GridPMF.mass``): rigorous, and not lowered once per entry in every copy.
 
 The dominated chain multiplies its leaves' and splits' claimed masses over every copy (``log_mass``), so a
-charge per copy that grows with the PMF's length -- a sequential sum's ``(n - 1) u`` -- becomes the width's
-floor at huge k.  The claim is checked against exact sums (``fractions``, ``math.fsum``), and whole
-compositions at k = 1e8 and 1e9 against the exact Gaussian curve.
+charge per copy that grows with the PMF's length -- a running sum's ``(n - 1) u`` -- becomes the width's
+floor at huge k.  numpy's pairwise sums are checked against exact ones (``fractions``, ``math.fsum``), the claims
+against the exact sums of the stored entries, and whole compositions at k = 1e8 and 1e9 against the exact
+Gaussian curve.
 """
 import math
 from fractions import Fraction
@@ -13,7 +14,7 @@ import pytest
 
 import fastpld
 from fastpld import dominance as D
-from fastpld.composition.roundoff import _ULD, _U64, _sum_bounds
+from fastpld.composition.roundoff import _U64, _pairwise_gamma
 from fastpld.discretize import GridPMF
 from fastpld.dominance import leaves, splits
 
@@ -22,7 +23,7 @@ from oracles import gaussian_epsilon
 
 def _arrays(rng):
     yield np.array([0.3])
-    yield np.array([1.0] + [1e-17] * 1000)  # (tiny terms a float64 running sum drops)
+    yield np.array([1.0] + [2.0**-53] * 4000)  # (a running sum stays at 1.0: off by n u; pairwise it is exact)
     yield rng.random(7)
     yield rng.lognormal(0.0, 8.0, 1000)  # (twenty orders of magnitude)
     yield np.sort(rng.random(5000) ** 6)[::-1]
@@ -30,31 +31,28 @@ def _arrays(rng):
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_sum_bounds_bracket_the_exact_sum(seed):
+def test_numpy_sums_are_within_the_pairwise_bound(seed):
+    """The claimed masses (and the nodes' normalisations) take numpy's float64 sum to be pairwise: within
+    gamma_(ceil(log2 n) + 19) of the exact sum.  A running sum would fail the second array by 4000 u."""
     rng = np.random.default_rng(seed)
     for p in _arrays(rng):
-        lo, hi = _sum_bounds(p)
+        s = float(np.sum(p))
         if p.size <= 5000:
             exact = sum((Fraction(float(x)) for x in p), Fraction(0))
-            assert Fraction(lo) <= exact <= Fraction(hi)
+            assert abs(Fraction(s) - exact) <= Fraction(_pairwise_gamma(p.size)) * exact
         else:
-            s = math.fsum(p)  # (correctly rounded: between the bounds if the exact sum is)
-            assert lo <= s <= hi
-        # and tight: long double roundings, not a float64 running sum's (n - 1) u
-        assert (hi - lo) / lo <= 4.4 * p.size * _ULD + 10 * _U64
-    assert _sum_bounds(np.zeros(0)) == (0.0, 0.0)
+            f = math.fsum(p)  # (correctly rounded)
+            assert abs(s - f) <= _pairwise_gamma(p.size) * f - 0.5 * math.ulp(f)
 
 
-def test_claimed_mass_covers_a_sum_below_one():
+def test_claimed_mass_is_lowered_by_log_n_not_n():
     ratio = 0.999
-    exact = np.array([0.5, 0.25, 0.25])
-    m = splits._claimed_mass(ratio, exact)
-    assert ratio * (1 - 32 * _U64) <= m < ratio
-    short = np.array([0.5, 0.25, 0.25 - 1e-9])  # (stored entries summing to 1 - 1e-9)
-    m2 = splits._claimed_mass(ratio, short)
-    assert m2 <= ratio * (1 - 1e-9) and m2 > ratio * (1 - 1e-9) * (1 - 32 * _U64)
-    assert splits._claimed_mass(ratio, exact, rel=1e-6) <= m * (1 - 1e-6) * (1 + 4 * _U64)
-    assert splits._claimed_mass(1.5, exact) == 1.0  # (never above 1)
+    for n in (1, 100, 10**6):
+        m = splits._claimed_mass(ratio, n)
+        assert ratio * (1 - 16 * _U64 - 2 * _pairwise_gamma(n)) * (1 - 2 * _U64) <= m < ratio
+        assert 1 - m / ratio < 100 * _U64  # (a running sum's bound at 1e6 entries: 2e6 u)
+    assert splits._claimed_mass(ratio, 10, rel=1e-6) <= ratio * (1 - 1e-6)
+    assert splits._claimed_mass(1.5, 10) == 1.0  # (never above 1)
 
 
 def _exact_claim(pmf):

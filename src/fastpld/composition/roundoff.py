@@ -86,20 +86,13 @@ def _rounding_gamma(k, u):
     return k * u / (1.0 - k * u)
 
 
-def _sum_bounds(p) -> tuple:
-    """``(lo, hi)`` around the exact sum of the non-negative float64 entries of ``p``, from their sum in long double.
-
-    Added in any order, ``n`` non-negative terms sum to within ``gamma_(n-1)`` of the exact sum, relative (each term
-    passes through at most ``n - 1`` roundings; Higham, section 4.2), so the bounds hold whatever numpy's summation
-    order; ``4 u`` more covers the rounding to float64 and the products below.  With x86 long double (``u = 2^-64``)
-    they are 4e-13 apart (relative) at 2e6 entries, where a float64 sum's ``(n - 1) u`` is 2e-10 (the dominated
-    chains pay this once per copy: docs/dominance.md, "Mass"); where long double is float64, as far apart as that."""
-    n = int(np.size(p))
-    if n == 0:
-        return 0.0, 0.0
-    s = float(np.sum(p, dtype=np.longdouble))
-    g = 2.0 * _rounding_gamma(n - 1, _ULD) + 4.0 * _U64
-    return s * (1.0 - g), s * (1.0 + g)
+def _pairwise_gamma(n: int, u: float = _U64) -> float:
+    """The relative error bound of numpy's pairwise sum of ``n`` non-negative terms (and of ``_core``'s and
+    ``_dominance``'s replicas of it): ``gamma_(ceil(log2 n) + 19)``.  Blocks of at most 128 terms are summed by 8
+    accumulators of at most 16 terms each, combined by a tree of 3 additions and followed by at most 7 more (25
+    additions at most), and each halving of a longer sum adds one: a term passes through at most
+    ``ceil(log2 n) + 19`` roundings (Higham, section 4.2; docs/roundoff.md, section 3)."""
+    return _rounding_gamma(math.ceil(math.log2(max(n, 2))) + 19, u)
 
 
 def _fp_fft_bound(specs, N, u, g_extra=0.0, low=None, fwd=None, detail=False):

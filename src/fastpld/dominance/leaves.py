@@ -595,7 +595,7 @@ def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, nati
     if not window > 0 or not kept > 0:
         raise ValueError("the discretisation window holds no probability mass; the mechanism parameters are degenerate")
     pmf = GridPMF(out, _rounded(origin, -1), h, truncated=truncated, origin=origin)
-    pmf.mass = _claimed_mass(kept / window, out, 4 * truncated / window)
+    pmf.mass = _claimed_mass(kept / window, out.size, 4 * truncated / window)
     _memo_put(memo, key, loss, pmf)
     return pmf
 

@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from .. import _kernels
-from ..composition.roundoff import _dyadic_ratio, _dyadic_sum, _rounded, _sum_bounds
+from ..composition.roundoff import _dyadic_ratio, _dyadic_sum, _pairwise_gamma, _rounded
 from ..discretize import GridPMF
 
 _dom = None  # the compiled balanced split (FASTPLD_PURE_PYTHON=1 or no build: the reference below)
@@ -23,15 +23,15 @@ _U = np.finfo(np.float64).eps / 2  # unit roundoff
 _MARGIN = 1e-12  # relative margin of every balance against the rounding of its terms
 
 
-def _claimed_mass(ratio: float, probs, rel: float = 0.0) -> float:
+def _claimed_mass(ratio: float, n: int, rel: float = 0.0) -> float:
     """The mass a dominated PMF claims (:attr:`GridPMF.mass`, ``<= 1``): ``ratio`` (what it kept of its input's mass,
-    from the computed sums: ``probs`` is its masses divided by the sum they were computed from) lowered by ``rel``
-    (the input mass's own error, relative), by ``16 u`` (each entry's division and the products here) and by how far
-    the stored ``probs`` may sum below 1 (:func:`fastpld.composition.roundoff._sum_bounds`): the nodes normalise their
-    inputs, so a sum ``1 - theta`` would leave ``(1 - theta)^k`` of the mass after ``k`` copies.  Every copy pays
-    it, so it must not grow with the PMF's length (docs/dominance.md, "Mass")."""
-    lo, _ = _sum_bounds(probs)
-    return min(ratio * (1.0 - rel - 16 * _U) * min(lo, 1.0), 1.0)
+    from numpy's pairwise sums; its ``n`` entries are its masses divided by their sum) lowered by ``rel`` (the input
+    mass's own error, relative), by ``16 u`` (each entry's division and the products here) and by twice the pairwise
+    sum's error bound (:func:`fastpld.composition.roundoff._pairwise_gamma`): the stored entries sum to at least
+    ``(1 - u) / (1 + gamma)``, and the nodes normalise their inputs, so a sum ``1 - theta`` would leave
+    ``(1 - theta)^k`` of the mass after ``k`` copies.  Every copy pays it: ``O(log n) u``, not a running sum's
+    ``(n - 1) u`` (docs/dominance.md, "Mass")."""
+    return min(ratio * (1.0 - rel - 16 * _U - 2 * _pairwise_gamma(n)), 1.0)
 
 
 def _balanced_split(j, s, a, H, n, cell=4):
@@ -236,7 +236,7 @@ def dominated_split(pmf: GridPMF, mesh: float, native: bool = False) -> GridPMF:
     total = float(out.sum())
     origin = _dyadic_sum([(j0, mesh)])
     res = GridPMF(out / total, _rounded(origin, -1), mesh, tv=tv, origin=origin)  # (rounded down: at or below)
-    # (the output was lowered by its rounding; the input's mass is at most its sum's upper bound, the cast lowers
-    # it; see _claimed_mass for the rest)
-    res.mass = _claimed_mass(total / _sum_bounds(p)[1], res.probs, 2 * cast)
+    # (the output was lowered by its rounding; the input's sum, pairwise, is at most gamma below its exact one, and
+    # the cast lowers its mass; see _claimed_mass for the output's sum)
+    res.mass = _claimed_mass(total / float(p.sum()), out.size, 2 * cast + 2 * _pairwise_gamma(p.size))
     return res
