@@ -16,7 +16,7 @@ import fastpld
 from fastpld import dominance as D
 from fastpld.composition.roundoff import _U64, _pairwise_gamma
 from fastpld.discretize import GridPMF
-from fastpld.dominance import leaves, splits
+from fastpld.dominance import splits
 
 from oracles import gaussian_epsilon
 

@@ -126,14 +126,16 @@ def compose(mechanism, count: int | None = None, *, eps_error: float | None = No
         bounds within ``rel_error`` of the truth, relative), checked at deltas 1e-3 .. 1e-9, for
         epsilons of at least 0.01 (below: ``rel_error * 0.01``, absolute).  The width counts the
         discretisation; where ``delta`` is within a few orders of ``delta_error`` the delta charges
-        widen it further.  Certified by dominance: ``method`` "auto" or "dominance".
+        widen it further.  Certified by dominance: ``method`` "auto" or "dominance"; where the dominance
+        certificate refuses it, so does ``compose`` (give ``eps_error`` for the coupling certificate: its width is
+        absolute), but for the default accuracy (neither given), which falls back as above.
     method : {"auto", "glw", "two_stage", "recursive", "coupling", "dominance"}
         ``glw``: one fine grid (Gopi-Lee-Wutschitz); ``two_stage``: Algorithm 2;
         ``recursive``: Algorithm 3 for any ``k`` (``arity`` chooses the branching;
         default: the cheapest of several); ``auto``: the dominance certificate at the accuracy
-        asked (``rel_error`` or ``eps_error``), and where it refuses the cheapest predicted
-        coupling plan (with ``arity``: the coupling plans only); ``coupling``: the cheapest
-        predicted coupling plan (``glw``, ``two_stage`` or ``recursive``).
+        asked, and with ``eps_error``, where it refuses (or is predicted slower), the cheapest predicted
+        coupling plan (with ``arity``: the coupling plans only; with ``rel_error``: see there);
+        ``coupling``: the cheapest predicted coupling plan (``glw``, ``two_stage`` or ``recursive``).
         ``dominance``: the recursive plan on a dominating and a dominated PMF, certified
         without an epsilon shift (``docs/dominance.md``); there ``eps_error`` is the accuracy
         asked of each bound of ``epsilon(delta)`` (checked at deltas 1e-3 .. 1e-9) and
