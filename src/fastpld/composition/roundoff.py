@@ -86,13 +86,18 @@ def _rounding_gamma(k, u):
     return k * u / (1.0 - k * u)
 
 
-def _pairwise_gamma(n: int, u: float = _U64) -> float:
-    """The relative error bound of numpy's pairwise sum of ``n`` non-negative terms (and of ``_core``'s and
-    ``_dominance``'s replicas of it): ``gamma_(ceil(log2 n) + 19)``.  Blocks of at most 128 terms are summed by 8
+def _pairwise_roundings(n: int) -> int:
+    """The roundings a term passes through in numpy's pairwise sum of ``n`` terms (and in ``_core``'s and
+    ``_dominance``'s replicas of it): at most ``ceil(log2 n) + 19``.  Blocks of at most 128 terms are summed by 8
     accumulators of at most 16 terms each, combined by a tree of 3 additions and followed by at most 7 more (25
-    additions at most), and each halving of a longer sum adds one: a term passes through at most
-    ``ceil(log2 n) + 19`` roundings (Higham, section 4.2; docs/roundoff.md, section 3)."""
-    return _rounding_gamma(math.ceil(math.log2(max(n, 2))) + 19, u)
+    additions at most), and each halving of a longer sum adds one (docs/roundoff.md, section 3)."""
+    return math.ceil(math.log2(max(n, 2))) + 19
+
+
+def _pairwise_gamma(n: int, u: float = _U64) -> float:
+    """The relative error bound of numpy's pairwise sum of ``n`` non-negative terms: ``gamma`` of
+    :func:`_pairwise_roundings` (Higham, section 4.2)."""
+    return _rounding_gamma(_pairwise_roundings(n), u)
 
 
 def _fp_fft_bound(specs, N, u, g_extra=0.0, low=None, fwd=None, detail=False):
@@ -160,6 +165,5 @@ def _node_tv(removed, N, u):
     relative ``gamma_(ceil(log2 N) + 24)`` at most: half of that in total variation, charged in
     full.  (A long double output that a float64 FFT reads is rounded entrywise: charged to that
     FFT's error, :func:`fastpld._fft_error._fwd_error`; the final result's cast in :func:`_execute`.)"""
-    lg = math.ceil(math.log2(max(N, 2)))
     tv = removed / (0.99 - removed) if removed < 0.5 else 1.0
-    return tv + _rounding_gamma(lg + 24, u)
+    return tv + _rounding_gamma(_pairwise_roundings(N) + 5, u)
