@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import functools
 import json
 import statistics
@@ -63,6 +64,21 @@ _NODE_KERNELS = ["series_moments", "series_input", "series_eval", "chernoff_wind
                  "mean_index", "finish_node", "dft_order", "small_dft"]
 
 
+@contextlib.contextmanager
+def _patched(replacements):
+    """``setattr(owner, name, g)`` for each ``(owner, name, g)`` of ``replacements`` while the block runs, the
+    originals put back after it (in reverse order)."""
+    saved = []
+    try:
+        for owner, name, g in replacements:
+            saved.append((owner, name, getattr(owner, name)))
+            setattr(owner, name, g)
+        yield
+    finally:
+        for owner, name, f in reversed(saved):
+            setattr(owner, name, f)
+
+
 def _answer(mech, k, rel, threads):
     pld = fastpld.compose(mech, k, rel_error=rel, threads=threads)
     return pld, pld.epsilon(DELTA)
@@ -84,10 +100,8 @@ def phases(mech, k, rel, threads, runs):
                 marks["c1"] = time.perf_counter()
         return g
 
-    for n in originals:
-        setattr(planner, n, timed(n))
     rows = []
-    try:
+    with _patched([(planner, n, timed(n)) for n in originals]):
         for i in range(runs + 3):
             marks.clear()
             fastpld.clear_caches(keep_plans=True)
@@ -98,9 +112,6 @@ def phases(mech, k, rel, threads, runs):
             t2 = time.perf_counter()
             if i >= 3 and "c0" in marks:  # (the first runs build the FFT plans)
                 rows.append((marks["c0"] - t0, marks["c1"] - marks["c0"], t1 - marks["c1"], t2 - t1, t2 - t0))
-    finally:
-        for n, f in originals.items():
-            setattr(planner, n, f)
     names = ("before the chains", "the chains", "after the chains", "the query", "total")
     return {n: 1e3 * statistics.median(c) for n, c in zip(names, zip(*rows))}
 
@@ -110,9 +121,8 @@ def functions(mech, k, rel, threads, runs):
     acc = collections.Counter()
     calls = collections.Counter()
     lock = threading.Lock()
-    saved = []
 
-    def wrap(owner, name):
+    def wrapped(owner, name):
         f = getattr(owner, name)
         label = f"{getattr(owner, '__name__', owner.__class__.__name__)}.{name}"
 
@@ -126,16 +136,11 @@ def functions(mech, k, rel, threads, runs):
                 with lock:
                     acc[label] += d
                     calls[label] += 1
-        saved.append((owner, name, f))
-        setattr(owner, name, g)
+        return owner, name, g
 
-    for owner, names in _FUNCTIONS:
-        for n in names:
-            if hasattr(owner, n):
-                wrap(owner, n)
     per_run = collections.defaultdict(list)
     ncalls = collections.Counter()
-    try:
+    with _patched([wrapped(owner, n) for owner, names in _FUNCTIONS for n in names if hasattr(owner, n)]):
         for i in range(runs + 3):
             fastpld.clear_caches(keep_plans=True)
             acc.clear()
@@ -145,9 +150,6 @@ def functions(mech, k, rel, threads, runs):
                 for label in acc:
                     per_run[label].append(acc[label])
                     ncalls[label] += calls[label]
-    finally:
-        for owner, name, f in reversed(saved):
-            setattr(owner, name, f)
     out = {label: {"ms": 1e3 * statistics.median(v + [0.0] * (runs - len(v))), "calls": ncalls[label] / runs}
            for label, v in per_run.items()}
     return dict(sorted(out.items(), key=lambda kv: -kv[1]["ms"]))
@@ -185,19 +187,10 @@ def nodes(mech, k, rel, runs):
             acc["kernel"] += time.perf_counter() - t
             depth.n = 0
 
-    saved = []
-
-    def patch(owner, name, g):
-        saved.append((owner, name, getattr(owner, name)))
-        setattr(owner, name, g)
-
-    for owner, names in ((_native, ["_forward"]), (_kernels, _NODE_KERNELS)):
-        for n in names:
-            f = getattr(owner, n, None)
-            if callable(f):
-                patch(owner, n, functools.wraps(f)(functools.partial(tick, f)))
+    kernels = [(owner, n, functools.wraps(f)(functools.partial(tick, f)))
+               for owner, names in ((_native, ["_forward"]), (_kernels, _NODE_KERNELS))
+               for n in names for f in [getattr(owner, n, None)] if callable(f)]
     plan = _native._plan
-    patch(_native, "_plan", lambda n, dt, fw: _TimedPlan(plan(n, dt, fw), tick))
     run_node = execute._run_node
 
     def timed_node(*a, **kw):
@@ -209,9 +202,9 @@ def nodes(mech, k, rel, runs):
             acc["node"] += time.perf_counter() - t
             depth.node = False
 
-    patch(execute, "_run_node", timed_node)
     rows = []
-    try:
+    with _patched(kernels + [(_native, "_plan", lambda n, dt, fw: _TimedPlan(plan(n, dt, fw), tick)),
+                             (execute, "_run_node", timed_node)]):
         for i in range(runs + 3):
             fastpld.clear_caches(keep_plans=True)
             acc["kernel"] = acc["node"] = 0.0
@@ -219,9 +212,6 @@ def nodes(mech, k, rel, runs):
             _answer(mech, k, rel, 1)
             if i >= 3:
                 rows.append((time.perf_counter() - t, acc["node"], acc["kernel"]))
-    finally:
-        for owner, name, f in reversed(saved):
-            setattr(owner, name, f)
     T, N, K = (1e3 * statistics.median(c) for c in zip(*rows))
     return {"answer": T, "nodes": N, "nodes' kernels and FFTs": K, "nodes' Python": N - K}
 
