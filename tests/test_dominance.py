@@ -251,14 +251,14 @@ def test_discrete_leaves_place_their_atoms_exactly():
 
 def test_discrete_leaves_of_many_atoms_place_them_in_floating_point():
     # (past _EXACT_ATOMS the exact placement's Python loop would cost ~10 us an atom: the float placement, charged)
-    from fastpld.dominance import leaves
+    from fastpld.dominance import atoms, leaves
 
     rng = np.random.default_rng(2)
     pa = rng.random(300)
     m = fastpld.CustomPMF(np.sort(rng.normal(0.0, 1.0, 300)), pa / pa.sum())
     loss = next(iter(m.privacy_losses().values()))
     v = np.asarray(loss.values, dtype=np.float64)
-    assert v.size > leaves._EXACT_ATOMS
+    assert v.size > atoms._EXACT_ATOMS
     eps = np.linspace(-1.0, 3.0, 81)
     exact = curve(v, np.asarray(loss.probs, dtype=np.float64), eps)
     up = leaves._discrete_leaf(loss, 0.01, 1 << 20, True)

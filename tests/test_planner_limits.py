@@ -201,11 +201,5 @@ def test_a_refusal_names_the_leaves_error_bounds_where_they_are_the_charge():
     with pytest.raises(_BudgetError, match="round-off alone costs 2e-10"):
         _check_tv(b, 0.0, 0.0, 2e-10, 1e-12)
     _check_tv(b, 1e-11, 1e-11, 1e-11, 1e-11)  # (fits: no error)
-    # (a subsampled Laplace whose add direction holds an atom at the top of its support: where a lattice point falls
-    # on it, the cell below is bounded by the survival function, which holds the atom -- the dominance certificate
-    # refuses it at 6 copies, saying why, and the default accuracy answers by the coupling certificate)
-    m = fastpld.PoissonSubsampledLaplace(0.8507951300600777, 0.0035919839841600286)
-    with pytest.raises(ValueError, match="leaves' mass error bounds"):
-        fastpld.compose(m, 6, rel_error=1e-3)
-    b6 = fastpld.compose(m, 6).epsilon(1e-5)
-    assert 0 < b6.lower <= b6.upper
+    # (the composition that was refused so -- PSL(0.851, 0.0036) x 6, its add direction's leaf charged the atom at the
+    # top of its support -- is certified now: tests/test_laplace_atoms.py)

@@ -11,11 +11,11 @@ from fractions import Fraction
 import numpy as np
 
 from .. import _kernels
-from .._limits import BucketLimitError
-from ..composition.roundoff import _dyadic, _dyadic_sum, _rounded
+from ..composition.roundoff import _dyadic_sum, _rounded
 from ..discretize import GridPMF, truncation_window
 from ..mechanisms import ContinuousLoss, DiscreteLoss, SubsampledLoss
 from . import splits as _splits
+from .atoms import _atom_places, _check_size, _discrete_leaf
 from .splits import _balanced_split, _claimed_mass, _MARGIN, _split_lower
 
 _U = np.finfo(np.float64).eps / 2  # unit roundoff
@@ -25,13 +25,6 @@ _U = np.finfo(np.float64).eps / 2  # unit roundoff
 _GL5 = np.polynomial.legendre.leggauss(5)
 _GL4 = np.polynomial.legendre.leggauss(4)
 _GL_RULES = tuple(np.ascontiguousarray(a, dtype=np.float64) for a in (*_GL5, *_GL4))
-
-
-def _check_size(n, h, a, b, max_buckets):
-    if n > max_buckets:
-        raise BucketLimitError(
-            f"discretising the privacy loss needs {n} buckets (mesh {h:.3g} over [{a:.4g}, {b:.4g}]), more than "
-            f"max_buckets={max_buckets}; increase the accuracy target or max_buckets", n)
 
 
 def _atom_masses(loss: ContinuousLoss, atoms):
@@ -130,8 +123,33 @@ def _compute_leaf_data(loss, h: float, tail: float, max_buckets: int, native: bo
         starts, sizes = _tail_blocks(loss, e, h)
     else:
         starts, sizes = np.arange(e.size - 1, dtype=np.int64), np.ones(e.size - 1, dtype=np.int64)
-    return (e, atoms, truncated, (starts, sizes),
-            _integrals(loss, e[starts], h * sizes, _negligible(tail, starts.size)), origin)
+    ints = _integrals(loss, e[starts], h * sizes, _negligible(tail, starts.size))
+    return e, atoms, truncated, (starts, sizes), _outside_exact(loss, ints, starts, sizes, h, origin), origin
+
+
+def _outside_exact(loss, ints, starts, sizes, h: float, origin):
+    """The cells' integrals ``ints`` with no error bound on the cells that lie beyond an end of the support exactly
+    (the end a lattice point: point ``j`` stands for ``origin + j h``; a Laplace loss's lattice starts on its
+    heaviest atom, at an end).  Their integrals are 0 and exact, but the rules' position charge at their edge on the
+    end (the density next to it times the rounding of a point there, :func:`_integrals`) made them cells of no
+    mass with an error: total variation in every copy (1e-15 a copy of a subsampled Laplace's leaf, 7e-11 over its
+    70,733 copies).  Where the end is no lattice point, a sliver of the support may lie in such a cell: unchanged."""
+    s_lo, s_hi = getattr(loss, "support", (-math.inf, math.inf))
+    ends = [(side, x) for side, x in ((0, s_lo), (1, s_hi)) if math.isfinite(x)]
+    if not ends or starts.size == 0:
+        return ints
+    fo, fh = Fraction(origin[0], 1 << origin[1]), Fraction(h)
+    out = None
+    for side, x in ends:
+        t = (Fraction(float(x)) - fo) / fh  # (the end in lattice units)
+        if t.denominator != 1:
+            continue  # (not on a lattice point)
+        beyond = (starts >= int(t)) if side == 1 else (starts + sizes <= int(t))
+        if beyond.any():
+            out = [np.array(v, dtype=np.float64) for v in ints] if out is None else out
+            for k in (1, 3, 5):  # (the error bounds of the three integrals; the integrals are 0 there)
+                out[k][beyond & (out[k - 1] == 0)] = 0.0
+    return ints if out is None else tuple(out)
 
 
 def _memo_get(memo: dict | None, key, loss):
@@ -297,8 +315,7 @@ def _integrals(loss, lo, h, tiny: float = 0.0):
             ladder = np.arange(5.0, _U_DEPTH + 1, 5.0)
             pts = (lo[bad][deep] + end[deep] + (1 if side == 0 else -1) * d_far[deep] * np.exp(-ladder[:, None]))
             with np.errstate(all="ignore"):
-                tl = np.asarray(loss.cdf(pts.ravel()) if side == 0 else loss.sf(pts.ravel()),
-                                dtype=np.float64).reshape(pts.shape)
+                tl = _end_tail(loss, pts.ravel(), side).reshape(pts.shape)
             small = (tl <= 1e-18 * a[bad][deep][None, :]) & (a[bad][deep] > 0)[None, :]
             first = np.where(small.any(axis=0), np.argmax(small, axis=0), ladder.size - 1)
             depth[deep] = ladder[first]
@@ -309,10 +326,7 @@ def _integrals(loss, lo, h, tiny: float = 0.0):
         step = np.where(deep, _U_STEP, _U_STEP_NEAR)
         (a5, n5, b5), (a4, n4, b4) = _log_panels(loss, lo[bad], end, d_far, ulo, side, step)
         inner = end + (d_far if side == 0 else -d_far) * np.exp(-depth)
-        if side == 0:
-            rest = np.asarray(loss.cdf(lo[bad] + inner), dtype=np.float64)
-        else:
-            rest = np.asarray(loss.sf(lo[bad] + inner), dtype=np.float64)
+        rest = _end_tail(loss, lo[bad] + inner, side)
         rest = np.where(deep, np.maximum(rest, 0.0) * (1 + 1e-6), 0.0)
         ae = 10.0 * np.abs(a5 - a4) + 16 * _U * a5 + rest
         ne = 10.0 * np.abs(n5 - n4) + 16 * _U * n5 + rest
@@ -391,7 +405,10 @@ def _integrals(loss, lo, h, tiny: float = 0.0):
         for side, s_end in ((0, s_lo), (1, s_hi)):
             if not (math.isfinite(s_end) and ends[0] < s_end < ends[-1]):
                 continue
-            j = int(np.clip(np.searchsorted(ends, s_end, side="right") - 1, 0, lo.size - 1))
+            # (the cell whose rules start there, or stop there: an upper end on a lattice point -- the planner's
+            # meshes put a Laplace loss's atoms at its ends on them -- ends the cell below it, not the empty one
+            # above it, whose zero mass made the charge total variation in every copy)
+            j = int(np.clip(np.searchsorted(ends, s_end, side="right" if side == 0 else "left") - 1, 0, lo.size - 1))
             d_s = (4 * _U) * (abs(s_end) + float(np.max(h)))
             with np.errstate(all="ignore"):
                 f_s = float(np.asarray(loss.pdf(np.array([math.nextafter(s_end, math.inf if side == 0
@@ -405,6 +422,21 @@ def _integrals(loss, lo, h, tiny: float = 0.0):
         n_err = n_err + move
         b_err = b_err + move
     return a, a_err, n, n_err, b, b_err
+
+
+def _end_tail(loss, t, side: int):
+    """The mass between ``t`` and the support end on ``side`` (0: below ``t``, 1: above): the CDF or survival
+    function, but without an atom at that end where the loss says how much of it is continuous
+    (:meth:`~fastpld.mechanisms.ContinuousLoss.end_mass`; the Laplace losses, subsampled or not).  The atom is
+    its own mass of the leaf: counted in a cell's error bound too, it charged a subsampled Laplace's leaf a third
+    of its mass per copy where the cell holding the end needed the rules near the end."""
+    t = np.asarray(t, dtype=np.float64)
+    end = loss.support[side]
+    if end in loss.atoms:
+        m = loss.end_mass(t, side)
+        if m is not None:
+            return np.asarray(m, dtype=np.float64)
+    return np.asarray(loss.cdf(t) if side == 0 else loss.sf(t), dtype=np.float64)
 
 
 def _log_panels(loss, lo, end, d_far, ulo, side: int, step=None):
@@ -587,14 +619,14 @@ def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, nati
         return hit
     e, atoms, truncated, (starts, sizes), (a5, a_err, _, _, b5, b_err), origin = _leaf_data(
         loss, h, tail, max_buckets, native, memo, cells)
-    out, kept = _dominated_masses(loss, e, atoms, starts, sizes, a5, a_err, b5, b_err, h)
+    out, kept, tv = _dominated_masses(loss, e, atoms, starts, sizes, a5, a_err, b5, b_err, h, origin)
     # the window's mass, from the CDF at its ends: below the true one by at most 8 cdf_rel_error of the mass cut off
     # plus twice the CDF's shift there (_continuous_grid), both within 3 `truncated`; the claimed mass is lowered by
     # 4 truncated (relative: the window's error is that of the tails, not of the whole mass)
     window = 1.0 - truncated / (1 + 8 * loss.cdf_rel_error)
     if not window > 0 or not kept > 0:
         raise ValueError("the discretisation window holds no probability mass; the mechanism parameters are degenerate")
-    pmf = GridPMF(out, _rounded(origin, -1), h, truncated=truncated, origin=origin)
+    pmf = GridPMF(out, _rounded(origin, -1), h, tv=tv, truncated=truncated, origin=origin)
     pmf.mass = _claimed_mass(kept / window, out.size, 4 * truncated / window)
     _memo_put(memo, key, loss, pmf)
     return pmf
@@ -603,19 +635,20 @@ def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, nati
 _SPLIT_CELL = 4  # the dominated leaf's balanced split: its bound on the atoms a cell sums, for their rounding
 
 
-def _dominated_masses(loss, e, atoms, starts, sizes, a5, a_err, b5, b_err, h: float):
-    """The dominated leaf's masses on its lattice ``e`` from its cells' integrals: ``(p, kept)``, ``p`` divided by
-    its sum ``kept`` (where positive; see :func:`dominated_leaf`).  A loss without atoms in two compiled calls
-    without the GIL around numpy's log (``_dominance.dominated_ratio``, ``dominated_cells``: the same operations
-    and numpy's pairwise sum, the same bits); the numpy code below is its reference (and that of every loss with
-    atoms)."""
+def _dominated_masses(loss, e, atoms, starts, sizes, a5, a_err, b5, b_err, h: float, origin=None):
+    """The dominated leaf's masses on its lattice ``e`` from its cells' integrals: ``(p, kept, tv)``, ``p`` divided
+    by its sum ``kept`` (where positive; see :func:`dominated_leaf`) and ``tv`` what placing the atoms costs the
+    curve (:func:`_atom_places`; ``origin``: the exact point of ``e[0]``, else the atoms are placed in floating
+    point, each at or below its float offset).  A loss without atoms in two compiled calls without the GIL around
+    numpy's log (``_dominance.dominated_ratio``, ``dominated_cells``: the same operations and numpy's pairwise sum,
+    the same bits); the numpy code below is its reference (and that of every loss with atoms)."""
     if not atoms and _native_masses():
         # (numpy's log between them: its SIMD log rounds differently from libm's, alike wherever an element sits;
         # the cells are in order and each atom inside its cell, so the atoms are sorted as the lexsort below sorts
         # them)
         a, b, ratio = _splits._dom.dominated_ratio(a5, a_err, b5, b_err)
         return _splits._dom.dominated_cells(a, b, np.log(ratio), starts, sizes, e.size, h, _U, _MARGIN,
-                                            _split_lower(_SPLIT_CELL))
+                                            _split_lower(_SPLIT_CELL)) + (0.0,)
     a = np.maximum(a5 - a_err, 0.0)  # A-mass, rounded down
     b = b5 + b_err  # B-mass times e^lo, rounded up
     ok = (a > 0) & (b > 0)
@@ -632,20 +665,23 @@ def _dominated_masses(loss, e, atoms, starts, sizes, a5, a_err, b5, b_err, h: fl
         j0 = j0.copy()
         j0[big] += k.astype(np.int64)
     idx, ms, ss = [j0], [a[ok]], [s]
+    tv = 0.0
     if atoms:
         m, m_err = _atom_masses(loss, atoms)
-        m = np.maximum(m - m_err, 0.0)  # rounded down
-        for y, ma in zip(atoms, m):
-            j = int(np.clip(np.searchsorted(e, y, side="right") - 1, 0, e.size - 1))  # e_j <= y
-            idx.append(np.array([j]))
-            ms.append(np.array([ma]))
-            ss.append(np.array([max(0.0, y - e[j] - 8 * _U * (abs(y) + 1))]))
+        if origin is not None:
+            pj, ps, tv = _atom_places(atoms, m + m_err, e, h, origin)
+        else:
+            pj = np.clip(np.searchsorted(e, atoms, side="right") - 1, 0, e.size - 1)  # e_j <= y
+            ps = [max(0.0, y - e[j] - 8 * _U * (abs(y) + 1)) for y, j in zip(atoms, pj)]
+        idx.append(np.asarray(pj, dtype=np.int64))
+        ms.append(np.maximum(m - m_err, 0.0))  # rounded down
+        ss.append(np.asarray(ps, dtype=np.float64))
     j = np.concatenate(idx)
     sj = np.concatenate(ss)
     order = np.lexsort((sj, j))
     out = _balanced_split(j[order], sj[order], np.concatenate(ms)[order], h, e.size, cell=_SPLIT_CELL)
     kept = float(out.sum())
-    return (out / kept if kept > 0 else out), kept
+    return (out / kept if kept > 0 else out), kept, tv
 
 
 _U_STEP = 0.125  # width of the panels in log(distance) at a support end
@@ -657,78 +693,3 @@ _REL_CAP = 1e-10  # a leaf mass's relative error above this is charged as total 
 _NEGLIGIBLE_SHARE = 0.01  # of the truncation allowance: the cells' errors charged as total variation
 _REFINE_REL = 1e-13  # an interval whose rules disagree by more (relative) is integrated on finer panels
 _REFINE_MAX_PANELS = 1 << 21  # at most this many finer panels per refinement level (~0.1 GB, ~0.2 s)
-
-
-def _discrete_leaf(loss: DiscreteLoss, h: float, max_buckets: int, upper: bool) -> GridPMF:
-    v = np.asarray(loss.values, dtype=np.float64)
-    pr = np.asarray(loss.probs, dtype=np.float64)
-    lat = float(v[0])
-    span = (float(v[-1]) - lat) / h + 2
-    _check_size(span, h, lat, float(v[-1]), max_buckets)
-    # each atom's lattice point at or below it (the lattice's points are exactly lat + j h) and its distance d above
-    # it, in exact rational arithmetic (a few atoms): no position is rounded, none is charged (the float positions
-    # had charged 8 u (|v| + |lat| + h) per copy: 1.8e-9 at PureDP(0.1) x 1e7).  The dominated leaf keeps each
-    # atom at its point but one within rounding below the next point (a mesh not dividing the atoms' spacing
-    # exactly, in floats): moved up onto that point, charged its exact distance, not a whole mesh down
-    if v.size > _EXACT_ATOMS:
-        return _discrete_leaf_float(v, pr, lat, h, upper)
-    fl, fh = Fraction(lat), Fraction(h)
-    j = np.empty(v.size, dtype=np.int64)
-    d = np.empty(v.size)
-    tv_pos = 0.0
-    for k, x in enumerate(v):
-        t = (Fraction(float(x)) - fl) / fh
-        jk = math.floor(t)
-        gap = (jk + 1 - t) * fh  # (the distance to the next point, > 0)
-        if not upper and float(gap) <= 8 * _U * (abs(float(x)) + abs(lat) + h):
-            jk += 1
-            tv_pos += float(pr[k]) * float(gap) * (1 + 4 * _U)
-            t = Fraction(jk)
-        j[k] = jk
-        d[k] = float((t - jk) * fh)
-    tv_pos *= 1 + 2 * (v.size + 2) * _U
-    return _discrete_pmf(j, d, pr, lat, h, upper, tv_pos)
-
-
-# discrete losses with more atoms than this place them in floating point (charged): the exact placement costs ~10 us
-# an atom in Python (a CustomPMF of 10,000 atoms: 0.1 s a leaf); pure DP, randomized response, approximate DP have 2-3
-_EXACT_ATOMS = 64
-
-
-def _discrete_leaf_float(v, pr, lat: float, h: float, upper: bool) -> GridPMF:
-    """:func:`_discrete_leaf` in floating point: each atom's point at or below it, an atom within rounding of a
-    point counted as on it, and every copy charged its atoms' position error (moving mass up by ``|d|`` changes the
-    curve by at most mass times it)."""
-    t = (v - lat) / h
-    j = np.floor(t + 8 * _U * (np.abs(t) + 1)).astype(np.int64)
-    d = v - (lat + j * h)
-    noise = np.minimum(d, 0.0)
-    d = np.maximum(d, 0.0)
-    # (the computed displacements: the sum's rounding, (n + 2) u relative, and every atom's position
-    # error against the exact lattice point lat + j h, at most 8 u (|v| + |lat| + h) per unit of mass)
-    tv_pos = (float(np.sum(pr * -noise)) * (1 + 2 * (v.size + 2) * _U)
-              + 8 * _U * (float(np.max(np.abs(v))) + abs(lat) + h) * (1 + (v.size + 1) * _U))
-    return _discrete_pmf(j, d, pr, lat, h, upper, tv_pos)
-
-
-def _discrete_pmf(j, d, pr, lat: float, h: float, upper: bool, tv_pos: float) -> GridPMF:
-    """The discrete leaf's PMF from its atoms' points ``j`` and distances ``d`` above them (fact 5 for the
-    dominating leaf, each atom on its point for the dominated one)."""
-    n = int(j[-1]) + 2
-    p = np.zeros(n)
-    if upper:
-        w = np.where(d > 0, np.minimum(1.0, -np.expm1(-np.maximum(d, 0.0)) / -math.expm1(-h) + 8 * _U), 0.0)
-        np.add.at(p, j, pr * (1 - w))
-        np.add.at(p, j + 1, pr * w)
-    else:
-        np.add.at(p, j, pr)
-    p /= p.sum()
-    pmf = GridPMF(p, lat, h, tv=tv_pos, origin=_dyadic(lat))
-    # (the products, the sums into each entry and the normalisation: relative rounding; the
-    # dominating leaf charges it as a factor, the dominated one lowers its mass by it)
-    r = (math.log2(n) + 8 + np.max(np.bincount(j, minlength=n))) * 2 * _U
-    if upper:
-        pmf.rel = r
-    else:
-        pmf.mass = 1.0 - r
-    return pmf

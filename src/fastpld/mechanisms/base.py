@@ -164,6 +164,14 @@ class ContinuousLoss(PrivacyLoss):
         """
         return 0.0
 
+    def end_mass(self, t, side: int):
+        """The continuous part's mass between ``t`` and the support's end on ``side`` (0: the lower end,
+        ``Pr[lo < Y < t]``; 1: the upper one, ``Pr[t < Y < hi]``), atoms excluded, with the relative accuracy of
+        :meth:`cdf` for ``t`` inside the support; ``None`` where the loss does not provide it (its leaves then
+        count an atom at that end into the mass near it, only more pessimistic).  Losses with an atom at an end
+        of their support implement it (Laplace: its CDF minus the atom would lose the small mass next to it)."""
+        return None
+
     def partial_mean(self, edges: np.ndarray) -> tuple[float, float]:
         """``E[Y; edges[0] < Y <= edges[-1]]`` and an error bound.
 

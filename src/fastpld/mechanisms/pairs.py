@@ -157,6 +157,19 @@ class _LaplacePair(_BasePair):
         e = self.e
         return np.where((l > -e) & (l < e), 0.25 * np.exp(-(np.clip(l, -e, e) + e) / 2), 0.0)
 
+    def end_mass_P(self, l, side: int):
+        """``P``'s continuous mass between ``l`` and the end of ``[-e, e]`` on ``side`` (atoms excluded; see
+        :meth:`fastpld.mechanisms.ContinuousLoss.end_mass`): ``e^-e expm1((e - l) / 2) / 2`` above,
+        ``-expm1(-(l + e) / 2) / 2`` below."""
+        c = np.clip(np.asarray(l, dtype=np.float64), -self.e, self.e)
+        if side == 1:
+            return 0.5 * math.exp(-self.e) * np.expm1((self.e - c) / 2)
+        return -0.5 * np.expm1(-(c + self.e) / 2)
+
+    def end_mass_Q(self, l, side: int):
+        """``Q``'s (the Laplace loss's): :meth:`LaplaceLoss.end_mass`."""
+        return self._q.end_mass(l, side)
+
     def log_moment_P(self, lam):
         # E_P[e^{lam L}] = E_Q[e^{(lam - 1) L}]
         return self._q.log_mgf(np.asarray(lam, dtype=np.float64) - 1.0)

@@ -124,6 +124,21 @@ class SubsampledLoss(ContinuousLoss):
         l = self._ginv(-t)
         return np.where(t >= -self._ylo, 0.0, self.pair.cdf_P(l, strict=True))
 
+    def end_mass(self, t, side: int):
+        """The continuous mass between ``t`` and a support end (:meth:`ContinuousLoss.end_mass`), from the pair's
+        own (a pair with atoms at the ends of ``L``'s support: the Laplace pair's), else ``None``.  ``remove``:
+        ``Y = g(L)`` increasing, the mixture's mass of ``L`` between ``g^-1(t)`` and that end; ``add``:
+        ``Y = -g(L)``, ``P``'s mass of ``L`` between ``g^-1(-t)`` and the other end."""
+        em_p = getattr(self.pair, "end_mass_P", None)
+        if em_p is None:
+            return None
+        t = np.asarray(t, dtype=np.float64)
+        q = self.q
+        if self.direction == "remove":
+            l = self._ginv(t)
+            return (1 - q) * em_p(l, side) + q * self.pair.end_mass_Q(l, side)
+        return em_p(self._ginv(-t), 1 - side)
+
     def pdf(self, t):
         t = np.asarray(t, dtype=np.float64)
         if self._psg is not None:
