@@ -153,6 +153,23 @@ def test_default_accuracy_small(tmp_path):
             assert r["width"] <= 1e-3
 
 
+def test_default_accuracy_random_small(tmp_path):
+    # the random sweep: every family's draws composed at the default accuracy, each row a plan and a time
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "default_accuracy.py"), "--random", "2",
+                        "--kmax", "100", "--seed", "3", "--out", str(tmp_path)], capture_output=True, text=True,
+                       timeout=600, cwd=ROOT, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    rows = json.loads((tmp_path / "default_accuracy_random.json").read_text())["rows"]
+    assert len(rows) == 2 * 4 and {r["family"] for r in rows} == {"Laplace", "PoissonSubsampledLaplace",
+                                                                  "PoissonSubsampled(Laplace)",
+                                                                  "PoissonSubsampledGaussian"}
+    for r in rows:
+        assert 1 <= r["k"] <= 100 and _finite(r["time"]) and r["method"] != "refused"
+        assert 0 <= r["lower"] <= r["upper"]
+        if r["method"].startswith("dominance"):  # (within 0.1% of epsilon; below epsilon 0.01, of 0.01)
+            assert r["upper"] - r["lower"] <= 1e-3 * max(r["lower"], 0.01) * (1 + 1e-9)
+
+
 def test_bench_auto_quick(tmp_path):
     out = tmp_path / "auto.json"
     p = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench_auto.py"), "--quick", "--repeat", "1",
