@@ -63,7 +63,13 @@ def _atom_masses(loss: ContinuousLoss, atoms):
     low, high = F_hi <= 0.5, S_lo <= 0.5
     m = np.where(low, F_hi - F_lo, np.where(high, S_lo - S_hi, 1.0 - F_lo - S_hi))
     tails = np.where(low, F_hi + F_lo, np.where(high, S_lo + S_hi, F_lo + S_hi))
-    return np.maximum(m, 0.0), 8 * loss.cdf_rel_error * tails + 4 * _U + 1e-300
+    m, err = np.maximum(m, 0.0), 8 * loss.cdf_rel_error * tails + 4 * _U + 1e-300
+    for i, x in enumerate(y):
+        # (an atom whose mass the loss knows from closed forms: the symmetric subsampled loss's at 0)
+        own = loss.atom_mass(float(x))
+        if own is not None and own[1] < err[i]:
+            m[i], err[i] = own
+    return m, err
 
 
 def _continuous_grid(loss: ContinuousLoss, h: float, tail: float, max_buckets: int, native: bool):

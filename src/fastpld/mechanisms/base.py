@@ -164,6 +164,11 @@ class ContinuousLoss(PrivacyLoss):
         """
         return 0.0
 
+    def atom_mass(self, y: float):
+        """``(mass, error bound)`` of the atom at ``y`` from the loss's own closed forms, or ``None`` (the leaves then
+        take the jump of :meth:`cdf` and :meth:`sf`, whose error is ``cdf_rel_error`` of the smaller tails)."""
+        return None
+
     def end_mass(self, t, side: int):
         """The continuous part's mass between ``t`` and the support's end on ``side`` (0: the lower end,
         ``Pr[lo < Y < t]``; 1: the upper one, ``Pr[t < Y < hi]``), atoms excluded, with the relative accuracy of
