@@ -46,13 +46,14 @@ def test_exact_gaussian_within_the_default_accuracy():
 
 
 def test_default_falls_back_to_the_coupling_where_dominance_refuses():
-    # a subsampled Laplace at b = 0.903, q = 0.0032 x 53 (epsilon ~0.077): the dominance certificate does not reach
-    # the width asked (its dominated chain's width, a lattice-like loss's, shrinks erratically with the mesh: wider on
-    # some finer meshes); the default answers by the coupling certificate at the first rung of its ladder that
-    # certifies.  (Fixed-size batches were this test's case until their atom's error became relative, PSL(3, 1e-3) x
-    # 1,000 until the leaves placed a loss's atoms exactly: both certified now)
+    # a Poisson-subsampled randomized response over 3 categories, 10 times: the dominance certificate does not reach
+    # the width asked (its three atoms, log(1 - q + q e^L) for L = -1, 0, 1, share no lattice: the dominated chain
+    # moves their sums down, first order in the mesh, and at 10 copies nothing averages it out); the default answers
+    # by the coupling certificate at the first rung of its ladder that certifies.  (Fixed-size batches were this
+    # test's case until their atom's error became relative, subsampled Laplaces until the leaves placed a loss's
+    # atoms exactly and the chains' lattices were anchored on them: certified now)
     from fastpld.composition import api
-    m, k = fastpld.PoissonSubsampledLaplace(0.9028748741590032, 0.0032017621695830177), 53
+    m, k = fastpld.PoissonSubsampled(fastpld.RandomizedResponse(1.0, 3), 0.01), 10
     with pytest.raises(ValueError):
         fastpld.compose(m, k, rel_error=1e-3)
     pld = fastpld.compose(m, k)

@@ -233,18 +233,20 @@ def test_discrete_leaves_place_their_atoms_exactly():
         assert [Fraction(-0.1) + int(j) * Fraction(0.2 / 8) for j in nz] == [Fraction(-0.1), Fraction(0.1)]
     eps = np.linspace(-0.2, 0.2, 41)
     exact = curve(np.array([-0.1, 0.1]), np.asarray(loss.probs, dtype=np.float64), eps)
-    for n in (3, 7):  # (n meshes from -0.1 to 0.1, in floats not exactly: point n above 0.1 for 7, below for 3)
+    for n in (3, 7):  # (n meshes between the atoms, in floats not exactly: the lattice runs through the heavier
+        # atom, 0.1, and its point n below lies within rounding above -0.1 for one of these, below it for the other)
         h = 0.2 / n
-        top = Fraction(-0.1) + n * Fraction(h)
-        assert (top > Fraction(0.1)) == (n == 7)
+        bottom = Fraction(0.1) - n * Fraction(h)
         up = leaves._discrete_leaf(loss, h, 1 << 20, True)
         lo = leaves._discrete_leaf(loss, h, 1 << 20, False)
+        assert Fraction(up.origin[0], 2 ** up.origin[1]) + (up.probs.size - 2) * Fraction(h) == Fraction(0.1)
         assert up.tv == 0.0
         assert np.all(curve(up.values, up.probs, eps) >= exact - 1e-16)
-        assert np.flatnonzero(lo.probs)[-1] == n  # (never a whole mesh down)
-        if n == 7:  # (the top atom just below its point: moved up, charged the exact distance)
-            assert 0.0 < lo.tv <= float(top - Fraction(0.1)) * (1 + 1e-12)
-        else:  # (just above it: moved down onto it, free)
+        nz = np.flatnonzero(lo.probs)
+        assert nz.size == 2 and nz[1] - nz[0] == n  # (never a whole mesh down)
+        if bottom > Fraction(-0.1):  # (the bottom atom just below its point: moved up, charged the exact distance)
+            assert 0.0 < lo.tv <= float(bottom - Fraction(-0.1)) * (1 + 1e-12)
+        else:  # (on it or just above it: moved down onto it, free)
             assert lo.tv == 0.0
         assert np.all(curve(lo.values, lo.probs * lo.mass, eps) <= exact + lo.tv + 1e-16)
 

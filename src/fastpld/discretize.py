@@ -90,6 +90,10 @@ class GridPMF:
     #: the exact offset ``n / 2^e`` as ``(n, e)`` where known (the dominance chains' leaves, nodes and splits):
     #: the atoms lie at exactly ``origin + i * mesh``, and ``offset`` is within one ulp of it
     origin: tuple | None = None
+    #: the exact point ``(n, e)`` the dominance chains' lattices are anchored at (a coarser lattice of this PMF's is
+    #: ``anchor + mesh' * Z``): the sum over the copies composed of each leaf's anchor, its heaviest atom (a loss's
+    #: atoms and their sums then lie on every lattice of a mesh dividing their spacing); ``None``: 0
+    anchor: tuple | None = None
 
     @property
     def values(self) -> np.ndarray:

@@ -35,17 +35,14 @@ from .mechanisms import (
     PrivacyLoss,
     PureDP,
     RandomizedResponse,
-    SubsampledLoss,
     _cached,
-    _cdf_moments,
     _GaussPair,
     _generic_window,
     _LaplacePair,
 )
+from .mechanisms.subsampled import SymmetricSubsampledLoss
 
 from ._lazy import lazy_module
-
-_U = np.finfo(np.float64).eps / 2  # unit roundoff
 
 special = lazy_module("scipy.special")
 stats = lazy_module("scipy.stats")
@@ -108,7 +105,10 @@ def _subsample_discrete(loss: DiscreteLoss, q: float):
     """
     v, lq, lp, q_inf, p_minf = _discrete_pair(loss)
     lq1, lqq = math.log1p(-q), math.log(q)
-    y = np.logaddexp(lq1, lqq + v)
+    # (log1p(q expm1(L)) where e^L does not overflow: exactly 0 at L = 0, where logaddexp gave 2.8e-17 -- an atom
+    # a hair off 0, which the planner took for a lattice quantum of 7e-18)
+    with np.errstate(over="ignore"):
+        y = np.where(v < 700.0, np.log1p(q * np.expm1(np.minimum(v, 700.0))), np.logaddexp(lq1, lqq + v))
     lm = np.logaddexp(lq1 + lp, lqq + lq)  # log M masses
     rem_v, rem_p = [y], [np.exp(lm)]
     add_v, add_p = [-y], [np.exp(lp)]
@@ -365,110 +365,8 @@ def _check_symmetric(mech: Mechanism) -> Mechanism:
 
 
 # --------------------------------------------------------------------------------------
-# The symmetrised subsampled loss (sampling without replacement under replace-one)
+# The symmetrised subsampled loss of a discrete base (the continuous one: mechanisms.subsampled)
 # --------------------------------------------------------------------------------------
-class SymmetricSubsampledLoss(ContinuousLoss):
-    """The symmetric privacy loss ``Z`` whose curve is the remove curve for ``eps >= 0``.
-
-    With ``Y`` the remove loss of ``(M = (1-g) P + g Q, P)`` for a symmetric base pair
-    ``(P, Q)``: ``Z`` has the law of ``Y`` on ``(0, inf)``, the mirror image with weight
-    ``e^-y`` (the law of ``Y`` under ``P``) on ``(-inf, 0)``, and the rest of the mass at 0.
-    Its pair is symmetric and its tradeoff curve lies below both ``T(P, M)`` and ``T(M, P)``,
-    hence below their symmetrisation ``C_g(f)`` of Dong, Roth, Su (2022, subsampling theorem); see
-    ``docs/samplers.md``.
-    """
-
-    def __init__(self, pair, gamma: float):
-        self.rem = SubsampledLoss(pair, gamma, "remove")
-        self.pair = pair
-        self.gamma = float(gamma)
-        self.cdf_rel_error = self.rem.cdf_rel_error
-        hi = self.rem.support[1]
-        self.support = (-hi, hi)
-        pos = [a for a in self.rem.atoms if a > 0]
-        self.atoms = tuple(sorted({0.0, *pos, *(-a for a in pos)}))
-        self._mean = None
-        self._std = None
-
-    def cdf(self, t):
-        t = np.asarray(t, dtype=np.float64)
-        neg = t < 0
-        out = np.asarray(self.rem.cdf(np.where(neg, 0.0, t)), dtype=np.float64).copy()
-        if neg.any():
-            # Pr[Z <= t] = Pr_P[Y >= -t] = Pr_P[L >= ginv(-t)]
-            out[neg] = self.pair.sf_P(self.rem._ginv(-t[neg]), strict=True)
-        return out
-
-    def sf(self, t):
-        t = np.asarray(t, dtype=np.float64)
-        neg = t < 0
-        out = np.asarray(self.rem.sf(np.where(neg, 0.0, t)), dtype=np.float64).copy()
-        if neg.any():
-            # Pr[Z > t] = 1 - Pr_P[L >= ginv(-t)] = Pr_P[L < ginv(-t)]
-            out[neg] = self.pair.cdf_P(self.rem._ginv(-t[neg]), strict=True)
-        return out
-
-    def atom_mass(self, y: float):
-        """The atom at 0 (the rest of the mass): ``1 - M[Y > 0] - P[Y > 0]`` with ``Y > 0`` exactly where ``L > 0``
-        (``g(0) = 0``), so ``1 - (2 - g) P[L > 0] - g Q[L > 0]`` from the pair's closed forms: an absolute error of a
-        few u where the CDF's jump through ``g^-1`` had ``8 tau_F`` of the tails, 1.2e-10 of the atom at ``g`` 0.5%
-        (its charge refused fixed-size batches by dominance even at one step).  Bound: ``8 u`` for the arithmetic
-        and ``64 u`` of each term for the pair's functions (``ndtr``, ``exp``).  Other atoms: ``None``."""
-        if y != 0.0:
-            return None
-        g = self.gamma
-        sp = float(np.asarray(self.pair.sf_P(np.array([0.0])), dtype=np.float64)[0])
-        sq = float(np.asarray(self.pair.sf_Q(np.array([0.0])), dtype=np.float64)[0])
-        terms = (2 - g) * sp + g * sq
-        m = 1.0 - terms
-        if not m > 0:
-            return None
-        return m, 8 * _U + 64 * _U * terms
-
-    def pdf(self, t):
-        t = np.asarray(t, dtype=np.float64)
-        neg = t < 0
-        at = np.where(neg, -t, t)
-        dens = np.asarray(self.rem.pdf(at), dtype=np.float64)
-        with np.errstate(under="ignore"):
-            out = np.where(neg, np.exp(np.minimum(t, 0.0)) * dens, dens)
-        return np.where(t == 0, 0.0, out)
-
-    def log_mgf(self, s):
-        s = np.asarray(s, dtype=np.float64)
-        out = np.zeros(s.shape)
-        # s >= 0: E[e^{sZ}] <= E_M[e^{sY}; Y > 0] + Pr[Z <= 0]
-        #        <= E_M[e^{sY}] - (1-g)^s M[Y <= 0] + M[Y <= 0] <= e^{K(s)} + 1 - (1-g)^s
-        # s <= -1: E[e^{sZ}] = E[e^{(-1-s) Z}] (symmetry); -1 < s < 0: <= 0 (Jensen)
-        pos = s >= 0
-        neg = s <= -1
-        x = np.concatenate([s[pos], -1.0 - s[neg]])
-        if x.size:
-            k = np.asarray(self.rem.log_mgf(x), dtype=np.float64)
-            with np.errstate(over="ignore", divide="ignore"):
-                extra = -np.expm1(x * math.log1p(-self.gamma)) if self.gamma < 1 else np.ones_like(x)
-                val = np.logaddexp(k, np.log(np.maximum(extra, 1e-300)))
-            out[pos] = val[: int(pos.sum())]
-            out[neg] = val[int(pos.sum()):]
-        return out
-
-    def _moments(self):
-        if self._mean is None:
-            m, sd = _cdf_moments(self, *_generic_window(self, 1e-18, 0.0, max(self.rem.std(), 1e-12)))
-            self._std = sd  # (before _mean, as in SubsampledLoss)
-            self._mean = m
-        return self._mean, self._std
-
-    def mean(self):
-        return self._moments()[0]
-
-    def std(self):
-        return self._moments()[1]
-
-    def __repr__(self):
-        return f"SymmetricSubsampledLoss({type(self.pair).__name__}, gamma={self.gamma})"
-
-
 def _symmetric_discrete(loss: DiscreteLoss, g: float) -> DiscreteLoss:
     """:class:`SymmetricSubsampledLoss` of the canonical pair of a symmetric discrete loss (exact)."""
     v, lq, lp, q_inf, p_minf = _discrete_pair(loss)

@@ -217,7 +217,10 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     if stride and position and all(pmf.origin is not None for pmf, _ in inputs):
         g = _common_stride(inputs)
         if g > 1:
-            return _run_strided(node, inputs, inst, g, budgets, n_objects, backend, max_buckets, n_nodes, position)
+            out, info = _run_strided(node, inputs, inst, g, budgets, n_objects, backend, max_buckets, n_nodes,
+                                     position)
+            out.anchor = _anchor_sum(inputs)
+            return out, info
     h = inputs[0][0].mesh
     # centre each input at its mean index (keeps phases small in the powers)
     ins = []
@@ -235,7 +238,7 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
         p, cen, m = ins[0]
         info = {"N": p.size, "wrap": 0.0, "fp": 0.0, "dtype": p.dtype, "pos_err": 0.0, "window": (0, p.size - 1),
                 "series": 0, "dft": False, "lattice": False}
-        return GridPMF(p, inputs[0][0].offset, h, origin=inputs[0][0].origin), info
+        return GridPMF(p, inputs[0][0].offset, h, origin=inputs[0][0].origin, anchor=inputs[0][0].anchor), info
     lo_full = -sum(m * cen for _, cen, m in ins)
     lo, hi, tail = _chernoff_window(ins, w_per, backend.native)
     need = hi - lo + 1
@@ -414,4 +417,11 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
         pos_err = _dyadic_error(exact, offset)
     info = {"N": N, "wrap": wrap, "fp": tv_fp, "dtype": dtype, "window": (c, c + N - 1), "pos_err": pos_err,
             "series": ser[0] if ser is not None else 0, "dft": dft is not None, "lattice": lat is not None}
-    return GridPMF(lin, offset, h, origin=origin), info
+    return GridPMF(lin, offset, h, origin=origin, anchor=_anchor_sum(inputs) if position else None), info
+
+
+def _anchor_sum(inputs):
+    """The output's lattice anchor (:attr:`fastpld.discretize.GridPMF.anchor`): the exact sum of the inputs'
+    anchors times their powers (``None``: 0)."""
+    terms = [(m, pmf.anchor) for pmf, m in inputs if pmf.anchor is not None]
+    return _dyadic_sum(terms) if terms else None

@@ -11,7 +11,7 @@ from fractions import Fraction
 import numpy as np
 
 from .._limits import BucketLimitError
-from ..composition.roundoff import _dyadic
+from ..composition.roundoff import _dyadic, _rounded
 from ..discretize import GridPMF
 from ..mechanisms import DiscreteLoss
 
@@ -71,7 +71,12 @@ def _discrete_leaf(loss: DiscreteLoss, h: float, max_buckets: int, upper: bool) 
     # exactly, in floats): moved up onto that point, charged its exact distance, not a whole mesh down
     if v.size > _EXACT_ATOMS:
         return _discrete_leaf_float(v, pr, lat, h, upper)
-    fl, fh = Fraction(lat), Fraction(h)
+    # (the lattice through the heaviest atom, which anchors the chain's coarser lattices: GridPMF.anchor; its
+    # first point lat + i0 h at or below the lowest atom)
+    anchor = float(v[int(np.argmax(pr))])
+    fa, fh = Fraction(anchor), Fraction(h)
+    i0 = math.floor((Fraction(lat) - fa) / fh)
+    fl = fa + i0 * fh
     j = np.empty(v.size, dtype=np.int64)
     d = np.empty(v.size)
     tv_pos = 0.0
@@ -86,7 +91,8 @@ def _discrete_leaf(loss: DiscreteLoss, h: float, max_buckets: int, upper: bool) 
         j[k] = jk
         d[k] = float((t - jk) * fh)
     tv_pos *= 1 + 2 * (v.size + 2) * _U
-    return _discrete_pmf(j, d, pr, lat, h, upper, tv_pos)
+    return _discrete_pmf(j, d, pr, (fl.numerator, fl.denominator.bit_length() - 1), h, upper, tv_pos,
+                         _dyadic(anchor))
 
 
 # discrete losses with more atoms than this place them in floating point (charged): the exact placement costs ~10 us
@@ -107,12 +113,13 @@ def _discrete_leaf_float(v, pr, lat: float, h: float, upper: bool) -> GridPMF:
     # error against the exact lattice point lat + j h, at most 8 u (|v| + |lat| + h) per unit of mass)
     tv_pos = (float(np.sum(pr * -noise)) * (1 + 2 * (v.size + 2) * _U)
               + 8 * _U * (float(np.max(np.abs(v))) + abs(lat) + h) * (1 + (v.size + 1) * _U))
-    return _discrete_pmf(j, d, pr, lat, h, upper, tv_pos)
+    return _discrete_pmf(j, d, pr, _dyadic(lat), h, upper, tv_pos)
 
 
-def _discrete_pmf(j, d, pr, lat: float, h: float, upper: bool, tv_pos: float) -> GridPMF:
+def _discrete_pmf(j, d, pr, origin, h: float, upper: bool, tv_pos: float, anchor=None) -> GridPMF:
     """The discrete leaf's PMF from its atoms' points ``j`` and distances ``d`` above them (fact 5 for the
-    dominating leaf, each atom on its point for the dominated one)."""
+    dominating leaf, each atom on its point for the dominated one); point ``j`` is ``origin + j h`` exactly (a
+    :func:`~fastpld.composition.roundoff._dyadic` pair), ``anchor`` the chain's (:attr:`GridPMF.anchor`)."""
     n = int(j[-1]) + 2
     p = np.zeros(n)
     if upper:
@@ -122,7 +129,8 @@ def _discrete_pmf(j, d, pr, lat: float, h: float, upper: bool, tv_pos: float) ->
     else:
         np.add.at(p, j, pr)
     p /= p.sum()
-    pmf = GridPMF(p, lat, h, tv=tv_pos, origin=_dyadic(lat))
+    pmf = GridPMF(p, _rounded(origin, 1 if upper else -1), h, tv=tv_pos, origin=origin,
+                  anchor=anchor if anchor is not None and anchor[0] != 0 else None)
     # (the products, the sums into each entry and the normalisation: relative rounding; the
     # dominating leaf charges it as a factor, the dominated one lowers its mass by it)
     r = (math.log2(n) + 8 + np.max(np.bincount(j, minlength=n))) * 2 * _U

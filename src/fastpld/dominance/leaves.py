@@ -11,7 +11,7 @@ from fractions import Fraction
 import numpy as np
 
 from .. import _kernels
-from ..composition.roundoff import _dyadic_sum, _rounded
+from ..composition.roundoff import _dyadic, _dyadic_sum, _rounded
 from ..discretize import GridPMF, truncation_window
 from ..mechanisms import ContinuousLoss, DiscreteLoss, SubsampledLoss
 from . import splits as _splits
@@ -72,6 +72,19 @@ def _atom_masses(loss: ContinuousLoss, atoms):
     return m, err
 
 
+def _anchor_atom(loss, atoms) -> float:
+    """The leaf's lattice point on an atom: the heaviest one in the window (its split is then exact; with the
+    planner's meshes, every atom's is), 0 without atoms.  The chains' coarser lattices are anchored at the sum of
+    it over the copies (:attr:`fastpld.discretize.GridPMF.anchor`)."""
+    return atoms[int(np.argmax(_atom_masses(loss, atoms)[0]))] if atoms else 0.0
+
+
+def _with_anchor(pmf: GridPMF, lat: float) -> GridPMF:
+    if lat != 0.0:
+        pmf.anchor = _dyadic(lat)
+    return pmf
+
+
 def _continuous_grid(loss: ContinuousLoss, h: float, tail: float, max_buckets: int, native: bool):
     """The leaf's lattice (mesh ``h``) over the window, the atoms inside it, the tails cut off, and the
     lattice's first point exactly (``lat + i_lo h`` as :func:`fastpld.composition.roundoff._dyadic`'s pair: the
@@ -79,8 +92,7 @@ def _continuous_grid(loss: ContinuousLoss, h: float, tail: float, max_buckets: i
     :func:`_integrals`)."""
     a0, b0 = truncation_window(loss, tail, native)
     atoms = [x for x in loss.atoms if a0 < x <= b0]
-    # the heaviest atom on a grid point (its split is then exact; with the planner's mesh, all are)
-    lat = (atoms[int(np.argmax(_atom_masses(loss, atoms)[0]))] if atoms else 0.0)
+    lat = _anchor_atom(loss, atoms)
     i_lo = math.floor((a0 - lat) / h)
     i_hi = math.ceil((b0 - lat) / h)
     n = i_hi - i_lo + 1
@@ -539,7 +551,8 @@ def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bo
         raise ValueError("the discretisation window holds no probability mass; the mechanism parameters are degenerate")
     _check_window(total, truncated, err, loss)
     tv = 2 * err / total
-    pmf = GridPMF(p, _rounded(origin, 1), h, tv=tv, truncated=truncated, origin=origin)
+    pmf = _with_anchor(GridPMF(p, _rounded(origin, 1), h, tv=tv, truncated=truncated, origin=origin),
+                       _anchor_atom(loss, atoms))
     # (the entries: a difference and a sum of two products, the sum, the normalisation)
     pmf.rel = 2 * (rel + 4 * _U) + (math.log2(n) + 8) * _U  # (np.sum is pairwise)
     _memo_put(memo, key, loss, pmf)
@@ -632,7 +645,8 @@ def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, nati
     window = 1.0 - truncated / (1 + 8 * loss.cdf_rel_error)
     if not window > 0 or not kept > 0:
         raise ValueError("the discretisation window holds no probability mass; the mechanism parameters are degenerate")
-    pmf = GridPMF(out, _rounded(origin, -1), h, tv=tv, truncated=truncated, origin=origin)
+    pmf = _with_anchor(GridPMF(out, _rounded(origin, -1), h, tv=tv, truncated=truncated, origin=origin),
+                       _anchor_atom(loss, atoms))
     pmf.mass = _claimed_mass(kept / window, out.size, 4 * truncated / window)
     _memo_put(memo, key, loss, pmf)
     return pmf

@@ -65,8 +65,14 @@ def leaf_mesh(parts, plan, eps_error: float, scale: float = 1.0) -> float:
     h1 = scale * math.sqrt(12.0 * eps_error / (_SHIFT_FACTOR * _model_weight(plan)))
     if len(parts) == 1:
         loss = parts[0][0]
-        pts = (np.asarray(loss.values, dtype=np.float64) if isinstance(loss, DiscreteLoss)
-               else np.asarray(getattr(loss, "atoms", ()), dtype=np.float64))
+        if isinstance(loss, DiscreteLoss):
+            # (atoms of a negligible mass aside: a subsampled discrete loss's at log(1 - q), the rounding of its
+            # pair's mass at L = -inf (1e-16), would leave its two atoms without a common lattice; off the lattices,
+            # it moves the curve by its mass times a mesh at most)
+            pr = np.asarray(loss.probs, dtype=np.float64)
+            pts = np.asarray(loss.values, dtype=np.float64)[pr > _NEGLIGIBLE_ATOM * float(pr.max())]
+        else:
+            pts = np.asarray(getattr(loss, "atoms", ()), dtype=np.float64)
         span = 0.0
         if 0 < pts.size <= 2:
             span = float(np.max(np.abs(pts)))
@@ -96,7 +102,9 @@ def leaf_mesh(parts, plan, eps_error: float, scale: float = 1.0) -> float:
 
 
 _QUANTUM_MAX_ATOMS = 16
+_NEGLIGIBLE_ATOM = 1e-12  # (relative to the heaviest: leaf_mesh aligns its meshes with the others)
 _QUANTUM_MAX_DEN = 64
+_QUANTUM_MAX_RATIO = 1e4
 
 
 def _atom_quantum(pts) -> float:
@@ -109,6 +117,8 @@ def _atom_quantum(pts) -> float:
     if a.size == 0:
         return 0.0
     ref = float(a.min())
+    if float(a.max()) > _QUANTUM_MAX_RATIO * ref:
+        return 0.0  # (a quantum far below the atoms' spacing: no lattice of a useful mesh holds them all)
     den = 1
     for x in a:
         fr = Fraction(float(x) / ref).limit_denominator(_QUANTUM_MAX_DEN)

@@ -3,6 +3,7 @@ and the balanced split (dominated), with the compiled balanced split's numpy ref
 (``docs/dominance.md``, facts 3-5)."""
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -153,7 +154,29 @@ def _ctd_split_py(pmf: GridPMF, mesh: float):
     return out, j0
 
 
-def ctd_split(pmf: GridPMF, mesh: float, native: bool = False) -> GridPMF:
+def _anchored(split, side: int):
+    """``split`` (its offsets rounded towards ``side``: up for the dominating split, every atom at or above its
+    point, down for the dominated one) onto the lattice ``pmf.anchor + mesh * Z`` instead of ``mesh * Z``: the same split of ``pmf``
+    shifted by its anchor (exactly: its ``origin``), the result shifted back (every position relative, so the split
+    and its charges are those of the shifted PMF).  A loss's atoms and all their sums then lie on the chain's
+    coarser lattices where the meshes divide their spacing (the planner's for one or two atoms), as they did only
+    for atoms at multiples of the mesh: a subsampled randomized response's two atoms composed 61 times were split
+    onto lattices off them, the dominated chain's epsilon 0.1% low at every mesh."""
+    @functools.wraps(split)
+    def run(pmf: GridPMF, mesh: float, native: bool = False) -> GridPMF:
+        a = pmf.anchor
+        if a is None or a[0] == 0 or pmf.origin is None:
+            return split(pmf, mesh, native)
+        rel = _dyadic_sum([(1, pmf.origin), (-1, a)])
+        res = split(GridPMF(pmf.probs, _rounded(rel, side), pmf.mesh, origin=rel), mesh, native)
+        res.origin = _dyadic_sum([(1, res.origin), (1, a)])
+        res.offset = _rounded(res.origin, side)
+        res.anchor = a
+        return res
+    return run
+
+
+def _ctd_split(pmf: GridPMF, mesh: float, native: bool = False) -> GridPMF:
     """Connect-the-dots re-discretisation onto the lattice ``mesh * Z`` (dominates ``pmf``); ``native``: the
     compiled kernel (one pass), else its numpy reference."""
     if native and _dom is not None:
@@ -209,7 +232,7 @@ def _dominated_prep_exact_py(n: int, n0: int, R: int, hin: float):
     return j - j0, s, 0.0, j0, int(j[-1]) - j0 + 2
 
 
-def dominated_split(pmf: GridPMF, mesh: float, native: bool = False) -> GridPMF:
+def _dominated_split(pmf: GridPMF, mesh: float, native: bool = False) -> GridPMF:
     """Re-discretisation onto ``mesh * Z`` dominated by ``pmf`` (:func:`_balanced_split`); ``native``: the
     atoms' cells from the compiled kernel, else its numpy reference.
 
@@ -240,3 +263,6 @@ def dominated_split(pmf: GridPMF, mesh: float, native: bool = False) -> GridPMF:
     # the cast lowers its mass; see _claimed_mass for the output's sum)
     res.mass = _claimed_mass(total / float(p.sum()), out.size, 2 * cast + 2 * _pairwise_gamma(p.size))
     return res
+
+
+ctd_split, dominated_split = _anchored(_ctd_split, 1), _anchored(_dominated_split, -1)
