@@ -123,3 +123,26 @@ def test_splits_target_the_anchored_lattice(native):
         assert np.count_nonzero(big) == on.size and out.probs[~big].sum() <= 1e-13
         assert out.anchor == pmf.anchor
         np.testing.assert_allclose(out.probs[big], p[on], rtol=1e-13)
+
+
+@pytest.mark.parametrize("b,q,k", [(34.49041977064028, 0.0030661307091822223, 9),
+                                   (188.3197204584769, 0.0063232494575537765, 4)])
+def test_aligned_meshes_follow_the_rescaling(b, q, k):
+    """A subsampled Laplace of a tiny support (epsilon ~1e-4): its meshes are aligned on its two atoms (both
+    directions: the add direction lists them in reverse), pinned at their spacing over the coarsest lattice's ratio
+    while the planner's mesh is coarser; a rescaling goes on down until some mesh changes, else it composed the
+    same meshes five times and refused (the first), or answered at 0.7% of epsilon (the second, before the add
+    direction was aligned).  Certified, and bracketing dp_accounting at a fine grid both ways."""
+    m = fastpld.PoissonSubsampled(fastpld.Laplace(b), q)
+    pld = fastpld.compose(m, k, rel_error=1e-3)
+    assert pld.method.startswith("dominance")
+    r = pld.epsilon(1e-5)
+    assert r.upper - r.lower <= 1e-3 * 0.01  # (epsilon below 0.01: the width asked is 1e-3 of 0.01)
+    pytest.importorskip("dp_accounting")
+    from dp_accounting.pld import privacy_loss_distribution as pldlib
+    peer = {}
+    for pess in (True, False):
+        one = pldlib.from_laplace_mechanism(b, sensitivity=1.0, sampling_prob=q, value_discretization_interval=1e-7,
+                                            pessimistic_estimate=pess, use_connect_dots=pess)
+        peer[pess] = one.self_compose(k).get_epsilon_for_delta(1e-5)
+    assert r.lower <= peer[True] + 1e-12 and peer[False] - 1e-12 <= r.upper

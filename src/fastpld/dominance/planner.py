@@ -77,7 +77,7 @@ def leaf_mesh(parts, plan, eps_error: float, scale: float = 1.0) -> float:
         if 0 < pts.size <= 2:
             span = float(np.max(np.abs(pts)))
             if span > 0 and pts.size == 2 and abs(abs(pts[0]) - abs(pts[1])) > 1e-12 * span:
-                span = float(pts[1] - pts[0])
+                span = abs(float(pts[1] - pts[0]))  # (a reversed direction lists its atoms in reverse)
         elif pts.size <= _QUANTUM_MAX_ATOMS and np.all(np.isfinite(pts)):
             # more atoms: their common quantum, if any (randomized response over c > 2 categories: -eps, 0, eps;
             # on lattices off it the width fell first order in the mesh, RR(0.5, 4) x 1e4 took five compositions
@@ -161,6 +161,7 @@ _SHARED_LEAF_BUCKETS = 30000
 _MODEL_OFF = 8.0  # a first width this many times the width asked is not the model's error (see the rescale loop)
 _RESCALES = 4  # answers after the pilot at most (each one's width measured), before a miss is refused
 _MAX_REFINE = 8.0  # the largest factor by which one rescaling refines the meshes
+_PINNED_STEPS = 200  # steps of 2^(1/8) a rescaling may go on for until some mesh changes (2^-25 at most)
 _DIRECT_COPIES = 4  # (50 parts of 100-3000 copies: 0.6-0.9x the time of chains; 10 parts of 30,000: 1.3x)
 # block size of heterogeneous plans (parts as leaves of their blocks, the pilot on a proxy: against 8, measured
 # 0.85x the time for 50 x 100 and 300 x 10 subsampled Gaussians, 0.81-0.87x for 20 x 3,000 and 1,000 x 10;
@@ -519,6 +520,9 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
     # approximation) runs at once; the others' are deferred (DominancePLD: their lower bounds are read only where
     # their upper bounds exceed its lower one, which for the subsampled Gaussian's add direction is near epsilon 0
     # only; the reference widths run them where needed)
+    def leaf_meshes(scale):
+        return [leaf_mesh(parts, plan, eps_error, scale * coarse.get(name, 1.0)) for name, parts, plan in plans]
+
     eager = _eager_direction(dir_parts, eps_error, rel_error)
     # (the other directions' dominating chains on coarser meshes, where their predicted epsilons lie far enough
     # below: see _coarse_factors; dropped for good after a width that misses)
@@ -581,7 +585,15 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
             # (at most _MAX_REFINE finer a step: a width far off the h^p law -- the dominated chain's mass
             # lost on coarse meshes -- would otherwise send the meshes thousands of times finer than needed)
             factor = max((_SCALE_MARGIN ** 2 / excess) ** (1.0 / p), 1.0 / _MAX_REFINE)
+        meshes = leaf_meshes(scale)
         scale = _quantized(scale * factor)
+        for _ in range(_PINNED_STEPS):
+            # (meshes aligned on a loss's atoms do not follow the scale while the planner's is coarser than their
+            # spacing allows -- pinned at span / R --: the scale goes on down until some mesh is finer, else every
+            # rescaling composed the same meshes again: PoissonSubsampled(Laplace(34.5), 0.003) x 9, refused)
+            if any(m < c for m, c in zip(leaf_meshes(scale), meshes)):
+                break
+            scale = _quantized(scale * 2.0 ** -0.125)
         # (finer meshes whose charges do not fit delta_error: refused, as the other methods refuse
         # an eps_error they cannot reach; auto then takes a coupling plan)
         pld = attempt(scale, plans)
