@@ -5,7 +5,8 @@ epsilon(1e-5) relative to epsilon, and the time (caches cleared before each run,
 
     python benchmarks/default_accuracy.py [--repeat 3] [--kmax 1e5] [--out benchmarks/results]
 
-``--random N``: instead, N random configurations per family (noise, sampling rate and k log-uniform; ``--seed``),
+``--random N``: instead, N random configurations per family (noise -- for randomized response its epsilon --, sampling
+rate and k log-uniform; ``--seed``),
 each composed once at the default accuracy: per family, how many the dominance certificate answered (the rest fell
 back to the coupling certificate or were refused), their total and median time and median width.  Run it with
 ``PYTHONPATH`` on an older checkout's ``src`` for the same draws before a change.
@@ -72,6 +73,11 @@ _FAMILIES = {  # name: (noise range, sampling-rate range or None, mechanism)
     "PoissonSubsampledLaplace": ((0.3, 5.0), (1e-3, 0.5), lambda b, q: F.PoissonSubsampledLaplace(b, q)),
     "PoissonSubsampled(Laplace)": ((0.5, 500.0), (1e-3, 0.5), lambda b, q: F.PoissonSubsampled(F.Laplace(b), q)),
     "PoissonSubsampledGaussian": ((0.5, 5.0), (1e-4, 0.5), lambda s, q: F.PoissonSubsampledGaussian(s, q)),
+    # (fixed-size batches of a dataset of 10,000 records: batch size q n)
+    "SubsampledWithoutReplacement(Gaussian)": ((0.5, 5.0), (1e-4, 0.1), lambda s, q: F.SubsampledWithoutReplacement(
+        F.Gaussian(s), max(1, round(q * 10_000)), 10_000)),
+    "PoissonSubsampled(RandomizedResponse)": ((0.1, 3.0), (1e-3, 0.5), lambda e, q: F.PoissonSubsampled(
+        F.RandomizedResponse(e, 2), q)),
 }
 
 

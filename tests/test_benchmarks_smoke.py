@@ -160,9 +160,9 @@ def test_default_accuracy_random_small(tmp_path):
                        timeout=600, cwd=ROOT, env=dict(os.environ, PYTHONWARNINGS="ignore"))
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
     rows = json.loads((tmp_path / "default_accuracy_random.json").read_text())["rows"]
-    assert len(rows) == 2 * 4 and {r["family"] for r in rows} == {"Laplace", "PoissonSubsampledLaplace",
-                                                                  "PoissonSubsampled(Laplace)",
-                                                                  "PoissonSubsampledGaussian"}
+    assert len(rows) == 2 * 6 and {r["family"] for r in rows} == {
+        "Laplace", "PoissonSubsampledLaplace", "PoissonSubsampled(Laplace)", "PoissonSubsampledGaussian",
+        "SubsampledWithoutReplacement(Gaussian)", "PoissonSubsampled(RandomizedResponse)"}
     for r in rows:
         assert 1 <= r["k"] <= 100 and _finite(r["time"]) and r["method"] != "refused"
         assert 0 <= r["lower"] <= r["upper"]
