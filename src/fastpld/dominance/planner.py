@@ -589,9 +589,10 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
         scale = _quantized(scale * factor)
         for _ in range(_PINNED_STEPS):
             # (meshes aligned on a loss's atoms do not follow the scale while the planner's is coarser than their
-            # spacing allows -- pinned at span / R --: the scale goes on down until some mesh is finer, else every
-            # rescaling composed the same meshes again: PoissonSubsampled(Laplace(34.5), 0.003) x 9, refused)
-            if any(m < c for m, c in zip(leaf_meshes(scale), meshes)):
+            # spacing allows -- pinned at span / R, then span / (R M) --: the scale goes on down until some mesh is
+            # the factor finer, else every rescaling composed the same meshes again, or one step finer:
+            # PoissonSubsampled(Laplace(34.5), 0.003) x 9 and PoissonSubsampled(Laplace(1.55), 0.0012) x 2, refused)
+            if any(m <= c * factor * (1 + 1e-9) for m, c in zip(leaf_meshes(scale), meshes)):
                 break
             scale = _quantized(scale * 2.0 ** -0.125)
         # (finer meshes whose charges do not fit delta_error: refused, as the other methods refuse
