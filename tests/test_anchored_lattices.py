@@ -14,6 +14,8 @@ from fastpld.discretize import GridPMF
 from fastpld.dominance import splits
 from fastpld.dominance.planner import _atom_quantum
 
+from certified import dominance_epsilon, laplace_peer
+
 
 def _exact_epsilon(loss_pairs, k, delta):
     """epsilon(delta) of k copies of two-atom losses (one per direction: max of the curves), by the binomial
@@ -46,9 +48,7 @@ def test_subsampled_randomized_response_composes_exactly():
     losses = m.privacy_losses()
     pairs = [(losses[d].values, losses[d].probs) for d in ("remove", "add")]
     assert all(len(v) == 2 and abs(v[0]) != abs(v[1]) for v, _ in pairs)
-    pld = fastpld.compose(m, k, rel_error=1e-3)
-    assert pld.method.startswith("dominance")
-    r = pld.epsilon(1e-5)
+    r = dominance_epsilon(m, k)
     lo, hi = _exact_epsilon(pairs, k, 1e-5)
     assert r.lower <= lo * (1 + 1e-12) and hi <= r.upper * (1 + 1e-12)
     assert r.upper - r.lower <= 1e-6 * r.upper  # (exact up to the delta charges: was 0.1% at every mesh)
@@ -62,9 +62,7 @@ def test_two_atoms_and_a_rounding_atom():
     m = fastpld.PoissonSubsampled(fastpld.RandomizedResponse(e, 2), q)
     rem = m.privacy_losses()["remove"]
     assert rem.values.size == 3 and rem.probs.min() < 1e-15
-    pld = fastpld.compose(m, k, rel_error=1e-3)
-    assert pld.method.startswith("dominance")
-    r = pld.epsilon(1e-5)
+    r = dominance_epsilon(m, k)
     assert r.upper - r.lower <= 1e-7 * r.upper
     # against the two heavy atoms' binomial curve (log-space float64, ~1e-12 relative): the third's mass, 1e-16 a
     # copy, moves delta by 1e-11 at most
@@ -133,18 +131,10 @@ def test_aligned_meshes_follow_the_rescaling(b, q, k):
     while the planner's mesh is coarser; a rescaling goes on down until some mesh changes, else it composed the
     same meshes five times and refused (the first), or answered at 0.7% of epsilon (the second, before the add
     direction was aligned).  Certified, and bracketing dp_accounting at a fine grid both ways."""
-    m = fastpld.PoissonSubsampled(fastpld.Laplace(b), q)
-    pld = fastpld.compose(m, k, rel_error=1e-3)
-    assert pld.method.startswith("dominance")
-    r = pld.epsilon(1e-5)
-    assert r.upper - r.lower <= 1e-3 * 0.01  # (epsilon below 0.01: the width asked is 1e-3 of 0.01)
+    r = dominance_epsilon(fastpld.PoissonSubsampled(fastpld.Laplace(b), q), k)
+    assert r.upper < 0.01  # (epsilon below 0.01: the width asked is 1e-3 of 0.01)
     pytest.importorskip("dp_accounting")
-    from dp_accounting.pld import privacy_loss_distribution as pldlib
-    peer = {}
-    for pess in (True, False):
-        one = pldlib.from_laplace_mechanism(b, sensitivity=1.0, sampling_prob=q, value_discretization_interval=1e-7,
-                                            pessimistic_estimate=pess, use_connect_dots=pess)
-        peer[pess] = one.self_compose(k).get_epsilon_for_delta(1e-5)
+    peer = laplace_peer(b, q, k, 1e-7)
     assert r.lower <= peer[True] + 1e-12 and peer[False] - 1e-12 <= r.upper
 
 
@@ -152,8 +142,4 @@ def test_pinned_meshes_refine_by_the_factor_asked():
     """PoissonSubsampled(Laplace(1.55), 0.0012) x 2: both directions' meshes aligned at span / (R M); a rescaling
     that stopped at the first mesh that changed took M one step at a time (excess 6.1, 2.8, 3.9, 1.35, 1.07:
     refused); it now lowers the scale until a mesh is the factor asked finer."""
-    m = fastpld.PoissonSubsampled(fastpld.Laplace(1.5495120848029782), 0.0011600459504776176)
-    pld = fastpld.compose(m, 2, rel_error=1e-3)
-    assert pld.method.startswith("dominance")
-    r = pld.epsilon(1e-5)
-    assert r.upper - r.lower <= 1e-3 * 0.01
+    dominance_epsilon(fastpld.PoissonSubsampled(fastpld.Laplace(1.5495120848029782), 0.0011600459504776176), 2)

@@ -17,6 +17,8 @@ from fastpld.composition.roundoff import _dyadic_sum
 from fastpld.dominance import leaves as L
 from fastpld.mechanisms.losses import LaplaceLoss
 
+from certified import dominance_epsilon, laplace_peer, overlaps_coupling
+
 _U = np.finfo(np.float64).eps / 2
 
 
@@ -122,47 +124,30 @@ def test_subsampled_laplace_leaf_charges(b, q, h):
     assert lo.tv <= 1e-16
 
 
-def _peer_pessimistic(b, q, k, grid):
-    from dp_accounting.pld import privacy_loss_distribution as pldlib
-    one = pldlib.from_laplace_mechanism(b, sensitivity=1.0, sampling_prob=q, value_discretization_interval=grid,
-                                        pessimistic_estimate=True)
-    return one.self_compose(k).get_epsilon_for_delta(1e-5)
-
-
 def test_subsampled_laplace_certified_by_dominance():
     """PSL(2.54, 0.0409) x 38,766 at rel_error 1e-3: refused by dominance (the dominated chain's lower bound 7.26
     for a true 16.75, at every mesh down to 8M-bucket FFTs) and answered by the coupling certificate in 7 s; now
     certified within 0.1% in well under a second, below dp_accounting's pessimistic (upper) bound."""
     b, q, k = 2.539993017447988, 0.04085563619635581, 38766
-    pld = fastpld.compose(fastpld.PoissonSubsampledLaplace(b, q), k, rel_error=1e-3)
-    assert pld.method.startswith("dominance")
-    r = pld.epsilon(1e-5)
-    assert r.upper - r.lower <= 1e-3 * r.lower
+    r = dominance_epsilon(fastpld.PoissonSubsampledLaplace(b, q), k)
     pytest.importorskip("dp_accounting")
-    assert r.lower <= _peer_pessimistic(b, q, k, 1e-3) + 1e-9
+    assert r.lower <= laplace_peer(b, q, k, 1e-3)[True] + 1e-9
 
 
 def test_subsampled_laplace_many_copies_certified():
     """PSL(0.654, 0.00271) x 70,733: the empty cell beyond the support end charged 1e-15 total variation a copy,
     over delta_error at every mesh tried (the coupling certificate answered); now dominance certifies it."""
     b, q, k = 0.6537932405300699, 0.002713906947624475, 70733
-    pld = fastpld.compose(fastpld.PoissonSubsampledLaplace(b, q), k, rel_error=1e-3)
-    assert pld.method.startswith("dominance")
-    r = pld.epsilon(1e-5)
-    assert r.upper - r.lower <= 1e-3 * r.lower
+    r = dominance_epsilon(fastpld.PoissonSubsampledLaplace(b, q), k)
     pytest.importorskip("dp_accounting")
-    assert r.lower <= _peer_pessimistic(b, q, k, 1e-4) + 1e-9
+    assert r.lower <= laplace_peer(b, q, k, 1e-4)[True] + 1e-9
 
 
 def test_subsampled_laplace_brackets_peer_both_ways():
-    from_peer = pytest.importorskip("dp_accounting.pld.privacy_loss_distribution")
+    pytest.importorskip("dp_accounting")
     b, q, k = 1.2661637245827688, 0.3675132544170437, 5
     r = fastpld.compose(fastpld.PoissonSubsampledLaplace(b, q), k, rel_error=1e-3, method="dominance").epsilon(1e-5)
-    peer = {}
-    for pess in (True, False):
-        one = from_peer.from_laplace_mechanism(b, sensitivity=1.0, sampling_prob=q, value_discretization_interval=1e-4,
-                                               pessimistic_estimate=pess, use_connect_dots=pess)
-        peer[pess] = one.self_compose(k).get_epsilon_for_delta(1e-5)
+    peer = laplace_peer(b, q, k, 1e-4)
     assert r.lower <= peer[True] + 1e-9 and peer[False] - 1e-9 <= r.upper
 
 
@@ -173,9 +158,4 @@ def test_subsampled_laplace_once_refused_now_certified(b, q, k):
     dominated leaf's atom a mesh down); both fell back to the coupling certificate.  Now certified, and the
     intervals overlap the coupling certificate's (two independent certificates)."""
     m = fastpld.PoissonSubsampledLaplace(b, q)
-    pld = fastpld.compose(m, k, rel_error=1e-3)
-    assert pld.method.startswith("dominance")
-    r = pld.epsilon(1e-5)
-    assert r.upper - r.lower <= 1e-3 * max(r.lower, 0.01)
-    ref = fastpld.compose(m, k, eps_error=0.003, method="coupling").epsilon(1e-5)
-    assert r.lower <= ref.upper and ref.lower <= r.upper
+    assert overlaps_coupling(m, k, dominance_epsilon(m, k), 0.003)
