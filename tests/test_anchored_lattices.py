@@ -2,6 +2,7 @@
 multiples of the mesh -- two atoms at ``-a`` and ``b``, ``a != b`` -- composes onto coarser lattices that hold all
 their sums, so a discrete loss of two atoms composes exactly on the planner's aligned meshes.  Before, the splits
 targeted ``mesh * Z``, off the sums: the dominated chain's epsilon stayed 0.1% low at every mesh."""
+import math
 from fractions import Fraction
 from math import comb
 
@@ -54,34 +55,46 @@ def test_subsampled_randomized_response_composes_exactly():
     assert r.upper - r.lower <= 1e-6 * r.upper  # (exact up to the delta charges: was 0.1% at every mesh)
 
 
-def test_two_atoms_and_a_rounding_atom():
-    """A subsampled randomized response's third atom, at log(1 - q), holds 1e-16 (the rounding of its pair's
-    mass at L = -inf): the planner aligns its meshes with the other two, and the composition is certified by
-    dominance within 1e-7 in 0.3 s, where it was refused after 24 s (no common lattice: first-order widths)."""
+def test_subsampled_randomized_response_has_no_rounding_atom():
+    """Randomized response's pair has no mass at L = -inf (``DiscreteLoss.p_minf`` = 0); computed from its float
+    masses it was 1.1e-16, a third atom at log(1 - q) -- which left the two real ones without a common lattice
+    (refused after 24 s at these parameters) and which a lower bound counted where the exact curve is 0 (a
+    subsampled pure DP at one step, found by an exact-oracle audit).  Certified within 1e-7 in 0.3 s, and
+    bracketing the binomial curve."""
+    from scipy.special import gammaln
     e, q, k = 1.6084914216303374, 0.030334558664414406, 80272
     m = fastpld.PoissonSubsampled(fastpld.RandomizedResponse(e, 2), q)
-    rem = m.privacy_losses()["remove"]
-    assert rem.values.size == 3 and rem.probs.min() < 1e-15
+    losses = m.privacy_losses()
+    assert all(losses[d].values.size == 2 for d in ("remove", "add"))
     r = dominance_epsilon(m, k)
     assert r.upper - r.lower <= 1e-7 * r.upper
-    # against the two heavy atoms' binomial curve (log-space float64, ~1e-12 relative): the third's mass, 1e-16 a
-    # copy, moves delta by 1e-11 at most
-    from scipy.special import gammaln
-    losses = m.privacy_losses()
     i = np.arange(k + 1, dtype=np.float64)
     logc = gammaln(k + 1) - gammaln(i + 1) - gammaln(k - i + 1)
 
-    def delta(eps):
+    def delta(eps):  # (the binomial curve in log space, ~1e-12 relative)
         out = 0.0
         for d in ("remove", "add"):
-            keep = losses[d].probs > 1e-12
-            (v0, v1), (p0, p1) = losses[d].values[keep], losses[d].probs[keep]
+            (v0, v1), (p0, p1) = losses[d].values, losses[d].probs
             y = i * v1 + (k - i) * v0
             w = np.exp(logc + i * np.log(p1) + (k - i) * np.log(p0))
             out = max(out, float(np.sum(np.where(y > eps, w * -np.expm1(np.minimum(eps - y, 0.0)), 0.0))))
         return out
 
-    assert delta(r.upper) <= 1e-5 * (1 + 1e-9) + 1e-11 and delta(r.lower) >= 1e-5 * (1 - 1e-9) - 1e-11
+    assert delta(r.upper) <= 1e-5 * (1 + 1e-9) and delta(r.lower) >= 1e-5 * (1 - 1e-9)
+    # (pure DP likewise, at one step: delta is 0 above the top atom, and so is the lower bound)
+    pd = fastpld.compose(fastpld.PoissonSubsampled(fastpld.PureDP(0.008399782680406302), 0.032989745272044665), 1)
+    assert pd.delta(0.00027823506345388564).lower == 0.0
+
+
+def test_an_atom_of_negligible_mass_is_left_out_of_the_alignment():
+    """Two atoms (a pair's log-likelihood ratios) and a third of mass 1e-15: the meshes are aligned on the two,
+    and the composition is exact but for the third (certified within 2e-8; aligned on none, refused at 61 copies,
+    0.05% wide at 500)."""
+    v = [math.log(0.2 / 0.25), math.log(0.8 / 0.75), 0.5]
+    m = fastpld.CustomPMF(v, [0.2, 0.8 - 1e-15, 1e-15])
+    for k in (61, 500):
+        r = dominance_epsilon(m, k)
+        assert r.upper - r.lower <= 1e-6 * r.upper
 
 
 def test_subsampled_discrete_atom_at_zero_is_zero():

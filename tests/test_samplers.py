@@ -436,3 +436,26 @@ def test_fixed_size_batches_certified_by_dominance():
     for sigma, b, n, k in [(3.90766893643956, 72, 13994, 1), (1.845125125237461, 25, 24549, 895)]:
         m = SubsampledWithoutReplacement(Gaussian(sigma), b, n)
         assert overlaps_coupling(m, k, dominance_epsilon(m, k), 0.002)
+
+
+def test_subsampled_discrete_mass_at_minus_infinity_without_cancellation():
+    """A base PMF whose pair has 1e-12 of P's mass at L = -inf: in float64 ``1 - sum p e^-v`` cancels to 3e-6
+    relative (an exact-oracle audit found the upper bound of delta 3.25e-6 relative low where that atom, at
+    ``-log(1 - q)`` in the add direction, is the only one above epsilon); now at 60 digits, rounded once.  Bases
+    that know theirs (pure DP, randomized response: 0; approximate DP: delta) give it exactly."""
+    import mpmath as mp
+    mp.mp.dps = 60
+    v = [-0.12471024820319697, -0.020845967142188032, 0.10481278094461978]
+    p = [0.17717655207167804, 0.4838947335232095, 0.33892871440511246]
+    q = 0.0008607789257007625
+    m = PoissonSubsampled(CustomPMF(v, p), q)
+    add = m.privacy_losses()["add"]
+    p_minf = 1 - sum(mp.mpf(pi) * mp.exp(-mp.mpf(vi)) for vi, pi in zip(v, p))
+    assert float(add.values[-1]) == pytest.approx(-math.log1p(-q), rel=1e-15)
+    assert abs(add.probs[-1] / p_minf - 1) < 1e-14
+    eps = 0.00011934558561784377  # (above every other atom: delta is that atom's)
+    exact = p_minf * (1 - (1 - mp.mpf(q)) * mp.exp(mp.mpf(eps)))
+    b = fastpld.compose(m, 1, rel_error=1e-4).delta(eps)
+    assert b.lower <= exact <= b.upper
+    for base, pm in ((PureDP(0.3), 0.0), (RandomizedResponse(0.5, 4), 0.0), (ApproxDP(0.2, 1e-7), 1e-7)):
+        assert next(iter(base.privacy_losses().values())).p_minf == pm

@@ -88,11 +88,19 @@ def _real_vector(name, value):
 
 
 class DiscreteLoss(PrivacyLoss):
-    """A privacy loss with finitely many finite values (plus mass at ``+inf``)."""
+    """A privacy loss with finitely many finite values (plus mass at ``+inf``).
+
+    ``p_minf``: the canonical pair's ``P``-mass at ``L = -inf``, ``1 - E[e^-L]``, where the mechanism knows it
+    exactly (pure DP and randomized response: 0, approximate DP: ``delta``); ``None``: computed from the floats
+    (``fastpld.samplers._discrete_pair``), whose rounding of the mechanism's masses leaves ~1e-16 of it where
+    there is none.
+    """
 
     is_discrete = True
+    p_minf = None
 
-    def __init__(self, values: ArrayLike, probabilities: ArrayLike, p_inf: float = 0.0) -> None:
+    def __init__(self, values: ArrayLike, probabilities: ArrayLike, p_inf: float = 0.0,
+                 p_minf: float | None = None) -> None:
         v = _real_vector("values", values)
         p = _real_vector("probabilities", probabilities)
         if v.size == 0 or v.shape != p.shape:
@@ -112,6 +120,8 @@ class DiscreteLoss(PrivacyLoss):
         self.values = v[order]
         self.probs = p[order] / p.sum()
         self.p_inf = float(p_inf)
+        if p_minf is not None:
+            self.p_minf = float(p_minf)
         self.support = (float(self.values[0]), float(self.values[-1]))
 
     def log_mgf(self, s):

@@ -263,7 +263,7 @@ class PureDP(Mechanism):
 
     def privacy_losses(self) -> Mapping[str, PrivacyLoss]:
         e = self.epsilon
-        loss = _cached(self, lambda: DiscreteLoss([e, -e], [special.expit(e), special.expit(-e)]))
+        loss = _cached(self, lambda: DiscreteLoss([e, -e], [special.expit(e), special.expit(-e)], p_minf=0.0))
         return {"add": loss, "remove": loss}
 
 
@@ -313,7 +313,7 @@ class RandomizedResponse(Mechanism):
             # probabilities via logs: p = e^e/(e^e + c - 1), r = 1/(e^e + c - 1)
             logden = np.logaddexp(e, math.log(c - 1))
             p, r = math.exp(e - logden), math.exp(-logden)
-            return DiscreteLoss([e, -e, 0.0], [p, r, (c - 2) * r])
+            return DiscreteLoss([e, -e, 0.0], [p, r, (c - 2) * r], p_minf=0.0)
 
         loss = _cached(self, build)
         return {"add": loss, "remove": loss}
@@ -356,5 +356,6 @@ class ApproxDP(Mechanism):
 
     def privacy_losses(self) -> Mapping[str, PrivacyLoss]:
         e, d = self.epsilon, self.delta
-        loss = _cached(self, lambda: DiscreteLoss([e, -e], [special.expit(e), special.expit(-e)], p_inf=d))
+        loss = _cached(self, lambda: DiscreteLoss([e, -e], [special.expit(e), special.expit(-e)], p_inf=d,
+                                                  p_minf=d))
         return {"add": loss, "remove": loss}
