@@ -123,7 +123,7 @@ def test_leaves_with_thin_tail_cells_bracket_the_mechanism(sigma, q, monkeypatch
     # a small sampling rate: most of the window is a thin tail, merged into cells of _BLOCKS intervals
     for loss in fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses().values():
         h = 0.002
-        e, _, _, _ = D._continuous_grid(loss, h, 1e-14, 1 << 24, False)
+        e, _, _, _, _ = D._continuous_grid(loss, h, 1e-14, 1 << 24, False)
         starts, sizes = D._tail_blocks(loss, e, h)
         for M in D.leaves._BLOCKS:
             assert (sizes == M).sum() > 3  # the tails are merged (every size is used) ...
@@ -404,7 +404,7 @@ def test_leaf_integrals_match_closed_forms(sigma, q, h):
     # and everywhere else (cells of 1, 4 and 32 intervals; errors below _negligible charged as TV)
     tail = 1e-13
     for loss in fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses().values():
-        e, _, _, _ = D._continuous_grid(loss, h, tail, 1 << 24, True)
+        e, _, _, _, _ = D._continuous_grid(loss, h, tail, 1 << 24, True)
         starts, sizes = D._tail_blocks(loss, e, h)
         lo = e[starts]
         a, a_err, n, n_err, b, b_err = D._integrals(loss, lo, h * sizes, D.leaves._negligible(tail, lo.size))
@@ -527,7 +527,7 @@ def test_leaf_end_charge_without_a_finite_density(monkeypatch):
     # where the density is not finite at a cell's end, the mass its position error moves comes from the CDF
     sigma, q, h, tail = 1.0, 0.01, 8e-4, 1e-13
     for loss in fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses().values():
-        e, _, _, _ = D._continuous_grid(loss, h, tail, 1 << 24, True)
+        e, _, _, _, _ = D._continuous_grid(loss, h, tail, 1 << 24, True)
         starts, sizes = D._tail_blocks(loss, e, h)
         lo = e[starts]
         tiny = D.leaves._negligible(tail, lo.size)
@@ -893,7 +893,7 @@ def test_tail_cells_match_a_full_scan(mech):
     for loss in mech.privacy_losses().values():
         for h, tail in ((1e-3, 1e-14), (1e-4, 1e-14), (3e-5, 1e-16)):
             try:
-                e, _, _, _ = L._continuous_grid(loss, h, tail, 1 << 22, True)
+                e, _, _, _, _ = L._continuous_grid(loss, h, tail, 1 << 22, True)
             except ValueError:
                 continue
             a, b = L._tail_blocks(loss, e, h), L._scan_cells(loss, e)

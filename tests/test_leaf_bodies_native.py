@@ -61,7 +61,7 @@ def _bits(got, ref, what):
 
 
 def _leaf_inputs(loss, h, tail, cells):
-    e, atoms, _, (starts, sizes), integrals, _ = L._leaf_data(loss, h, tail, 1 << 22, True, None, cells)
+    e, atoms, _, (starts, sizes), integrals, _, _ = L._leaf_data(loss, h, tail, 1 << 22, True, None, cells)
     assert not atoms
     return e, starts, sizes, integrals
 
@@ -226,7 +226,7 @@ def test_the_grids_truncation_from_one_evaluation_is_the_three_calls(sigma, q):
     # ends in one call: the charge is the one of loss.cdf, loss.sf and loss.pdf called apart, bit for bit
     for loss in fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses().values():
         for h, tail in ((2e-3, 1e-12), (3e-4, 1e-14)):
-            e, _, truncated, _ = L._continuous_grid(loss, h, tail, 1 << 22, True)
+            e, _, truncated, _, _ = L._continuous_grid(loss, h, tail, 1 << 22, True)
             out = np.asarray(loss.cdf(e[:1]))[0] + np.asarray(loss.sf(e[-1:]))[0]
             shift = loss.cdf_shift(max(abs(float(e[0])), abs(float(e[-1]))))
             dens = float(np.max(np.asarray(loss.pdf(np.array([e[0], e[-1]])))))

@@ -70,7 +70,7 @@ def _check(got, ref, what, tol=_TOL):
 def _leaves(loss, h, tail):
     """The leaf's lattice and cells (as ``_leaf_data`` takes them), or None where the window is refused."""
     try:
-        e, _, _, _ = D._continuous_grid(loss, h, tail, 1 << 22, True)
+        e, _, _, _, _ = D._continuous_grid(loss, h, tail, 1 << 22, True)
     except ValueError:
         return None
     starts, sizes = D._tail_blocks(loss, e, h)

@@ -26,36 +26,49 @@ def _check_size(n, h, a, b, max_buckets):
             f"max_buckets={max_buckets}; increase the accuracy target or max_buckets", n)
 
 
+def _exact_points(ys, masses, fo: Fraction, fh: Fraction, near, move_up: bool, top=None):
+    """Each value ``y`` of ``ys`` on the lattice of points ``fo + j fh`` (exact rationals): ``(j, off, tv)``, its point
+    at or below it and its exact offset above that point.  ``move_up`` (a dominated leaf): a value within
+    ``near[i]`` (its float positions' rounding) below the next point -- below ``top`` points, where given -- goes
+    onto that point instead (offset 0), charged its mass (``masses``, rounded up) times its exact distance (raising a
+    loss by ``d`` raises the curve by at most its mass times ``d``, docs/dominance.md); ``tv``: their sum, with its
+    rounding.  The discrete leaves and the dominated leaf's atoms place theirs by it."""
+    js, offs, tv = [], [], 0.0
+    for y, ma, nr in zip(ys, masses, near):
+        t = (Fraction(float(y)) - fo) / fh
+        j = math.floor(t)
+        off = (t - j) * fh  # (>= 0: the distance above point j)
+        if move_up and (top is None or j + 1 < top) and float(fh - off) <= nr:
+            tv += float(ma) * float(fh - off) * (1 + 4 * _U)
+            j, off = j + 1, Fraction(0)
+        js.append(j)
+        offs.append(off)
+    return js, offs, tv * (1 + 2 * (len(js) + 2) * _U)
+
+
 def _atom_places(atoms, masses, e, h: float, origin):
     """The dominated leaf's atoms on its lattice (point ``j`` stands for ``origin + j h`` exactly, ``origin`` a
     :func:`~fastpld.composition.roundoff._dyadic` pair): ``(j, s, tv)``, each atom's point at or below it and its
     offset ``s`` above that point, rounded down (its loss only lower), in exact arithmetic (a few atoms).  An atom
     within rounding below the next point -- a mesh that divides the atoms' spacing but not exactly in floats (the
-    planner's aligned meshes) -- goes onto that point instead, moved up by its exact distance and charged its mass
-    (``masses``: rounded up) times that distance (raising a loss by ``d`` raises the curve by at most its mass times
-    ``d``, docs/dominance.md); else its balanced split would take it a whole mesh down, a first-order loss in every
-    copy (a subsampled Laplace's second atom, a third of the mass: its lower bound 7.3 for a true 16.75 at 38,766
-    copies, the composition refused at every mesh down to 8M-bucket FFTs)."""
-    fo, fh = Fraction(origin[0], 1 << origin[1]), Fraction(h)
+    planner's aligned meshes) -- goes onto that point instead, charged (:func:`_exact_points`); else its balanced
+    split would take it a whole mesh down, a first-order loss in every copy (a subsampled Laplace's second atom, a
+    third of the mass: its lower bound 7.3 for a true 16.75 at 38,766 copies, the composition refused at every mesh
+    down to 8M-bucket FFTs).  One within rounding above a point goes down onto it (only lower)."""
     e0 = abs(float(e[0])) if e.size else 0.0
-    pj, ps, tv = [], [], 0.0
-    for y, ma in zip(atoms, masses):
-        t = (Fraction(float(y)) - fo) / fh
-        j = math.floor(t)
-        off = (t - j) * fh  # (>= 0: the distance above point j)
-        near = 8 * _U * (abs(float(y)) + e0 + h)  # (the float positions' rounding)
-        if j + 1 < e.size and float(fh - off) <= near:
-            tv += float(ma) * float(fh - off) * (1 + 4 * _U)
-            j, off = j + 1, Fraction(0)
-        elif float(off) <= near:
+    near = [8 * _U * (abs(float(y)) + e0 + h) for y in atoms]  # (the float positions' rounding)
+    js, offs, tv = _exact_points(atoms, masses, Fraction(origin[0], 1 << origin[1]), Fraction(h), near, True,
+                                 e.size)
+    pj, ps = [], []
+    for j, off, nr in zip(js, offs, near):
+        if float(off) <= nr:
             off = Fraction(0)  # (moved down onto its point: only lower, and the split keeps it whole there)
-        j = min(max(j, 0), e.size - 1)
         x = float(off)
         if Fraction(x) > off:  # (rounded down)
             x = math.nextafter(x, -math.inf)
-        pj.append(j)
+        pj.append(min(max(j, 0), e.size - 1))
         ps.append(max(x, 0.0))
-    return pj, ps, tv * (1 + 2 * (len(pj) + 2) * _U)
+    return pj, ps, tv
 
 
 def _discrete_leaf(loss: DiscreteLoss, h: float, max_buckets: int, upper: bool) -> GridPMF:
@@ -77,22 +90,10 @@ def _discrete_leaf(loss: DiscreteLoss, h: float, max_buckets: int, upper: bool) 
     fa, fh = Fraction(anchor), Fraction(h)
     i0 = math.floor((Fraction(lat) - fa) / fh)
     fl = fa + i0 * fh
-    j = np.empty(v.size, dtype=np.int64)
-    d = np.empty(v.size)
-    tv_pos = 0.0
-    for k, x in enumerate(v):
-        t = (Fraction(float(x)) - fl) / fh
-        jk = math.floor(t)
-        gap = (jk + 1 - t) * fh  # (the distance to the next point, > 0)
-        if not upper and float(gap) <= 8 * _U * (abs(float(x)) + abs(lat) + h):
-            jk += 1
-            tv_pos += float(pr[k]) * float(gap) * (1 + 4 * _U)
-            t = Fraction(jk)
-        j[k] = jk
-        d[k] = float((t - jk) * fh)
-    tv_pos *= 1 + 2 * (v.size + 2) * _U
-    return _discrete_pmf(j, d, pr, (fl.numerator, fl.denominator.bit_length() - 1), h, upper, tv_pos,
-                         _dyadic(anchor))
+    js, offs, tv_pos = _exact_points(v, pr, fl, fh, [8 * _U * (abs(float(x)) + abs(lat) + h) for x in v], not upper)
+    j = np.array(js, dtype=np.int64)
+    d = np.array([float(off) for off in offs])
+    return _discrete_pmf(j, d, pr, (fl.numerator, fl.denominator.bit_length() - 1), h, upper, tv_pos, anchor)
 
 
 # discrete losses with more atoms than this place them in floating point (charged): the exact placement costs ~10 us
@@ -116,10 +117,17 @@ def _discrete_leaf_float(v, pr, lat: float, h: float, upper: bool) -> GridPMF:
     return _discrete_pmf(j, d, pr, _dyadic(lat), h, upper, tv_pos)
 
 
-def _discrete_pmf(j, d, pr, origin, h: float, upper: bool, tv_pos: float, anchor=None) -> GridPMF:
+def _with_anchor(pmf: GridPMF, lat: float) -> GridPMF:
+    """``pmf`` with its lattice anchored at the atom ``lat`` (:attr:`GridPMF.anchor`; 0: none)."""
+    if lat != 0.0:
+        pmf.anchor = _dyadic(lat)
+    return pmf
+
+
+def _discrete_pmf(j, d, pr, origin, h: float, upper: bool, tv_pos: float, anchor: float = 0.0) -> GridPMF:
     """The discrete leaf's PMF from its atoms' points ``j`` and distances ``d`` above them (fact 5 for the
     dominating leaf, each atom on its point for the dominated one); point ``j`` is ``origin + j h`` exactly (a
-    :func:`~fastpld.composition.roundoff._dyadic` pair), ``anchor`` the chain's (:attr:`GridPMF.anchor`)."""
+    :func:`~fastpld.composition.roundoff._dyadic` pair), ``anchor`` the atom its chain's lattices are anchored at."""
     n = int(j[-1]) + 2
     p = np.zeros(n)
     if upper:
@@ -129,8 +137,7 @@ def _discrete_pmf(j, d, pr, origin, h: float, upper: bool, tv_pos: float, anchor
     else:
         np.add.at(p, j, pr)
     p /= p.sum()
-    pmf = GridPMF(p, _rounded(origin, 1 if upper else -1), h, tv=tv_pos, origin=origin,
-                  anchor=anchor if anchor is not None and anchor[0] != 0 else None)
+    pmf = _with_anchor(GridPMF(p, _rounded(origin, 1 if upper else -1), h, tv=tv_pos, origin=origin), anchor)
     # (the products, the sums into each entry and the normalisation: relative rounding; the
     # dominating leaf charges it as a factor, the dominated one lowers its mass by it)
     r = (math.log2(n) + 8 + np.max(np.bincount(j, minlength=n))) * 2 * _U

@@ -11,11 +11,11 @@ from fractions import Fraction
 import numpy as np
 
 from .. import _kernels
-from ..composition.roundoff import _dyadic, _dyadic_sum, _rounded
+from ..composition.roundoff import _dyadic_sum, _rounded
 from ..discretize import GridPMF, truncation_window
 from ..mechanisms import ContinuousLoss, DiscreteLoss, SubsampledLoss
 from . import splits as _splits
-from .atoms import _atom_places, _check_size, _discrete_leaf
+from .atoms import _atom_places, _check_size, _discrete_leaf, _with_anchor
 from .splits import _balanced_split, _claimed_mass, _MARGIN, _split_lower
 
 _U = np.finfo(np.float64).eps / 2  # unit roundoff
@@ -79,17 +79,11 @@ def _anchor_atom(loss, atoms) -> float:
     return atoms[int(np.argmax(_atom_masses(loss, atoms)[0]))] if atoms else 0.0
 
 
-def _with_anchor(pmf: GridPMF, lat: float) -> GridPMF:
-    if lat != 0.0:
-        pmf.anchor = _dyadic(lat)
-    return pmf
-
-
 def _continuous_grid(loss: ContinuousLoss, h: float, tail: float, max_buckets: int, native: bool):
-    """The leaf's lattice (mesh ``h``) over the window, the atoms inside it, the tails cut off, and the
+    """The leaf's lattice (mesh ``h``) over the window, the atoms inside it, the tails cut off, the
     lattice's first point exactly (``lat + i_lo h`` as :func:`fastpld.composition.roundoff._dyadic`'s pair: the
     point each lattice point ``e[j]`` stands for is ``lat + (i_lo + j) h``, its rounding charged by
-    :func:`_integrals`)."""
+    :func:`_integrals`), and ``lat`` (:func:`_anchor_atom`)."""
     a0, b0 = truncation_window(loss, tail, native)
     atoms = [x for x in loss.atoms if a0 < x <= b0]
     lat = _anchor_atom(loss, atoms)
@@ -111,11 +105,12 @@ def _continuous_grid(loss: ContinuousLoss, h: float, tail: float, max_buckets: i
     shift = loss.cdf_shift(max(abs(float(e[0])), abs(float(e[-1]))))
     dens = float(np.max(np.asarray(ends, dtype=np.float64)))
     truncated = float(out) * (1 + 8 * loss.cdf_rel_error) + 4 * shift * dens
-    return e, atoms, truncated, _dyadic_sum([(1, lat), (i_lo, h)])
+    return e, atoms, truncated, _dyadic_sum([(1, lat), (i_lo, h)]), lat
 
 
 def _leaf_data(loss, h: float, tail: float, max_buckets: int, native: bool, memo: dict | None, cells: bool = True):
-    """:func:`_continuous_grid` and :func:`_integrals` of a leaf.  ``memo`` (one composition's, shared
+    """:func:`_continuous_grid` and :func:`_integrals` of a leaf: ``(e, atoms, truncated, (starts, sizes), integrals,
+    origin, lat)``.  ``memo`` (one composition's, shared
     by its two chains, dropped with it) keeps them for the other chain's leaf of the same loss and mesh.
     ``cells``: the thin tails in cells (:func:`_tail_blocks`), else every lattice interval its own."""
     key = ("data", id(loss), float(h), float(tail), cells)
@@ -136,13 +131,13 @@ def _leaf_data(loss, h: float, tail: float, max_buckets: int, native: bool, memo
 
 
 def _compute_leaf_data(loss, h: float, tail: float, max_buckets: int, native: bool, cells: bool):
-    e, atoms, truncated, origin = _continuous_grid(loss, h, tail, max_buckets, native)
+    e, atoms, truncated, origin, lat = _continuous_grid(loss, h, tail, max_buckets, native)
     if cells:
         starts, sizes = _tail_blocks(loss, e, h)
     else:
         starts, sizes = np.arange(e.size - 1, dtype=np.int64), np.ones(e.size - 1, dtype=np.int64)
     ints = _integrals(loss, e[starts], h * sizes, _negligible(tail, starts.size))
-    return e, atoms, truncated, (starts, sizes), _outside_exact(loss, ints, starts, sizes, h, origin), origin
+    return e, atoms, truncated, (starts, sizes), _outside_exact(loss, ints, starts, sizes, h, origin), origin, lat
 
 
 def _outside_exact(loss, ints, starts, sizes, h: float, origin):
@@ -543,7 +538,7 @@ def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bo
     hit = _memo_get(memo, key, loss)
     if hit is not None:
         return hit  # (another leaf of the same loss, mesh and tail: a pilot's proxy repeats them)
-    e, atoms, truncated, (starts, sizes), (a, a_err, nu, nu_err, _, _), origin = _leaf_data(
+    e, atoms, truncated, (starts, sizes), (a, a_err, nu, nu_err, _, _), origin, lat = _leaf_data(
         loss, h, tail, max_buckets, native, memo, cells)
     n = e.size
     p, total, rel, err = _ctd_masses(loss, e, atoms, starts, sizes, a, a_err, nu, nu_err, h, tail)
@@ -551,8 +546,7 @@ def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bo
         raise ValueError("the discretisation window holds no probability mass; the mechanism parameters are degenerate")
     _check_window(total, truncated, err, loss)
     tv = 2 * err / total
-    pmf = _with_anchor(GridPMF(p, _rounded(origin, 1), h, tv=tv, truncated=truncated, origin=origin),
-                       _anchor_atom(loss, atoms))
+    pmf = _with_anchor(GridPMF(p, _rounded(origin, 1), h, tv=tv, truncated=truncated, origin=origin), lat)
     # (the entries: a difference and a sum of two products, the sum, the normalisation)
     pmf.rel = 2 * (rel + 4 * _U) + (math.log2(n) + 8) * _U  # (np.sum is pairwise)
     _memo_put(memo, key, loss, pmf)
@@ -636,7 +630,7 @@ def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, nati
     hit = _memo_get(memo, key, loss)
     if hit is not None:
         return hit
-    e, atoms, truncated, (starts, sizes), (a5, a_err, _, _, b5, b_err), origin = _leaf_data(
+    e, atoms, truncated, (starts, sizes), (a5, a_err, _, _, b5, b_err), origin, lat = _leaf_data(
         loss, h, tail, max_buckets, native, memo, cells)
     out, kept, tv = _dominated_masses(loss, e, atoms, starts, sizes, a5, a_err, b5, b_err, h, origin)
     # the window's mass, from the CDF at its ends: below the true one by at most 8 cdf_rel_error of the mass cut off
@@ -645,8 +639,7 @@ def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, nati
     window = 1.0 - truncated / (1 + 8 * loss.cdf_rel_error)
     if not window > 0 or not kept > 0:
         raise ValueError("the discretisation window holds no probability mass; the mechanism parameters are degenerate")
-    pmf = _with_anchor(GridPMF(out, _rounded(origin, -1), h, tv=tv, truncated=truncated, origin=origin),
-                       _anchor_atom(loss, atoms))
+    pmf = _with_anchor(GridPMF(out, _rounded(origin, -1), h, tv=tv, truncated=truncated, origin=origin), lat)
     pmf.mass = _claimed_mass(kept / window, out.size, 4 * truncated / window)
     _memo_put(memo, key, loss, pmf)
     return pmf
@@ -658,10 +651,10 @@ _SPLIT_CELL = 4  # the dominated leaf's balanced split: its bound on the atoms a
 def _dominated_masses(loss, e, atoms, starts, sizes, a5, a_err, b5, b_err, h: float, origin=None):
     """The dominated leaf's masses on its lattice ``e`` from its cells' integrals: ``(p, kept, tv)``, ``p`` divided
     by its sum ``kept`` (where positive; see :func:`dominated_leaf`) and ``tv`` what placing the atoms costs the
-    curve (:func:`_atom_places`; ``origin``: the exact point of ``e[0]``, else the atoms are placed in floating
-    point, each at or below its float offset).  A loss without atoms in two compiled calls without the GIL around
-    numpy's log (``_dominance.dominated_ratio``, ``dominated_cells``: the same operations and numpy's pairwise sum,
-    the same bits); the numpy code below is its reference (and that of every loss with atoms)."""
+    curve (:func:`_atom_places`; ``origin``, the exact point of ``e[0]``, is needed where there are atoms).  A loss
+    without atoms in two compiled calls without the GIL around numpy's log (``_dominance.dominated_ratio``,
+    ``dominated_cells``: the same operations and numpy's pairwise sum, the same bits); the numpy code below is its
+    reference (and that of every loss with atoms)."""
     if not atoms and _native_masses():
         # (numpy's log between them: its SIMD log rounds differently from libm's, alike wherever an element sits;
         # the cells are in order and each atom inside its cell, so the atoms are sorted as the lexsort below sorts
@@ -688,11 +681,7 @@ def _dominated_masses(loss, e, atoms, starts, sizes, a5, a_err, b5, b_err, h: fl
     tv = 0.0
     if atoms:
         m, m_err = _atom_masses(loss, atoms)
-        if origin is not None:
-            pj, ps, tv = _atom_places(atoms, m + m_err, e, h, origin)
-        else:
-            pj = np.clip(np.searchsorted(e, atoms, side="right") - 1, 0, e.size - 1)  # e_j <= y
-            ps = [max(0.0, y - e[j] - 8 * _U * (abs(y) + 1)) for y, j in zip(atoms, pj)]
+        pj, ps, tv = _atom_places(atoms, m + m_err, e, h, origin)
         idx.append(np.asarray(pj, dtype=np.int64))
         ms.append(np.maximum(m - m_err, 0.0))  # rounded down
         ss.append(np.asarray(ps, dtype=np.float64))
