@@ -407,23 +407,23 @@ class SymmetricSubsampledLoss(ContinuousLoss):
         self._mean = None
         self._std = None
 
-    def cdf(self, t):
+    def _mirrored(self, t, positive, negative):
+        """``positive`` (the remove loss's CDF or survival function) at ``t >= 0``, ``negative`` (the pair's ``P``-tail
+        that mirrors it) at ``g^-1(-t)`` for ``t < 0``."""
         t = np.asarray(t, dtype=np.float64)
         neg = t < 0
-        out = np.asarray(self.rem.cdf(np.where(neg, 0.0, t)), dtype=np.float64).copy()
+        out = np.asarray(positive(np.where(neg, 0.0, t)), dtype=np.float64).copy()
         if neg.any():
-            # Pr[Z <= t] = Pr_P[Y >= -t] = Pr_P[L >= ginv(-t)]
-            out[neg] = self.pair.sf_P(self.rem._ginv(-t[neg]), strict=True)
+            out[neg] = negative(self.rem._ginv(-t[neg]), strict=True)
         return out
 
+    def cdf(self, t):
+        # (t < 0: Pr[Z <= t] = Pr_P[Y >= -t] = Pr_P[L >= ginv(-t)])
+        return self._mirrored(t, self.rem.cdf, self.pair.sf_P)
+
     def sf(self, t):
-        t = np.asarray(t, dtype=np.float64)
-        neg = t < 0
-        out = np.asarray(self.rem.sf(np.where(neg, 0.0, t)), dtype=np.float64).copy()
-        if neg.any():
-            # Pr[Z > t] = 1 - Pr_P[L >= ginv(-t)] = Pr_P[L < ginv(-t)]
-            out[neg] = self.pair.cdf_P(self.rem._ginv(-t[neg]), strict=True)
-        return out
+        # (t < 0: Pr[Z > t] = 1 - Pr_P[L >= ginv(-t)] = Pr_P[L < ginv(-t)])
+        return self._mirrored(t, self.rem.sf, self.pair.cdf_P)
 
     def atom_mass(self, y: float):
         """The atom at 0 (the rest of the mass): ``1 - M[Y > 0] - P[Y > 0]`` with ``Y > 0`` exactly where ``L > 0``
