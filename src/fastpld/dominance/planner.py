@@ -66,9 +66,9 @@ def leaf_mesh(parts, plan, eps_error: float, scale: float = 1.0) -> float:
     if len(parts) == 1:
         loss = parts[0][0]
         if isinstance(loss, DiscreteLoss):
-            # (atoms of a negligible mass aside: a subsampled discrete loss's at log(1 - q), the rounding of its
-            # pair's mass at L = -inf (1e-16), would leave its two atoms without a common lattice; off the lattices,
-            # it moves the curve by its mass times a mesh at most)
+            # (atoms of a negligible mass aside: one of 1e-15 beside two heavy ones -- a subsampled discrete loss's at
+            # log(1 - q) where its base's pair has such a mass at L = -inf -- would leave the two without a common
+            # lattice; off the lattices, it moves the curve by its mass times a mesh at most)
             pr = np.asarray(loss.probs, dtype=np.float64)
             pts = np.asarray(loss.values, dtype=np.float64)[pr > _NEGLIGIBLE_ATOM * float(pr.max())]
         else:

@@ -158,10 +158,10 @@ def _anchored(split, side: int):
     """``split`` (its offsets rounded towards ``side``: up for the dominating split, every atom at or above its
     point, down for the dominated one) onto the lattice ``pmf.anchor + mesh * Z`` instead of ``mesh * Z``: the same
     split of ``pmf`` shifted by its anchor (exactly: its ``origin``), the result shifted back (every position
-    relative, so the split and its charges are those of the shifted PMF).  A loss's atoms and all their sums then lie on the chain's
-    coarser lattices where the meshes divide their spacing (the planner's for one or two atoms), as they did only
-    for atoms at multiples of the mesh: a subsampled randomized response's two atoms composed 61 times were split
-    onto lattices off them, the dominated chain's epsilon 0.1% low at every mesh."""
+    relative, so the split and its charges are those of the shifted PMF).  A loss's atoms and all their sums then
+    lie on the chain's coarser lattices where the meshes divide their spacing (the planner's for one or two atoms),
+    as they did only for atoms at multiples of the mesh: a subsampled randomized response's two atoms composed 61
+    times were split onto lattices off them, the dominated chain's epsilon 0.1% low at every mesh."""
     @functools.wraps(split)
     def run(pmf: GridPMF, mesh: float, native: bool = False) -> GridPMF:
         a = pmf.anchor
