@@ -14,7 +14,7 @@ KW = dict(eps_error=0.1, delta_error=1e-9)
 ALL = [fastpld.Gaussian(3.0, sensitivity=0.5), fastpld.Laplace(20.0), fastpld.PoissonSubsampledGaussian(1.1, 0.02),
        fastpld.PoissonSubsampledLaplace(5.0, 0.05, neighboring="remove"), fastpld.PureDP(0.01),
        fastpld.RandomizedResponse(0.05, num_categories=4), fastpld.ApproxDP(0.01, 1e-9),
-       fastpld.CustomPMF([0.01, -0.01, 0.003], [0.3, 0.6, 0.1])]
+       fastpld.CustomPMF([0.01, -0.01, 0.003], [0.6, 0.3, 0.1])]
 
 
 def _filled(**kw):

@@ -256,8 +256,9 @@ def test_discrete_leaves_of_many_atoms_place_them_in_floating_point():
     from fastpld.dominance import atoms, leaves
 
     rng = np.random.default_rng(2)
-    pa = rng.random(300)
-    m = fastpld.CustomPMF(np.sort(rng.normal(0.0, 1.0, 300)), pa / pa.sum())
+    pq, pp = rng.random(300), rng.random(300)  # a random pair's loss log(Q/P) under Q
+    pq, pp = pq / pq.sum(), pp / pp.sum()
+    m = fastpld.CustomPMF(np.log(pq / pp), pq)
     loss = next(iter(m.privacy_losses().values()))
     v = np.asarray(loss.values, dtype=np.float64)
     assert v.size > atoms._EXACT_ATOMS

@@ -18,7 +18,7 @@ def test_leaf_window_refused_with_size():
 def test_discrete_leaf_refused_before_allocating():
     # atoms 2e6 apart at mesh ~1e-2: the grid would be ~10^8 buckets (800 MB) before the fix
     with pytest.raises(ValueError, match=SIZE):
-        fastpld.compose(fastpld.CustomPMF([-1e6, 1e6], [0.5, 0.5]), 10, eps_error=0.1, max_buckets=10**6)
+        fastpld.compose(fastpld.CustomPMF([0.0, 2e6], [0.5, 0.5]), 10, eps_error=0.1, max_buckets=10**6)
 
 
 def test_node_fft_refused_with_size():

@@ -381,7 +381,7 @@ _S = np.concatenate([-np.geomspace(1e-3, 1e6, 25), np.geomspace(1e-3, 1e6, 25)])
 
 
 _DISCRETE = [F.PureDP(800.0), F.PureDP(1e300), F.RandomizedResponse(800.0, 5), F.ApproxDP(1e300, 1e-3),
-             F.CustomPMF([1e300, -1e300], [0.5, 0.5])]
+             F.CustomPMF([1e300, -700.0], [1.0, 1e-305])]  # (as far below 0 as a pair's loss can go with mass)
 
 
 @pytest.mark.parametrize("mech", _DISCRETE, ids=repr)
@@ -546,7 +546,7 @@ def test_gaussian_and_custom_cdf_above_709(backend):
 
 
 @pytest.mark.parametrize("mech", [F.PureDP(800.0), F.RandomizedResponse(800.0, 5), F.ApproxDP(800.0, 1e-3),
-                                  F.CustomPMF([800.0, -800.0], [0.75, 0.25])])
+                                  F.CustomPMF([800.0, 0.0, -700.0], [0.75, 0.25, 1e-305])])
 def test_discrete_losses_above_709(mech):
     pld = F.compose(mech, 1, eps_error=0.1, delta_error=1e-6)
     losses = mech.privacy_losses()

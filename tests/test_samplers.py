@@ -133,9 +133,16 @@ def test_poisson_invalid_inputs():
         PoissonSubsampled(Gaussian(1.0), 1.5)
     with pytest.raises(ValueError, match="neighboring"):
         PoissonSubsampled(Gaussian(1.0), 0.1, neighboring="replace")
-    bad = CustomPMF([-3.0, 0.0], [0.5, 0.5])  # E[e^-L] = (e^3 + 1)/2 > 1: not a privacy loss
+    with pytest.raises(ValueError, match="no pair's privacy loss"):  # E[e^-L] = (e^3 + 1)/2 > 1
+        CustomPMF([-3.0, 0.0], [0.5, 0.5])
+
+    class Bad(fastpld.Mechanism):  # a user's mechanism whose loss is no pair's: the sampler checks too
+        def privacy_losses(self):
+            loss = DiscreteLoss([-3.0, 0.0], [0.5, 0.5], 0.0)
+            return {"add": loss, "remove": loss}
+
     with pytest.raises(ValueError, match="not the loss of any pair"):
-        PoissonSubsampled(bad, 0.1).privacy_losses()
+        PoissonSubsampled(Bad(), 0.1).privacy_losses()
 
 
 def test_poisson_vs_rdp():
@@ -216,7 +223,7 @@ def test_wor_discrete_bases():
         b = pld.epsilon(1e-5)
         assert 0 < b.lower <= b.upper < 50 * 1.0
     sym = CustomPMF([2.0, -2.0], [special.expit(2.0), special.expit(-2.0)])
-    a = SubsampledWithoutReplacement(CustomPMF([1.0, -1.0], [0.6, 0.4]), 10, 100, replace_one_mechanism=sym)
+    a = SubsampledWithoutReplacement(CustomPMF([1.0, -1.0], [0.75, 0.25]), 10, 100, replace_one_mechanism=sym)
     b = SubsampledWithoutReplacement(PureDP(1.0), 10, 100)
     ea, eb = fastpld.compose(a, 20).epsilon(1e-5), fastpld.compose(b, 20).epsilon(1e-5)
     assert abs(ea.estimate - eb.estimate) < 1e-9
@@ -232,7 +239,7 @@ def test_wor_invalid_inputs():
     with pytest.raises(ValueError, match="dataset_size"):
         SubsampledWithoutReplacement(Gaussian(1.0), 1, 0)
     with pytest.raises(ValueError, match="replace_one_mechanism"):
-        SubsampledWithoutReplacement(CustomPMF([1.0, -1.0], [0.6, 0.4]), 1, 10)
+        SubsampledWithoutReplacement(CustomPMF([1.0, -1.0], [0.75, 0.25]), 1, 10)
     with pytest.raises(ValueError, match="symmetric"):
         SubsampledWithoutReplacement(Gaussian(1.0), 1, 10,
                                      replace_one_mechanism=CustomPMF([1.0, -1.0], [0.9, 0.1]))

@@ -191,3 +191,32 @@ def test_arrays_of_queries_accepted(pld):
     assert b.upper.shape == (3,)
     b = pld.epsilon(np.array([[1e-3, 1e-5]]))
     assert b.upper.shape == (1, 2)
+
+
+def test_custom_pmf_refuses_a_loss_that_is_no_pairs():
+    # the loss log(Q/P) under Q has E[exp(-L)] = P(Q > 0) <= 1: more is no mechanism's curve
+    for values, probs, p_inf in [([-1.0, 1.0], [0.9, 0.1], 0.0), ([0.5, -0.5], [0.6, 0.4 - 1e-6], 1e-6),
+                                 ([-800.0, 0.0], [1e-300, 1.0], 0.0), ([1.0, -1.0], [0.7, 0.3], 0.0)]:
+        with pytest.raises(ValueError, match=r"values and probabilities are no pair's privacy loss"):
+            F.CustomPMF(values, probs, p_inf=p_inf)
+    # valid pairs' losses, rounded to floats, pass: randomized response's (E[exp(-L)] = 1 exactly) and a random pair's
+    e = math.log(3.0)
+    F.CustomPMF([e, -e], [0.75, 0.25])
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        q, p = rng.random(7), rng.random(7)
+        q, p = q / q.sum(), p / p.sum()
+        F.CustomPMF(np.log(q / p), q)
+    F.CustomPMF([1e300, -700.0], [1.0, 1e-305])  # (e^700 1e-305 = 0.1: as far below 0 as mass can go)
+
+
+def test_custom_pmf_reads_back_as_given():
+    # stored as given: the normalised masses normalised again moved an ulp, and the mechanism read back was another
+    from fastpld._serialize import mechanism_from_dict, mechanism_to_dict
+
+    rng = np.random.default_rng(6)
+    for _ in range(200):
+        q, p = rng.random(5), rng.random(5)
+        q, p = q / q.sum(), p / p.sum()
+        m = F.CustomPMF(np.log(q / p), q * (1 - 1e-7), p_inf=1e-7)
+        assert mechanism_from_dict(mechanism_to_dict(m)) == m

@@ -3,8 +3,8 @@
 A mechanism is written as ``{"type": <class name>, <field>: <value>, ...}`` with
 the fields of its frozen dataclass (floats, ints and strings; Python's ``json``
 writes floats with ``repr``, so they read back bit for bit) or, for
-:class:`~fastpld.CustomPMF`, its normalised ``values``, ``probabilities`` and
-``p_inf``.  Reading re-runs the mechanism's constructor, so every check of the
+:class:`~fastpld.CustomPMF`, its ``values``, ``probabilities`` and ``p_inf`` as
+given.  Reading re-runs the mechanism's constructor, so every check of the
 public API applies to stored data too; :class:`~fastpld.CustomCDF` (callables)
 has no such form.
 """
@@ -41,7 +41,7 @@ def mechanism_to_dict(mech: M.Mechanism) -> dict:
             out[f.name] = v if isinstance(v, str) else (int(v) if isinstance(v, int) else float(v))
         return out
     if type(mech) is M.CustomPMF:
-        values, probs, p_inf = mech._key
+        values, probs, p_inf = mech._given  # (as given: the constructor reads them back to the same mechanism)
         return {"type": "CustomPMF", "values": list(values), "probabilities": list(probs), "p_inf": float(p_inf)}
     raise ValueError(f"{name} mechanisms cannot be stored as data (only {sorted(_DATACLASSES) + ['CustomPMF']}); "
                      "pickle the accountant instead if its callables can be pickled")
