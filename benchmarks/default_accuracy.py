@@ -6,7 +6,7 @@ epsilon(1e-5) relative to epsilon, and the time (caches cleared before each run,
     python benchmarks/default_accuracy.py [--repeat 3] [--kmax 1e5] [--out benchmarks/results]
 
 ``--random N``: instead, N random configurations per family (noise -- for randomized response its epsilon --, sampling
-rate and k log-uniform; ``--seed``),
+rate and k log-uniform; ``--seed``; the last family: heterogeneous schedules of 2-5 parts of the others),
 each composed once at the default accuracy: per family, how many the dominance certificate answered (the rest fell
 back to the coupling certificate or were refused), their total and median time and median width.  Run it with
 ``PYTHONPATH`` on an older checkout's ``src`` for the same draws before a change.
@@ -78,28 +78,48 @@ _FAMILIES = {  # name: (noise range, sampling-rate range or None, mechanism)
         F.Gaussian(s), max(1, round(q * 10_000)), 10_000)),
     "PoissonSubsampled(RandomizedResponse)": ((0.1, 3.0), (1e-3, 0.5), lambda e, q: F.PoissonSubsampled(
         F.RandomizedResponse(e, 2), q)),
+    # heterogeneous schedules: 2-5 parts drawn from the families with atoms and the subsampled Gaussian, each
+    # with its own k (log-uniform up to kmax / 10): their atoms share no lattice (dominance/alignment.py)
+    "Heterogeneous (2-5 parts)": None,
 }
+_MIX_PARTS = ("Laplace", "PoissonSubsampledLaplace", "PoissonSubsampled(Laplace)", "PoissonSubsampledGaussian",
+              "PoissonSubsampled(RandomizedResponse)")
+
+
+def _draw(rng, fam, kmax):
+    """One random configuration of family ``fam``: ``(what compose takes, noise, q, k)``."""
+    import numpy as np
+    if _FAMILIES[fam] is None:
+        parts = [_draw(rng, _MIX_PARTS[int(rng.integers(len(_MIX_PARTS)))], max(kmax / 10, 1.0))[0]
+                 for _ in range(int(rng.integers(2, 6)))]
+        return parts, None, None, sum(k for _, k in parts)
+    noise, rate, make = _FAMILIES[fam]
+    x = float(np.exp(rng.uniform(*np.log(noise))))
+    q = float(np.exp(rng.uniform(*np.log(rate)))) if rate else None
+    k = int(np.exp(rng.uniform(0.0, np.log(kmax))))
+    return (make(x, q), k), x, q, k
 
 
 def run_random(n, seed, kmax):
     import numpy as np
     rng = np.random.default_rng(seed)
     rows = []
-    for fam, (noise, rate, make) in _FAMILIES.items():
+    for fam in _FAMILIES:
         for _ in range(n):
-            x = float(np.exp(rng.uniform(*np.log(noise))))
-            q = float(np.exp(rng.uniform(*np.log(rate)))) if rate else None
-            k = int(np.exp(rng.uniform(0.0, np.log(kmax))))
+            what, x, q, k = _draw(rng, fam, kmax)
             F.clear_caches()
             t0 = time.perf_counter()
             try:
-                pld = F.compose(make(x, q), k)
+                pld = F.compose(what) if isinstance(what, list) else F.compose(*what)
                 b = pld.epsilon(DELTA)
                 out = {"method": pld.method, "lower": b.lower, "upper": b.upper,
                        "width": (b.upper - b.lower) / max(b.upper, 1e-300)}
             except ValueError as exc:
                 out = {"method": "refused", "refused": str(exc)[:160]}
-            rows.append({"family": fam, "noise": x, "q": q, "k": k, "time": time.perf_counter() - t0, **out})
+            row = {"family": fam, "noise": x, "q": q, "k": k, "time": time.perf_counter() - t0, **out}
+            if isinstance(what, list):
+                row["parts"] = [(repr(m), c) for m, c in what]
+            rows.append(row)
         mine = [r for r in rows if r["family"] == fam]
         dom = [r for r in mine if r["method"].startswith("dominance")]
         ts = [r["time"] for r in mine]

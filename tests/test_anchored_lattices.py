@@ -13,7 +13,7 @@ import pytest
 import fastpld
 from fastpld.discretize import GridPMF
 from fastpld.dominance import splits
-from fastpld.dominance.planner import _atom_quantum
+from fastpld.dominance.alignment import _atom_quantum
 
 from certified import dominance_epsilon, laplace_peer
 

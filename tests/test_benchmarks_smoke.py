@@ -160,9 +160,10 @@ def test_default_accuracy_random_small(tmp_path):
                        timeout=600, cwd=ROOT, env=dict(os.environ, PYTHONWARNINGS="ignore"))
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
     rows = json.loads((tmp_path / "default_accuracy_random.json").read_text())["rows"]
-    assert len(rows) == 2 * 6 and {r["family"] for r in rows} == {
+    assert len(rows) == 2 * 7 and {r["family"] for r in rows} == {
         "Laplace", "PoissonSubsampledLaplace", "PoissonSubsampled(Laplace)", "PoissonSubsampledGaussian",
-        "SubsampledWithoutReplacement(Gaussian)", "PoissonSubsampled(RandomizedResponse)"}
+        "SubsampledWithoutReplacement(Gaussian)", "PoissonSubsampled(RandomizedResponse)", "Heterogeneous (2-5 parts)"}
+    assert all(2 <= len(r["parts"]) <= 5 for r in rows if r["family"].startswith("Heterogeneous"))
     for r in rows:
         assert 1 <= r["k"] <= 100 and _finite(r["time"]) and r["method"] != "refused"
         assert 0 <= r["lower"] <= r["upper"]

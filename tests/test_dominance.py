@@ -879,10 +879,10 @@ def test_three_atoms_on_their_common_quantum_trinomial_oracle():
         b = pld.delta(eps)
         assert b.lower <= exact * (1 + 1e-12) and exact * (1 - 1e-12) <= b.upper
         assert b.upper - b.lower <= 1e-9
-    from fastpld.dominance import planner
-    assert planner._atom_quantum([-0.5, 0.0, 0.5]) == 0.5
-    assert planner._atom_quantum([-0.5, 0.0, 0.7]) == 0.1 or abs(planner._atom_quantum([-0.5, 0.0, 0.7]) - 0.1) < 1e-15
-    assert planner._atom_quantum([1.0, math.sqrt(2)]) == 0.0
+    from fastpld.dominance import alignment
+    assert alignment._atom_quantum([-0.5, 0.0, 0.5]) == 0.5
+    assert alignment._atom_quantum([-0.5, 0.0, 0.7]) == 0.1 or abs(alignment._atom_quantum([-0.5, 0.0, 0.7]) - 0.1) < 1e-15
+    assert alignment._atom_quantum([1.0, math.sqrt(2)]) == 0.0
 
 
 @pytest.mark.parametrize("mech", [fastpld.PoissonSubsampledGaussian(0.8, 1e-3), fastpld.PoissonSubsampledGaussian(1.0, 0.01),

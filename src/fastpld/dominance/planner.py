@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import math
-from fractions import Fraction
 
 import numpy as np
 
@@ -16,6 +15,7 @@ from ..composition.threads import _PARALLEL_MIN_US, _run_jobs, _run_shared
 from ..discretize import truncation_window
 from ..mechanisms import DiscreteLoss
 from ..mechanisms.base import ContinuousLoss
+from .alignment import aligned_mesh
 from .chains import _DeferredChain
 from .result import DominancePLD, _LazyChains, _REL_FLOOR
 
@@ -63,71 +63,9 @@ def leaf_mesh(parts, plan, eps_error: float, scale: float = 1.0) -> float:
     every coarser lattice of the plan, its atoms lie (their splits are then exact).
     """
     h1 = scale * math.sqrt(12.0 * eps_error / (_SHIFT_FACTOR * _model_weight(plan)))
-    if len(parts) == 1:
-        loss = parts[0][0]
-        if isinstance(loss, DiscreteLoss):
-            # (atoms of a negligible mass aside: one of 1e-15 beside two heavy ones -- a subsampled discrete loss's at
-            # log(1 - q) where its base's pair has such a mass at L = -inf -- would leave the two without a common
-            # lattice; off the lattices, it moves the curve by its mass times a mesh at most)
-            pr = np.asarray(loss.probs, dtype=np.float64)
-            pts = np.asarray(loss.values, dtype=np.float64)[pr > _NEGLIGIBLE_ATOM * float(pr.max())]
-        else:
-            pts = np.asarray(getattr(loss, "atoms", ()), dtype=np.float64)
-        span = 0.0
-        if 0 < pts.size <= 2:
-            span = float(np.max(np.abs(pts)))
-            if span > 0 and pts.size == 2 and abs(abs(pts[0]) - abs(pts[1])) > 1e-12 * span:
-                span = abs(float(pts[1] - pts[0]))  # (a reversed direction lists its atoms in reverse)
-        elif pts.size <= _QUANTUM_MAX_ATOMS and np.all(np.isfinite(pts)):
-            # more atoms: their common quantum, if any (randomized response over c > 2 categories: -eps, 0, eps;
-            # on lattices off it the width fell first order in the mesh, RR(0.5, 4) x 1e4 took five compositions
-            # down to 2.4M-bucket FFTs, 3.8 s)
-            span = _atom_quantum(pts)
-        if span > 0:
-            # the atoms (and those of every composition of them) on every lattice of the plan:
-            # the coarsest mesh R h1 must divide span too
-            R = max(dominance_meshes(plan, 1.0).values())
-            M = max(1, math.ceil(span / (R * h1)))
-            if isinstance(loss, DiscreteLoss):
-                # (a power of two, at most M, for a discrete loss: the mesh span / (R M) is then exact where span is
-                # (R is one too), and so are its lattice points on the atoms -- +-eps, and 0 -- whose splits are then
-                # exact at every level; a mesh off by its rounding left an atom just below a point, and the dominated
-                # leaf a whole mesh lower.  On its own lattices such a loss composes exactly: a coarser mesh costs
-                # no width)
-                M = 1 << (M.bit_length() - 1)
-            aligned = span / (R * M)
-            if aligned >= 1e-290:  # (atoms a few ulps of zero apart, PureDP(5e-324): the plain mesh)
-                h1 = aligned
-    return h1
-
-
-_QUANTUM_MAX_ATOMS = 16
-_NEGLIGIBLE_ATOM = 1e-12  # (relative to the heaviest: leaf_mesh aligns its meshes with the others)
-_QUANTUM_MAX_DEN = 64
-_QUANTUM_MAX_RATIO = 1e4
-
-
-def _atom_quantum(pts) -> float:
-    """The largest ``g`` such that every point is an integer multiple of ``g`` to within ``1e-12`` of it (their
-    ratios to the smallest nonzero one with denominators up to ``_QUANTUM_MAX_DEN``), or 0.  On a lattice of a
-    mesh dividing ``g`` the points and all their sums lie on lattice points (an atom that misses one by its
-    rounding is still split exactly: only the speed depends on it)."""
-    a = np.abs(np.asarray(pts, dtype=np.float64))
-    a = a[a > 0]
-    if a.size == 0:
-        return 0.0
-    ref = float(a.min())
-    if float(a.max()) > _QUANTUM_MAX_RATIO * ref:
-        return 0.0  # (a quantum far below the atoms' spacing: no lattice of a useful mesh holds them all)
-    den = 1
-    for x in a:
-        fr = Fraction(float(x) / ref).limit_denominator(_QUANTUM_MAX_DEN)
-        if abs(float(fr) * ref - float(x)) > 1e-12 * float(x):
-            return 0.0
-        den = den * fr.denominator // math.gcd(den, fr.denominator)
-        if den > _QUANTUM_MAX_DEN:
-            return 0.0
-    return ref / den
+    # (the coarsest lattice's ratio to the leaf's: the atoms are aligned on every lattice of the plan)
+    R = max(dominance_meshes(plan, 1.0).values())
+    return aligned_mesh(parts, R, h1, eps_error * scale ** 2)
 
 
 # the composed shift of each chain, measured at 1.2-2.2 times the sum of the groups' mean shifts
