@@ -159,3 +159,40 @@ def test_subsampled_laplace_once_refused_now_certified(b, q, k):
     intervals overlap the coupling certificate's (two independent certificates)."""
     m = fastpld.PoissonSubsampledLaplace(b, q)
     assert overlaps_coupling(m, k, dominance_epsilon(m, k), 0.003)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_balanced_split_keeps_a_top_atom_above_its_point(native, monkeypatch):
+    # at the top end of a support the last cell cannot balance the mass left below its point; the atoms at or
+    # above the point stay there (each has a loss at least the point's) and only those below go down -- all of it
+    # went down before, and a heavy atom a little above the top point lost a whole mesh in every copy
+    from fastpld.dominance import splits as S
+    if not native:
+        monkeypatch.setattr(S, "_dom", None)
+    H = 0.01
+    j = np.array([3, 4, 4, 5], dtype=np.int64)
+    s = np.array([0.5 * H, 0.3 * H, 0.9 * H, 0.001 * H])
+    a = np.array([0.2, 0.2, 0.2, 0.4])
+    out = S._balanced_split(j, s, a, H, 6)
+    assert out.sum() == pytest.approx(1.0, rel=1e-12)
+    assert out[5] == pytest.approx(0.4 * S._split_lower(4), rel=1e-15)  # (the top atom on its point)
+    # dominated: at every eps the split's curve is at most the atoms' (mass under the first distribution)
+    y = j * H + s
+    for eps in np.linspace(0.0, 0.06, 61):
+        lo = float(np.sum(out * np.maximum(0.0, 1.0 - np.exp(eps - H * np.arange(6)))))
+        assert lo <= float(np.sum(a * np.maximum(0.0, 1.0 - np.exp(eps - y)))) + 1e-15
+
+
+@pytest.mark.parametrize("frac", [42.0008, 42.002, 30.001])
+def test_dominated_leaf_top_atom_a_little_above_a_point(frac):
+    # PSL(4.89, 0.0013)'s atoms 5.4e-4 apart, a mesh dividing it to 0.1%: its top atom a little above a lattice
+    # point went a mesh down (the leaf's mean -0.41 meshes a copy, the lower bound of a three-part mix first order
+    # in the mesh: 3.9-19 s); now by its distance above the point only
+    loss = fastpld.PoissonSubsampledLaplace(4.8940705330892245, 0.0013024946558910025).privacy_losses()["remove"]
+    lo, hi = loss.atoms
+    h = (hi - lo) / frac
+    pmf = L.dominated_leaf(loss, h, 1e-13)
+    v = pmf.values
+    top = int(np.flatnonzero(pmf.probs > 0.3)[-1])
+    assert 0.0 <= hi - v[top] <= (frac - math.floor(frac)) * h * (1 + 1e-6) + 1e-18
+    assert np.dot(pmf.probs, v) / pmf.probs.sum() - loss.mean() >= -0.01 * h

@@ -25,13 +25,15 @@ cdef void _split(const long long *j, const double *s, const double *a, Py_ssize_
                  double margin, double *out) noexcept nogil:
     """The balanced split's pass (:func:`balanced_split`) into ``out[0..n)``, zeroed by the caller."""
     cdef Py_ssize_t g, i = 0
-    cdef double r = 1.0, bal, neg, acc, acc0, c, f, x, need
+    cdef double r = 1.0, bal, neg, acc, acc0, acc_lo, acc_hi, c, f, x, need
     cdef bint started = False, first
     for g in range(n):
         bal = 0.0
         neg = 0.0
         acc = 0.0
         acc0 = 0.0
+        acc_lo = 0.0
+        acc_hi = 0.0
         first = not started
         # atoms below the point (left over from the previous cell): all of them come up here
         while i < m and j[i] < g:
@@ -40,6 +42,7 @@ cdef void _split(const long long *j, const double *s, const double *a, Py_ssize_
             bal -= c
             neg += c
             acc += r * a[i]  # (its A-mass: the merged atom keeps it, below)
+            acc_lo += r * a[i]
             i += 1
             r = 1.0
         # atoms at or above the point, in its interval: as much as makes the balance >= margin
@@ -72,15 +75,19 @@ cdef void _split(const long long *j, const double *s, const double *a, Py_ssize_
                 break
             bal += c
             acc += r * a[i]
+            acc_hi += r * a[i]
             i += 1
             r = 1.0
         if acc + acc0 > 0.0:
             started = True
         if bal >= 0.5 * margin * neg:
             out[g] += acc + acc0
-        else:  # not balanced: atoms on the point stay, the rest goes to the point below
-            out[g] += acc0
-            out[g - 1] += acc
+        else:
+            # not balanced (the top end: no atoms left): the atoms at or above the point stay -- each has a loss
+            # >= the point's, so their merge has too --, those left below go to the point below (each >= it)
+            out[g] += acc0 + acc_hi
+            if acc_lo > 0.0:
+                out[g - 1] += acc_lo
 
 
 def balanced_split(const long long[::1] j, const double[::1] s, const double[::1] a, double H,
