@@ -59,6 +59,7 @@ cdef void _split(const long long *j, const double *s, const double *a, Py_ssize_
                     f = r if x < 0.5 * H * (1 - 1e-9) else 0.5 * r
                     bal += f * a[i] * (-expm1(-x))
                     acc += f * a[i]
+                    acc_hi += f * a[i]  # (at or above the point: kept there, should the cell not balance)
                     r -= f
                     if r > 0.0:
                         break
@@ -70,6 +71,7 @@ cdef void _split(const long long *j, const double *s, const double *a, Py_ssize_
             if c > need:
                 f = need / (a[i] * (-expm1(-x)))
                 acc += f * a[i]
+                acc_hi += f * a[i]
                 r -= f
                 bal += f * a[i] * (-expm1(-x))
                 break

@@ -103,6 +103,7 @@ def _balanced_split_py(j, s, a, H, n, margin):
                     f = r if x < 0.5 * H * (1 - 1e-9) else 0.5 * r  # (an atom on the midpoint: half)
                     bal += f * a[i] * -math.expm1(-x)
                     acc += f * a[i]
+                    acc_hi += f * a[i]
                     r -= f
                     if r > 0.0:
                         break
@@ -114,6 +115,7 @@ def _balanced_split_py(j, s, a, H, n, margin):
             if c > need:
                 f = need / (a[i] * -math.expm1(-x))
                 acc += f * a[i]
+                acc_hi += f * a[i]
                 r -= f
                 bal += f * a[i] * -math.expm1(-x)
                 break
