@@ -105,14 +105,11 @@ def _many_parts(parts, R: float, h1: float, eps_model: float) -> float:
     chain's lower bound moved down by it -- beside the planner's second-order error.  An atom within rounding
     below a lattice point costs nothing (the leaves move it up, charged its distance).  Only the speed depends
     on the choice: every lattice is certified."""
-    offs, wts, exact = [], [], []
+    offs, wts, exact, exact_w = [], [], [], []
     for loss, copies in parts:
         o, m = _offsets(loss)
-        if isinstance(loss, DiscreteLoss):
-            exact.append(o)
-        else:
-            offs.append(o)
-            wts.append(float(copies) * m)
+        (exact if isinstance(loss, DiscreteLoss) else offs).append(o)
+        (exact_w if isinstance(loss, DiscreteLoss) else wts).append(float(copies) * m)
     if not h1 > 0 or not any(o.size for o in offs + exact):
         return h1
     Gt = R * h1
@@ -130,7 +127,7 @@ def _many_parts(parts, R: float, h1: float, eps_model: float) -> float:
         cands = [np.array([Gt])]
     # (the discrete parts' atoms weighed as the others': none off the lattices that divide their quantum)
     offs += exact
-    wts += [float(copies) * _offsets(loss)[1] for loss, copies in parts if isinstance(loss, DiscreteLoss)]
+    wts += exact_w
     o, w = (np.concatenate(offs), np.concatenate(wts)) if offs else (np.zeros(0), np.zeros(0))
     for j in np.argsort(-w)[:_ALIGN_SPACINGS] if g == 0 else ():
         a = abs(float(o[j]))
