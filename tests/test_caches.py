@@ -11,8 +11,14 @@ import numpy as np
 import pytest
 
 import fastpld
-from fastpld import _answers, _native, resources
+from fastpld import _answers, resources
 from fastpld.composition import api
+
+try:
+    from fastpld import _native
+except ImportError:  # (no compiled core, or FASTPLD_PURE_PYTHON=1: no FFT plans to keep)
+    _native = None
+needs_native = pytest.mark.skipif(_native is None, reason="compiled core unavailable")
 
 
 @pytest.fixture
@@ -213,7 +219,7 @@ def test_bound_is_respected_after_a_threaded_workload():
     info = fastpld.cache_info()
     assert 0 < info["bytes"] <= limit and info["bytes"] == _recount()
     assert sum(info["by_kind"].values()) == info["bytes"]
-    assert info["by_kind"].get("plans", 0) > 0
+    assert info["by_kind"].get("plans", 0) > 0 or _native is None  # (the compiled core's FFT plans)
     # a tighter bound evicts at once; the answers' own bound holds within it
     resources.set_cache_limit(1 << 20, results=200_000)
     info = fastpld.cache_info()
@@ -231,6 +237,7 @@ def test_limit_zero_keeps_nothing_and_answers_the_same():
     _same(got, ref)
 
 
+@needs_native
 def test_clear_caches_frees_every_threads_workspace():
     resources.set_cache_limit(64 << 20)
     fastpld.clear_caches()
@@ -262,6 +269,7 @@ def test_clear_caches_frees_every_threads_workspace():
     assert seen["after"] is not seen["plan"]  # rebuilt after the clear
 
 
+@needs_native
 def test_clear_caches_can_keep_the_plans(answers):
     if "native" not in fastpld.available_backends():
         pytest.skip("the native backend is not built")
