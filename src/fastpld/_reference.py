@@ -105,7 +105,7 @@ def normalise_mean(q: np.ndarray, total: float):
 def leaf_roundoff(F, S, dens, tau: float, c0: float, limit: float):
     """``(widen, tv)`` of the discretisation's round-off (``_core.leaf_roundoff``)."""
     dev = tau * np.minimum(F, S) + c0
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # (a denormal density: inf, as 0's)
         move = np.where(dens > 0, dev / (0.5 * dens), np.inf)
     small = move <= limit
     widen = 2 * float(move[small].max()) if small.any() else 0.0

@@ -359,7 +359,7 @@ def _discretize_continuous(loss: ContinuousLoss, h: float, tail: float, lattice:
         widen, tv = _kernels.leaf_roundoff(F, S, dens, tau, 4 * _U * (out_lo + out_hi), 1e-3 * h)
     else:
         dev = tau * np.minimum(F, S) + 4 * _U * (out_lo + out_hi)
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # (a denormal density: inf, as 0's)
             move = np.where(dens > 0, dev / (0.5 * dens), np.inf)
         small = move <= 1e-3 * h
         widen = 2 * float(move[small].max()) if small.any() else 0.0
