@@ -16,7 +16,6 @@ with respect to ``Q`` on the finite values, and the remaining mass at ``L = -inf
 """
 from __future__ import annotations
 
-import decimal
 import math
 from dataclasses import dataclass, field
 
@@ -84,32 +83,14 @@ def _select(losses, neighboring):
 # --------------------------------------------------------------------------------------
 # The canonical pair of a discrete loss, and its exact Poisson subsampling
 # --------------------------------------------------------------------------------------
-_EXACT_PAIR_ATOMS = 64  # (discrete losses of at most this many atoms: their pair's mass at -inf at 60 digits)
-
-
 def _discrete_pair(loss: DiscreteLoss):
     """``(values, log Q masses, log P masses, Q mass at +inf, P mass at -inf)`` of the canonical pair."""
     v = loss.values
     with np.errstate(divide="ignore"):
         lq = np.log(loss.probs) + math.log1p(-loss.p_inf)
     lp = lq - v  # P(l) = e^-l Q(l), in logs (no overflow for very negative l)
-    if loss.p_minf is not None:  # (known exactly: pure DP, randomized response, approximate DP)
-        p_minf = loss.p_minf
-        total_p = 1.0 - p_minf
-    elif v.size <= _EXACT_PAIR_ATOMS:
-        # P's mass at L = -inf, 1 - (1 - p_inf) sum p e^-l, at 60 digits (decimal: the floats exactly, exp correctly
-        # rounded), then rounded once: in float64 the difference cancels to ~u absolute, so a mass of 0 came out
-        # 1.1e-16 -- an atom the mechanism has not, which a lower bound counted -- and one of 1e-12 3e-6 relative
-        # low, which an upper bound lost (both found by the exact-oracle audit of the subsampled discrete losses)
-        with decimal.localcontext() as ctx:
-            ctx.prec = 60
-            s = sum((decimal.Decimal(float(p)) * (-decimal.Decimal(float(x))).exp()
-                     for x, p in zip(v, loss.probs) if p > 0), decimal.Decimal(0))
-            p_minf = float(1 - (1 - decimal.Decimal(float(loss.p_inf))) * s)
-        total_p = 1.0 - p_minf
-    else:
-        total_p = float(np.exp(special.logsumexp(lp)))
-        p_minf = 1.0 - total_p
+    p_minf = loss.minus_inf_mass()
+    total_p = 1.0 - p_minf
     if p_minf < -1e-9:
         raise ValueError(
             f"the base privacy loss is not the loss of any pair of distributions: E[exp(-L)] = {total_p:.12g} "

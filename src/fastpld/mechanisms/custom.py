@@ -10,10 +10,7 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
 from .. import _validation as V
-from .._lazy import lazy_module
 from .base import ContinuousLoss, DiscreteLoss, Mechanism, PrivacyLoss, _real_vector
-
-special = lazy_module("scipy.special")
 
 __all__ = ["CustomCDF", "CustomPMF"]
 
@@ -149,25 +146,23 @@ class CustomPMF(Mechanism):
     def __init__(self, values: ArrayLike, probabilities: ArrayLike, p_inf: float = 0.0) -> None:
         p_inf = V.probability("p_inf", p_inf, open_high=True)
         self._loss = DiscreteLoss(values, probabilities, p_inf)
-        total = float(_real_vector("probabilities", probabilities).sum())
+        given = _real_vector("probabilities", probabilities)  # (DiscreteLoss has checked it)
+        total = float(given.sum())
         # as documented: the finite masses and p_inf together make one distribution
         if not abs(total + p_inf - 1.0) <= 1e-9:
             raise ValueError(f"probabilities must sum to 1 - p_inf = {1 - p_inf!r}, got {total!r}")
         # A privacy loss L = log(Q/P) under Q has E[e^-L] = P(Q > 0) <= 1; masses above that are no pair's loss,
         # and the curve they give is no mechanism's (the samplers, the reversed pairs and the dominated chains all
         # take the pair's P for granted).  The slack 1e-9 admits a valid pair's losses and masses rounded to floats.
-        finite = self._loss.probs > 0
-        log_p = float(special.logsumexp(np.log(self._loss.probs[finite]) - self._loss.values[finite]))
-        log_p += math.log1p(-p_inf)
-        if log_p > math.log1p(1e-9):
+        minf = self._loss.minus_inf_mass()
+        if minf < -1e-9:
             raise ValueError(
-                f"values and probabilities are no pair's privacy loss: E[exp(-L)] = {math.exp(min(log_p, 700.0)):.12g} "
+                f"values and probabilities are no pair's privacy loss: E[exp(-L)] = {1.0 - minf:.12g} "
                 "> 1 (the loss log(Q/P) under Q has E[exp(-L)] = P(Q > 0) <= 1: a loss value below 0 needs mass "
                 "above 0 to balance it)")
         self._key = (tuple(self._loss.values.tolist()), tuple(self._loss.probs.tolist()), p_inf)
         # as given, for storing: normalising the normalised masses again can move them by an ulp
-        self._given = (_real_vector("values", values).tolist(), _real_vector("probabilities", probabilities).tolist(),
-                       p_inf)
+        self._given = (_real_vector("values", values).tolist(), given.tolist(), p_inf)
 
     def privacy_losses(self) -> Mapping[str, PrivacyLoss]:
         return {"add": self._loss, "remove": self._loss}
