@@ -122,3 +122,67 @@ def test_aligned_mesh_of_several_losses():
     assert alignment.aligned_mesh(psg, 8.0, 1e-3, 1e-4) == 1e-3
     # one loss: its own rule
     assert alignment.aligned_mesh(lap[:1], 2.0, 0.01, 1e-3) == alignment._one_part(lap[0][0], 2.0, 0.01)
+
+
+def _multinomial(values, probs, k):
+    """The sums of ``k`` draws of atoms ``values`` (masses ``probs``), as arrays (float64: log-multinomials)."""
+    from scipy.special import gammaln
+    values, probs = np.asarray(values, dtype=np.float64), np.asarray(probs, dtype=np.float64)
+    if values.size == 2:
+        j = np.arange(k + 1)
+        counts = np.stack([k - j, j], axis=1)
+    else:
+        counts = np.array([(a, b, k - a - b) for a in range(k + 1) for b in range(k + 1 - a)])
+    logp = gammaln(k + 1) - gammaln(counts + 1).sum(axis=1) + counts @ np.log(probs)
+    return counts @ values, np.exp(logp)
+
+
+def _discrete_mix_delta(losses, eps):
+    """Exact ``delta(eps)`` (to float64 rounding) of the composition of discrete losses ``(loss, copies)``."""
+    (v1, p1), (v2, p2), (v3, p3) = (_multinomial(loss.values, loss.probs, k) for loss, k in losses)
+    v12 = (v1[:, None] + v2[None, :]).ravel()
+    p12 = (p1[:, None] * p2[None, :]).ravel()
+    total = 0.0
+    for v, p in zip(v3, p3):
+        y = v12 + v
+        sel = y > eps
+        total += p * float(np.sum(p12[sel] * -np.expm1(eps - y[sel])))
+    return total
+
+
+def test_spacing_inside_the_coarsest_cell_is_aligned_on():
+    # PS(PureDP(1/13), 0.0011) x 924: two atoms 1.7e-4 apart, inside every cell of the coarsest lattice at the
+    # planner's meshes, with parts whose atoms share no quantum with them: on any coarser mesh the dominated chain
+    # moves the upper atom down in every copy (924 x 0.48 x 1.7e-4 = 0.075 of epsilon 13.6, whatever the mesh), and
+    # the composition was refused at rel_error 1e-3 (width 8.0x the width asked after five compositions) and 1e-4
+    mechs = [(fastpld.PoissonSubsampled(fastpld.PureDP(0.70), 0.33), 121),
+             (fastpld.PoissonSubsampled(fastpld.PureDP(1 / 13), 0.0011), 924),
+             (fastpld.PoissonSubsampled(fastpld.RandomizedResponse(1.37, 3), 0.0015), 40)]
+    pld = fastpld.compose(mechs, rel_error=1e-3)
+    assert pld.method.startswith("dominance"), pld.method
+    r = pld.epsilon(1e-5)
+    assert r.upper - r.lower <= 1e-3 * r.lower, r
+    directions = [[(m.privacy_losses()[d], k) for m, k in mechs] for d in ("remove", "add")]
+    assert all(loss.p_inf == 0 for losses in directions for loss, _ in losses)
+    for eps in (r.lower, r.upper, 0.5 * r.upper):
+        # (the bounds are the directions' largest)
+        exact = max(_discrete_mix_delta(losses, eps) for losses in directions)
+        b = pld.delta(eps)
+        assert b.lower <= exact * (1 + 1e-9) and exact <= b.upper * (1 + 1e-9), (eps, b, exact)
+        if eps == r.upper:
+            assert exact <= 1e-5 * (1 + 1e-9)
+        if eps == r.lower:
+            assert exact >= 1e-5 * (1 - 1e-9)
+
+
+def test_aligned_mesh_takes_a_spacing_far_below_the_planner_mesh():
+    # a heavy spacing a few times below the coarsest lattice's mesh (every coarser mesh leaves its shift, copies x
+    # mass x spacing, whatever the mesh): that spacing itself, where the model says it narrows the width
+    parts = [(fastpld.PoissonSubsampled(fastpld.PureDP(1 / 13), 0.0011).privacy_losses()["remove"], 924),
+             (fastpld.PoissonSubsampled(fastpld.PureDP(0.70), 0.33).privacy_losses()["remove"], 121)]
+    a = float(np.diff(parts[0][0].values)[0])
+    R, h1 = 4.0, 2.15e-4  # (G_t = 8.6e-4 = 4.9 a)
+    h = alignment.aligned_mesh(parts, R, h1, 2.6e-5)
+    assert h * R == pytest.approx(a, rel=1e-12)
+    # beyond _ALIGN_FAR times finer than the planner's: not considered
+    assert alignment.aligned_mesh(parts, R, a * alignment._ALIGN_FAR / R * 1.01, 2.6e-5) > a / R

@@ -27,15 +27,21 @@ _ALIGN_FINER = 4.0
 _ALIGN_CANDIDATES = 2048
 _ALIGN_SPACINGS = 8
 _ALIGN_SHARE = 0.25
+# ... and a spacing below G_t / _ALIGN_FINER itself (n = 1), down to G_t / _ALIGN_FAR: a spacing inside every cell
+# of the coarsest lattice is a shift of its copies' mass times the spacing at any coarser mesh, a floor under the
+# width that no rescaling by the planner's meshes lowers
+_ALIGN_FAR = 64.0
 
 
-def aligned_mesh(parts, R: float, h1: float, eps_model: float) -> float:
+def aligned_mesh(parts, R: float, h1: float, eps_model: float, far: bool = True) -> float:
     """The leaf mesh near ``h1`` (the planner's) whose lattices, the coarsest ``R h1``, hold the atoms of the
     ``parts`` (``(loss, copies)`` of one direction), or ``h1``.  ``eps_model``: the error the planner's meshes are
-    expected to make (the atoms' first-order shift is weighed against it)."""
+    expected to make (the atoms' first-order shift is weighed against it).  ``far``: several parts may take a
+    spacing of theirs down to ``R h1 / _ALIGN_FAR`` (the direction that sets the width: another one's finer
+    meshes cost time and narrow nothing that is asked)."""
     if len(parts) == 1:
         return _one_part(parts[0][0], R, h1)
-    return _many_parts(parts, R, h1, eps_model)
+    return _many_parts(parts, R, h1, eps_model, far)
 
 
 def _one_part(loss, R: float, h1: float) -> float:
@@ -97,7 +103,7 @@ def _offsets(loss):
     return v[keep] - v[top], m[keep]
 
 
-def _many_parts(parts, R: float, h1: float, eps_model: float) -> float:
+def _many_parts(parts, R: float, h1: float, eps_model: float, far: bool = True) -> float:
     """The leaf mesh, among ``h1`` and those whose coarsest lattice's mesh ``G = R h`` divides one of the atoms'
     spacings from their anchors exactly (``G`` down to ``R h1 / _ALIGN_FINER``; where there are discrete parts
     with a common quantum of their atoms, only those that divide it), by a model of the width: the
@@ -135,6 +141,8 @@ def _many_parts(parts, R: float, h1: float, eps_model: float) -> float:
         n_hi = min(math.floor(a * _ALIGN_FINER / Gt), n_lo + _ALIGN_CANDIDATES - 1)
         if n_hi >= n_lo and a / n_lo >= 1e-290:
             cands.append(a / np.arange(n_lo, n_hi + 1, dtype=np.float64))
+        elif far and n_hi < 1 and a >= Gt / _ALIGN_FAR and a >= 1e-290:
+            cands.append(np.array([a]))
     G = np.concatenate(cands)
     r = np.mod(o[:, None], G[None, :])
     near = 64 * _U * (np.abs(o)[:, None] + G[None, :])
@@ -145,6 +153,9 @@ def _many_parts(parts, R: float, h1: float, eps_model: float) -> float:
     # shrinks soon leaves the set: the meshes follow its rescalings (a rule on the shift alone kept one mesh over
     # five of them)
     width = eps_model * (G / Gt) ** 2 + shift
+    # (a spacing below G_t / _ALIGN_FINER only where its width is at most G / G_t of the planner's mesh's: the
+    # buckets grow as G_t / G, and one taken for a direction whose width it did not set made a refused mix slower)
+    width = np.where(G < Gt / _ALIGN_FINER * (1 - 1e-12), np.where(width <= G / Gt * width[0], width, np.inf), width)
     ok = width <= (1.0 + _ALIGN_SHARE) * eps_model
     if np.any(ok):
         best = int(np.argmax(np.where(ok, G, -np.inf)))

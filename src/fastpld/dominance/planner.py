@@ -51,7 +51,7 @@ def _model_weight(plan) -> float:
     return sum(c * r[g] ** 2 for g, c in copies.items())
 
 
-def leaf_mesh(parts, plan, eps_error: float, scale: float = 1.0) -> float:
+def leaf_mesh(parts, plan, eps_error: float, scale: float = 1.0, far: bool = True) -> float:
     """Leaf mesh ``h1`` for an absolute epsilon error of about ``eps_error`` per bound.
 
     Each group's re-discretisations (and the leaves) move the composed loss by about
@@ -60,12 +60,13 @@ def leaf_mesh(parts, plan, eps_error: float, scale: float = 1.0) -> float:
     (:func:`_model_weight`), which moves epsilon by as much.
     ``scale`` multiplies the result (a second attempt, see :func:`compose_dominance`).  A single
     part with one or two atoms takes the largest mesh below that on whose lattice, and on
-    every coarser lattice of the plan, its atoms lie (their splits are then exact).
+    every coarser lattice of the plan, its atoms lie (their splits are then exact).  ``far``: several parts may
+    take a spacing of their atoms far below the planner's mesh (:func:`fastpld.dominance.alignment.aligned_mesh`).
     """
     h1 = scale * math.sqrt(12.0 * eps_error / (_SHIFT_FACTOR * _model_weight(plan)))
     # (the coarsest lattice's ratio to the leaf's: the atoms are aligned on every lattice of the plan)
     R = max(dominance_meshes(plan, 1.0).values())
-    return aligned_mesh(parts, R, h1, eps_error * scale ** 2)
+    return aligned_mesh(parts, R, h1, eps_error * scale ** 2, far)
 
 
 # the composed shift of each chain, measured at 1.2-2.2 times the sum of the groups' mean shifts
@@ -413,7 +414,7 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
         meshes_of = {}
         deferred = {}
         for name, parts, plan in plans:
-            h1 = leaf_mesh(parts, plan, eps_error, scale * coarse.get(name, 1.0))
+            h1 = leaf_mesh(parts, plan, eps_error, scale * coarse.get(name, 1.0), far=eager in (None, name))
             if (not meshes_of and doomed[0]
                     and _DOOMED_FACTOR * _first_node_floor(parts, plan, h1, backend.native) > delta_error):
                 # (before any leaf: the next arity's first node has fewer instances)
@@ -459,7 +460,8 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
     # their upper bounds exceed its lower one, which for the subsampled Gaussian's add direction is near epsilon 0
     # only; the reference widths run them where needed)
     def leaf_meshes(scale):
-        return [leaf_mesh(parts, plan, eps_error, scale * coarse.get(name, 1.0)) for name, parts, plan in plans]
+        return [leaf_mesh(parts, plan, eps_error, scale * coarse.get(name, 1.0), far=eager in (None, name))
+                for name, parts, plan in plans]
 
     eager = _eager_direction(dir_parts, eps_error, rel_error)
     # (the other directions' dominating chains on coarser meshes, where their predicted epsilons lie far enough
@@ -496,14 +498,21 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
         coarse.clear()
         pld = attempt(scale, plans)
         excess = pld._reference_excess(eps_error, rel_error)
-    seen = [(scale, excess)]
+    # (the widths against the eager direction's leaf mesh, which sets them: aligned meshes do not follow the scale)
+    lead = next((i for i, (name, _, _) in enumerate(plans) if name == eager), None)
+
+    def lead_mesh(scale):
+        m = leaf_meshes(scale)
+        return m[lead] if lead is not None else min(m)
+
+    seen = [(lead_mesh(scale), excess)]
     best = (excess, pld)
     while excess > 1.0 and math.isfinite(excess) and len(seen) <= _RESCALES:
         # the width follows scale^p: p = 2 (second order) until two attempts measure it (lattice-like
         # losses whose atoms miss the lattices shrink more slowly)
         p, factor = 2.0, None
         if len(seen) >= 2:
-            (s1, e1), (s2, e2) = seen[-2:]
+            (s1, e1), (s2, e2) = seen[-2:]  # (leaf meshes and widths)
             if e1 > 0 and e2 > 0 and s1 != s2:
                 # (below 0.5: erratic -- an epsilon where the curve is nearly flat, a lattice's alignment with
                 # atoms -- or a floor of the losses' own, e.g. a loss pair's gap: second order assumed, and
@@ -529,15 +538,19 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
             # (meshes aligned on a loss's atoms do not follow the scale while the planner's is coarser than their
             # spacing allows -- pinned at span / R, then span / (R M) --: the scale goes on down until some mesh is
             # the factor finer, else every rescaling composed the same meshes again, or one step finer:
-            # PoissonSubsampled(Laplace(34.5), 0.003) x 9 and PoissonSubsampled(Laplace(1.55), 0.0012) x 2, refused)
-            if any(m <= c * factor * (1 + 1e-9) for m, c in zip(leaf_meshes(scale), meshes)):
+            # PoissonSubsampled(Laplace(34.5), 0.003) x 9 and PoissonSubsampled(Laplace(1.55), 0.0012) x 2, refused;
+            # the eager direction's mesh where there is one: another's moving left the one that sets the width pinned
+            # over two rescalings of a mix of parts with atoms)
+            now = leaf_meshes(scale)
+            if (now[lead] <= meshes[lead] * factor * (1 + 1e-9) if lead is not None
+                    else any(m <= c * factor * (1 + 1e-9) for m, c in zip(now, meshes))):
                 break
             scale = _quantized(scale * 2.0 ** -0.125)
         # (finer meshes whose charges do not fit delta_error: refused, as the other methods refuse
         # an eps_error they cannot reach; auto then takes a coupling plan)
         pld = attempt(scale, plans)
         excess = pld._reference_excess(eps_error, rel_error)
-        seen.append((scale, excess))
+        seen.append((lead_mesh(scale), excess))
         if excess < best[0]:
             best = (excess, pld)
     if not excess <= 1.0:
@@ -571,7 +584,8 @@ def _retry_args(build, parts, arity: int, eps_error: float, scale: float, rest):
     for a in _ARITIES:
         if a > arity:
             plan = build(a)
-            yield (plan, dominance_meshes(plan, leaf_mesh(parts, plan, eps_error, scale))) + tuple(rest) + (False, a)
+            yield ((plan, dominance_meshes(plan, leaf_mesh(parts, plan, eps_error, scale, far=False))) + tuple(rest)
+                   + (False, a))
 
 
 def _eager_direction(dir_parts, eps_error: float, rel_error: float | None):
