@@ -40,7 +40,10 @@ def aligned_mesh(parts, R: float, h1: float, eps_model: float, far: bool = True)
     spacing of theirs down to ``R h1 / _ALIGN_FAR`` (the direction that sets the width: another one's finer
     meshes cost time and narrow nothing that is asked)."""
     if len(parts) == 1:
-        return _one_part(parts[0][0], R, h1)
+        h = _one_part(parts[0][0], R, h1)
+        if h != h1 or _offsets(parts[0][0])[0].size < 2:
+            return h
+        # (atoms with no common quantum, a Poisson-subsampled randomized response's: weighed as several parts')
     return _many_parts(parts, R, h1, eps_model, far)
 
 
