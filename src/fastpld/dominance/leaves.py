@@ -14,6 +14,7 @@ from .. import _kernels
 from ..composition.roundoff import _dyadic_sum, _rounded
 from ..discretize import GridPMF, truncation_window
 from ..mechanisms import ContinuousLoss, DiscreteLoss, SubsampledLoss
+from ..mechanisms.subsampled import SymmetricSubsampledLoss
 from . import splits as _splits
 from .atoms import _atom_places, _check_size, _discrete_leaf, _with_anchor
 from .splits import _balanced_split, _claimed_mass, _MARGIN, _split_lower
@@ -47,6 +48,32 @@ def _atom_masses(loss: ContinuousLoss, atoms):
             m = jp
         m = np.maximum(m, 0.0)
         return m, 16 * _U * m + 1e-300
+    rem = getattr(loss, "rem", None)
+    if isinstance(loss, SymmetricSubsampledLoss) and len(rem.atoms) == len(pair.atoms):
+        # the symmetric subsampled loss's atoms +-g(x) and 0: at g(x) > 0 the remove loss's mass there, at -g(x) the
+        # pair's P-mass of L = x (the law of Y under P, mirrored), both from the pair's closed forms; its CDF goes
+        # through g^-1, which rounds across them (a fixed-size batch of a Laplace mechanism: both read 0, and the
+        # leaf refused, the density and atoms holding 0.68 of the window's mass); 0 below, from its own closed form
+        x = np.asarray(pair.atoms, dtype=np.float64)
+        jp = np.maximum(np.asarray(pair.cdf_P(x), dtype=np.float64)
+                        - np.asarray(pair.cdf_P(x, strict=True), dtype=np.float64), 0.0)
+        rm, _ = _atom_masses(rem, list(rem.atoms))
+        img = np.asarray(rem.atoms, dtype=np.float64)
+        m, err = np.zeros(len(atoms)), np.full(len(atoms), 1e-300)
+        for i, y in enumerate(atoms):
+            hit = np.flatnonzero(img == abs(y)) if y != 0 else np.zeros(0, dtype=np.int64)
+            if hit.size and img[hit[0]] > 0:
+                m[i] = rm[hit[0]] if y > 0 else jp[hit[0]]
+                err[i] = 16 * _U * m[i] + 1e-300
+            elif y == 0:
+                own = loss.atom_mass(0.0)
+                if own is None:
+                    break  # (no closed form: the tails below)
+                m[i], err[i] = own
+            else:
+                break
+        else:
+            return m, err
     # from the tails on each side of the atom, whichever are smaller (the CDF's and the survival function's
     # relative errors are tau_F of their own values): the jump of the CDF below the median, of the survival
     # function above it, what both tails leave for an atom across it -- one holding most of the mass, e.g. the
