@@ -15,6 +15,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..mechanisms import DiscreteLoss
+from .masses import _atom_masses  # (the leaves' masses, hence their anchor)
 
 _U = 2.0 ** -53
 _QUANTUM_MAX_ATOMS = 16
@@ -92,8 +93,6 @@ def _offsets(loss):
         v = np.asarray(loss.values, dtype=np.float64)
         m = np.asarray(loss.probs, dtype=np.float64) * (1.0 - float(loss.p_inf))
     else:
-        from .leaves import _atom_masses  # (the leaves' masses, hence their anchor)
-
         v = np.asarray(getattr(loss, "atoms", ()), dtype=np.float64)
         if not 1 < v.size <= _QUANTUM_MAX_ATOMS:
             return np.zeros(0), np.zeros(0)

@@ -13,10 +13,10 @@ import numpy as np
 from .. import _kernels
 from ..composition.roundoff import _dyadic_sum, _rounded
 from ..discretize import GridPMF, truncation_window
-from ..mechanisms import ContinuousLoss, DiscreteLoss, SubsampledLoss
-from ..mechanisms.subsampled import SymmetricSubsampledLoss
+from ..mechanisms import ContinuousLoss, DiscreteLoss
 from . import splits as _splits
 from .atoms import _atom_places, _check_size, _discrete_leaf, _with_anchor
+from .masses import _atom_masses, _cdf_sf
 from .splits import _balanced_split, _claimed_mass, _MARGIN, _split_lower
 
 _U = np.finfo(np.float64).eps / 2  # unit roundoff
@@ -26,97 +26,6 @@ _U = np.finfo(np.float64).eps / 2  # unit roundoff
 _GL5 = np.polynomial.legendre.leggauss(5)
 _GL4 = np.polynomial.legendre.leggauss(4)
 _GL_RULES = tuple(np.ascontiguousarray(a, dtype=np.float64) for a in (*_GL5, *_GL4))
-
-
-def _atom_masses(loss: ContinuousLoss, atoms):
-    """Masses of the atoms of a continuous loss and an error bound of each: the jumps of its CDF (a
-    right-continuous closed form; the leaves check that atoms and density fill the window), or, for
-    a subsampled loss, from its pair's closed forms."""
-    if not atoms:
-        return np.zeros(0), np.zeros(0)
-    pair = getattr(loss, "pair", None)
-    if isinstance(loss, SubsampledLoss) and tuple(atoms) == tuple(loss.atoms) and len(pair.atoms) == len(atoms):
-        # a subsampled loss's atoms are the images of its pair's: their masses from the pair's own
-        # CDFs (closed forms), where the loss's CDF through g^-1 may round across the atom
-        x = np.asarray(pair.atoms, dtype=np.float64)
-        jp = np.asarray(pair.cdf_P(x), dtype=np.float64) - np.asarray(pair.cdf_P(x, strict=True), dtype=np.float64)
-        if loss.direction == "remove":
-            below = np.nextafter(x, -np.inf)
-            jq = np.asarray(pair.cdf_Q(x), dtype=np.float64) - np.asarray(pair.cdf_Q(below), dtype=np.float64)
-            m = (1 - loss.q) * jp + loss.q * jq
-        else:
-            m = jp
-        m = np.maximum(m, 0.0)
-        return m, 16 * _U * m + 1e-300
-    from ..samplers import MixtureLoss  # (samplers import no dominance module; here where used)
-
-    if isinstance(loss, MixtureLoss):
-        # a revealed mixture (truncated Poisson batches): its components' masses, weighted as its CDF weighs them
-        # (their CDFs through g^-1 round across their atoms, and so did the mixture's: a truncated Poisson batch of a
-        # Laplace mechanism read 0 at all four atoms and its leaf refused, 0.115 of the window's mass held)
-        y = np.asarray(atoms, dtype=np.float64)
-        m, err = np.zeros(y.size), np.full(y.size, 1e-300)
-        for part, w in zip(loss.parts, loss.w):
-            own = [x for x in part.atoms]
-            if not own or w == 0:
-                continue
-            pm, pe = _atom_masses(part, own)
-            at = {float(x): i for i, x in enumerate(own)}
-            for i, x in enumerate(y):
-                j = at.get(float(x))
-                if j is not None:
-                    m[i] += w * pm[j]
-                    err[i] += w * pe[j]
-        return m, err + 4 * _U * m
-    rem = getattr(loss, "rem", None)
-    if isinstance(loss, SymmetricSubsampledLoss) and len(rem.atoms) == len(pair.atoms):
-        # the symmetric subsampled loss's atoms +-g(x) and 0: at g(x) > 0 the remove loss's mass there, at -g(x) the
-        # pair's P-mass of L = x (the law of Y under P, mirrored), both from the pair's closed forms; its CDF goes
-        # through g^-1, which rounds across them (a fixed-size batch of a Laplace mechanism: both read 0, and the
-        # leaf refused, the density and atoms holding 0.68 of the window's mass); 0 below, from its own closed form
-        x = np.asarray(pair.atoms, dtype=np.float64)
-        jp = np.maximum(np.asarray(pair.cdf_P(x), dtype=np.float64)
-                        - np.asarray(pair.cdf_P(x, strict=True), dtype=np.float64), 0.0)
-        rm, _ = _atom_masses(rem, list(rem.atoms))
-        img = np.asarray(rem.atoms, dtype=np.float64)
-        m, err = np.zeros(len(atoms)), np.full(len(atoms), 1e-300)
-        for i, y in enumerate(atoms):
-            hit = np.flatnonzero(img == abs(y)) if y != 0 else np.zeros(0, dtype=np.int64)
-            if hit.size and img[hit[0]] > 0:
-                m[i] = rm[hit[0]] if y > 0 else jp[hit[0]]
-                err[i] = 16 * _U * m[i] + 1e-300
-            elif y == 0:
-                own = loss.atom_mass(0.0)
-                if own is None:
-                    break  # (no closed form: the tails below)
-                m[i], err[i] = own
-            else:
-                break
-        else:
-            return m, err
-    # from the tails on each side of the atom, whichever are smaller (the CDF's and the survival function's
-    # relative errors are tau_F of their own values): the jump of the CDF below the median, of the survival
-    # function above it, what both tails leave for an atom across it -- one holding most of the mass, e.g. the
-    # symmetric subsampled loss's at 0 (1 - gamma of it), whose CDF jump was charged 8 tau_F of its mass, 8e-11
-    # per copy, which refused fixed-size batches at 1,000 steps; its tails, ~gamma, now set it
-    y = np.asarray(atoms, dtype=np.float64)
-    below = np.nextafter(y, -np.inf)
-    F_lo, S_lo = _cdf_sf(loss, below)  # Pr[Z < y], Pr[Z >= y]
-    F_hi, S_hi = _cdf_sf(loss, y)  # Pr[Z <= y], Pr[Z > y]
-    if getattr(loss, "_sf", False) is None:
-        # (a custom loss given without its survival function: 1 - cdf, whose error is tau_F of the CDF, not of
-        # the tail -- the CDF's jump, with the CDF's errors at both ends)
-        return np.maximum(F_hi - F_lo, 0.0), 8 * loss.cdf_rel_error * (F_hi + F_lo) + 4 * _U + 1e-300
-    low, high = F_hi <= 0.5, S_lo <= 0.5
-    m = np.where(low, F_hi - F_lo, np.where(high, S_lo - S_hi, 1.0 - F_lo - S_hi))
-    tails = np.where(low, F_hi + F_lo, np.where(high, S_lo + S_hi, F_lo + S_hi))
-    m, err = np.maximum(m, 0.0), 8 * loss.cdf_rel_error * tails + 4 * _U + 1e-300
-    for i, x in enumerate(y):
-        # (an atom whose mass the loss knows from closed forms: the symmetric subsampled loss's at 0)
-        own = loss.atom_mass(float(x))
-        if own is not None and own[1] < err[i]:
-            m[i], err[i] = own
-    return m, err
 
 
 def _anchor_atom(loss, atoms) -> float:
@@ -290,17 +199,6 @@ def _scan_cells(loss, e):
     edges = np.concatenate([[0], np.flatnonzero(np.diff(size)) + 1, [n]])
     starts = np.concatenate([np.arange(a, b, size[a], dtype=np.int64) for a, b in zip(edges[:-1], edges[1:])])
     return starts, size[starts]
-
-
-def _cdf_sf(loss, t):
-    """``(cdf(t), sf(t))`` (the subsampled Gaussian's in one compiled pass)."""
-    t = np.asarray(t, dtype=np.float64)
-    with np.errstate(all="ignore"):
-        psg = getattr(loss, "psg_params", None)
-        if psg is not None:  # (the same values as loss.cdf and loss.sf)
-            F, S, _ = _kernels.psg_eval(t, *psg, want_pdf=False)
-            return np.asarray(F, dtype=np.float64), np.asarray(S, dtype=np.float64)
-        return np.asarray(loss.cdf(t), dtype=np.float64), np.asarray(loss.sf(t), dtype=np.float64)
 
 
 def _negligible(tail: float, cells: int) -> float:
