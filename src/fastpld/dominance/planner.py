@@ -407,6 +407,9 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
     # direction instead of one per part, the leaves costing about as much on the pilot's meshes as on
     # the answer's); the pilot then only measures, and the answer is composed and measured on the parts.
     doomed = [skip_doomed]  # (checked on the first attempt's meshes only: the later ones differ by a few x)
+    # (atom spacings far below the planner's meshes only once a width has missed: the model's shift is a bound, and
+    # taken on the first attempt they answered mixes the planner's meshes served 10x narrower than asked, 3.5x the time)
+    far = [False]
 
     def attempt(scale, plans):
         jobs = []
@@ -414,7 +417,8 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
         meshes_of = {}
         deferred = {}
         for name, parts, plan in plans:
-            h1 = leaf_mesh(parts, plan, eps_error, scale * coarse.get(name, 1.0), far=eager in (None, name))
+            h1 = leaf_mesh(parts, plan, eps_error, scale * coarse.get(name, 1.0),
+                           far=far[0] and eager in (None, name))
             if (not meshes_of and doomed[0]
                     and _DOOMED_FACTOR * _first_node_floor(parts, plan, h1, backend.native) > delta_error):
                 # (before any leaf: the next arity's first node has fewer instances)
@@ -460,7 +464,7 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
     # their upper bounds exceed its lower one, which for the subsampled Gaussian's add direction is near epsilon 0
     # only; the reference widths run them where needed)
     def leaf_meshes(scale):
-        return [leaf_mesh(parts, plan, eps_error, scale * coarse.get(name, 1.0), far=eager in (None, name))
+        return [leaf_mesh(parts, plan, eps_error, scale * coarse.get(name, 1.0), far=far[0] and eager in (None, name))
                 for name, parts, plan in plans]
 
     eager = _eager_direction(dir_parts, eps_error, rel_error)
@@ -533,6 +537,7 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
             # lost on coarse meshes -- would otherwise send the meshes thousands of times finer than needed)
             factor = max((_SCALE_MARGIN ** 2 / excess) ** (1.0 / p), 1.0 / _MAX_REFINE)
         meshes = leaf_meshes(scale)
+        far[0] = True
         scale = _quantized(scale * factor)
         for _ in range(_PINNED_STEPS):
             # (meshes aligned on a loss's atoms do not follow the scale while the planner's is coarser than their
