@@ -407,8 +407,9 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
     # direction instead of one per part, the leaves costing about as much on the pilot's meshes as on
     # the answer's); the pilot then only measures, and the answer is composed and measured on the parts.
     doomed = [skip_doomed]  # (checked on the first attempt's meshes only: the later ones differ by a few x)
-    # (atom spacings far below the planner's meshes only once a width has missed: the model's shift is a bound, and
-    # taken on the first attempt they answered mixes the planner's meshes served 10x narrower than asked, 3.5x the time)
+    # (atom spacings far below the planner's meshes only once a width has missed: the model's shift is a bound, the
+    # planner's first meshes may serve, and a far mesh costs G_t / a times the buckets; a precaution -- on the mixes
+    # measured the first attempt is the pilot's or misses anyway, and the paths were the same)
     far = [False]
 
     def attempt(scale, plans):
