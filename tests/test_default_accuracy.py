@@ -46,14 +46,17 @@ def test_exact_gaussian_within_the_default_accuracy():
 
 
 def test_default_falls_back_to_the_coupling_where_dominance_refuses():
-    # a Poisson-subsampled randomized response over 3 categories, 10 times: the dominance certificate does not reach
-    # the width asked (its three atoms, log(1 - q + q e^L) for L = -1, 0, 1, share no lattice: the dominated chain
-    # moves their sums down, first order in the mesh, and at 10 copies nothing averages it out); the default answers
-    # by the coupling certificate at the first rung of its ladder that certifies.  (Fixed-size batches were this
-    # test's case until their atom's error became relative, subsampled Laplaces until the leaves placed a loss's
-    # atoms exactly and the chains' lattices were anchored on them: certified now)
+    # two subsampled Laplace mechanisms whose atoms share no lattice (PSL(5.815, 0.0028) x 1,338 and
+    # PS(Laplace(9.551), 0.084) x 49): the dominance certificate does not reach the width asked (1.5x after five
+    # compositions: their atoms' sums drift off the lattices, first order in the mesh); the default answers by the
+    # coupling certificate at the first rung of its ladder that certifies.  (Fixed-size batches were this test's case
+    # until their atom's error became relative, subsampled Laplaces until the leaves placed a loss's atoms exactly,
+    # a Poisson-subsampled randomized response over 3 categories until one loss's atoms of no common quantum were
+    # weighed as several losses': certified now)
     from fastpld.composition import api
-    m, k = fastpld.PoissonSubsampled(fastpld.RandomizedResponse(1.0, 3), 0.01), 10
+    m = [(fastpld.PoissonSubsampledLaplace(5.815, 0.002783), 1338),
+         (fastpld.PoissonSubsampled(fastpld.Laplace(9.551), 0.08407), 49)]
+    k = None
     with pytest.raises(ValueError):
         fastpld.compose(m, k, rel_error=1e-3)
     pld = fastpld.compose(m, k)
