@@ -46,16 +46,18 @@ def test_exact_gaussian_within_the_default_accuracy():
 
 
 def test_default_falls_back_to_the_coupling_where_dominance_refuses():
-    # two subsampled Laplace mechanisms whose atoms share no lattice (PSL(5.815, 0.0028) x 1,338 and
-    # PS(Laplace(9.551), 0.084) x 49): the dominance certificate does not reach the width asked (1.5x after five
-    # compositions: their atoms' sums drift off the lattices, first order in the mesh); the default answers by the
-    # coupling certificate at the first rung of its ladder that certifies.  (Fixed-size batches were this test's case
-    # until their atom's error became relative, subsampled Laplaces until the leaves placed a loss's atoms exactly,
-    # a Poisson-subsampled randomized response over 3 categories until one loss's atoms of no common quantum were
-    # weighed as several losses': certified now)
+    # three subsampled Laplace mechanisms whose atoms share no lattice (PS(Laplace(25.2), 0.021) x 3,395,
+    # PS(Laplace(15.79), 0.0033) x 2,154, PSL(8.18, 0.0052) x 606): the dominance certificate does not reach the
+    # width asked (14x after five compositions, at 1e-3 and again at 1e-4: their atoms' sums drift off the lattices,
+    # first order in the mesh); the default answers by the coupling certificate at the first rung of its ladder that
+    # certifies.  (Fixed-size batches were this test's case until their atom's error became relative, subsampled
+    # Laplaces until the leaves placed a loss's atoms exactly, a Poisson-subsampled randomized response over 3
+    # categories until one loss's atoms of no common quantum were weighed as several losses', two subsampled
+    # Laplaces until a missed relative accuracy was asked again finer: certified now)
     from fastpld.composition import api
-    m = [(fastpld.PoissonSubsampledLaplace(5.815, 0.002783), 1338),
-         (fastpld.PoissonSubsampled(fastpld.Laplace(9.551), 0.08407), 49)]
+    m = [(fastpld.PoissonSubsampled(fastpld.Laplace(25.2), 0.02055), 3395),
+         (fastpld.PoissonSubsampled(fastpld.Laplace(15.79), 0.003323), 2154),
+         (fastpld.PoissonSubsampledLaplace(8.18, 0.005247), 606)]
     k = None
     with pytest.raises(ValueError):
         fastpld.compose(m, k, rel_error=1e-3)

@@ -80,6 +80,8 @@ def _mechanism(b, q):
     ([((2.0, 0.05), 300), ((5.0, 0.02), 700)], 1e-4),
     # incommensurate atoms (2 and 2 sqrt(2) apart)
     ([((1.0, 1.0), 30), ((1 / math.sqrt(2), 1.0), 20)], 1e-4),
+    # refused at 1e-3 (1.5x the width asked after five compositions) where 1e-4 was answered: asked again finer
+    ([((5.815, 0.002783), 1338), ((9.551, 0.08407), 49)], 1e-3),
 ])
 def test_laplace_mixes_certified_by_dominance(parts, rel):
     pld = fastpld.compose([(_mechanism(b, q), k) for (b, q), k in parts], rel_error=rel)
