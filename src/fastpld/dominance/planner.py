@@ -153,7 +153,7 @@ def compose_dominance(dir_parts, events, eps_error: float, delta_error: float, b
         try:
             pld = _compose_arities(dir_parts, events, eps_error, delta_error, backend, arity, max_buckets, threads,
                                    rel_error / _RETRY_FACTOR)
-        except _BudgetError:
+        except ValueError:  # (a refusal of the finer one too -- its FFTs, its charges: the first one's says more)
             raise exc from None
         pld.rel_error = rel_error
         return pld
