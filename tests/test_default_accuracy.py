@@ -289,3 +289,21 @@ def test_auto_with_eps_error_falls_back_to_coupling(monkeypatch):
     fastpld.clear_caches()
     pld = fastpld.compose(fastpld.PureDP(0.1), 1000, eps_error=0.01)
     assert not pld.method.startswith("dominance") and pld.eps_spent <= 0.01
+
+
+def test_default_fallback_meets_the_width_at_small_epsilons():
+    # two Poisson-subsampled pure DP mechanisms at epsilon ~0.0027 (atoms 1e-5 apart: refused by dominance at the
+    # default accuracy); rel_error 1e-3 allows 1e-3 x 0.01 there.  The fallback's eps_error had a floor of 1e-4: the
+    # interval was 1.9e-4 wide (6.9% of epsilon); its first rung is now rel_error x max(guess, 0.01) / 4
+    from fastpld.composition import api
+    mix = [(fastpld.PoissonSubsampled(fastpld.PureDP(0.318332), 6.17967e-05), 3132),
+           (fastpld.PoissonSubsampled(fastpld.PureDP(0.453731), 1.91725e-05), 6891)]
+    ladder = api._fallback_eps_errors(list(api._direction_parts(api._normalise_events(mix, None)).items()), 1e-3)
+    assert ladder[0] == pytest.approx(2.5e-6) and ladder[1:] == [1e-4, 0.01, 0.1]
+    pld = fastpld.compose(mix)
+    assert not pld.method.startswith("dominance") and pld.eps_error == ladder[0]
+    r = pld.epsilon(1e-5)
+    assert r.lower < 0.01 and r.upper - r.lower <= 1e-3 * 0.01
+    # (two certificates: the dominance one, asked explicitly -- and asked again finer -- must meet it)
+    d = fastpld.compose(mix, rel_error=1e-3).epsilon(1e-5)
+    assert d.lower <= r.upper and r.lower <= d.upper

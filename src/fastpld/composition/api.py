@@ -117,8 +117,8 @@ def compose(mechanism, count: int | None = None, *, eps_error: float | None = No
         Give ``eps_error`` or ``rel_error``, or neither: the default is ``rel_error=1e-3`` (the
         dominance certificate) and, where that composition is refused, the coupling certificate at
         ``eps_error`` = the same relative accuracy of a rough epsilon (its mean plus four standard
-        deviations) over 4 (at least 1e-4; 0.01, then 0.1, where that is refused or needs FFTs of over
-        2^20 buckets);
+        deviations, at least 0.01) over 4 (at least 1e-6; 1e-4, 0.01, then 0.1, where that is refused or needs
+        FFTs of over 2^20 buckets);
         a coupling ``method`` asked without an accuracy takes ``eps_error=0.01``.
     rel_error : float, optional
         The accuracy asked relative to epsilon instead of ``eps_error`` (give one of them): the
@@ -294,7 +294,11 @@ def _compose_auto_eps(dir_parts, events, eps_err, delta_err, max_buckets, thread
             raise exc from None
 
 
-_FALLBACK_FLOOR = 1e-4  # the finest eps_error the default accuracy's fallback asks for
+# the finest eps_error the default accuracy's fallback asks for, and the rung after a finer first one: at 1e-4 as the
+# floor, an epsilon below 0.4 was answered 2e-4 wide whatever it was -- a mix of two Poisson-subsampled pure DP
+# mechanisms at epsilon 0.0027, 19x the 1e-5 that rel_error 1e-3 allows there, where eps_error 2.5e-6 took 0.57 s
+_FALLBACK_FLOOR = 1e-6
+_FALLBACK_RUNG = 1e-4
 _FALLBACK_BUCKETS = 1 << 20  # the largest FFT of the fallback's rungs but the last (its time ~0.1-1 s)
 
 
@@ -302,10 +306,14 @@ def _fallback_eps_errors(dir_parts, rel_error: float) -> list:
     """The coupling certificate's ``eps_error``s where the default accuracy's dominance composition is
     refused, tried in turn while refused (all but the last within FFTs of 2^20 buckets; round-off):
     the same relative accuracy against a rough epsilon (the composed loss's mean plus four standard
-    deviations, :func:`fastpld.dominance.planner._epsilon_guess`), a quarter of it for the guess's error
-    (at least 1e-4), then ``DEFAULT_EPS_ERROR`` (0.01) and 0.1 where larger."""
+    deviations, :func:`fastpld.dominance.planner._epsilon_guess`, at least 0.01 as ``rel_error`` is read), a
+    quarter of it for the guess's error (at least 1e-6), then 1e-4, ``DEFAULT_EPS_ERROR`` (0.01) and 0.1 where
+    larger."""
     from ..dominance.planner import _epsilon_guess
-    return _eps_ladder(max(_FALLBACK_FLOOR, rel_error * _epsilon_guess(dir_parts) / 4))
+    from ..dominance.result import _REL_FLOOR
+    first = max(_FALLBACK_FLOOR, rel_error * max(_epsilon_guess(dir_parts), _REL_FLOOR) / 4)
+    ladder = _eps_ladder(first)
+    return ladder[:1] + ([_FALLBACK_RUNG] if first < _FALLBACK_RUNG else []) + ladder[1:]
 
 
 def _eps_ladder(first: float) -> list:
