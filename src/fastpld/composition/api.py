@@ -312,14 +312,13 @@ def _fallback_eps_errors(dir_parts, rel_error: float) -> list:
     from ..dominance.planner import _epsilon_guess
     from ..dominance.result import _REL_FLOOR
     first = max(_FALLBACK_FLOOR, rel_error * max(_epsilon_guess(dir_parts), _REL_FLOOR) / 4)
-    ladder = _eps_ladder(first)
-    return ladder[:1] + ([_FALLBACK_RUNG] if first < _FALLBACK_RUNG else []) + ladder[1:]
+    return _eps_ladder(first, (_FALLBACK_RUNG, V.DEFAULT_EPS_ERROR, 0.1))
 
 
-def _eps_ladder(first: float) -> list:
-    """``[first]``, then ``DEFAULT_EPS_ERROR`` (0.01) and 0.1 where coarser: the coupling certificate's
-    ``eps_error``s tried in turn where one is refused."""
-    return [first] + [e for e in (V.DEFAULT_EPS_ERROR, 0.1) if e > first]
+def _eps_ladder(first: float, rungs=(V.DEFAULT_EPS_ERROR, 0.1)) -> list:
+    """``[first]``, then the ``rungs`` coarser than it (by default ``DEFAULT_EPS_ERROR``, 0.01, and 0.1): the coupling
+    certificate's ``eps_error``s tried in turn where one is refused."""
+    return [first] + [e for e in rungs if e > first]
 
 
 def _compose_parts(dir_parts, events, eps_err, delta_err, method, arity, max_buckets, threads, be, rel_error=None,

@@ -42,9 +42,13 @@ def aligned_mesh(parts, R: float, h1: float, eps_model: float, far: bool = True)
     meshes cost time and narrow nothing that is asked)."""
     if len(parts) == 1:
         h = _one_part(parts[0][0], R, h1)
-        if h != h1 or _offsets(parts[0][0])[0].size < 2:
+        if h != h1:
+            return h
+        offsets = [_offsets(parts[0][0])]
+        if offsets[0][0].size < 2:
             return h
         # (atoms with no common quantum, a Poisson-subsampled randomized response's: weighed as several parts')
+        return _many_parts(parts, R, h1, eps_model, far, offsets)
     return _many_parts(parts, R, h1, eps_model, far)
 
 
@@ -105,17 +109,18 @@ def _offsets(loss):
     return v[keep] - v[top], m[keep]
 
 
-def _many_parts(parts, R: float, h1: float, eps_model: float, far: bool = True) -> float:
+def _many_parts(parts, R: float, h1: float, eps_model: float, far: bool = True, offsets=None) -> float:
     """The leaf mesh, among ``h1`` and those whose coarsest lattice's mesh ``G = R h`` divides one of the atoms'
     spacings from their anchors exactly (``G`` down to ``R h1 / _ALIGN_FINER``; where there are discrete parts
     with a common quantum of their atoms, only those that divide it), by a model of the width: the
     atoms' spacings ``o`` leave the first-order shift ``sum_atoms copies mass (o mod G)`` -- the dominated
     chain's lower bound moved down by it -- beside the planner's second-order error.  An atom within rounding
-    below a lattice point costs nothing (the leaves move it up, charged its distance).  Only the speed depends
+    below a lattice point costs nothing (the leaves move it up, charged its distance).  ``offsets``: the parts'
+    :func:`_offsets`, where the caller has them.  Only the speed depends
     on the choice: every lattice is certified."""
     offs, wts, exact, exact_w = [], [], [], []
-    for loss, copies in parts:
-        o, m = _offsets(loss)
+    for i, (loss, copies) in enumerate(parts):
+        o, m = offsets[i] if offsets is not None else _offsets(loss)
         (exact if isinstance(loss, DiscreteLoss) else offs).append(o)
         (exact_w if isinstance(loss, DiscreteLoss) else wts).append(float(copies) * m)
     if not h1 > 0 or not any(o.size for o in offs + exact):
@@ -157,7 +162,7 @@ def _many_parts(parts, R: float, h1: float, eps_model: float, far: bool = True) 
     width = eps_model * (G / Gt) ** 2 + shift
     # (a spacing below G_t / _ALIGN_FINER only where its width is at most G / G_t of the planner's mesh's: the
     # buckets grow as G_t / G, and one taken for a direction whose width it did not set made a refused mix slower)
-    width = np.where(G < Gt / _ALIGN_FINER * (1 - 1e-12), np.where(width <= G / Gt * width[0], width, np.inf), width)
+    width = np.where((G < Gt / _ALIGN_FINER * (1 - 1e-12)) & ~(width <= G / Gt * width[0]), np.inf, width)
     ok = width <= (1.0 + _ALIGN_SHARE) * eps_model
     if np.any(ok):
         best = int(np.argmax(np.where(ok, G, -np.inf)))

@@ -14,6 +14,7 @@ from .. import _kernels
 from ..composition.roundoff import _dyadic_sum, _rounded
 from ..discretize import GridPMF, truncation_window
 from ..mechanisms import ContinuousLoss, DiscreteLoss
+from ..samplers import MixtureLoss
 from . import splits as _splits
 from .atoms import _atom_places, _check_size, _discrete_leaf, _with_anchor
 from .masses import _atom_masses, _cdf_sf
@@ -221,8 +222,6 @@ def _integrals(loss, lo, h, tiny: float = 0.0):
     The subsampled Gaussian's (``loss.psg_params``) in one compiled call, ``_leaf.psg_integrals`` (C
     ``fpld_psg_integrals``), with this module's constants; the numpy code below is its reference (and that of
     every other loss)."""
-    from ..samplers import MixtureLoss
-
     if isinstance(loss, MixtureLoss):
         # (the integrals are linear in the density: each component's on the same intervals, weighted as its density
         # is -- each with the rules at its own support's ends, which lie inside the mixture's support, where its

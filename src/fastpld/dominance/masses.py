@@ -9,6 +9,7 @@ import numpy as np
 from .. import _kernels
 from ..mechanisms import ContinuousLoss, SubsampledLoss
 from ..mechanisms.subsampled import SymmetricSubsampledLoss
+from ..samplers import MixtureLoss
 
 _U = np.finfo(np.float64).eps / 2
 
@@ -20,22 +21,11 @@ def _atom_masses(loss: ContinuousLoss, atoms):
     forms (the components', weighted, for a mixture)."""
     if not atoms:
         return np.zeros(0), np.zeros(0)
-    pair = getattr(loss, "pair", None)
-    if isinstance(loss, SubsampledLoss) and tuple(atoms) == tuple(loss.atoms) and len(pair.atoms) == len(atoms):
-        # a subsampled loss's atoms are the images of its pair's: their masses from the pair's own
-        # CDFs (closed forms), where the loss's CDF through g^-1 may round across the atom
-        x = np.asarray(pair.atoms, dtype=np.float64)
-        jp = np.asarray(pair.cdf_P(x), dtype=np.float64) - np.asarray(pair.cdf_P(x, strict=True), dtype=np.float64)
-        if loss.direction == "remove":
-            below = np.nextafter(x, -np.inf)
-            jq = np.asarray(pair.cdf_Q(x), dtype=np.float64) - np.asarray(pair.cdf_Q(below), dtype=np.float64)
-            m = (1 - loss.q) * jp + loss.q * jq
-        else:
-            m = jp
-        m = np.maximum(m, 0.0)
-        return m, 16 * _U * m + 1e-300
-    from ..samplers import MixtureLoss  # (samplers import no dominance module; here where used)
-
+    if isinstance(loss, SubsampledLoss) and tuple(atoms) == tuple(loss.atoms):
+        closed = _subsampled_masses(loss)
+        if closed is not None:
+            m = closed[1]
+            return m, 16 * _U * m + 1e-300
     if isinstance(loss, MixtureLoss):
         # a revealed mixture (truncated Poisson batches): its components' masses, weighted as its CDF weighs them
         # (their CDFs through g^-1 round across their atoms, and so did the mixture's: a truncated Poisson batch of a
@@ -43,7 +33,7 @@ def _atom_masses(loss: ContinuousLoss, atoms):
         y = np.asarray(atoms, dtype=np.float64)
         m, err = np.zeros(y.size), np.full(y.size, 1e-300)
         for part, w in zip(loss.parts, loss.w):
-            own = [x for x in part.atoms]
+            own = list(part.atoms)
             if not own or w == 0:
                 continue
             pm, pe = _atom_masses(part, own)
@@ -54,37 +44,47 @@ def _atom_masses(loss: ContinuousLoss, atoms):
                     m[i] += w * pm[j]
                     err[i] += w * pe[j]
         return m, err + 4 * _U * m
-    rem = getattr(loss, "rem", None)
-    if isinstance(loss, SymmetricSubsampledLoss) and len(rem.atoms) == len(pair.atoms):
-        # the symmetric subsampled loss's atoms +-g(x) and 0: at g(x) > 0 the remove loss's mass there, at -g(x) the
-        # pair's P-mass of L = x (the law of Y under P, mirrored), both from the pair's closed forms; its CDF goes
-        # through g^-1, which rounds across them (a fixed-size batch of a Laplace mechanism: both read 0, and the
-        # leaf refused, the density and atoms holding 0.68 of the window's mass); 0 below, from its own closed form
-        x = np.asarray(pair.atoms, dtype=np.float64)
-        jp = np.maximum(np.asarray(pair.cdf_P(x), dtype=np.float64)
-                        - np.asarray(pair.cdf_P(x, strict=True), dtype=np.float64), 0.0)
-        rm, _ = _atom_masses(rem, list(rem.atoms))
-        img = np.asarray(rem.atoms, dtype=np.float64)
-        m, err = np.zeros(len(atoms)), np.full(len(atoms), 1e-300)
-        for i, y in enumerate(atoms):
-            hit = np.flatnonzero(img == abs(y)) if y != 0 else np.zeros(0, dtype=np.int64)
-            if hit.size and img[hit[0]] > 0:
-                m[i] = rm[hit[0]] if y > 0 else jp[hit[0]]
-                err[i] = 16 * _U * m[i] + 1e-300
-            elif y == 0:
-                own = loss.atom_mass(0.0)
-                if own is None:
-                    break  # (no closed form: the tails below)
-                m[i], err[i] = own
-            else:
-                break
-        else:
-            return m, err
-    # from the tails on each side of the atom, whichever are smaller (the CDF's and the survival function's
-    # relative errors are tau_F of their own values): the jump of the CDF below the median, of the survival
-    # function above it, what both tails leave for an atom across it -- one holding most of the mass, e.g. the
-    # symmetric subsampled loss's at 0 (1 - gamma of it), whose CDF jump was charged 8 tau_F of its mass, 8e-11
-    # per copy, which refused fixed-size batches at 1,000 steps; its tails, ~gamma, now set it
+    m, err = _jump_masses(loss, atoms)
+    if isinstance(loss, SymmetricSubsampledLoss):
+        # its atoms +-g(x) (and 0, above): at g(x) > 0 the remove loss's mass there, at -g(x) the pair's P-mass of
+        # L = x (the law of Y under P, mirrored), both from the pair's closed forms; its CDF goes through g^-1, which
+        # rounds across them (a fixed-size batch of a Laplace mechanism: both read 0, and the leaf refused, the
+        # density and atoms holding 0.68 of the window's mass)
+        closed = _subsampled_masses(loss.rem)
+        if closed is not None:
+            jp, rm = closed
+            img = np.asarray(loss.rem.atoms, dtype=np.float64)
+            for i, y in enumerate(atoms):
+                hit = np.flatnonzero((img == abs(y)) & (img > 0))
+                if y != 0 and hit.size:
+                    m[i] = rm[hit[0]] if y > 0 else jp[hit[0]]
+                    err[i] = 16 * _U * m[i] + 1e-300
+    return m, err
+
+
+def _subsampled_masses(loss: SubsampledLoss):
+    """``(P-masses, masses)`` of a subsampled loss's atoms (the images of its pair's, in their order) from the pair's
+    closed forms, where the loss's CDF through g^-1 may round across them; ``None`` where they are not its pair's."""
+    pair = loss.pair
+    if len(pair.atoms) != len(loss.atoms):
+        return None
+    x = np.asarray(pair.atoms, dtype=np.float64)
+    jp = np.asarray(pair.cdf_P(x), dtype=np.float64) - np.asarray(pair.cdf_P(x, strict=True), dtype=np.float64)
+    if loss.direction != "remove":
+        return np.maximum(jp, 0.0), np.maximum(jp, 0.0)
+    below = np.nextafter(x, -np.inf)
+    jq = np.asarray(pair.cdf_Q(x), dtype=np.float64) - np.asarray(pair.cdf_Q(below), dtype=np.float64)
+    return np.maximum(jp, 0.0), np.maximum((1 - loss.q) * jp + loss.q * jq, 0.0)
+
+
+def _jump_masses(loss: ContinuousLoss, atoms):
+    """The atoms' masses from the tails on each side of each, whichever are smaller (the CDF's and the survival
+    function's relative errors are tau_F of their own values), or a loss's own closed form (``atom_mass``) where
+    its error bound is the smaller."""
+    # the jump of the CDF below the median, of the survival function above it, what both tails leave for an atom
+    # across it -- one holding most of the mass, e.g. the symmetric subsampled loss's at 0 (1 - gamma of it), whose
+    # CDF jump was charged 8 tau_F of its mass, 8e-11 per copy, which refused fixed-size batches at 1,000 steps; its
+    # tails, ~gamma, now set it
     y = np.asarray(atoms, dtype=np.float64)
     below = np.nextafter(y, -np.inf)
     F_lo, S_lo = _cdf_sf(loss, below)  # Pr[Z < y], Pr[Z >= y]

@@ -533,12 +533,8 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
         excess = pld._reference_excess(eps_error, rel_error)
     # (the widths against the eager direction's leaf mesh, which sets them: aligned meshes do not follow the scale)
     lead = next((i for i, (name, _, _) in enumerate(plans) if name == eager), None)
-
-    def lead_mesh(scale):
-        m = leaf_meshes(scale)
-        return m[lead] if lead is not None else min(m)
-
-    seen = [(lead_mesh(scale), excess)]
+    meshes = leaf_meshes(scale)  # (the last answer's)
+    seen = [(meshes[lead] if lead is not None else min(meshes), excess)]
     best = (excess, pld)
     while excess > 1.0 and math.isfinite(excess) and len(seen) <= _RESCALES:
         # the width follows scale^p: p = 2 (second order) until two attempts measure it (lattice-like
@@ -565,7 +561,6 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
             # (at most _MAX_REFINE finer a step: a width far off the h^p law -- the dominated chain's mass
             # lost on coarse meshes -- would otherwise send the meshes thousands of times finer than needed)
             factor = max((_SCALE_MARGIN ** 2 / excess) ** (1.0 / p), 1.0 / _MAX_REFINE)
-        meshes = leaf_meshes(scale)
         far[0] = True
         scale = _quantized(scale * factor)
         for _ in range(_PINNED_STEPS):
@@ -584,7 +579,8 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
         # an eps_error they cannot reach; auto then takes a coupling plan)
         pld = attempt(scale, plans)
         excess = pld._reference_excess(eps_error, rel_error)
-        seen.append((lead_mesh(scale), excess))
+        meshes = leaf_meshes(scale)
+        seen.append((meshes[lead] if lead is not None else min(meshes), excess))
         if excess < best[0]:
             best = (excess, pld)
     if not excess <= 1.0:
