@@ -17,6 +17,7 @@ sfft = lazy_module("scipy.fft")
 
 _U = np.finfo(np.float64).eps / 2
 _ULD = max(float(np.finfo(np.longdouble).eps) / 2, 0.0)
+_DIRECT_MAX = 4_000_000  # products of lengths up to this: direct convolutions (numpy), exact to gamma_n
 
 
 def _conv(a: np.ndarray, b: np.ndarray, n_out: int, mode: str):
@@ -29,7 +30,7 @@ def _conv(a: np.ndarray, b: np.ndarray, n_out: int, mode: str):
     """
     la, lb = a.size, b.size
     L = la + lb - 1
-    if la * lb <= 4_000_000:
+    if la * lb <= _DIRECT_MAX:
         c = np.convolve(a, b)
         # sums of non-negative products: each entry within gamma_n of exact (Higham, Thm 3.5)
         n = min(la, lb)
@@ -61,12 +62,19 @@ def _conv(a: np.ndarray, b: np.ndarray, n_out: int, mode: str):
 def _power(p: np.ndarray, m: int, n_out: int, mode: str, err0: float):
     """``p^(*m)`` truncated as in :func:`_conv`, with a bound on its l1 error (``err0``: that of ``p``).
 
-    Errors propagate as ``|x^ * y^ - x * y|_1 <= e_x |y^|_1 + e_y |x|_1`` (sub-probabilities).
+    One transform, its ``m``-th power and one inverse where a cyclic length of at most
+    :data:`_ONE_FFT_MAX` times ``n_out + 1`` holds the sum but for a tail bounded below :data:`_ONE_FFT_WRAP`
+    (:func:`_power_fft`); else repeated squaring, truncated at every step (:func:`_conv`), whose errors
+    propagate as ``|x^ * y^ - x * y|_1 <= e_x |y^|_1 + e_y |x|_1`` (sub-probabilities).
     """
     if m == 0:
         out = np.zeros(1)
         out[0] = 1.0
         return out, 0.0
+    if m >= 2 and p.size * p.size > _DIRECT_MAX:
+        r = _power_fft(p, m, n_out, mode, err0)
+        if r is not None:
+            return r
     result, er = None, 0.0
     base, eb = p, err0
     while True:
@@ -84,6 +92,101 @@ def _power(p: np.ndarray, m: int, n_out: int, mode: str, err0: float):
         eb = eb * (2 + eb) + fresh
         base = c
     return result, er
+
+
+# (a power of m copies by repeated squaring takes ~log2(m) + popcount(m) convolutions of twice the lattice, three
+# transforms each; one transform of the whole sum takes two, of a length that must also hold its tail)
+_ONE_FFT_MAX = 4.0  # the cyclic length tried up to this many times the kept lattice (memory: 16 bytes a point)
+_ONE_FFT_WRAP = 1e-15  # the wrapped-around tail allowed (l1, charged with the round-off)
+
+
+def _tail_log_bound(p: np.ndarray, m: int, N: int) -> float:
+    """An upper bound on ``log Pr[X_1 + .. + X_m >= N]``, ``X_i`` independent with law ``p`` on ``0, 1, ..``
+    (a sub-probability: the same bound on the measure): Chernoff, ``m log E[e^(s X)] - s N`` minimised over a
+    grid of ``s`` (any ``s > 0`` is a bound).  Each block of ``B`` entries is counted at its last index (only
+    larger), so that ``E[e^(s X)]`` is a sum over ``n / B`` blocks; each log-sum within ~``30 u`` relative of
+    exact, raised by ``1e-12`` relative."""
+    n = p.size
+    B = 1 << max(0, int(math.log2(max(1.0, N / (64.0 * m)))))  # (m B <= N / 64: the blocks cost little)
+    nb = -(-n // B)
+    mass = np.zeros(nb * B)
+    mass[:n] = p
+    mass = mass.reshape(nb, B).sum(axis=1)
+    keep = mass > 0
+    if not keep.any():
+        return -math.inf
+    ends = (np.arange(nb, dtype=np.float64) * B + (B - 1))[keep]
+    lm = np.log(mass[keep])
+    best = 0.0
+    for s in np.geomspace(0.5, 2e4, 48) / N:
+        z = lm + s * ends
+        top = float(z.max())
+        K = top + math.log(float(np.exp(z - top).sum()))
+        K += 1e-12 * (1.0 + abs(K))
+        best = min(best, m * K - s * N)
+    return best
+
+
+def _power_fft(p: np.ndarray, m: int, n_out: int, mode: str, err0: float):
+    """``p^(*m)`` on ``0..n_out`` as :func:`_power` truncates it, from one cyclic transform of length ``N``: the
+    exact cyclic power is the linear one plus the mass of the sums at or beyond ``N`` folded back
+    (:func:`_tail_log_bound`, at most :data:`_ONE_FFT_WRAP`), and entries ``0..n_out`` of the linear power are
+    the truncated power's (non-negative summands: a sum at or below ``n_out`` has every partial sum there;
+    ``"clamp"`` puts ``|p|_1^m`` less the rest at ``n_out``).  ``None`` where no ``N`` of at most
+    :data:`_ONE_FFT_MAX` ``(n_out + 1)`` holds the tail (the caller squares instead).
+
+    Round-off (long double, ``u``; ``eta = 12 u log2 N`` the normwise FFT bound of :func:`_conv`): the forward
+    spectrum ``X^`` within ``eta sqrt(N) |p|_2`` (l2) of ``X``, ``|X_k| <= |p|_1``, so every ``|X^_k| <= rho =
+    |p|_1 + eta sqrt(N) |p|_2``; ``|a^m - b^m| <= m rho^(m-1) |a - b|``; the power by repeated squaring and
+    multiplication within ``3 m u rho^m`` relative (each complex product within ``sqrt(5) u``, squaring doubles a
+    relative error); the inverse within ``eta`` of its norm.  The output's l2 error is then at most ``2 (m
+    rho^(m-1) eta |p|_2 + 3 m u rho^m + eta rho^m (1 + 3 m u))`` (the 2: the real transforms' half spectra), its
+    l1 error on the ``n_out + 1`` kept entries ``sqrt(n_out + 1)`` times that, plus the rounding to float64.
+    """
+    n_keep = n_out + 1
+    beta = math.fsum(p.tolist()) if p.size < 4096 else float(np.sum(p, dtype=np.longdouble))
+    N = None
+    for c in (1.0, 1.25, 1.5, 2.0, 3.0, _ONE_FFT_MAX):
+        cand = sfft.next_fast_len(int(math.ceil(c * max(n_keep, p.size))), real=True)
+        if _tail_log_bound(p, m, cand) <= math.log(_ONE_FFT_WRAP):
+            N = cand
+            break
+    if N is None:
+        return None
+    wrap = math.exp(_tail_log_bound(p, m, N))
+    u = _ULD
+    eta = 12 * u * math.log2(N)
+    l2 = float(np.linalg.norm(p))
+    rho = beta * (1 + 4 * _U) + eta * math.sqrt(N) * l2
+    rho_m1 = rho ** (m - 1) * (1 + 4 * m * _U)
+    X = sfft.rfft(p.astype(np.longdouble), N)
+    Y = None
+    k = m
+    while True:  # (repeated squaring: the relative error 3 m u above)
+        if k & 1:
+            Y = X.copy() if Y is None else np.multiply(Y, X, out=Y)
+        k >>= 1
+        if not k:
+            break
+        np.multiply(X, X, out=X)
+    del X
+    y = sfft.irfft(Y, N)
+    del Y
+    c = np.asarray(y[:n_keep], dtype=np.float64)
+    del y
+    e2 = 2.0 * (m * rho_m1 * eta * l2 + 3 * m * u * rho_m1 * rho + eta * rho_m1 * rho * (1 + 3 * m * u))
+    err = math.sqrt(n_keep) * e2 * (1 + 1e-9) + 2 * _U * float(np.abs(c).sum()) + wrap * (1 + 1e-9)
+    np.maximum(c, 0.0, out=c)  # (the exact values are >= 0: clipping only moves towards them)
+    if mode == "clamp" and c.size == n_keep:
+        # the capped sum's last entry: |p|_1^m less the rest (each within the bounds above; beta^m within
+        # (m + 2) u relative, the sum within gamma_(log2 n + 2))
+        rest = float(np.sum(c[:-1], dtype=np.longdouble))
+        total = beta ** m
+        c[-1] = max(0.0, total - rest)
+        err = 2 * err + (m + 4) * _U * total + 2 * (math.log2(n_keep) + 4) * _U * rest
+    # the input's own error: |x^(*m) - y^(*m)|_1 <= (1 + e)^m - 1 for |x|_1, |y|_1 <= 1 + e
+    err += math.expm1(m * math.log1p(err0)) * (1 + 1e-9) if err0 > 0 else 0.0
+    return c, err
 
 
 def _trim(p: np.ndarray, mode: str, tol: float = 1e-300):
