@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import math
 
+import mpmath
 import numpy as np
 import pytest
 from scipy import integrate, special, stats
@@ -372,14 +373,36 @@ def test_heavy_tailed_base_refused_by_name():
         RandomAllocation(fastpld.Gaussian(0.3), 10).privacy_losses()
 
 
+def _rr_curve_mp(eps0, t, eps, direction):
+    """The exact curve of :func:`rr_epoch`'s losses in 50-digit arithmetic (float64's binomial masses and sums are
+    ~1e-15 off, more than the second-order grid moves a dominating loss near its atoms)."""
+    mpmath.mp.dps = 50
+    e0 = mpmath.mpf(eps0)
+    p = mpmath.e ** e0 / (1 + mpmath.e ** e0)
+    out = mpmath.mpf(0)
+    for k in range(t + 1):
+        s = (k * mpmath.e ** e0 + (t - k) * mpmath.e ** -e0) / t
+        q = mpmath.binomial(t, k) * (1 - p) ** k * p ** (t - k)
+        v, pr = (mpmath.log(s), q * s) if direction == "remove" else (-mpmath.log(s), q)
+        if v > eps:
+            out += pr * (1 - mpmath.e ** (eps - v))
+    return out
+
+
+def _curve_mp(loss, eps):
+    fin = mpmath.fsum(mpmath.mpf(float(p)) * max(0, 1 - mpmath.e ** (mpmath.mpf(eps) - mpmath.mpf(float(v))))
+                      for v, p in zip(loss.values, loss.probs))
+    return (1 - mpmath.mpf(loss.p_inf)) * fin + mpmath.mpf(loss.p_inf)
+
+
 def test_large_pure_dp_epsilon_exact():
     # few atoms: exact multinomial enumeration, whatever the epsilon (no lattice)
-    (rv, rp), (av, ap) = rr_epoch(20.0, 6)
     up = RandomAllocation(fastpld.PureDP(20.0), 6).privacy_losses()
+    lo = RandomAllocation(fastpld.PureDP(20.0), 6, bound="lower").privacy_losses()
     for eps in (5.0, 15.0, 19.0):
-        for d, (v, p) in (("remove", (rv, rp)), ("add", (av, ap))):
-            ex = exact_curve(v, p, eps)
-            assert ex <= curve(up[d], eps) <= ex * (1 + 1e-3) + 1e-13
+        for d in ("remove", "add"):
+            ex = _rr_curve_mp(20.0, 6, eps, d)
+            assert _curve_mp(lo[d], eps) <= ex <= _curve_mp(up[d], eps) <= ex * (1 + 1e-3) + 1e-13
 
 
 def test_bad_mechanism():
@@ -440,6 +463,38 @@ def test_calibration_searches_build_no_dominated_losses(allocation_builds):
     eps = fastpld.compose(RandomAllocation(fastpld.Gaussian(sigma), 8), 3, eps_error=0.05,
                           delta_error=1e-8).epsilon(1e-5)
     assert eps.upper <= 2.0 + 1e-9
+
+
+def _pairwise_sum(values, probs):
+    """The law of the sum of two independent copies (its atoms and masses)."""
+    return np.add.outer(values, values).ravel(), np.multiply.outer(probs, probs).ravel()
+
+
+def test_value_grid_is_second_order_and_one_sided():
+    # an epoch loss's atoms gathered on the value grid: the dominating one's curve above the original's, the
+    # dominated one's below, at every eps and for a composition of two copies too (whose values include negative
+    # sums: a first-order rounding of the negative losses would show there), within ~M^2 of it (second order)
+    rng = np.random.default_rng(3)
+    v = np.sort(rng.normal(0.05, 0.05, 4000))  # (~1,600 cells of the grid)
+    p = rng.random(v.size)
+    p /= p.sum()
+    M = alloc._VALUE_MESH
+    up_v, up_p = alloc._snap(v, p, False)
+    lo_v, lo_p = alloc._snap(v, p, True)
+    assert np.all(np.diff(up_v) > 0) and np.all(np.diff(lo_v) > 0)
+    assert up_v.size < v.size and lo_v.size < v.size  # (fewer atoms)
+    # (the dominating masses lost their rounding bound to +inf: p_inf here; the dominated ones are normalised)
+    up_inf = 1.0 - math.fsum(up_p)
+    assert 0.0 <= up_inf < 1e-12
+    for copies in (1, 2):
+        (a, pa), (b, pb), (c, pc) = (((v, p), (up_v, up_p), (lo_v, lo_p)) if copies == 1 else
+                                      (_pairwise_sum(v, p), _pairwise_sum(up_v, up_p), _pairwise_sum(lo_v, lo_p)))
+        inf_up = 1.0 - (1.0 - up_inf) ** copies
+        for eps in (-0.5, 0.0, 0.2, 0.5, 1.0):
+            ex, u, lo = exact_curve(a, pa, eps), exact_curve(b, pb, eps) + inf_up, exact_curve(c, pc, eps)
+            assert lo - 1e-14 <= ex <= u + 1e-14, (copies, eps, lo, ex, u)
+            # second order: a first-order rounding onto the grid moves these by ~M / 2 x the density (~1e-5)
+            assert u - ex <= 20 * copies * M * M and ex - lo <= 20 * copies * M * M, (copies, eps, u - ex, ex - lo)
 
 
 def test_epochs_of_a_bounded_loss_compose_tightly():
