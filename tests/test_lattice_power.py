@@ -70,3 +70,20 @@ def test_power_falls_back_to_squaring_where_the_tail_does_not_fit(monkeypatch):
     assert _lattice._power_fft(p, m, n_out, "clamp", 0.0) is None
     got, err = _lattice._power(p, m, n_out, "clamp", 0.0)
     assert got.size == n_out + 1 and abs(float(got.sum()) - 1.0) <= 1e-12 + err
+
+
+def test_a_capped_law_takes_one_transform_without_its_cap():
+    # a copy capped at the lattice's end (an atom there: the mass of its heavy tail) only makes sums at the cap:
+    # the transform leaves the atom out, and the capped entry is |p|_1^m less the rest -- exact law: the sum has
+    # no capped copy with probability 0.8^m, and is then a binomial
+    n_out, m = 4000, 10
+    p = np.zeros(n_out + 1)
+    p[:601] = 0.8 * stats.binom.pmf(np.arange(601), 600, 0.3)
+    p[-1] = 0.2
+    exact = np.zeros(n_out + 1)
+    exact[:-1] = 0.8 ** m * stats.binom.pmf(np.arange(n_out), 600 * m, 0.3)
+    exact[-1] = 1.0 - 0.8 ** m * stats.binom.cdf(n_out - 1, 600 * m, 0.3)
+    assert _lattice._power_fft(p, m, n_out, "clamp", 0.0) is not None
+    got, err = _lattice._power(p, m, n_out, "clamp", 0.0)
+    assert got.size == n_out + 1
+    assert float(np.abs(got - exact).sum()) <= err < 1e-11

@@ -128,38 +128,44 @@ def _tail_log_bound(p: np.ndarray, m: int, N: int) -> float:
 
 
 def _power_fft(p: np.ndarray, m: int, n_out: int, mode: str, err0: float):
-    """``p^(*m)`` on ``0..n_out`` as :func:`_power` truncates it, from one cyclic transform of length ``N``: the
-    exact cyclic power is the linear one plus the mass of the sums at or beyond ``N`` folded back
-    (:func:`_tail_log_bound`, at most :data:`_ONE_FFT_WRAP`), and entries ``0..n_out`` of the linear power are
-    the truncated power's (non-negative summands: a sum at or below ``n_out`` has every partial sum there;
-    ``"clamp"`` puts ``|p|_1^m`` less the rest at ``n_out``).  ``None`` where no ``N`` of at most
-    :data:`_ONE_FFT_MAX` ``(n_out + 1)`` holds the tail (the caller squares instead).
+    """``p^(*m)`` on ``0..n_out`` as :func:`_power` truncates it, from one cyclic transform of length ``N``.
+
+    Copies at or beyond a cut only make sums that are not kept apart (``"drop"``: beyond ``n_out``, dropped;
+    ``"clamp"``: at or beyond ``n_out``, all gathered there, ``|p|_1^m`` less the rest), so the transform takes ``p``
+    below the cut (``q``; a capped law's atom at the lattice's end, which would carry its sums far, stays out).  The
+    exact cyclic power of ``q`` is its linear power plus the mass of the sums at or beyond ``N`` folded back
+    (:func:`_tail_log_bound`, at most :data:`_ONE_FFT_WRAP`), and the linear power's entries below the cut are the
+    truncated power's (non-negative summands: a sum below the cut has every copy below it).  ``None`` where no
+    ``N`` of at most :data:`_ONE_FFT_MAX` lattices holds the tail (the caller squares instead).
 
     Round-off (long double, ``u``; ``eta = 12 u log2 N`` the normwise FFT bound of :func:`_conv`): the forward
-    spectrum ``X^`` within ``eta sqrt(N) |p|_2`` (l2) of ``X``, ``|X_k| <= |p|_1``, so every ``|X^_k| <= rho =
-    |p|_1 + eta sqrt(N) |p|_2``; ``|a^m - b^m| <= m rho^(m-1) |a - b|``; the power by repeated squaring and
+    spectrum ``X^`` within ``eta sqrt(N) |q|_2`` (l2) of ``X``, ``|X_k| <= |q|_1``, so every ``|X^_k| <= rho =
+    |q|_1 + eta sqrt(N) |q|_2``; ``|a^m - b^m| <= m rho^(m-1) |a - b|``; the power by repeated squaring and
     multiplication within ``3 m u rho^m`` relative (each complex product within ``sqrt(5) u``, squaring doubles a
     relative error); the inverse within ``eta`` of its norm.  The output's l2 error is then at most ``2 (m
-    rho^(m-1) eta |p|_2 + 3 m u rho^m + eta rho^m (1 + 3 m u))`` (the 2: the real transforms' half spectra), its
-    l1 error on the ``n_out + 1`` kept entries ``sqrt(n_out + 1)`` times that, plus the rounding to float64.
+    rho^(m-1) eta |q|_2 + 3 m u rho^m + eta rho^m (1 + 3 m u))`` (the 2: the real transforms' half spectra), its
+    l1 error on the ``n`` entries kept ``sqrt(n)`` times that, plus the rounding to float64.
     """
-    n_keep = n_out + 1
-    beta = math.fsum(p.tolist()) if p.size < 4096 else float(np.sum(p, dtype=np.longdouble))
+    cut = n_out if mode == "clamp" else n_out + 1  # (the entries kept from the linear power: 0 .. cut - 1)
+    q = p[:cut]
+    if cut < 1 or q.size == 0:
+        return None
     N = None
     for c in (1.0, 1.25, 1.5, 2.0, 3.0, _ONE_FFT_MAX):
-        cand = sfft.next_fast_len(int(math.ceil(c * max(n_keep, p.size))), real=True)
-        if _tail_log_bound(p, m, cand) <= math.log(_ONE_FFT_WRAP):
+        cand = sfft.next_fast_len(int(math.ceil(c * cut)), real=True)
+        if _tail_log_bound(q, m, cand) <= math.log(_ONE_FFT_WRAP):
             N = cand
             break
     if N is None:
         return None
-    wrap = math.exp(_tail_log_bound(p, m, N))
+    wrap = math.exp(_tail_log_bound(q, m, N))
     u = _ULD
     eta = 12 * u * math.log2(N)
-    l2 = float(np.linalg.norm(p))
-    rho = beta * (1 + 4 * _U) + eta * math.sqrt(N) * l2
+    l2 = float(np.linalg.norm(q))
+    beta_q = float(np.sum(q, dtype=np.longdouble))
+    rho = beta_q * (1 + 4 * _U) + eta * math.sqrt(N) * l2
     rho_m1 = rho ** (m - 1) * (1 + 4 * m * _U)
-    X = sfft.rfft(p.astype(np.longdouble), N)
+    X = sfft.rfft(q.astype(np.longdouble), N)
     Y = None
     k = m
     while True:  # (repeated squaring: the relative error 3 m u above)
@@ -172,18 +178,19 @@ def _power_fft(p: np.ndarray, m: int, n_out: int, mode: str, err0: float):
     del X
     y = sfft.irfft(Y, N)
     del Y
-    c = np.asarray(y[:n_keep], dtype=np.float64)
+    c = np.asarray(y[:cut], dtype=np.float64)
     del y
     e2 = 2.0 * (m * rho_m1 * eta * l2 + 3 * m * u * rho_m1 * rho + eta * rho_m1 * rho * (1 + 3 * m * u))
-    err = math.sqrt(n_keep) * e2 * (1 + 1e-9) + 2 * _U * float(np.abs(c).sum()) + wrap * (1 + 1e-9)
+    err = math.sqrt(cut) * e2 * (1 + 1e-9) + 2 * _U * float(np.abs(c).sum()) + wrap * (1 + 1e-9)
     np.maximum(c, 0.0, out=c)  # (the exact values are >= 0: clipping only moves towards them)
-    if mode == "clamp" and c.size == n_keep:
-        # the capped sum's last entry: |p|_1^m less the rest (each within the bounds above; beta^m within
-        # (m + 2) u relative, the sum within gamma_(log2 n + 2))
-        rest = float(np.sum(c[:-1], dtype=np.longdouble))
+    if mode == "clamp":
+        # the capped sum's last entry: |p|_1^m less the rest (within the bound above; beta^m within (m + 4) u
+        # relative, the rest's sum within gamma_(log2 n + 2))
+        beta = float(np.sum(p, dtype=np.longdouble))
+        rest = float(np.sum(c, dtype=np.longdouble))
         total = beta ** m
-        c[-1] = max(0.0, total - rest)
-        err = 2 * err + (m + 4) * _U * total + 2 * (math.log2(n_keep) + 4) * _U * rest
+        c = np.append(c, max(0.0, total - rest))
+        err = 2 * err + (m + 4) * _U * total + 2 * (math.log2(cut + 1) + 4) * _U * rest
     # the input's own error: |x^(*m) - y^(*m)|_1 <= (1 + e)^m - 1 for |x|_1, |y|_1 <= 1 + e
     err += math.expm1(m * math.log1p(err0)) * (1 + 1e-9) if err0 > 0 else 0.0
     return c, err
