@@ -121,6 +121,17 @@ def test_dominated_tail_against_quadrature(sigma, eps_list):
             assert curve(up[d].dominated_loss, eps) <= exact <= curve(up[d], eps), (d, eps, exact)
 
 
+def test_composed_lower_bounds_use_the_dominated_mass_at_infinity(monkeypatch):
+    # pure DP 1.0 for ten epochs: the loss is at most 10, so delta(eps) = 0 for eps >= 10.  The dominating epoch
+    # loss holds rounding charges at +inf (~1e-12); the lower bounds took that mass as the dominated chain's too
+    monkeypatch.setattr(alloc, "_MAX_COMBOS", 0)  # (the lattice path)
+    fastpld.clear_caches()
+    pld = fastpld.compose(RandomAllocation(fastpld.PureDP(1.0), 10), 10)
+    b = pld.delta(np.array([10.0, 12.0]))
+    assert np.all(b.lower == 0.0) and np.all(b.upper > 0.0)
+    assert all(d.p_inf > 0.0 for d in pld.directions.values())  # (what the lower bounds must not read)
+
+
 def test_upper_loss_carries_its_dominated_loss():
     up = RandomAllocation(fastpld.Gaussian(1.0), 2).privacy_losses()
     lo = RandomAllocation(fastpld.Gaussian(1.0), 2, bound="lower").privacy_losses()

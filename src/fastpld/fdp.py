@@ -235,10 +235,11 @@ class _DominanceDirection:
     p_inf``, ``d_up`` and ``d_lo`` the chains' normalised grid PMFs' curves,
 
         delta <= p_inf + m e^r (d_up + c_up) <= p_inf + m (d_up + e^r c_up + e^r - 1),
-        delta >= p_inf + m (M d_lo - c_lo) >= p_inf + m (d_lo - (1 - M) - c_lo)
+        delta >= p_inf' + m' (M d_lo - c_lo) >= p_inf' + m' (d_lo - (1 - M) - c_lo)
 
-    (``r`` the dominating chain's relative rounding, ``M`` the mass the dominated chain kept, ``d <=
-    1``).  These are the coupling certificate's bounds with no epsilon shift and delta charges
+    (``p_inf'`` and ``m' = 1 - p_inf'`` the dominated chain's, at most the dominating one's: a dominating
+    loss's mass at ``+inf`` may hold its rounding charges; ``r`` the dominating chain's relative rounding, ``M``
+    the mass the dominated chain kept, ``d <= 1``).  These are the coupling certificate's bounds with no epsilon shift and delta charges
     ``e^r c_up + e^r - 1`` and ``c_lo + 1 - M``, so :class:`_Direction` bounds ``beta`` (its lower bound
     from the first, its upper bound from the second) and the inverse curve alike.
     """
@@ -250,7 +251,7 @@ class _DominanceDirection:
         kept = _kept_mass(d_lo)
         ds_lo = (float(d_lo.delta_spent) + (1.0 - kept)) * (1 + 8 * _U)
         self.up = _Direction(q_up, _Charges(0.0, ds_up, float(d_up.p_inf)))
-        self.lo = _Direction(q_lo, _Charges(0.0, ds_lo, float(d_up.p_inf)))
+        self.lo = _Direction(q_lo, _Charges(0.0, ds_lo, float(d_lo.p_inf)))
         # (gdp_mu's default alpha range follows the charges of the lower bounds on beta, which certify mu)
         self.ds = ds_up
         self.pinf = float(d_up.p_inf)

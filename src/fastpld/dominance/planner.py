@@ -108,6 +108,11 @@ _DIRECT_COPIES = 4  # (50 parts of 100-3000 copies: 0.6-0.9x the time of chains;
 _MERGE = 16
 
 
+def _dominated_p_inf(loss) -> float:
+    """The mass at ``+inf`` of the loss the dominated chain composes for ``loss`` (:func:`dominated_leaf`'s)."""
+    return float((getattr(loss, "dominated_loss", None) or loss).p_inf)
+
+
 def _quantized(scale: float) -> float:
     """``scale`` rounded down to a power of 2^(1/8) (finer meshes by at most 9%): the answer's meshes then
     do not depend on the last bits of the measured width, which differ between backends and SIMD levels."""
@@ -456,14 +461,19 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
             meshes = meshes_of[name] = dominance_meshes(plan, h1)
             p_inf = -math.expm1(sum(c * math.log1p(-loss.p_inf) for loss, c in parts))
             args = (plan, meshes, budgets, backend, max_buckets, p_inf)
+            # (the dominated chain composes each loss's dominated counterpart where it has one, whose mass at +inf
+            # is its own: a dominating loss's may hold rounding charges, which are no lower bound -- random
+            # allocation's epoch losses)
+            args_lo = args[:5] + (-math.expm1(sum(c * math.log1p(-_dominated_p_inf(loss)) for loss, c in parts)),)
             defer = eager is not None and name != eager
             # (the chains run at once build their answer's query tables where they run; a deferred one, when it runs)
-            chains = [_DeferredChain(args + (upper, arity), memo, tables=upper or not defer) for upper in (True, False)]
+            chains = [_DeferredChain((args if upper else args_lo) + (upper, arity), memo, tables=upper or not defer)
+                      for upper in (True, False)]
             if defer:
                 deferred[name] = chains.pop()
                 build = functools.partial(_plan_at, parts, *grouping[name])
                 deferred[name].retry = functools.partial(_retry_args, build, parts, arity, eps_error,
-                                                         scale * coarse.get(name, 1.0), args[2:])
+                                                         scale * coarse.get(name, 1.0), args_lo[2:])
             jobs.append(chains)  # (per direction: its dominating chain, then its dominated one unless deferred)
         # the directions on two threads where they are predicted to take long enough (the FFTs and compiled
         # kernels release the GIL: 0.63x the time at q = 0.001 x 1e5, 1e6; small ones lose by the handover)

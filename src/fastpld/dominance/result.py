@@ -161,9 +161,11 @@ class DominancePLD(PrivacyLossDistribution):
     charges (truncated tails, wrap-around, round-off: total variation):
 
         delta(eps) <= p_inf + (1 - p_inf) e^r (d_up(eps) + c_up)
-        delta(eps) >= p_inf + (1 - p_inf) (m d_lo(eps) - c_lo)
+        delta(eps) >= p_inf' + (1 - p_inf') (m d_lo(eps) - c_lo)
 
-    where ``m <= 1`` is the mass the dominated chain kept (its PMF is normalised for the FFTs) and
+    where ``p_inf'`` is the dominated chain's mass at ``+inf`` (that of the losses it composes: a dominating
+    loss's ``dominated_loss`` where it has one, whose ``p_inf`` may be below the dominating one's), ``m <= 1`` is
+    the mass the dominated chain kept (its PMF is normalised for the FFTs) and
     ``r`` the relative rounding of the dominating chain's masses (leaves and re-discretisations:
     entries within a factor ``e^(+-rel)`` of exact ones compose into such a factor on the curve).
     The estimate is the midpoint of the certified interval.
@@ -262,9 +264,12 @@ class DominancePLD(PrivacyLossDistribution):
 
         def lo_of(name):
             # (the dominated chain's lost mass is the meshes' doing too: counted)
-            m = math.exp(self.lower_directions[name].certificate["log_mass"])
+            dl = self.lower_directions[name]
+            m = math.exp(dl.certificate["log_mass"])
+            pl = dl.p_inf
+            base = (d - pl) / (1 - pl) if pl < 1 else np.zeros(d.size)
             with np.errstate(divide="ignore"):  # (all mass lost, m = 0: the lower curve is vacuous)
-                return self._ql[name].epsilon(np.minimum(bases[name] / m, 2.0))
+                return self._ql[name].epsilon(np.minimum(base / m, 2.0))
 
         # (a vacuous lower bound, -inf, is epsilon >= 0: counted as 0)
         lo = np.maximum(self._lower_max(lo_of, ups, d.shape), 0.0)
@@ -301,8 +306,8 @@ class DominancePLD(PrivacyLossDistribution):
             up = u if up is None else np.maximum(up, u)
 
         def lo_of(name):
-            d, dl = self.directions[name], self.lower_directions[name]
-            pinf = d.p_inf
+            dl = self.lower_directions[name]
+            pinf = dl.p_inf
             m = _kept_mass(dl)
             dd, pl = self._ql[name].delta(eps)
             return (pinf + (1 - pinf) * np.maximum(0.0, m * (dd - pl) - dl.delta_spent)) * (1 - 8 * _U)
@@ -345,8 +350,10 @@ class DominancePLD(PrivacyLossDistribution):
                 return np.zeros(dq.shape)
             dl, ql = self.lower_directions[name], self._ql[name]
             m = _kept_mass(dl)
+            pl = dl.p_inf  # (the dominated chain's own: at most the dominating one's, below dq where that is)
+            base = (dq - pl) / (1 - pl) if pl < 1 else np.zeros(dq.shape)
             with np.errstate(divide="ignore", invalid="ignore"):  # (all mass lost, m = 0: the lower bound is vacuous)
-                x = (bases[name] + dl.delta_spent) / m
+                x = (base + dl.delta_spent) / m
                 # (the suffix sums' rounding, relative to the tail mass at the solution: ql.lower_pad; the whole
                 # mass's pad, absolute, put 4 (n + 4) u ~ 3e-12 under delta 1e-12 on 7,000 buckets: epsilon 715.06
                 # against the exact 721.55 for Gaussian(1) x 1000)
