@@ -239,9 +239,9 @@ class _DominanceDirection:
 
     (``p_inf'`` and ``m' = 1 - p_inf'`` the dominated chain's, at most the dominating one's: a dominating
     loss's mass at ``+inf`` may hold its rounding charges; ``r`` the dominating chain's relative rounding, ``M``
-    the mass the dominated chain kept, ``d <= 1``).  These are the coupling certificate's bounds with no epsilon shift and delta charges
-    ``e^r c_up + e^r - 1`` and ``c_lo + 1 - M``, so :class:`_Direction` bounds ``beta`` (its lower bound
-    from the first, its upper bound from the second) and the inverse curve alike.
+    the mass the dominated chain kept, ``d <= 1``).  These are the coupling certificate's bounds with no epsilon
+    shift and delta charges ``e^r c_up + e^r - 1`` and ``c_lo + 1 - M``, so :class:`_Direction` bounds ``beta``
+    (its lower bound from the first, its upper bound from the second) and the inverse curve alike.
     """
 
     def __init__(self, q_up, d_up, q_lo, d_lo):
