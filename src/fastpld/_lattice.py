@@ -148,17 +148,18 @@ def _power_fft(p: np.ndarray, m: int, n_out: int, mode: str, err0: float):
     """
     cut = n_out if mode == "clamp" else n_out + 1  # (the entries kept from the linear power: 0 .. cut - 1)
     q = p[:cut]
-    if cut < 1 or q.size == 0:
+    if q.size == 0:
         return None
     N = None
     for c in (1.0, 1.25, 1.5, 2.0, 3.0, _ONE_FFT_MAX):
         cand = sfft.next_fast_len(int(math.ceil(c * cut)), real=True)
-        if _tail_log_bound(q, m, cand) <= math.log(_ONE_FFT_WRAP):
+        log_wrap = _tail_log_bound(q, m, cand)
+        if log_wrap <= math.log(_ONE_FFT_WRAP):
             N = cand
             break
     if N is None:
         return None
-    wrap = math.exp(_tail_log_bound(q, m, N))
+    wrap = math.exp(log_wrap)
     u = _ULD
     eta = 12 * u * math.log2(N)
     l2 = float(np.linalg.norm(q))

@@ -502,24 +502,25 @@ def _snap(values, masses, dominated):
     d = v - k * M  # (within 2 u (|v| + 1) of the exact distance, in [0, M])
     k = k.astype(np.int64)
     k0 = int(k.min())
+    j = k - k0  # (each atom's cell, from the lowest)
+    n = np.bincount(j)  # (atoms per cell)
     if not dominated:
         # the share at the upper point: (1 - e^-d) / (1 - e^-M), from an upper bound of d, raised by 8 u
         d_hi = np.minimum(d + 2 * _U * (np.abs(v) + 1.0), M)
         w = np.where(d > 0, np.minimum(1.0, np.expm1(-d_hi) / math.expm1(-M) * (1 + 8 * _U)), 0.0)
-        size = int(k.max()) - k0 + 2
-        out = (np.bincount(k - k0, weights=masses * (1.0 - w), minlength=size)
-               + np.bincount(k - k0 + 1, weights=masses * w, minlength=size))
+        size = n.size + 1
+        out = (np.bincount(j, weights=masses * (1.0 - w), minlength=size)
+               + np.bincount(j + 1, weights=masses * w, minlength=size))
         idx = np.flatnonzero(out > 0)
         # (each share within 2 u, each point's sum of its n shares within n u: their l1 distance from the exact
         # split, taken off the CDF -- stochastically larger, the rest at +inf, _fix_cdf)
-        err = (2 * int(np.bincount(k - k0).max()) + 4) * _U * float(masses.sum()) * 1.01
+        err = (2 * int(n.max()) + 4) * _U * float(masses.sum()) * 1.01
         return (idx + k0) * M, _fix_cdf(out[idx], err, "larger", 1.0)
     # the cell's mass P and its sum X of mass e^(-(y - k M)) (each term in [e^-M, 1]): the merged atom at
     # k M + log(P / X), each sum within n u relative (n atoms in the cell), exp and log within 2 u; lowered by
     # that, kept in [k M, (k + 1) M) (the exact value lies in [k M, (k + 1) M]: clipping up to k M keeps it below)
-    P = np.bincount(k - k0, weights=masses)
-    X = np.bincount(k - k0, weights=masses * np.exp(-d))
-    n = np.bincount(k - k0)
+    P = np.bincount(j, weights=masses)
+    X = np.bincount(j, weights=masses * np.exp(-d))
     idx = np.flatnonzero(P > 0)
     base = (idx + k0) * M
     with np.errstate(divide="ignore"):
