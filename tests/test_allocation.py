@@ -21,6 +21,7 @@ import pytest
 from scipy import integrate, special, stats
 
 import fastpld
+from fastpld import _copies as lattice_copies
 from fastpld import allocation as alloc
 from fastpld.allocation import RandomAllocation
 
@@ -103,11 +104,11 @@ def test_gaussian_against_quadrature(t, eps_list):
             exact = gauss_exact(1.0, t, eps, d)
             u, l_ = curve(up[d], eps), curve(lo[d], eps)
             assert l_ <= exact <= u, (d, eps, l_, exact, u)
-            # and close: the remove bounds within 1%, the add upper bound within 3%; the add lower
-            # bound keeps the heavy tail of e^(-Y) on its lattice (coarser: within 60% here, with
-            # the test's small lattice)
-            assert u - exact <= (0.01 if d == "remove" else 0.03) * exact, (d, eps, exact, u)
-            assert exact - l_ <= (0.01 if d == "remove" else 0.6) * exact, (d, eps, l_, exact)
+            # and close (second order in the lattices' meshes): within 1e-3 but the add lower bound, whose lattice
+            # keeps the heavy tail of e^(-Y) (coarser: within 5% here, with the test's small lattice; 60% when each
+            # copy was rounded up a mesh)
+            assert u - exact <= 1e-3 * exact, (d, eps, exact, u)
+            assert exact - l_ <= (1e-3 if d == "remove" else 0.05) * exact, (d, eps, l_, exact)
 
 
 @pytest.mark.parametrize("sigma,eps_list", [(3.0, (1.5, 2.0)), (2.0, (2.5, 3.0))])
@@ -245,14 +246,17 @@ def test_calibrate_accepts_random_allocation_sampler():
 
 
 def test_default_accuracy_certifies_both_sides():
-    # the width asked (rel_error 1e-3) is below the gap of the dominating and dominated lattice losses
-    # here: the narrowest dominance answer (both sides certified), not a coupling one (lower bound 0)
+    # the dominance certificate answers the default accuracy (both sides certified), not a coupling plan (lower
+    # bound 0); the epoch losses are second order in their lattices' meshes, so rel_error 1e-4 is reached too,
+    # inside the default's interval, and a width below the gap of the lattice losses is refused by name
     ra = RandomAllocation(fastpld.Gaussian(1.0), 10)
     with pytest.raises(ValueError, match="rel_error"):
-        fastpld.compose(ra, 1, method="dominance", rel_error=1e-4)
+        fastpld.compose(ra, 1, method="dominance", rel_error=1e-5)
     b = fastpld.compose(ra, 1).epsilon(1e-5)
     assert fastpld.compose(ra, 1).method.startswith("dominance")
-    assert 0 < b.lower <= b.estimate <= b.upper and b.upper - b.lower < 0.02 * b.upper
+    assert 0 < b.lower <= b.estimate <= b.upper and b.upper - b.lower <= 1e-3 * b.upper
+    f = fastpld.compose(ra, 1, method="dominance", rel_error=1e-4).epsilon(1e-5)
+    assert b.lower <= f.lower <= f.upper <= b.upper and f.upper - f.lower <= 1e-4 * f.upper
 
 
 # --------------------------------------------------------------------------------------
@@ -526,3 +530,107 @@ def test_epochs_of_a_bounded_loss_compose_tightly():
     r = fastpld.compose(RandomAllocation(fastpld.Laplace(1.0), 10), 100)
     b = r.epsilon(1e-5)
     assert 0 < b.lower <= b.upper <= b.lower * 1.005, b
+
+
+# --------------------------------------------------------------------------------------
+# The lattice laws of one copy (bases whose add pair is the remove pair reversed)
+# --------------------------------------------------------------------------------------
+def test_contraction_kernel_matches_its_reference():
+    dom = lattice_copies._dominance_module()
+    if dom is None:
+        pytest.skip("no compiled kernels")
+    rng = np.random.default_rng(7)
+    for lift in (False, True):
+        for _ in range(4):
+            n = 3000
+            x = 0.01 * np.arange(n + 1)
+            b = rng.random(n) * (rng.random(n) < 0.7)
+            a = b * (x[:-1] + 0.01 * rng.random(n))
+            aa, bb = (a * (1 + 1e-9), b * (1 - 1e-9)) if lift else (a * (1 - 1e-9), b * (1 + 1e-9))
+            k1, p1, j1 = dom.contract_lattice(x, aa, bb, lift)
+            k2, p2, j2 = lattice_copies._contract_py(x, aa, bb, lift)
+            assert np.array_equal(k1, k2) and np.array_equal(p1, p2) and j1 == j2
+            assert (k1 >= 0).sum() > n // 3  # (groups of about two buckets)
+
+
+@pytest.mark.parametrize("sigma,h,span", [(1.0, 0.004, 400.0), (2.0, 0.004, 40.0)])
+def test_lattice_laws_in_convex_order(sigma, h, span):
+    # L = dA/dB of Gaussian(sigma) is lognormal under B (mean 1): its call E[(L - k)_+] and put E[(k - L)_+] in closed
+    # form.  The dominated remove copies (contracted, lowered) have a call function below it (increasing convex
+    # order), the dominated add copies (contracted, raised) a put function below it; the dominating add copies
+    # (spread) a put function above it, the dominating remove pair (spread) a call function above it.  All within
+    # ~h^2 of the mean (second order), where rounding each copy to a lattice end moves it by ~h / 2
+    s = 1.0 / sigma
+    loss = fastpld.Gaussian(sigma).privacy_losses()["remove"]
+    n = int(span / h)
+    x = h * np.arange(n + 1)
+    la, lb = lattice_copies._remove_law(loss, x), lattice_copies._add_law(loss, x)
+    ks = np.linspace(0.0, 12.0, 1201)
+    call = lambda m, extra=0.0: np.array([np.sum(m * np.maximum(x - k, 0.0)) for k in ks]) + extra  # noqa: E731
+    put = lambda m: np.array([np.sum(m * np.maximum(k - x, 0.0)) for k in ks])  # noqa: E731
+    C, P = _call(ks, s), _put(ks, s)
+    tol = 1e-13
+    _, cb = lattice_copies._contract_down(x, la, lb)
+    down = lattice_copies._from_upper_cdf(np.concatenate([cb, [1.0]]), 1.0)
+    assert np.all(call(down) <= C + tol)
+    up, _ = lattice_copies._round_up(lattice_copies._contract_up(x, la, lb), 1.0)  # (the rest at +inf: no put)
+    assert np.all(put(up) <= P + tol)
+    spread = lattice_copies._from_upper_cdf(np.append(lattice_copies._spread(x, la, lb), 1.0), 1.0)
+    assert np.all(put(spread) >= P - tol)
+    _, ob = lattice_copies._spread_pair(x, la, lb)
+    pair, missing = lattice_copies._round_up(ob, 1.0)
+    assert np.all(call(pair, missing * 1e12) >= C - tol)
+    for m in (down, up, spread, pair):
+        assert abs(float(np.sum(m * x)) - 1.0) <= 4 * h * h + 1e-9
+
+
+def laplace_exact(b, eps, direction):
+    """Exact curve of one epoch of 2 steps of Laplace(b) (sensitivity 1): under ``B = Lap(0, b)`` the likelihood
+    ratio is ``e^(-1/b)`` (mass 1/2), ``e^(1/b)`` (mass ``e^(-1/b) / 2``) and ``e^((2z - 1)/b)`` on ``z in (0, 1)``
+    (density ``e^(-z/b) / (2b)``); the second step's call / put in closed form, the first by quadrature."""
+    lo, hi, r = math.exp(-1 / b), math.exp(1 / b), math.exp(eps)
+    atoms = ((lo, 0.5), (hi, 0.5 * lo))
+
+    def z_of(v):  # the z in [0, 1] with L(z) = v (clipped)
+        return min(1.0, max(0.0, (b * math.log(v) + 1) / 2)) if v > 0 else 0.0
+
+    def call(k):  # E[(L - k)_+]
+        out = sum(w * max(v - k, 0.0) for v, w in atoms)
+        z0 = z_of(k)
+        return out + 0.5 * ((1.0 - math.exp((z0 - 1) / b)) - k * (math.exp(-z0 / b) - lo))
+
+    def put(k):  # E[(k - L)_+]
+        out = sum(w * max(k - v, 0.0) for v, w in atoms)
+        z1 = z_of(k)
+        return out + 0.5 * (k * (1.0 - math.exp(-z1 / b)) - (math.exp((z1 - 1) / b) - lo))
+
+    if direction == "remove":  # E[((L1 + L2)/2 - r)_+]
+        inner = lambda v: call(2 * r - v) / 2  # noqa: E731
+    else:  # E[(1 - r (L1 + L2)/2)_+]
+        inner = lambda v: (r / 2) * put(2 / r - v)  # noqa: E731
+    val = sum(w * inner(v) for v, w in atoms)
+    f = lambda z: inner(math.exp((2 * z - 1) / b)) * math.exp(-z / b) / (2 * b)  # noqa: E731
+    kinks = [z_of(2 * r - v) for v, _ in atoms] + [z_of(2 / r - v) for v, _ in atoms]
+    return val + integrate.quad(f, 0.0, 1.0, points=sorted(set(kinks)), limit=400, epsabs=1e-17, epsrel=1e-13)[0]
+
+
+@pytest.mark.parametrize("b", [1.0, 2.0])
+def test_laplace_against_exact(b):
+    # atoms at both ends of the likelihood ratio's support (80% of the mass for b = 2): the lattices are aligned so
+    # that the contraction and the spread move them by no more than second order, and both bounds hold
+    up = RandomAllocation(fastpld.Laplace(b), 2).privacy_losses()
+    for d in ("remove", "add"):
+        for eps in (-0.5, 0.0, 0.1, 0.25, 0.5, 0.75):
+            exact = laplace_exact(b, eps, d)
+            u, l_ = curve(up[d], eps), curve(up[d].dominated_loss, eps)
+            assert l_ <= exact <= u, (d, eps, l_, exact, u)
+            if exact > 1e-9:  # (the misfit of the atom not aligned, on the test's small lattice)
+                assert u - l_ <= 2e-3 * exact, (d, eps, l_, exact, u)
+
+
+def test_default_accuracy_width():
+    # the epoch losses second order in their meshes: at the default accuracy the certified interval lies within
+    # 0.1% of epsilon (it was 0.4-0.7% with each copy rounded to a lattice end: Laplace(2), 100 steps, 20 epochs)
+    for mech, t, epochs in ((fastpld.Laplace(2.0), 100, 20), (fastpld.Gaussian(2.0), 10, 30)):
+        b = fastpld.compose(RandomAllocation(mech, t), epochs).epsilon(1e-5)
+        assert 0 < b.lower <= b.upper <= b.lower * 1.001, (mech, b)

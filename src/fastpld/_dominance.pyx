@@ -398,3 +398,67 @@ def dominated_cells(const double[::1] a, const double[::1] b, const double[::1] 
     if bad:
         raise ValueError("dominated_cells: cells out of order, overlapping or outside the lattice")
     return out_arr, kept
+
+
+def contract_lattice(const double[::1] x, const double[::1] a, const double[::1] b, bint lift):
+    """See :func:`fastpld.allocation._contract_py` (the same operations in the same order)."""
+    cdef Py_ssize_t n = a.shape[0]
+    if x.shape[0] != n + 1 or b.shape[0] != n:
+        raise ValueError("contract_lattice: invalid argument")
+    kend_arr = np.full(n + 1, -1, dtype=np.int64)
+    phi_arr = np.zeros(n + 1, dtype=np.float64)
+    cdef long long[::1] kend = kend_arr
+    cdef double[::1] phi = phi_arr
+    cdef Py_ssize_t j = 1, k = 0
+    cdef double bal = 0.0, p = 0.0, T, tb, tk, need, full
+    cdef double sg = 1.0 if lift else -1.0  # (the direction of every rounding margin)
+    with nogil:
+        while k < n and j <= n:
+            T = x[j] * (1 - sg * 2 * _U)
+            tb = T * b[k]
+            tk = (a[k] - tb) + sg * 2 * _U * (fabs(a[k]) + tb)
+            if k < j:  # below the target: the rest of it joins the group
+                bal = bal + (1.0 - p) * tk
+                bal = bal + sg * 2 * _U * fabs(bal)
+                p = 0.0
+                k += 1
+                continue
+            if lift:
+                if bal > 0.0 or tk > 0.0:
+                    full = bal + (1.0 - p) * tk
+                    full = full + 2 * _U * fabs(full)
+                    if bal > 0.0 or full > 0.0:
+                        need = 0.0
+                        if bal < 0.0:
+                            need = (-bal / tk) * (1 - 4 * _U) - 2 * _U
+                            if need < 0.0:
+                                need = 0.0
+                        p = p + need
+                        if p > 1.0:
+                            p = 1.0
+                        kend[j] = k
+                        phi[j] = p
+                        j = k + 1
+                        bal = 0.0
+                        continue
+            else:
+                if bal >= 0.0:  # balanced: the group closes before what is left of bucket k
+                    kend[j] = k
+                    phi[j] = p
+                    j = k + 1
+                    bal = 0.0
+                    continue
+                if tk > 0.0:
+                    need = (-bal / tk) * (1 + 4 * _U) + 2 * _U
+                    if p + need < 1.0:
+                        p = p + need
+                        kend[j] = k
+                        phi[j] = p
+                        j = k + 1
+                        bal = 0.0
+                        continue
+            bal = bal + (1.0 - p) * tk
+            bal = bal + sg * 2 * _U * fabs(bal)
+            p = 0.0
+            k += 1
+    return kend_arr, phi_arr, j

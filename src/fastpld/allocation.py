@@ -38,7 +38,9 @@ import numpy as np
 from . import _validation as V
 from ._lattice import _conv, _fix_cdf, _power, _trim
 from ._lazy import lazy_module
-from .mechanisms import ContinuousLoss, DiscreteLoss, Mechanism, PrivacyLoss, _cached
+from ._copies import (_add_cdf, _add_law, _aligned_mesh, _contract_down, _contract_up, _from_upper_cdf, _remove_cdf,
+                      _remove_law, _round_down, _round_up, _spread, _spread_pair)
+from .mechanisms import DiscreteLoss, Gaussian, Laplace, Mechanism, PrivacyLoss, _cached
 from .samplers import _ManyAtomLoss, _check_mechanism, _check_neighboring, _select
 
 special = lazy_module("scipy.special")
@@ -75,92 +77,15 @@ _MAX_STEPS = 10 ** 6
 
 
 # --------------------------------------------------------------------------------------
-# Certified CDF bounds of a base loss
-# --------------------------------------------------------------------------------------
-def _pos_err(loss: PrivacyLoss, y: np.ndarray) -> np.ndarray:
-    """Bound on the position error of evaluating ``loss``'s CDF at the rounded ``y``."""
-    ay = np.abs(np.where(np.isfinite(y), y, 0.0))
-    shift = loss.cdf_shift(float(ay.max()) if ay.size else 0.0) if isinstance(loss, ContinuousLoss) else 0.0
-    return 8 * _U * (ay + 1.0) + shift
-
-
-def _cdf_bounds(loss: PrivacyLoss, y: np.ndarray):
-    """``(lo, hi)`` with ``lo <= Pr[Y <= y] <= hi`` (finite part of ``Y``, conditioned on finite)."""
-    y = np.asarray(y, dtype=np.float64)
-    d = _pos_err(loss, y)
-    if isinstance(loss, DiscreteLoss):
-        c = np.concatenate([[0.0], np.cumsum(loss.probs)])
-        c = np.minimum(c, 1.0)
-        lo = c[np.searchsorted(loss.values, y - d, side="right")]
-        hi = c[np.searchsorted(loss.values, y + d, side="right")]
-        return lo * (1 - 4 * _U * loss.values.size), np.minimum(hi * (1 + 4 * _U * loss.values.size), 1.0)
-    rel = float(loss.cdf_rel_error) + 8 * _U
-    with np.errstate(invalid="ignore"):
-        a, b = y - d, y + d
-        lo = np.maximum(np.asarray(loss.cdf(a), dtype=np.float64) * (1 - rel),
-                        1.0 - np.asarray(loss.sf(a), dtype=np.float64) * (1 + rel))
-        hi = np.minimum(np.asarray(loss.cdf(b), dtype=np.float64) * (1 + rel),
-                        1.0 - np.asarray(loss.sf(b), dtype=np.float64) * (1 - rel))
-    lo = np.where(np.isneginf(y), 0.0, np.where(np.isposinf(y), 1.0, lo))
-    hi = np.where(np.isneginf(y), 0.0, np.where(np.isposinf(y), 1.0, hi))
-    return np.clip(np.nan_to_num(lo, nan=0.0), 0.0, 1.0), np.clip(np.nan_to_num(hi, nan=1.0), 0.0, 1.0)
-
-
-def _remove_cdf(loss: PrivacyLoss, lam: np.ndarray):
-    """Bounds on ``G(lam) = Pr_A[L <= lam]`` for ``L = e^Y`` (``Y`` the remove loss; ``+inf`` w.p. p_inf)."""
-    with np.errstate(divide="ignore"):
-        y = np.log(lam)
-    lo, hi = _cdf_bounds(loss, y)
-    w = 1.0 - loss.p_inf
-    return lo * w, hi * w
-
-
-def _add_cdf(loss: PrivacyLoss, lam: np.ndarray):
-    """Bounds on ``G(lam) = Pr[L' <= lam]`` for ``L' = e^(-Y)`` (``Y`` the add loss; ``Y = +inf`` gives 0).
-
-    ``Pr[L' <= lam] = p_inf + (1 - p_inf) Pr[Y >= -log lam]`` and ``Pr[Y > z + d] <= Pr[Y >= z] <=
-    Pr[Y > z - d]`` absorbs both the atoms at ``z`` and the rounding of ``z``.
-    """
-    with np.errstate(divide="ignore"):
-        z = -np.log(lam)
-    d = _pos_err(loss, z)
-    lo_c, _ = _cdf_bounds(loss, z - 2 * d)  # Pr[Y <= z - 2d] <= Pr[Y < z - d]  (hi of sf below)
-    _, hi_c = _cdf_bounds(loss, z + 2 * d)
-    p = float(loss.p_inf)
-    lo = p + (1 - p) * (1.0 - hi_c)  # Pr[Y >= z] >= 1 - Pr[Y <= z + 2d] (rounded)
-    hi = p + (1 - p) * (1.0 - lo_c)
-    lo = np.where(lam <= 0, p, lo)
-    hi = np.where(lam <= 0, p, hi)
-    return np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)
-
-
-def _round_up(g_lo: np.ndarray, total: float) -> tuple[np.ndarray, float]:
-    """Masses at the points ``x_k`` of ``V`` rounded up (``(x_(k-1), x_k]`` to ``x_k``), from CDF lower bounds.
-
-    Returns ``(masses, rest)``: ``rest`` (the mass above the last point, and any at ``+inf``) goes to
-    ``+inf``.  A running maximum of lower bounds is a lower bound of the (non-decreasing) CDF.
-    """
-    c = np.maximum.accumulate(np.clip(g_lo, 0.0, total))
-    m = np.diff(np.concatenate([[0.0], c]))
-    return m, max(0.0, 1.0 - float(c[-1]))
-
-
-def _round_down(g_hi_next: np.ndarray, finite: float) -> np.ndarray:
-    """Masses of ``V`` rounded down (``[x_k, x_(k+1))`` to ``x_k``) from upper bounds ``G(x_(k+1)^-)``.
-
-    ``g_hi_next[k]`` bounds ``Pr[V < x_(k+1)]``; the last entry is replaced by ``finite`` (the whole
-    finite mass: everything above the last point is capped down to it).  A running minimum from the
-    right of upper bounds is an upper bound.
-    """
-    c = np.clip(np.asarray(g_hi_next, dtype=np.float64).copy(), 0.0, finite)
-    c[-1] = finite
-    c = np.minimum.accumulate(c[::-1])[::-1]
-    return np.diff(np.concatenate([[0.0], c]))
-
-
-# --------------------------------------------------------------------------------------
 # The losses
 # --------------------------------------------------------------------------------------
+def _reversed_pair(mech: Mechanism) -> bool:
+    """Whether the base's add loss is the PRV of its remove pair reversed, exactly (then the add loss's
+    ``e^(-Y)`` has the law of ``L = dA/dB`` under ``B``): the Gaussian and Laplace mechanisms, whose one loss
+    serves both directions.  (A custom or sampled base's add loss need only dominate the reverse order.)"""
+    return type(mech) in (Gaussian, Laplace)
+
+
 def _moment(loss: PrivacyLoss, s: float, fallback: float) -> float:
     """``E[e^(s Y)]`` of the finite part (an upper bound), or ``fallback`` where unknown."""
     try:
@@ -202,42 +127,62 @@ def _mesh(span: float, points: int, fine: float | None = None) -> tuple[float, i
     return h, points
 
 
-def _remove_loss(loss: PrivacyLoss, t: int, upper: bool, points: int) -> DiscreteLoss:
-    """The remove loss ``log((L_A + R)/t)`` of one epoch (dominating if ``upper``, else dominated)."""
+def _remove_loss(loss: PrivacyLoss, t: int, upper: bool, points: int,
+                 b_loss: PrivacyLoss | None = None) -> DiscreteLoss:
+    """The remove loss ``log((L_A + R)/t)`` of one epoch (dominating if ``upper``, else dominated).
+
+    ``b_loss``: the base's add loss where its pair is the remove pair reversed (then ``e^(-Y_add)`` has the law of
+    ``L`` under ``B``, and the dominated loss is second order in the mesh: :func:`_contract_down`)."""
     mean_b = 1.0  # E_B[L] <= 1
     second = _moment(loss, 1.0, math.inf)  # E_A[L] = E_B[L^2], a bound on the variance under B
     var_b = second if math.isfinite(second) else None
-    r_tail = lambda lam: float(_remove_cdf(loss, np.array([lam]))[0][0])  # noqa: E731
+    # A[lam < L < inf], bounded from above to its relative accuracy (w less a CDF bound has only u absolute)
+    a_tail = lambda lam: float(_remove_law(loss, np.array([lam]))[3][0])  # noqa: E731
     w = 1.0 - loss.p_inf
     # B[L > lam] <= A[L > lam] / lam: the cap of one copy under B (for the upper bound the copies
     # beyond it are charged at +inf; the lower bound caps them down, so it needs no heavy tail)
-    cap_b = _cap(lambda lam: (w - r_tail(lam)) / lam, 1.0, 100 * _TAIL / t)
+    cap_b = _cap(lambda lam: a_tail(lam) / lam, 1.0, 100 * _TAIL / t)
     if var_b is None:
         var_b = cap_b  # (E_B[L^2; L <= cap] <= cap E_B[L] <= cap)
     r_max = (t - 1) * mean_b + 12.0 * math.sqrt((t - 1) * var_b) + 30.0 * math.sqrt(var_b) + 1.0
+    p0 = points // 2 - 1  # (the most points _mesh gives R's lattice)
+    widest = 0.999 * _MAX_MESH * (2 * (p0 + 1) - 1 if 2 * (p0 + 1) <= _MAX_POINTS else p0)
     if upper:
-        p0 = points // 2 - 1  # (the most points _mesh gives R's lattice)
-        widest = 0.999 * _MAX_MESH * (2 * (p0 + 1) - 1 if 2 * (p0 + 1) <= _MAX_POINTS else p0)
         if (t - 1) * mean_b + cap_b > widest and r_max < widest:
             # a heavy tail (a Gaussian base below sigma ~0.6): the copies' cap lowered to what the widest
             # lattice holds; the copies beyond it are charged as before (R = +inf: mass at +inf), here
             # t B[L > cap] <= t A[L > cap] / cap of it, refused above _MAX_TAIL_CHARGE
             cap_b = widest - (t - 1) * mean_b
-            charge = t * (w - r_tail(cap_b)) / cap_b
+            charge = t * a_tail(cap_b) / cap_b
             if not charge <= _MAX_TAIL_CHARGE:
                 raise ValueError(
                     f"mechanism: random allocation of this base would put {charge:.3g} of probability at an infinite "
                     f"privacy loss per epoch (more than {_MAX_TAIL_CHARGE:g}): the base's privacy loss has too heavy "
                     "a tail (too little noise for its sensitivity) for a certified answer that is not vacuous")
         r_max = max(r_max, (t - 1) * mean_b + cap_b)
-    h, _ = _mesh(r_max, points // 2 - 1, _FINE_MESH if upper else _FINE_MESH_LOWER)
+    elif b_loss is not None:
+        # (the contraction is second order in the mesh: the lattice can hold the copies' tail, as the dominating
+        # loss's does, where capping R at r_max lowered the sums of a heavy tail -- Gaussian(0.8) x 1000 steps: R
+        # beyond it with probability ~1e-6, at delta 1e-5 a quarter of a percent of epsilon)
+        r_max = max(r_max, min((t - 1) * mean_b + cap_b, widest))
+    h, _ = _mesh(r_max, points // 2 - 1, _FINE_MESH if upper or b_loss is not None else _FINE_MESH_LOWER)
+    if not upper and b_loss is not None:
+        h = _aligned_mesh(h, b_loss, False)
     n_r = int(math.ceil(r_max / h))
     lam_fine = h * np.arange(n_r + 1, dtype=np.float64)
-    cap_a = _cap(lambda lam: w - r_tail(lam), lam_fine[-1], _TAIL)
+    cap_a = _cap(a_tail, lam_fine[-1], _TAIL)
     geo = _geometric(lam_fine[-1], cap_a)
     x = np.concatenate([lam_fine, geo])
     g_lo, g_hi = _remove_cdf(loss, x)
-    if upper:
+    if upper and b_loss is not None:
+        # the pair with every bucket of L under B spread between its ends (_spread_pair), beyond the lattice as below
+        ca_out, cb_out = _spread_pair(lam_fine, _remove_law(loss, lam_fine), _add_law(b_loss, lam_fine))
+        a, a_inf = _round_up(np.concatenate([ca_out, g_lo[n_r + 1:]]), w)
+        a[0] = 0.0
+        b_fine, _ = _round_up(cb_out, 1.0)  # (B beyond the lattice: R = +inf, charged below as missing mass)
+        b_fine = _trim(b_fine, "drop")
+        b_err = 1e-14
+    elif upper:
         a, a_inf = _round_up(g_lo, w)  # A': masses at x (x_0 = 0 gets none), the rest at +inf
         a[0] = 0.0
         # B': the canonical pair's B, a / x at x, the rest at 0 (a valid pair: E_A'[1/L] <= E_A[1/L] <= 1)
@@ -248,6 +193,13 @@ def _remove_loss(loss: PrivacyLoss, t: int, upper: bool, points: int) -> Discret
         # (B' beyond the lattice: R = +inf, charged below as missing mass)
         b_fine = _trim(b_fine, "drop")
         b_err = 1e-14  # (l1 error of these masses: each within a few u, their sum exact to u)
+    elif b_loss is not None:
+        # the pair contracted onto the lattice and lowered (_contract_down), beyond it as below
+        ca_out, cb_out = _contract_down(lam_fine, _remove_law(loss, lam_fine), _add_law(b_loss, lam_fine))
+        a = _from_upper_cdf(np.concatenate([ca_out, g_hi[n_r + 1:], [w]]), w)
+        a_inf = float(loss.p_inf)
+        b_fine = _trim(_from_upper_cdf(np.concatenate([cb_out, [1.0]]), 1.0), "clamp")
+        b_err = 1e-14
     else:
         gh_next = np.concatenate([g_hi[1:], [w]])
         a = _round_down(gh_next, w)  # A rounded down; beyond the last point capped to it
@@ -316,11 +268,15 @@ def _remove_loss(loss: PrivacyLoss, t: int, upper: bool, points: int) -> Discret
     return out
 
 
-def _add_loss(loss: PrivacyLoss, t: int, upper: bool, points: int) -> DiscreteLoss:
-    """The add loss ``-log(S'/t)``, ``S'`` a sum of ``t`` copies of ``e^(-Y_add)``."""
+def _add_loss(loss: PrivacyLoss, t: int, upper: bool, points: int,
+              a_loss: PrivacyLoss | None = None) -> DiscreteLoss:
+    """The add loss ``-log(S'/t)``, ``S'`` a sum of ``t`` copies of ``e^(-Y_add)``.
+
+    ``a_loss``: the base's remove loss where the add pair is the remove pair reversed (then ``Pr_A[L <= x]`` gives
+    the copies' first moments per bucket, and the dominated loss is second order in the mesh: :func:`_contract_up`)."""
     second = _moment(loss, -2.0, math.inf)  # E[L'^2]
-    g = lambda lam: float(_add_cdf(loss, np.array([lam]))[0][0])  # noqa: E731
-    cap = _cap(lambda lam: 1.0 - g(lam), 1.0, _TAIL / t)
+    tail = lambda lam: float(_add_law(loss, np.array([lam]))[3][0])  # noqa: E731  (Pr[L' > lam], from above)
+    cap = _cap(tail, 1.0, _TAIL / t)
     var = second if math.isfinite(second) else cap
     s_max = t + 12.0 * math.sqrt(t * var) + 20.0 * math.sqrt(var)
     if not upper:
@@ -333,14 +289,23 @@ def _add_loss(loss: PrivacyLoss, t: int, upper: bool, points: int) -> DiscreteLo
         # loss raised, by 0.06 on average: harmless for one epoch's curve at eps >= 0, but a composition adds the
         # raised losses up -- 100 epochs: epsilon <= 21.06 where the dominated loss gives >= 17.39.)
         s_max = min(s_max, max(t * cap, t + 1.0))
-    h, _ = _mesh(s_max, points - 1, _FINE_MESH if upper else _FINE_MESH_LOWER)
+    h, _ = _mesh(s_max, points - 1, _FINE_MESH if upper or a_loss is not None else _FINE_MESH_LOWER)
+    if not upper and a_loss is not None:
+        h = _aligned_mesh(h, loss, True)
     n_s = int(math.ceil(s_max / h))
     lam = h * np.arange(n_s + 1, dtype=np.float64)
     g_lo, g_hi = _add_cdf(loss, lam)
-    if upper:  # each copy rounded down, capped at the end of the lattice: S' only smaller
+    if upper and a_loss is not None:  # each bucket split between its ends (_spread), capped at the lattice's end
+        b = _from_upper_cdf(np.append(_spread(lam, _remove_law(a_loss, lam), _add_law(loss, lam)), 1.0), 1.0)
+        mode = "clamp"
+    elif upper:  # each copy rounded down, capped at the end of the lattice: S' only smaller
         gh_next = np.concatenate([g_hi[1:], [1.0]])
         b = _round_down(gh_next, 1.0)
         mode = "clamp"
+    elif a_loss is not None:  # contracted onto the lattice and raised; beyond it: +inf, as below
+        out = _contract_up(lam, _remove_law(a_loss, lam), _add_law(loss, lam))
+        b, _ = _round_up(out, 1.0)
+        mode = "drop"
     else:  # rounded up; beyond the lattice: +inf (S' = +inf, the loss -inf)
         b, _ = _round_up(g_lo, 1.0)
         mode = "drop"
@@ -659,8 +624,9 @@ class RandomAllocation(Mechanism):
                 return exact
         # (the add loss first: a heavy tail refuses its dominated one at once, where the remove loss's would have
         # been built first for nothing -- Gaussian(0.5) x 100 steps: 4 s)
-        add = _add_loss(base["add"], t, upper, _POINTS)
-        rem = _remove_loss(base["remove"], t, upper, _POINTS)
+        rev = _reversed_pair(self.mechanism)
+        add = _add_loss(base["add"], t, upper, _POINTS, base["remove"] if rev else None)
+        rem = _remove_loss(base["remove"], t, upper, _POINTS, base["add"] if rev else None)
         return {"remove": rem, "add": add}
 
     def _components(self):
