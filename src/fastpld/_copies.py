@@ -28,99 +28,64 @@ def _pos_err(loss: PrivacyLoss, y: np.ndarray) -> np.ndarray:
     return 8 * _U * (ay + 1.0) + shift
 
 
-def _cdf_bounds(loss: PrivacyLoss, y: np.ndarray):
-    """``(lo, hi)`` with ``lo <= Pr[Y <= y] <= hi`` (finite part of ``Y``, conditioned on finite)."""
+def _bounds(loss: PrivacyLoss, y: np.ndarray, widen: float | np.ndarray = 0.0):
+    """``(c_lo, c_hi, s_lo, s_hi)`` with ``c_lo <= Pr[Y <= y'] <= c_hi`` and ``s_lo <= Pr[Y > y'] <= s_hi`` for every
+    ``y'`` within ``widen`` of ``y`` (finite part of ``Y``, conditioned on finite): the CDF and survival function at
+    ``y`` moved by the position error (and ``widen``) each way, each within ``cdf_rel_error`` relative, so each of
+    the four is accurate to that relative error where it is small.  (``1 - x`` rounds to within ``u`` absolute: a
+    relative margin on ``x`` does not cover it where ``1 - x`` is small.)"""
     y = np.asarray(y, dtype=np.float64)
-    d = _pos_err(loss, y)
+    d = _pos_err(loss, y) + widen
     if isinstance(loss, DiscreteLoss):
         c = np.concatenate([[0.0], np.cumsum(loss.probs)])
         c = np.minimum(c, 1.0)
-        lo = c[np.searchsorted(loss.values, y - d, side="right")]
-        hi = c[np.searchsorted(loss.values, y + d, side="right")]
-        return lo * (1 - 4 * _U * loss.values.size), np.minimum(hi * (1 + 4 * _U * loss.values.size), 1.0)
+        lo = c[np.searchsorted(loss.values, y - d, side="right")] * (1 - 4 * _U * loss.values.size)
+        hi = np.minimum(c[np.searchsorted(loss.values, y + d, side="right")] * (1 + 4 * _U * loss.values.size), 1.0)
+        return lo, hi, np.clip(1.0 - hi - 2 * _U, 0.0, 1.0), np.clip(1.0 - lo + 2 * _U, 0.0, 1.0)
     rel = float(loss.cdf_rel_error) + 8 * _U
     with np.errstate(invalid="ignore"):
         a, b = y - d, y + d
-        # (1 - x rounds to within u absolute: a relative margin on x does not cover it where x is small)
-        lo = np.maximum(np.asarray(loss.cdf(a), dtype=np.float64) * (1 - rel),
-                        (1.0 - np.asarray(loss.sf(a), dtype=np.float64) * (1 + rel)) - 2 * _U)
-        hi = np.minimum(np.asarray(loss.cdf(b), dtype=np.float64) * (1 + rel),
-                        (1.0 - np.asarray(loss.sf(b), dtype=np.float64) * (1 - rel)) + 2 * _U)
-    lo = np.where(np.isneginf(y), 0.0, np.where(np.isposinf(y), 1.0, lo))
-    hi = np.where(np.isneginf(y), 0.0, np.where(np.isposinf(y), 1.0, hi))
-    return np.clip(np.nan_to_num(lo, nan=0.0), 0.0, 1.0), np.clip(np.nan_to_num(hi, nan=1.0), 0.0, 1.0)
-
-
-def _remove_cdf(loss: PrivacyLoss, lam: np.ndarray):
-    """Bounds on ``G(lam) = Pr_A[L <= lam]`` for ``L = e^Y`` (``Y`` the remove loss; ``+inf`` w.p. p_inf)."""
-    with np.errstate(divide="ignore"):
-        y = np.log(lam)
-    lo, hi = _cdf_bounds(loss, y)
-    w = 1.0 - loss.p_inf
-    return lo * w, hi * w
-
-
-def _add_cdf(loss: PrivacyLoss, lam: np.ndarray):
-    """Bounds on ``G(lam) = Pr[L' <= lam]`` for ``L' = e^(-Y)`` (``Y`` the add loss; ``Y = +inf`` gives 0).
-
-    ``Pr[L' <= lam] = p_inf + (1 - p_inf) Pr[Y >= -log lam]`` and ``Pr[Y > z + d] <= Pr[Y >= z] <=
-    Pr[Y > z - d]`` absorbs both the atoms at ``z`` and the rounding of ``z``.
-    """
-    with np.errstate(divide="ignore"):
-        z = -np.log(lam)
-    d = _pos_err(loss, z)
-    lo_c, _ = _cdf_bounds(loss, z - 2 * d)  # Pr[Y <= z - 2d] <= Pr[Y < z - d]  (hi of sf below)
-    _, hi_c = _cdf_bounds(loss, z + 2 * d)
-    p = float(loss.p_inf)
-    # Pr[Y >= z] >= 1 - Pr[Y <= z + 2d] (each of the three roundings within u absolute)
-    lo = (p + (1 - p) * (1.0 - hi_c)) - 4 * _U
-    hi = (p + (1 - p) * (1.0 - lo_c)) + 4 * _U
-    lo = np.where(lam <= 0, p, lo)
-    hi = np.where(lam <= 0, p, hi)
-    return np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)
-
-
-def _sf_bounds(loss: PrivacyLoss, y: np.ndarray):
-    """``(lo, hi)`` with ``lo <= Pr[Y > y] <= hi`` (finite part, conditioned on finite): relative accuracy in the
-    upper tail, where ``1 -`` :func:`_cdf_bounds` has only ``u`` absolute."""
-    y = np.asarray(y, dtype=np.float64)
-    c_lo, c_hi = _cdf_bounds(loss, y)
-    lo, hi = 1.0 - c_hi - 2 * _U, 1.0 - c_lo + 2 * _U
-    if isinstance(loss, ContinuousLoss):
-        d = _pos_err(loss, y)
-        rel = float(loss.cdf_rel_error) + 8 * _U
-        with np.errstate(invalid="ignore"):
-            lo = np.maximum(lo, np.asarray(loss.sf(y + d), dtype=np.float64) * (1 - rel))
-            hi = np.minimum(hi, np.asarray(loss.sf(y - d), dtype=np.float64) * (1 + rel))
-        lo = np.where(np.isneginf(y), 1.0, np.where(np.isposinf(y), 0.0, lo))
-        hi = np.where(np.isneginf(y), 1.0, np.where(np.isposinf(y), 0.0, hi))
-    return np.clip(np.nan_to_num(lo, nan=0.0), 0.0, 1.0), np.clip(np.nan_to_num(hi, nan=1.0), 0.0, 1.0)
+        ca, sa = np.asarray(loss.cdf(a), dtype=np.float64), np.asarray(loss.sf(a), dtype=np.float64)
+        cb, sb = np.asarray(loss.cdf(b), dtype=np.float64), np.asarray(loss.sf(b), dtype=np.float64)
+        c_lo = np.maximum(ca * (1 - rel), (1.0 - sa * (1 + rel)) - 2 * _U)
+        c_hi = np.minimum(cb * (1 + rel), (1.0 - sb * (1 - rel)) + 2 * _U)
+        s_lo = np.maximum(sb * (1 - rel), (1.0 - cb * (1 + rel)) - 2 * _U)
+        s_hi = np.minimum(sa * (1 + rel), (1.0 - ca * (1 - rel)) + 2 * _U)
+    out = []
+    for v, at_minus_inf, at_inf, nan in ((c_lo, 0.0, 1.0, 0.0), (c_hi, 0.0, 1.0, 1.0), (s_lo, 1.0, 0.0, 0.0),
+                                         (s_hi, 1.0, 0.0, 1.0)):
+        v = np.where(np.isneginf(y), at_minus_inf, np.where(np.isposinf(y), at_inf, v))
+        out.append(np.clip(np.nan_to_num(v, nan=nan), 0.0, 1.0))
+    return tuple(out)
 
 
 def _remove_law(loss: PrivacyLoss, lam: np.ndarray):
     """Bounds ``(c_lo, c_hi, s_lo, s_hi)`` on ``Pr_A[L <= lam]`` and ``Pr_A[lam < L < inf]`` (``Y`` the remove loss,
-    ``L = e^Y``), the latter relative in the upper tail."""
+    ``+inf`` with probability ``p_inf``; ``L = e^Y``), each relative where it is small."""
     with np.errstate(divide="ignore"):
         y = np.log(lam)
     w = 1.0 - loss.p_inf
-    c_lo, c_hi = _remove_cdf(loss, lam)
-    s_lo, s_hi = _sf_bounds(loss, y)
-    return c_lo, c_hi, s_lo * w * (1 - 2 * _U), s_hi * w * (1 + 2 * _U)
+    return tuple(v * w * f for v, f in zip(_bounds(loss, y), (1 - 2 * _U, 1 + 2 * _U, 1 - 2 * _U, 1 + 2 * _U)))
 
 
 def _add_law(loss: PrivacyLoss, lam: np.ndarray):
     """Bounds ``(c_lo, c_hi, s_lo, s_hi)`` on ``Pr[L' <= lam]`` and ``Pr[L' > lam]`` for ``L' = e^(-Y)`` (``Y`` the
-    add loss), the latter relative in the upper tail: ``Pr[L' > lam] = (1 - p_inf) Pr[Y < -log lam]``."""
+    add loss; ``Y = +inf`` gives 0), each relative where it is small.
+
+    ``Pr[L' <= lam] = p_inf + (1 - p_inf) Pr[Y >= -log lam]`` and ``Pr[L' > lam] = (1 - p_inf) Pr[Y < -log lam]``;
+    ``Pr[Y > z + d] <= Pr[Y >= z] <= Pr[Y > z - d]`` absorbs both the atoms at ``z`` and the rounding of ``z``
+    (the bounds are taken over ``2 d`` each way besides the position error)."""
     with np.errstate(divide="ignore"):
         z = -np.log(lam)
-    d = _pos_err(loss, z)
-    lo_c, _ = _cdf_bounds(loss, z - 2 * d)
-    _, hi_c = _cdf_bounds(loss, z + 2 * d)
-    w = 1.0 - float(loss.p_inf)
-    c_lo, c_hi = _add_cdf(loss, lam)
-    s_lo = np.where(lam <= 0, w, lo_c * w * (1 - 2 * _U))
-    s_hi = np.where(lam <= 0, w, hi_c * w * (1 + 2 * _U))
-    return c_lo, c_hi, s_lo, s_hi
+    c_lo, c_hi, s_lo, s_hi = _bounds(loss, z, 2 * _pos_err(loss, z))
+    p = float(loss.p_inf)
+    w = 1.0 - p
+    # (each of the roundings of p + w x within u absolute)
+    lo = np.where(lam <= 0, p, (p + w * s_lo) * (1 - 2 * _U) - 2 * _U)
+    hi = np.where(lam <= 0, p, (p + w * s_hi) * (1 + 2 * _U) + 2 * _U)
+    tail_lo = np.where(lam <= 0, w, c_lo * w * (1 - 2 * _U))
+    tail_hi = np.where(lam <= 0, w, c_hi * w * (1 + 2 * _U))
+    return np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0), tail_lo, tail_hi
 
 
 def _round_up(g_lo: np.ndarray, total: float) -> tuple[np.ndarray, float]:

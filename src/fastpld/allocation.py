@@ -38,8 +38,8 @@ import numpy as np
 from . import _validation as V
 from ._lattice import _conv, _fix_cdf, _power, _trim
 from ._lazy import lazy_module
-from ._copies import (_add_cdf, _add_law, _aligned_mesh, _contract_down, _contract_up, _from_upper_cdf, _remove_cdf,
-                      _remove_law, _round_down, _round_up, _spread, _spread_pair)
+from ._copies import (_add_law, _aligned_mesh, _contract_down, _contract_up, _from_upper_cdf, _remove_law, _round_down,
+                      _round_up, _spread, _spread_pair)
 from .mechanisms import DiscreteLoss, Gaussian, Laplace, Mechanism, PrivacyLoss, _cached
 from .samplers import _ManyAtomLoss, _check_mechanism, _check_neighboring, _select
 
@@ -173,10 +173,12 @@ def _remove_loss(loss: PrivacyLoss, t: int, upper: bool, points: int,
     cap_a = _cap(a_tail, lam_fine[-1], _TAIL)
     geo = _geometric(lam_fine[-1], cap_a)
     x = np.concatenate([lam_fine, geo])
-    g_lo, g_hi = _remove_cdf(loss, x)
+    law = _remove_law(loss, x)
+    g_lo, g_hi = law[0], law[1]
+    law_fine = tuple(v[: n_r + 1] for v in law)
     if upper and b_loss is not None:
         # the pair with every bucket of L under B spread between its ends (_spread_pair), beyond the lattice as below
-        ca_out, cb_out = _spread_pair(lam_fine, _remove_law(loss, lam_fine), _add_law(b_loss, lam_fine))
+        ca_out, cb_out = _spread_pair(lam_fine, law_fine, _add_law(b_loss, lam_fine))
         a, a_inf = _round_up(np.concatenate([ca_out, g_lo[n_r + 1:]]), w)
         a[0] = 0.0
         b_fine, _ = _round_up(cb_out, 1.0)  # (B beyond the lattice: R = +inf, charged below as missing mass)
@@ -195,7 +197,7 @@ def _remove_loss(loss: PrivacyLoss, t: int, upper: bool, points: int,
         b_err = 1e-14  # (l1 error of these masses: each within a few u, their sum exact to u)
     elif b_loss is not None:
         # the pair contracted onto the lattice and lowered (_contract_down), beyond it as below
-        ca_out, cb_out = _contract_down(lam_fine, _remove_law(loss, lam_fine), _add_law(b_loss, lam_fine))
+        ca_out, cb_out = _contract_down(lam_fine, law_fine, _add_law(b_loss, lam_fine))
         a = _from_upper_cdf(np.concatenate([ca_out, g_hi[n_r + 1:], [w]]), w)
         a_inf = float(loss.p_inf)
         b_fine = _trim(_from_upper_cdf(np.concatenate([cb_out, [1.0]]), 1.0), "clamp")
@@ -294,16 +296,17 @@ def _add_loss(loss: PrivacyLoss, t: int, upper: bool, points: int,
         h = _aligned_mesh(h, loss, True)
     n_s = int(math.ceil(s_max / h))
     lam = h * np.arange(n_s + 1, dtype=np.float64)
-    g_lo, g_hi = _add_cdf(loss, lam)
+    law = _add_law(loss, lam)
+    g_lo, g_hi = law[0], law[1]
     if upper and a_loss is not None:  # each bucket split between its ends (_spread), capped at the lattice's end
-        b = _from_upper_cdf(np.append(_spread(lam, _remove_law(a_loss, lam), _add_law(loss, lam)), 1.0), 1.0)
+        b = _from_upper_cdf(np.append(_spread(lam, _remove_law(a_loss, lam), law), 1.0), 1.0)
         mode = "clamp"
     elif upper:  # each copy rounded down, capped at the end of the lattice: S' only smaller
         gh_next = np.concatenate([g_hi[1:], [1.0]])
         b = _round_down(gh_next, 1.0)
         mode = "clamp"
     elif a_loss is not None:  # contracted onto the lattice and raised; beyond it: +inf, as below
-        out = _contract_up(lam, _remove_law(a_loss, lam), _add_law(loss, lam))
+        out = _contract_up(lam, _remove_law(a_loss, lam), law)
         b, _ = _round_up(out, 1.0)
         mode = "drop"
     else:  # rounded up; beyond the lattice: +inf (S' = +inf, the loss -inf)
