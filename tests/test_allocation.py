@@ -393,6 +393,19 @@ def test_heavy_tailed_base_within_the_widest_lattice():
     assert b.lower == 0.0 and 0 < b.upper < math.inf
 
 
+def test_heavy_tail_keeps_its_dominated_losses():
+    # Gaussian(0.6), 2 steps: the dominated add loss holds its copies up to the widest lattice (t times the tail
+    # beyond it below 1e-12, left at -inf) -- its tail read from survival bounds, where 1 less a CDF bound rounds
+    # to 0 -- so both sides are certified (at sigma 0.5 that tail is too heavy: the test above)
+    up = RandomAllocation(fastpld.Gaussian(0.6), 2).privacy_losses()
+    for d in ("remove", "add"):
+        lo = up[d].dominated_loss
+        assert lo is not None and lo.lower_slack <= 1e-10
+        for eps in (0.5, 2.0):
+            exact = gauss_exact(0.6, 2, eps, d)
+            assert curve(lo, eps) <= exact <= curve(up[d], eps), (d, eps)
+
+
 def test_heavy_tailed_base_refused_by_name():
     # too little noise: the lattice would be too coarse for a bound that is not vacuous
     with pytest.raises(ValueError, match="mechanism"):

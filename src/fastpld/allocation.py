@@ -63,6 +63,8 @@ _TAIL = 1e-17
 # the most probability a dominating remove loss may put at +inf per epoch where a heavy tail does not fit
 # the widest lattice with the tail above (it enters every delta: delta below it cannot be certified)
 _MAX_TAIL_CHARGE = 1e-9
+# the dominated add loss's copies beyond its widest lattice (their sums at -inf, put at the lowest value: lower_slack)
+_MAX_LOWER_SLACK = 1e-12
 # mesh of the geometric grid of the remove loss's heavy coordinate beyond the lattice
 _GEO_RATIO = 1.0 + 2.0 ** -9
 # levels of the coarsened law of R used with that heavy coordinate
@@ -282,7 +284,17 @@ def _add_loss(loss: PrivacyLoss, t: int, upper: bool, points: int,
     var = second if math.isfinite(second) else cap
     s_max = t + 12.0 * math.sqrt(t * var) + 20.0 * math.sqrt(var)
     if not upper:
-        # (the dominated loss cannot cap S' down; sums beyond the lattice go to -inf, see lower_slack)
+        # (the dominated loss cannot cap S' down; sums beyond the lattice go to -inf, see lower_slack.)  It holds the
+        # copies up to where their tail is below _TAIL / t, or the widest lattice where t times the tail beyond it is
+        # at most _MAX_LOWER_SLACK (the tail read from above: 1 less a CDF bound rounds to 0 below ~1e-16)
+        p0 = points - 1
+        widest = 0.999 * _MAX_MESH * (2 * (p0 + 1) - 1 if 2 * (p0 + 1) <= _MAX_POINTS else p0)
+        if cap > widest:
+            if not t * tail(widest) <= _MAX_LOWER_SLACK:
+                raise ValueError(
+                    "mechanism: the dominated add loss of this random allocation would leave more than "
+                    f"{_MAX_LOWER_SLACK:g} of probability beyond its widest lattice (too heavy a tail)")
+            cap = widest
         s_max = max(s_max, cap)
     else:
         # capping S' at s_max raises the losses of the sums above it (to -log(s_max / t) < 0): a sum of t copies is
