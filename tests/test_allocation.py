@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 
@@ -647,3 +648,20 @@ def test_default_accuracy_width():
     for mech, t, epochs in ((fastpld.Laplace(2.0), 100, 20), (fastpld.Gaussian(2.0), 10, 30)):
         b = fastpld.compose(RandomAllocation(mech, t), epochs).epsilon(1e-5)
         assert 0 < b.lower <= b.upper <= b.lower * 1.001, (mech, b)
+
+
+def test_lower_slack_is_claimed_away_by_the_dominated_leaf():
+    # a dominated epoch loss's mass at loss -inf (sums of 0, or beyond the add lattice) sits at its lowest value,
+    # recorded as lower_slack; the dominance certificate's dominated leaf claims (1 - slack) of its mass, which puts
+    # it at -inf for every composed curve (docs/samplers.md, Limits)
+    from fastpld.dominance import leaves
+
+    lo = RandomAllocation(fastpld.Gaussian(1.0), 10).privacy_losses()["remove"].dominated_loss
+    assert lo.lower_slack > 0
+    masses = []
+    for s in (0.0, 0.25):
+        c = copy.copy(lo)
+        c.lower_slack = s
+        masses.append(leaves.dominated_leaf(c, 1e-3, 1e-12).mass)
+    assert 0.74 * masses[0] <= masses[1] <= 0.75 * masses[0]
+    assert leaves.dominated_leaf(lo, 1e-3, 1e-12).mass <= masses[0] * (1 - lo.lower_slack)

@@ -584,7 +584,15 @@ def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, nati
     # a loss computed as a dominating bound may carry a dominated one (fastpld.allocation)
     loss = getattr(loss, "dominated_loss", None) or loss
     if isinstance(loss, DiscreteLoss):
-        return _discrete_leaf(loss, h, max_buckets, upper=False)
+        pmf = _discrete_leaf(loss, h, max_buckets, upper=False)
+        slack = float(getattr(loss, "lower_slack", 0.0) or 0.0)
+        if slack > 0:
+            # (a random allocation epoch's mass at loss -inf, put at its lowest value: lower_slack.  Claimed away
+            # from every atom instead, it is at -inf: for any non-decreasing f, (1 - s) E_G[f] <= E_F[f] where F is
+            # the loss without that mass and G = F + s at its lowest value, since f there is at most F's average;
+            # so each copy's claimed mass times (1 - s) keeps every composed curve below the true one)
+            pmf.mass = pmf.mass * (1.0 - slack) * (1 - 2 * _U)
+        return pmf
     cells, key = _leaf_key("dominated", loss, h, tail, copies)
     hit = _memo_get(memo, key, loss)
     if hit is not None:
