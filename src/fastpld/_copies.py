@@ -260,10 +260,8 @@ def _contract(x, a, b, lift):
     return _contract_py(x, a, b, bool(lift))
 
 
-def _fill(out: np.ndarray, backward: bool = False) -> np.ndarray:
-    """NaN entries replaced by the nearest set entry to their left (``backward``: to their right)."""
-    if backward:
-        return _fill(out[::-1])[::-1]
+def _fill(out: np.ndarray) -> np.ndarray:
+    """NaN entries replaced by the nearest set entry to their left (the first entry is set)."""
     idx = np.where(np.isnan(out), 0, np.arange(out.size))
     np.maximum.accumulate(idx, out=idx)
     return out[idx]
@@ -273,7 +271,8 @@ def _contract_down(x, ca, cb):
     """CDF upper bounds, at the points ``x_0 .. x_(n-1)``, of the laws of ``L`` under ``A`` and under ``B``
     after a contraction onto the points and a lowering (a dominated pair, second order in the mesh).
 
-    ``ca = (lo, hi)`` and ``cb`` bound ``Pr_A[L <= x_k]`` and ``Pr_B[L <= x_k]`` (``dA = L dB``).  The buckets
+    ``ca`` and ``cb`` are bounds ``(c_lo, c_hi, s_lo, s_hi)`` on the CDF and survival function of ``L`` under ``A``
+    and under ``B`` at the points (:func:`_remove_law`, :func:`_add_law`; ``dA = L dB``).  The buckets
     ``(x_k, x_(k+1)]`` are merged, in order, into groups whose likelihood ratio ``A(group) / B(group)`` is at
     least their target point and put there (:func:`_contract_py`: the group of ``x_j`` takes what is left of the
     buckets below ``j`` and then shares of the buckets above until its balance ``a - x_j b`` is ``>= 0``, certified
