@@ -100,23 +100,12 @@ def _round_up(g_lo: np.ndarray, total: float) -> tuple[np.ndarray, float]:
 
 
 def _from_upper_cdf(c: np.ndarray, total: float) -> np.ndarray:
-    """Masses at the points from upper bounds ``c`` of a CDF (the last entry: ``total``): a running minimum
-    from the right of upper bounds is an upper bound (stochastically smaller)."""
+    """Masses at the points from upper bounds ``c`` of a CDF there (the last entry replaced by ``total``: everything
+    above the last point is capped down to it): a running minimum from the right of upper bounds is an upper bound
+    (stochastically smaller).  With ``c[k]`` an upper bound of ``Pr[V < x_(k+1)]`` it rounds ``V`` down onto the
+    points (``[x_k, x_(k+1))`` to ``x_k``)."""
     c = np.clip(np.asarray(c, dtype=np.float64).copy(), 0.0, total)
     c[-1] = total
-    c = np.minimum.accumulate(c[::-1])[::-1]
-    return np.diff(np.concatenate([[0.0], c]))
-
-
-def _round_down(g_hi_next: np.ndarray, finite: float) -> np.ndarray:
-    """Masses of ``V`` rounded down (``[x_k, x_(k+1))`` to ``x_k``) from upper bounds ``G(x_(k+1)^-)``.
-
-    ``g_hi_next[k]`` bounds ``Pr[V < x_(k+1)]``; the last entry is replaced by ``finite`` (the whole
-    finite mass: everything above the last point is capped down to it).  A running minimum from the
-    right of upper bounds is an upper bound.
-    """
-    c = np.clip(np.asarray(g_hi_next, dtype=np.float64).copy(), 0.0, finite)
-    c[-1] = finite
     c = np.minimum.accumulate(c[::-1])[::-1]
     return np.diff(np.concatenate([[0.0], c]))
 
@@ -152,12 +141,11 @@ def _aligned_mesh(h: float, b_loss: PrivacyLoss, lift: bool) -> float:
         return h
     y = np.array(atoms)
     with np.errstate(all="ignore"):
-        mass = (np.asarray(b_loss.cdf(y), dtype=np.float64)
-                - np.asarray(b_loss.cdf(np.nextafter(y, -np.inf)), dtype=np.float64))
+        below = np.asarray(b_loss.cdf(np.nextafter(y, -np.inf)), dtype=np.float64)  # (Pr[Y < y])
+        mass = np.asarray(b_loss.cdf(y), dtype=np.float64) - below
         c = np.exp(-y)  # (the atoms' values of L)
         # (no mass of L in (c, c + _ALIGN_CLEAR h]: Y in [-log(c + ..), -y))
-        above = np.asarray(b_loss.cdf(np.nextafter(y, -np.inf)), dtype=np.float64) - np.asarray(
-            b_loss.cdf(-np.log(c + _ALIGN_CLEAR * h)), dtype=np.float64)
+        above = below - np.asarray(b_loss.cdf(-np.log(c + _ALIGN_CLEAR * h)), dtype=np.float64)
     ok = np.isfinite(c) & (c > 0) & (mass > 0)
     if not ok.any():
         return h

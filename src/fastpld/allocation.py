@@ -38,8 +38,8 @@ import numpy as np
 from . import _validation as V
 from ._lattice import _conv, _fix_cdf, _power, _trim
 from ._lazy import lazy_module
-from ._copies import (_add_law, _aligned_mesh, _contract_down, _contract_up, _from_upper_cdf, _remove_law, _round_down,
-                      _round_up, _spread, _spread_pair)
+from ._copies import (_add_law, _aligned_mesh, _contract_down, _contract_up, _from_upper_cdf, _remove_law, _round_up,
+                      _spread, _spread_pair)
 from .mechanisms import DiscreteLoss, Gaussian, Laplace, Mechanism, PrivacyLoss, _cached
 from .samplers import _ManyAtomLoss, _check_mechanism, _check_neighboring, _select
 
@@ -129,6 +129,11 @@ def _mesh(span: float, points: int, fine: float | None = None) -> tuple[float, i
     return h, points
 
 
+def _widest(points: int) -> float:
+    """The widest span :func:`_mesh` gives a lattice asked with ``points`` (just below its largest mesh)."""
+    return 0.999 * _MAX_MESH * (2 * (points + 1) - 1 if 2 * (points + 1) <= _MAX_POINTS else points)
+
+
 def _remove_loss(loss: PrivacyLoss, t: int, upper: bool, points: int,
                  b_loss: PrivacyLoss | None = None) -> DiscreteLoss:
     """The remove loss ``log((L_A + R)/t)`` of one epoch (dominating if ``upper``, else dominated).
@@ -147,8 +152,7 @@ def _remove_loss(loss: PrivacyLoss, t: int, upper: bool, points: int,
     if var_b is None:
         var_b = cap_b  # (E_B[L^2; L <= cap] <= cap E_B[L] <= cap)
     r_max = (t - 1) * mean_b + 12.0 * math.sqrt((t - 1) * var_b) + 30.0 * math.sqrt(var_b) + 1.0
-    p0 = points // 2 - 1  # (the most points _mesh gives R's lattice)
-    widest = 0.999 * _MAX_MESH * (2 * (p0 + 1) - 1 if 2 * (p0 + 1) <= _MAX_POINTS else p0)
+    widest = _widest(points // 2 - 1)  # (R's lattice)
     if upper:
         if (t - 1) * mean_b + cap_b > widest and r_max < widest:
             # a heavy tail (a Gaussian base below sigma ~0.6): the copies' cap lowered to what the widest
@@ -206,7 +210,7 @@ def _remove_loss(loss: PrivacyLoss, t: int, upper: bool, points: int,
         b_err = 1e-14
     else:
         gh_next = np.concatenate([g_hi[1:], [w]])
-        a = _round_down(gh_next, w)  # A rounded down; beyond the last point capped to it
+        a = _from_upper_cdf(gh_next, w)  # A rounded down; beyond the last point capped to it
         a_inf = float(loss.p_inf)
         # a stochastically smaller law of L under B: a lower bound of each bucket's A-mass over its
         # upper end, placed at its lower end; the rest at 0
@@ -287,8 +291,7 @@ def _add_loss(loss: PrivacyLoss, t: int, upper: bool, points: int,
         # (the dominated loss cannot cap S' down; sums beyond the lattice go to -inf, see lower_slack.)  It holds the
         # copies up to where their tail is below _TAIL / t, or the widest lattice where t times the tail beyond it is
         # at most _MAX_LOWER_SLACK (the tail read from above: 1 less a CDF bound rounds to 0 below ~1e-16)
-        p0 = points - 1
-        widest = 0.999 * _MAX_MESH * (2 * (p0 + 1) - 1 if 2 * (p0 + 1) <= _MAX_POINTS else p0)
+        widest = _widest(points - 1)
         if cap > widest:
             if not t * tail(widest) <= _MAX_LOWER_SLACK:
                 raise ValueError(
@@ -315,7 +318,7 @@ def _add_loss(loss: PrivacyLoss, t: int, upper: bool, points: int,
         mode = "clamp"
     elif upper:  # each copy rounded down, capped at the end of the lattice: S' only smaller
         gh_next = np.concatenate([g_hi[1:], [1.0]])
-        b = _round_down(gh_next, 1.0)
+        b = _from_upper_cdf(gh_next, 1.0)
         mode = "clamp"
     elif a_loss is not None:  # contracted onto the lattice and raised; beyond it: +inf, as below
         out = _contract_up(lam, _remove_law(a_loss, lam), law)
