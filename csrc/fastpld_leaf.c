@@ -119,6 +119,40 @@ int fpld_psg_eval(const double *t, ptrdiff_t n, double q, double v, double sd, i
     return FPLD_OK;
 }
 
+/* The mass between the support end log(1 - q) (remove: the lower end; add: the upper one) and the point at
+ * distance d > 0 from it, as fpld_psg_eval's F (remove) or S (add) there but with expm1(d) for expm1(tt - ylo):
+ * the point itself rounds to within an ulp of the end's magnitude.  *rel: a bound on its relative error.  l is
+ * within dl = 8 u (|log(1 - q)| + |log expm1(d)| + |log q| + v / 2) of the exact l at d (the rounded logs and
+ * sums), so each normal argument z within dl / sd, which moves Phi(z) by at most (|z| + 1) dl / sd of itself
+ * (phi / Phi <= |z| + 1); scipy's ndtr and the mixture's sum add 16 u.  For d >= -log(1 - q) (tt >= 0) the
+ * point's own value is exact enough: fpld_psg_eval at it, within cre (the loss's cdf_rel_error) each. */
+static double psg_end_tail(double d, double s_end, int side, double q, double v, double sd, int remove, double cre,
+                           double *rel)
+{
+    const double u = 0x1p-53;
+    double ylo = log1p(-q);
+    if (!(d < -ylo)) {
+        double y = side == 0 ? s_end + d : s_end - d, F, S;
+        *rel = 16 * cre;
+        if (fpld_psg_eval(&y, 1, q, v, sd, remove, &F, &S, NULL) != FPLD_OK)
+            return NAN;
+        return side == 0 ? F : S;
+    }
+    double em1 = expm1(d), h = v / 2, lem = log(em1), logq = log(q);
+    double l = em1 > 0 ? (ylo + lem) - logq : -INFINITY;
+    double dl = 8 * u * (fabs(ylo) + fabs(lem) + fabs(logq) + h) / sd, zp = (l + h) / sd, zq = (l - h) / sd;
+    double pl, pu;
+    ndtr_pair(zp, &pl, &pu);
+    if (remove) {
+        double ql, qu;
+        ndtr_pair(zq, &ql, &qu);
+        *rel = (np_maximum(fabs(zp), fabs(zq)) + 1) * dl + 16 * u;
+        return (1 - q) * pl + q * ql;
+    }
+    *rel = (fabs(zp) + 1) * dl + 16 * u;
+    return pl;
+}
+
 /* The dominance leaf's panel rules (numpy reference: fastpld.dominance._panels, the same operations per
  * term; the sums' order may differ, within the 16 u I5 rounding term of the error bounds).  The density
  * of fpld_psg_eval at y = lo_i + t, t = c0_i + half_i (1 + x_j), half_i = (c1_i - c0_i) / 2, for the
@@ -190,7 +224,10 @@ int fpld_psg_logpanels(const double *lo, const double *end, const double *dfar, 
                 double d = dfar[i] * exp(bot + half * (1.0 + x));
                 double t = end[i] + sgn * d;
                 double y = lo[i] + t, tt = remove ? y : -y;
-                double em1 = psg_em1(tt, ylo);
+                /* (the density at the distance d itself: tt - ylo is d, the end being log(1 - q) -- the only
+                 * finite end of these losses --, but y = end +- d rounds to within an ulp of |y|, which is
+                 * all of d below ~1e-18, where a small sigma puts most of the mass) */
+                double em1 = tt < 0 ? expm1(d) : psg_em1(tt, ylo);
                 double dens = psg_density(tt, em1, psg_l(tt, em1, q, logq, ylo), q, h, sd, cden, remove);
                 double fw = ((dens * d) * half) * w;
                 I[r][0] += fw;
@@ -928,7 +965,8 @@ static int integrals_side(int side, double s_end, const double *lo, const double
                           double tiny, const double *c0, const double *c1, const double *ns, char *done,
                           double q, double v, double sd, int remove, double near_end, double rr, double u_step,
                           double u_step_near, double u_depth, int u_refine, double rel_cap, int64_t max_panels,
-                          const double *x5, const double *w5, const double *x4, const double *w4, double *out)
+                          const double *x5, const double *w5, const double *x4, const double *w4, double cre,
+                          char *endrules, double *out)
 {
     const double u = 0x1p-53, sgn = side == 0 ? 1.0 : -1.0;
     double *a = out, *a_err = out + n, *nn = out + 2 * n, *n_err = out + 3 * n, *b = out + 4 * n,
@@ -945,10 +983,10 @@ static int integrals_side(int side, double s_end, const double *lo, const double
     }
     if (nb == 0)
         return FPLD_OK;
-    /* per bad cell: 17 doubles of its own, 11 for a refinement's gathered copy and rules */
-    double *buf = (double *)calloc(28 * (size_t)nb, sizeof(double)); /* (zeroed: gcc cannot see the fill) */
+    /* per bad cell: 20 doubles of its own, 11 for a refinement's gathered copy and rules */
+    double *buf = (double *)calloc(31 * (size_t)nb, sizeof(double)); /* (zeroed: gcc cannot see the fill) */
     ptrdiff_t *idx = (ptrdiff_t *)malloc(sizeof(ptrdiff_t) * 2 * (size_t)nb);
-    char *flags = (char *)malloc(3 * (size_t)nb);
+    char *flags = (char *)malloc(4 * (size_t)nb);
     if (!buf || !idx || !flags) {
         st = FPLD_ENOMEM;
         goto finish;
@@ -956,9 +994,10 @@ static int integrals_side(int side, double s_end, const double *lo, const double
     double *lob = buf, *end = buf + nb, *dfar = buf + 2 * nb, *ulo = buf + 3 * nb, *step = buf + 4 * nb,
            *depth = buf + 5 * nb, *rest = buf + 6 * nb, *ae = buf + 7 * nb, *ne = buf + 8 * nb,
            *be = buf + 9 * nb, *dis = buf + 10 * nb, *lp = buf + 11 * nb; /* lp: 6 nb, {a5, n5, b5, a4, n4, b4} */
-    double *gw = buf + 17 * nb; /* a refinement's lo, end, d_far, ulo, step (5 nw) and rules (6 nw) */
+    double *ra = buf + 17 * nb, *rn = buf + 18 * nb, *rb = buf + 19 * nb; /* a holding cell's rest, as mass */
+    double *gw = buf + 20 * nb; /* a refinement's lo, end, d_far, ulo, step (5 nw) and rules (6 nw) */
     ptrdiff_t *widx = idx + nb;
-    char *deep = flags, *live = flags + nb, *close = flags + 2 * nb;
+    char *deep = flags, *live = flags + nb, *close = flags + 2 * nb, *holds = flags + 3 * nb;
     ptrdiff_t k = 0;
     for (ptrdiff_t i = 0; i < n; i++) {
         double hi_ = h[i * hs];
@@ -970,7 +1009,7 @@ static int integrals_side(int side, double s_end, const double *lo, const double
         }
     }
     /* end, d_far, d_near, u_near = log(d_near / d_far) (-inf where the end is inside); deep = ~(u_near > -D) */
-    double ladder[INTEGRALS_MAX_LADDER], pts[INTEGRALS_MAX_LADDER], tl[INTEGRALS_MAX_LADDER];
+    double ladder[INTEGRALS_MAX_LADDER], tl[INTEGRALS_MAX_LADDER];
     /* numpy.arange(5.0, u_depth + 1, 5.0) */
     ptrdiff_t nl = (ptrdiff_t)ceil((u_depth + 1 - 5.0) / 5.0);
     for (ptrdiff_t r = 0; r < nl; r++)
@@ -982,6 +1021,7 @@ static int integrals_side(int side, double s_end, const double *lo, const double
         dfar[j] = side == 0 ? c1[i] - end[j] : end[j] - c0[i];
         double d_near = np_maximum(side == 0 ? c0[i] - end[j] : end[j] - c1[i], 0.0);
         double u_near = log(d_near / dfar[j]);
+        holds[j] = d_near == 0.0;
         deep[j] = !(u_near > -u_depth);
         depth[j] = u_depth;
         if (deep[j]) {
@@ -989,11 +1029,10 @@ static int integrals_side(int side, double s_end, const double *lo, const double
              * cell's mass (the first rules' estimate), else the last */
             ptrdiff_t first = nl - 1;
             if (a[i] > 0) {
+                /* (at the exact distances: the points round to within an ulp of the end, see psg_end_tail) */
+                double rel_r;
                 for (ptrdiff_t r = 0; r < nl; r++)
-                    pts[r] = (lo[i] + end[j]) + (sgn * dfar[j]) * exp(-ladder[r]);
-                st = fpld_psg_eval(pts, nl, q, v, sd, remove, side == 0 ? tl : NULL, side == 0 ? NULL : tl, NULL);
-                if (st != FPLD_OK)
-                    goto finish;
+                    tl[r] = psg_end_tail(dfar[j] * exp(-ladder[r]), s_end, side, q, v, sd, remove, cre, &rel_r);
                 for (ptrdiff_t r = 0; r < nl; r++)
                     if (tl[r] <= 1e-18 * a[i]) {
                         first = r;
@@ -1010,15 +1049,29 @@ static int integrals_side(int side, double s_end, const double *lo, const double
     if (st != FPLD_OK)
         goto finish;
     double *a5 = lp, *n5 = lp + nb, *b5 = lp + 2 * nb, *a4 = lp + 3 * nb, *n4 = lp + 4 * nb, *b4 = lp + 5 * nb;
-    /* rest: the tail beyond the depth (CDF or survival function at inner), charged to every rule */
+    /* rest: the tail beyond the depth (the CDF or survival function at the distance de = d_far e^-D).  In a
+     * cell holding the end it is the cell's mass between the end and de, at t within de of the end's offset:
+     * added to the integrals (ra, rn, rb), its error bounds (the CDF's relative error, the weights' spread
+     * over de, their rounding) in rest; elsewhere charged to every rule (it may lie beyond the cell) */
     for (ptrdiff_t j = 0; j < nb; j++) {
-        rest[j] = 0.0;
+        rest[j] = ra[j] = rn[j] = rb[j] = 0.0;
         if (deep[j]) {
-            double inner = end[j] + (sgn * dfar[j]) * exp(-depth[j]), y = lob[j] + inner, t;
-            st = fpld_psg_eval(&y, 1, q, v, sd, remove, side == 0 ? &t : NULL, side == 0 ? NULL : &t, NULL);
-            if (st != FPLD_OK)
+            double rel_t, de = dfar[j] * exp(-depth[j]), t = psg_end_tail(de, s_end, side, q, v, sd, remove, cre, &rel_t);
+            if (isnan(t)) {
+                st = FPLD_EINVAL;
                 goto finish;
-            rest[j] = np_maximum(t, 0.0) * (1 + 1e-6);
+            }
+            double m = np_maximum(t, 0.0);
+            if (holds[j]) {
+                /* weights at the end's offset; over the rest they move by at most de times their slope (<= 1) */
+                double wb = exp(-end[j]), wn = -expm1(-end[j]);
+                ra[j] = m;
+                rn[j] = m * wn;
+                rb[j] = m * wb;
+                rest[j] = m * (rel_t + 8 * u + 2 * de);
+            } else {
+                rest[j] = m * (1 + 1e-6);
+            }
         }
         ae[j] = 10.0 * fabs(a5[j] - a4[j]) + 16 * u * a5[j] + rest[j];
         ne[j] = 10.0 * fabs(n5[j] - n4[j]) + 16 * u * n5[j] + rest[j];
@@ -1032,7 +1085,7 @@ static int integrals_side(int side, double s_end, const double *lo, const double
         ptrdiff_t nw = 0;
         double panels = 0.0;
         for (ptrdiff_t j = 0; j < nb; j++)
-            if (live[j] && ae[j] > rel_cap * a5[j] && ae[j] > tiny && dis[j] > 0.5 * ae[j]) {
+            if (live[j] && ae[j] > rel_cap * (a5[j] + ra[j]) && ae[j] > tiny && dis[j] > 0.5 * ae[j]) {
                 widx[nw++] = j;
                 panels += ceil(-ulo[j] / (step[j] / 4)); /* (integers: exact, as numpy's sum) */
             }
@@ -1078,13 +1131,15 @@ static int integrals_side(int side, double s_end, const double *lo, const double
         ptrdiff_t i = idx[j];
         if (!(close[j] || ae[j] + ne[j] + be[j] < a_err[i] + n_err[i] + b_err[i]))
             continue;
-        a[i] = a5[j];
+        a[i] = a5[j] + ra[j];
         a_err[i] = ae[j];
-        nn[i] = n5[j];
+        nn[i] = n5[j] + rn[j];
         n_err[i] = ne[j];
-        b[i] = b5[j];
+        b[i] = b5[j] + rb[j];
         b_err[i] = be[j];
-        done[i] = (char)(close[j] || (ae[j] <= rr * a5[j] && ne[j] <= rr * a5[j] * ns[i] && be[j] <= rr * b5[j]));
+        done[i] = (char)(close[j] || (ae[j] <= rr * a[i] && ne[j] <= rr * a[i] * ns[i] && be[j] <= rr * b[i]));
+        if (close[j] && holds[j] && endrules)
+            endrules[i] = 1; /* (its rules are at exact distances from the end: no position charge there) */
     }
 finish:
     free(buf);
@@ -1109,9 +1164,9 @@ int fpld_psg_integrals(const double *lo, const double *h, ptrdiff_t n, ptrdiff_t
     double *a_err = out + n, *n_err = out + 3 * n, *b_err = out + 5 * n;
     /* c0, c1, nscale (n each); ends, f_end, pos, move (n + 1 each); a level's panels (9 * 512) */
     double *buf = (double *)malloc(sizeof(double) * (3 * (size_t)n + 4 * ((size_t)n + 1) + 9 * 512));
-    char *done = (char *)calloc((size_t)n, 1);
+    char *done = (char *)calloc((size_t)n, 1), *endrules = (char *)calloc((size_t)n, 1);
     int st = FPLD_OK;
-    if (!buf || !done) {
+    if (!buf || !done || !endrules) {
         st = FPLD_ENOMEM;
         goto finish;
     }
@@ -1134,7 +1189,7 @@ int fpld_psg_integrals(const double *lo, const double *h, ptrdiff_t n, ptrdiff_t
             continue;
         st = integrals_side(side, s_end, lo, h, h_stride, n, tiny, c0, c1, ns, done, q, v, sd, remove, near_end,
                             refine_rel, u_step, u_step_near, u_depth, u_refine, rel_cap, max_panels, x5, w5, x4,
-                            w4, out);
+                            w4, cre, endrules, out);
         if (st != FPLD_OK)
             goto finish;
     }
@@ -1208,6 +1263,8 @@ int fpld_psg_integrals(const double *lo, const double *h, ptrdiff_t n, ptrdiff_t
             continue;
         ptrdiff_t j = searchsorted_right(ends, n + 1, s_end) - 1;
         j = j < 0 ? 0 : (j > n - 1 ? n - 1 : j);
+        if (endrules[j])
+            continue; /* (its rules at exact distances from the end: nothing there moves with the positions) */
         double d_s = (4 * u) * (fabs(s_end) + hmax), f_s, y = nextafter(s_end, side == 0 ? INFINITY : -INFINITY);
         st = fpld_psg_eval(&y, 1, q, v, sd, remove, NULL, NULL, &f_s);
         if (st != FPLD_OK)
@@ -1231,5 +1288,6 @@ int fpld_psg_integrals(const double *lo, const double *h, ptrdiff_t n, ptrdiff_t
 finish:
     free(buf);
     free(done);
+    free(endrules);
     return st;
 }

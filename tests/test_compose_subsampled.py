@@ -102,3 +102,25 @@ def test_public_tail_bound_dominates_single_copy_tail(sigma):
             for x in np.linspace(lo, hi, 41)[1:-1]:
                 exact = float((loss.sf if upper else loss.cdf)(np.array([x]))[0])
                 assert loss.tail_bound(1, x, upper=upper) >= exact * (1 - 1e-6)
+
+
+@pytest.mark.parametrize("sigma,q,k", [(0.1, 0.01, 100), (0.05, 0.01, 100), (0.2, 0.01, 300)])
+def test_small_sigma_by_dominance_against_dp_accounting(sigma, q, k):
+    # noise multipliers of 0.2 and below (epsilons in the hundreds) put most of each step's mass within ~1e-18
+    # of the loss's end log(1 - q): refused (or left to the coupling certificate) until the leaf's rules near it
+    # ran at exact distances.  Certified now by dominance, its delta curve between dp_accounting's pessimistic
+    # (connect-the-dots: an upper bound) and optimistic (a lower bound) curves at a fine grid, and its epsilon's
+    # delta there between them too (dp_accounting's own epsilon inversion is coarse at these epsilons)
+    pld = fastpld.compose(fastpld.PoissonSubsampledGaussian(sigma, q), k)
+    assert pld.method.startswith("dominance"), pld.method
+    e = pld.epsilon(1e-5)
+    assert e.upper - e.lower <= 1e-3 * e.upper
+    eps = np.array([0.8 * e.lower, e.lower, e.upper, 1.1 * e.upper])
+    ours = pld.delta(eps)
+    peer = {}
+    for pess in (True, False):
+        many = pld_lib.from_gaussian_mechanism(sigma, sampling_prob=q, value_discretization_interval=2e-3,
+                                               pessimistic_estimate=pess, use_connect_dots=pess).self_compose(k)
+        peer[pess] = np.array([many.get_delta_for_epsilon(float(x)) for x in eps])
+    assert np.all(ours.lower <= peer[True] * (1 + 1e-9)), (ours.lower, peer[True])
+    assert np.all(peer[False] <= ours.upper * (1 + 1e-9)), (peer[False], ours.upper)

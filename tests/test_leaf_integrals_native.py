@@ -212,3 +212,35 @@ def test_kernel_matches_the_dispatch():
     ref = L._integrals(loss, a["lo"], a["h"], a["tiny"])
     for g, r in zip(got, ref):
         np.testing.assert_array_equal(g, r)
+
+
+@pytest.mark.parametrize("sigma,q", [(0.25, 0.01), (0.1, 0.01), (0.1, 0.1), (0.05, 0.01)])
+def test_fused_integrals_match_at_small_sigma(sigma, q):
+    # a small sigma puts most of the mass within ~1e-18 of the end log(1 - q), closer than the points end +- d
+    # can say: the rules near it run at exact distances and the mass beyond their depth is added from the
+    # tail there (dominance.leaves._exact_end), in the kernel as in the numpy code
+    for loss in fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses().values():
+        for h, tail in ((2e-3, 1e-13), (5e-2, 1e-13)):
+            for lo, hh, tiny in _cases(loss, h, tail):
+                what = (sigma, q, loss.direction, h, np.ndim(hh), tiny)
+                got = L._integrals(loss, lo, hh, tiny)
+                _check(got, _numpy_reference(loss, lo, hh, tiny), what, _TOL_NUMPY)
+                _check(got, _compiled_glue(loss, lo, hh, tiny), what)
+
+
+@pytest.mark.parametrize("sigma,q", [(0.25, 0.01), (0.1, 0.01), (0.05, 0.1)])
+def test_the_cell_holding_the_end_against_the_cdf(sigma, q):
+    # the cell holding log(1 - q) holds most of the mass at a small sigma: its mass from the integrals (the
+    # rules and the tail beyond their depth) must be the CDF's at its far edge, within its error bound, which
+    # must be small (it was the whole tail beyond the depth, ~0.4 of the mass at sigma 0.1: a refusal)
+    for loss in fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses().values():
+        side = 0 if loss.direction == "remove" else 1
+        end = loss.support[side]
+        h = 2e-3
+        lo = np.array([end - h / 3 if side == 0 else end - 2 * h / 3])
+        a, a_err, n, n_err, b, b_err = L._integrals(loss, lo, h, 0.0)
+        x = np.array([lo[0] + h if side == 0 else lo[0]])
+        exact = float((loss.cdf(x) if side == 0 else loss.sf(x))[0])
+        assert abs(a[0] - exact) <= a_err[0] + 1e-10 * exact, (sigma, q, loss.direction, a, exact, a_err)
+        assert a_err[0] <= 1e-11 * a[0], (sigma, q, loss.direction, a_err, a)
+        assert 0 <= n[0] <= a[0] and 0 <= b[0] <= a[0]

@@ -264,8 +264,10 @@ def _integrals(loss, lo, h, tiny: float = 0.0):
     # bounded by it and charged).  An interval holding the end or within one mesh of it takes these
     # rules; one farther away takes them where their error bound is the smaller, else it is refined below
     done = np.zeros(lo.size, dtype=bool)
+    endrules = np.zeros(lo.size, dtype=bool)
     for side in (0, 1):
-        if not math.isfinite(s_lo if side == 0 else s_hi):
+        s_end = s_lo if side == 0 else s_hi
+        if not math.isfinite(s_end):
             continue  # (no end on this side)
         near_end = (lo - _NEAR_END * h < s_lo) if side == 0 else (lo + (_NEAR_END + 1) * h > s_hi)
         at_end = (lo - h < s_lo) if side == 0 else (lo + 2 * h > s_hi)  # (always: the first rules fail there)
@@ -285,9 +287,9 @@ def _integrals(loss, lo, h, tiny: float = 0.0):
         depth = np.full(bad.size, _U_DEPTH)
         if deep.any():
             ladder = np.arange(5.0, _U_DEPTH + 1, 5.0)
-            pts = (lo[bad][deep] + end[deep] + (1 if side == 0 else -1) * d_far[deep] * np.exp(-ladder[:, None]))
+            dist = d_far[deep] * np.exp(-ladder[:, None])
             with np.errstate(all="ignore"):
-                tl = _end_tail(loss, pts.ravel(), side).reshape(pts.shape)
+                tl = _end_tail_at(loss, s_end, dist.ravel(), side)[0].reshape(dist.shape)
             small = (tl <= 1e-18 * a[bad][deep][None, :]) & (a[bad][deep] > 0)[None, :]
             first = np.where(small.any(axis=0), np.argmax(small, axis=0), ladder.size - 1)
             depth[deep] = ladder[first]
@@ -297,9 +299,20 @@ def _integrals(loss, lo, h, tiny: float = 0.0):
         # their few panels cost less than the refinement below)
         step = np.where(deep, _U_STEP, _U_STEP_NEAR)
         (a5, n5, b5), (a4, n4, b4) = _log_panels(loss, lo[bad], end, d_far, ulo, side, step)
-        inner = end + (d_far if side == 0 else -d_far) * np.exp(-depth)
-        rest = _end_tail(loss, lo[bad] + inner, side)
-        rest = np.where(deep, np.maximum(rest, 0.0) * (1 + 1e-6), 0.0)
+        # the tail beyond the depth, at the distance de = d_far e^-D.  In a cell holding the end (at exact
+        # distances, _exact_end) it is the cell's mass between the end and de, at offsets within de of the end's:
+        # added to the integrals (ra, rn, rb; the weights at the end's offset move by at most de over it), its
+        # error bounds (the tail's relative error, the weights' spread, their rounding) in rest; elsewhere
+        # charged to every rule (it may lie beyond the cell)
+        de = d_far * np.exp(-depth)
+        with np.errstate(all="ignore"):
+            tail_m, tail_rel = _end_tail_at(loss, s_end, de, side)
+        m = np.where(deep, np.maximum(tail_m, 0.0), 0.0)
+        holds = deep & (d_near == 0.0) & _exact_end(loss, side)
+        ra = np.where(holds, m, 0.0)
+        rn = ra * -np.expm1(-end)
+        rb = ra * np.exp(-end)
+        rest = np.where(holds, m * (tail_rel + 8 * _U + 2 * de), m * (1 + 1e-6))
         ae = 10.0 * np.abs(a5 - a4) + 16 * _U * a5 + rest
         ne = 10.0 * np.abs(n5 - n4) + 16 * _U * n5 + rest
         be = 10.0 * np.abs(b5 - b4) + 16 * _U * b5 + rest
@@ -314,7 +327,7 @@ def _integrals(loss, lo, h, tiny: float = 0.0):
         dis = 10.0 * np.abs(a5 - a4)
         live = np.ones(bad.size, dtype=bool)
         for _ in range(_U_REFINE):
-            worse = np.flatnonzero(live & (ae > _REL_CAP * a5) & (ae > tiny) & (dis > 0.5 * ae))
+            worse = np.flatnonzero(live & (ae > _REL_CAP * (a5 + ra)) & (ae > tiny) & (dis > 0.5 * ae))
             if worse.size == 0 or float(np.sum(np.ceil(-ulo[worse] / (step[worse] / 4)))) > _REFINE_MAX_PANELS:
                 break
             step[worse] /= 4
@@ -333,11 +346,12 @@ def _integrals(loss, lo, h, tiny: float = 0.0):
         close = at_end[bad]
         take = close | (ae + ne + be < a_err[bad] + n_err[bad] + b_err[bad])
         sel = bad[take]
-        a[sel], a_err[sel] = a5[take], ae[take]
-        n[sel], n_err[sel] = n5[take], ne[take]
-        b[sel], b_err[sel] = b5[take], be[take]
-        done[sel] = close[take] | ((ae <= _REFINE_REL * a5) & (ne <= _REFINE_REL * a5 * nscale[bad])
-                                   & (be <= _REFINE_REL * b5))[take]
+        a[sel], a_err[sel] = (a5 + ra)[take], ae[take]
+        n[sel], n_err[sel] = (n5 + rn)[take], ne[take]
+        b[sel], b_err[sel] = (b5 + rb)[take], be[take]
+        done[sel] = close[take] | ((ae <= _REFINE_REL * (a5 + ra)) & (ne <= _REFINE_REL * (a5 + ra) * nscale[bad])
+                                   & (be <= _REFINE_REL * (b5 + rb)))[take]
+        endrules[bad[take & close & holds]] = True  # (rules at exact distances from the end: see below)
     for level in range(1, 4):
         bad = np.flatnonzero(~done & (a_err > tiny)
                              & ((a_err > _REFINE_REL * a) | (n_err > _REFINE_REL * a * nscale) | (b_err > _REFINE_REL * b)))
@@ -381,6 +395,11 @@ def _integrals(loss, lo, h, tiny: float = 0.0):
             # meshes put a Laplace loss's atoms at its ends on them -- ends the cell below it, not the empty one
             # above it, whose zero mass made the charge total variation in every copy)
             j = int(np.clip(np.searchsorted(ends, s_end, side="right" if side == 0 else "left") - 1, 0, lo.size - 1))
+            if endrules[j]:
+                # (its rules at exact distances from the end and the mass closer than their depth added from the
+                # tail there: nothing in the cell moves with the positions; near a spiky end -- a small sigma -- the
+                # density next to it, times d_s, is no bound on the mass within d_s, which grows faster than d_s)
+                continue
             d_s = (4 * _U) * (abs(s_end) + float(np.max(h)))
             with np.errstate(all="ignore"):
                 f_s = float(np.asarray(loss.pdf(np.array([math.nextafter(s_end, math.inf if side == 0
@@ -411,6 +430,60 @@ def _end_tail(loss, t, side: int):
     return np.asarray(loss.cdf(t) if side == 0 else loss.sf(t), dtype=np.float64)
 
 
+def _exact_end(loss, side: int) -> bool:
+    """Whether the support end on ``side`` is a subsampled Gaussian's ``log(1 - q)`` end, whose density and tails
+    :func:`_psg_from_end` gives at exact distances from it (the points ``end +- d`` round to within an ulp of the
+    end's magnitude: all of ``d`` below ~1e-18, where a small sigma puts most of the mass)."""
+    psg = getattr(loss, "psg_params", None)
+    return psg is not None and side == (0 if psg[3] else 1)
+
+
+def _psg_from_end(psg, d, tail: bool):
+    """The subsampled Gaussian's density (``tail`` false) or its mass between the ``log(1 - q)`` end and the point
+    (``tail``: its CDF, remove, or survival function, add) at distances ``d`` from that end, with ``expm1(d)`` for
+    ``expm1(tt - log(1 - q))`` (``_kernels.psg_eval``'s ``tt < 0`` branch; the C ``psg_end_tail`` and
+    ``fpld_psg_logpanels``).  Only for ``d < -log(1 - q)``.  With ``tail``, also a bound on the tails' relative
+    error: ``l`` is within ``dl = 8 u (|log(1 - q)| + |log expm1(d)| + |log q| + v / 2)`` of the exact ``l``, so
+    each normal argument ``z`` within ``dl / sd``, which moves ``Phi(z)`` by at most ``(|z| + 1) dl / sd`` of itself
+    (``phi / Phi <= |z| + 1``); the normal CDF and the mixture's sum add ``16 u``."""
+    from scipy import special  # (where used: the import stays light)
+    q, v, sd, remove = psg
+    ylo, logq, h = math.log1p(-q), math.log(q), v / 2
+    d = np.asarray(d, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        em1 = np.expm1(d)
+        lem = np.log(em1)
+        l = np.where(em1 > 0, (ylo + lem) - logq, -np.inf)
+        zp, zq = (l + h) / sd, (l - h) / sd
+        if tail:
+            rel = (np.maximum(np.abs(zp), np.abs(zq)) if remove else np.abs(zp)) + 1
+            rel = rel * (8 * _U * (abs(ylo) + np.abs(lem) + abs(logq) + h) / sd) + 16 * _U
+            val = (1 - q) * special.ndtr(zp) + q * special.ndtr(zq) if remove else special.ndtr(zp)
+            return val, rel
+        cden = 1.0 / (sd * math.sqrt(2 * math.pi))
+        dens = np.exp(-0.5 * zp * zp) * cden
+        if remove:
+            dens = (1 - q) * dens + q * (np.exp(-0.5 * zq * zq) * cden)
+        dens = dens * ((em1 + 1.0) / em1)
+        return np.where(np.isfinite(dens), dens, 0.0)
+
+
+def _end_tail_at(loss, s_end: float, d, side: int):
+    """:func:`_end_tail` at distances ``d`` from the support end ``s_end`` on ``side``, and a bound on its relative
+    error: at the exact distances where :func:`_exact_end` (:func:`_psg_from_end`), else at the rounded points
+    (``16 cdf_rel_error``)."""
+    d = np.asarray(d, dtype=np.float64)
+    if _exact_end(loss, side):
+        psg = loss.psg_params
+        near = d < -math.log1p(-psg[0])
+        val, rel = _psg_from_end(psg, np.where(near, d, 0.0), True)
+        if near.all():
+            return val, rel
+        far = _end_tail(loss, s_end + (d if side == 0 else -d), side)
+        return np.where(near, val, far), np.where(near, rel, 16 * loss.cdf_rel_error)
+    return _end_tail(loss, s_end + (d if side == 0 else -d), side), np.full(d.shape, 16 * loss.cdf_rel_error)
+
+
 def _log_panels(loss, lo, end, d_far, ulo, side: int, step=None):
     """The 5- and 4-point rules in ``u = log(distance to a support end)`` (see :func:`_integrals`): per
     interval, panels ``[max(-(k + 1) s, ulo), -k s]`` (``s = step``, per interval, default ``_U_STEP``;
@@ -437,7 +510,13 @@ def _log_panels(loss, lo, end, d_far, ulo, side: int, step=None):
         uu = bot[:, None] + half[:, None] * (1.0 + x)[None, :]
         d = d_far[owner, None] * np.exp(uu)
         t = end[owner, None] + (d if side == 0 else -d)  # offsets from lo
-        f = np.asarray(loss.pdf((lo[owner, None] + t).ravel()), dtype=np.float64).reshape(t.shape)
+        y = lo[owner, None] + t
+        f = np.asarray(loss.pdf(y.ravel()), dtype=np.float64).reshape(t.shape)
+        if psg is not None:
+            # (at the distance d itself where the point is below log(1 - q)'s magnitude: see _exact_end)
+            near = (y if psg[3] else -y) < 0
+            if near.any():
+                f = np.where(near, _psg_from_end(psg, np.where(near, d, 0.0), False), f)
         fw = f * d * half[:, None] * w[None, :]  # dy = d du
         res.append(tuple(np.bincount(owner, weights=v.sum(axis=1), minlength=lo.size)
                          for v in (fw, fw * -np.expm1(-t), fw * np.exp(-t))))
