@@ -91,9 +91,14 @@ def _cases(loss, h, tail):
 @pytest.mark.parametrize("q", QS)
 @pytest.mark.parametrize("sigma", SIGMAS)
 def test_fused_integrals_match_the_numpy_reference(sigma, q):
+    _compare_all(sigma, q, ((2e-3, 1e-13), (2e-4, 1e-14)))
+
+
+def _compare_all(sigma, q, meshes):
+    """The kernel against both references on every case of :func:`_cases` at each ``(h, tail)`` of ``meshes``."""
     for loss in fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses().values():
         assert loss.psg_params is not None
-        for h, tail in ((2e-3, 1e-13), (2e-4, 1e-14)):
+        for h, tail in meshes:
             for lo, hh, tiny in _cases(loss, h, tail):
                 what = (sigma, q, loss.direction, h, np.ndim(hh), tiny)
                 got = L._integrals(loss, lo, hh, tiny)
@@ -219,13 +224,7 @@ def test_fused_integrals_match_at_small_sigma(sigma, q):
     # a small sigma puts most of the mass within ~1e-18 of the end log(1 - q), closer than the points end +- d
     # can say: the rules near it run at exact distances and the mass beyond their depth is added from the
     # tail there (dominance.leaves._exact_end), in the kernel as in the numpy code
-    for loss in fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses().values():
-        for h, tail in ((2e-3, 1e-13), (5e-2, 1e-13)):
-            for lo, hh, tiny in _cases(loss, h, tail):
-                what = (sigma, q, loss.direction, h, np.ndim(hh), tiny)
-                got = L._integrals(loss, lo, hh, tiny)
-                _check(got, _numpy_reference(loss, lo, hh, tiny), what, _TOL_NUMPY)
-                _check(got, _compiled_glue(loss, lo, hh, tiny), what)
+    _compare_all(sigma, q, ((2e-3, 1e-13), (5e-2, 1e-13)))
 
 
 @pytest.mark.parametrize("sigma,q", [(0.25, 0.01), (0.1, 0.01), (0.05, 0.1)])
