@@ -1138,8 +1138,15 @@ static int integrals_side(int side, double s_end, const double *lo, const double
         b[i] = b5[j] + rb[j];
         b_err[i] = be[j];
         done[i] = (char)(close[j] || (ae[j] <= rr * a[i] && ne[j] <= rr * a[i] * ns[i] && be[j] <= rr * b[i]));
-        if (close[j] && holds[j] && endrules)
-            endrules[i] = 1; /* (its rules are at exact distances from the end: no position charge there) */
+        if (close[j] && holds[j] && endrules) {
+            /* its rules are at exact distances from the float end log1p(-q), which is within 2 u |s| of the
+             * exact one: the cell's mass moves by at most 4 u |s| (the map from L moves with it), which moves N
+             * and B by at most that times B; no position charge at the end (fpld_psg_integrals) */
+            double es = 4 * u * fabs(s_end) * b[i];
+            n_err[i] += es;
+            b_err[i] += es;
+            endrules[i] = 1;
+        }
     }
 finish:
     free(buf);

@@ -351,7 +351,12 @@ def _integrals(loss, lo, h, tiny: float = 0.0):
         b[sel], b_err[sel] = (b5 + rb)[take], be[take]
         done[sel] = close[take] | ((ae <= _REFINE_REL * (a5 + ra)) & (ne <= _REFINE_REL * (a5 + ra) * nscale[bad])
                                    & (be <= _REFINE_REL * (b5 + rb)))[take]
-        endrules[bad[take & close & holds]] = True  # (rules at exact distances from the end: see below)
+        # (rules at exact distances from the float end log1p(-q), within 2 u |s| of the exact one: the cell's mass
+        # moves by at most 4 u |s|, which moves N and B by at most that times B; no position charge at the end)
+        held = bad[take & close & holds]
+        n_err[held] += 4 * _U * abs(s_end) * b[held]
+        b_err[held] += 4 * _U * abs(s_end) * b[held]
+        endrules[held] = True
     for level in range(1, 4):
         bad = np.flatnonzero(~done & (a_err > tiny)
                              & ((a_err > _REFINE_REL * a) | (n_err > _REFINE_REL * a * nscale) | (b_err > _REFINE_REL * b)))
