@@ -1159,7 +1159,7 @@ int fpld_psg_integrals(const double *lo, const double *h, ptrdiff_t n, ptrdiff_t
                        double s_hi, double q, double v, double sd, int remove, double cre, double near_end,
                        double refine_rel, double u_step, double u_step_near, double u_depth, int u_refine,
                        double rel_cap, int64_t max_panels, const double *x5, const double *w5, const double *x4,
-                       const double *w4, double *out)
+                       const double *w4, double anchor, double *out)
 {
     const double u = 0x1p-53;
     if (n < 0 || !(h_stride == 0 || h_stride == 1) || !(q > 0 && q < 1) || !(v > 0) || !(sd > 0) || isnan(s_lo)
@@ -1239,6 +1239,18 @@ int fpld_psg_integrals(const double *lo, const double *h, ptrdiff_t n, ptrdiff_t
     for (ptrdiff_t i = 0; i < n; i++)
         ends[i] = lo[i];
     ends[n] = lo[n - 1] + h[(n - 1) * h_stride];
+    /* a lattice anchored at the end log(1 - q) (anchor; NaN: none) has a point exactly there: the cell end that
+     * stands for it is put on it (the sum lo + h may round off it) and charged no position (below) */
+    ptrdiff_t at_anchor = -1;
+    if (!isnan(anchor)) {
+        double w_end = h[(n - 1) * h_stride];
+        if (fabs(ends[0] - anchor) <= (4 * u) * (fabs(anchor) + h[0]))
+            at_anchor = 0;
+        else if (fabs(ends[n] - anchor) <= (4 * u) * (fabs(anchor) + w_end))
+            at_anchor = n;
+        if (at_anchor >= 0)
+            ends[at_anchor] = anchor;
+    }
     st = fpld_psg_eval(ends, n + 1, q, v, sd, remove, NULL, NULL, fend);
     if (st != FPLD_OK)
         goto finish;
@@ -1261,6 +1273,11 @@ int fpld_psg_integrals(const double *lo, const double *h, ptrdiff_t n, ptrdiff_t
                      + 1e-300;
         }
     }
+    /* (the anchored end: the computed model -- its end is the float log1p(-q), the anchor -- has no mass beyond it,
+     * so none crosses that cell end; the exact loss lies within 4 u |s| of the model there, a shift of the loss,
+     * which the leaves charge as such: dominance.leaves._end_shift) */
+    if (at_anchor >= 0)
+        pos[at_anchor] = 0.0;
     for (ptrdiff_t i = 0; i < n; i++)
         move[i] = pos[i] + pos[i + 1];
     /* a support end inside the window: the density next to it, inside */

@@ -60,7 +60,7 @@ int fpld_psg_integrals(const double *lo, const double *h, ptrdiff_t n, ptrdiff_t
                        double s_hi, double q, double v, double sd, int remove, double cre, double near_end,
                        double refine_rel, double u_step, double u_step_near, double u_depth, int u_refine,
                        double rel_cap, int64_t max_panels, const double *x5, const double *w5, const double *x4,
-                       const double *w4, double *out);
+                       const double *w4, double anchor, double *out);
 
 /* int g(l)^k dmu(l) over l in [l_lo, l_hi] for k = 1, 2, with g(l) = log(1 - q + q e^l) and
  * mu = (1-q) P + q Q (remove) or P (add), by Gauss-Legendre on equal panels of width <= min(sd, 1)

@@ -15,6 +15,7 @@ import pytest
 import fastpld
 from fastpld.composition.roundoff import _dyadic_sum
 from fastpld.dominance import leaves as L
+from fastpld.dominance import ends as E
 from fastpld.mechanisms.losses import LaplaceLoss
 
 from certified import dominance_epsilon, laplace_peer, overlaps_coupling
@@ -98,15 +99,15 @@ def test_end_mass_subsampled_laplace_against_mpmath(b, q):
                 # (the CDF's own accuracy: cdf_rel_error, and the shift of g^-1's rounding near the far end)
                 assert abs(float(loss.end_mass(t, side)) - ref) <= 1e-9 * ref + 1e-15, (direction, frac, side)
         # the leaves take it at an end that holds an atom: the tail without the atom (the CDF's with it: 0.1-0.5)
-        tl = float(L._end_tail(loss, np.array([hi - 1e-12 * (hi - lo)]), 1)[0])
+        tl = float(E._end_tail(loss, np.array([hi - 1e-12 * (hi - lo)]), 1)[0])
         assert tl < 1e-9 and float(loss.sf(hi - 1e-12 * (hi - lo))) > 0.05
 
 
 def test_end_tail_without_end_mass_keeps_the_cdf():
     g = fastpld.Gaussian(1.0).privacy_losses()["add"]
     t = np.array([-1.0, 0.5])
-    np.testing.assert_array_equal(L._end_tail(g, t, 1), g.sf(t))
-    np.testing.assert_array_equal(L._end_tail(g, t, 0), g.cdf(t))
+    np.testing.assert_array_equal(E._end_tail(g, t, 1), g.sf(t))
+    np.testing.assert_array_equal(E._end_tail(g, t, 0), g.cdf(t))
 
 
 @pytest.mark.parametrize("b,q,h", [(2.539993017447988, 0.04085563619635581, 0.0026514822387421477),

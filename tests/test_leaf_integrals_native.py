@@ -38,21 +38,21 @@ SIGMAS = [0.5, 1.0, 2.0, 5.0]
 QS = [1e-4, 1e-2, 0.1, 0.5]
 
 
-def _numpy_reference(loss, lo, h, tiny):
+def _numpy_reference(loss, lo, h, tiny, anchor=None):
     """``_integrals`` by numpy alone (the rules too: no compiled core)."""
     core, _kernels._core = _kernels._core, None
     try:
-        return L._integrals(loss, lo, h, tiny)
+        return L._integrals(loss, lo, h, tiny, anchor=anchor)
     finally:
         _kernels._core = core
 
 
-def _compiled_glue(loss, lo, h, tiny):
+def _compiled_glue(loss, lo, h, tiny, anchor=None):
     """``_integrals`` as before the fused kernel: the numpy glue around the compiled rules."""
     fused = _kernels._leaf.psg_integrals
     del _kernels._leaf.psg_integrals
     try:
-        return L._integrals(loss, lo, h, tiny)
+        return L._integrals(loss, lo, h, tiny, anchor=anchor)
     finally:
         _kernels._leaf.psg_integrals = fused
 
@@ -95,15 +95,26 @@ def test_fused_integrals_match_the_numpy_reference(sigma, q):
 
 
 def _compare_all(sigma, q, meshes):
-    """The kernel against both references on every case of :func:`_cases` at each ``(h, tail)`` of ``meshes``."""
+    """The kernel against both references on every case of :func:`_cases` at each ``(h, tail)`` of ``meshes``, with
+    the anchor the leaf passes where its lattice has a point on the end log(1 - q) (``leaves._anchor_end``)."""
     for loss in fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses().values():
         assert loss.psg_params is not None
         for h, tail in meshes:
+            anchor = _anchor(loss, h, tail)
             for lo, hh, tiny in _cases(loss, h, tail):
-                what = (sigma, q, loss.direction, h, np.ndim(hh), tiny)
-                got = L._integrals(loss, lo, hh, tiny)
-                _check(got, _numpy_reference(loss, lo, hh, tiny), what, _TOL_NUMPY)
-                _check(got, _compiled_glue(loss, lo, hh, tiny), what)
+                what = (sigma, q, loss.direction, h, np.ndim(hh), tiny, anchor)
+                got = L._integrals(loss, lo, hh, tiny, anchor=anchor)
+                _check(got, _numpy_reference(loss, lo, hh, tiny, anchor), what, _TOL_NUMPY)
+                _check(got, _compiled_glue(loss, lo, hh, tiny, anchor), what)
+
+
+def _anchor(loss, h, tail):
+    """The ``anchor`` the leaf of ``loss`` at mesh ``h`` passes to ``_integrals``, or None."""
+    try:
+        lat = D._continuous_grid(loss, h, tail, 1 << 22, True)[4]
+    except ValueError:
+        return None
+    return lat if L._end_shift(loss, lat) else None
 
 
 # (sigma, q, h, tail) whose reference takes every refinement: all three levels of 8, 64 and 512 panels, and
@@ -243,3 +254,22 @@ def test_the_cell_holding_the_end_against_the_cdf(sigma, q):
         assert abs(a[0] - exact) <= a_err[0] + 1e-10 * exact, (sigma, q, loss.direction, a, exact, a_err)
         assert a_err[0] <= 1e-11 * a[0], (sigma, q, loss.direction, a_err, a)
         assert 0 <= n[0] <= a[0] and 0 <= b[0] <= a[0]
+
+
+def test_the_anchored_end_is_charged_no_position():
+    # a lattice with a point on the end log(1 - q) (small noise multipliers: leaves._anchor_end): the cell end on
+    # it is not charged the density there times its position's error -- the add direction's spike lies below it,
+    # and lo + h rounds within an ulp of it, where that density is ~1e15: 1e-5 of the cell's mass was charged at
+    # sigma 0.07 -- but the leaf charges the end's shift instead (leaves._end_shift, 4 u |s| a copy)
+    loss = fastpld.PoissonSubsampledGaussian(0.07, 0.01).privacy_losses()["add"]
+    end = loss.support[1]
+    h = 0.19437627
+    lo = np.array([end - 4 * h, end - h])
+    hh = np.array([3 * h, h])
+    plain = L._integrals(loss, lo, hh, 0.0)
+    for got in (L._integrals(loss, lo, hh, 0.0, anchor=end), _numpy_reference(loss, lo, hh, 0.0, end)):
+        a, a_err = got[0], got[1]
+        assert a[-1] > 0.99 and a_err[-1] <= 1e-12 * a[-1], (a, a_err)
+        assert np.all(got[1] <= plain[1])
+    assert L._end_shift(loss, end) == pytest.approx(4 * np.finfo(float).eps / 2 * abs(end), rel=1e-4)
+    assert L._end_shift(loss, 0.0) == 0.0

@@ -153,13 +153,13 @@ cdef extern from "fastpld_leaf.h" nogil:
                            double s_lo, double s_hi, double q, double v, double sd, int remove, double cre,
                            double near_end, double refine_rel, double u_step, double u_step_near, double u_depth,
                            int u_refine, double rel_cap, int64_t max_panels, const double *x5, const double *w5,
-                           const double *x4, const double *w4, double *out)
+                           const double *x4, const double *w4, double anchor, double *out)
 
 
 def psg_integrals(const double[::1] lo, h, double tiny, double s_lo, double s_hi, double q, double v, double sd,
                   bint remove, double cre, double near_end, double refine_rel, double u_step, double u_step_near,
                   double u_depth, int u_refine, double rel_cap, int64_t max_panels, const double[::1] x5,
-                  const double[::1] w5, const double[::1] x4, const double[::1] w4):
+                  const double[::1] w5, const double[::1] x4, const double[::1] w4, double anchor=float("nan")):
     """``(a, a_err, n, n_err, b, b_err)`` of ``fpld_psg_integrals`` (reference: ``dominance.leaves._integrals``).
 
     Parameters
@@ -181,6 +181,8 @@ def psg_integrals(const double[::1] lo, h, double tiny, double s_lo, double s_hi
         ``_REL_CAP`` and ``_REFINE_MAX_PANELS``.
     x5, w5, x4, w4 : float64 arrays
         The 5- and 4-point Gauss-Legendre rules on ``[-1, 1]``.
+    anchor : float, optional
+        The support end the cells' lattice has a point on (``leaves._anchor_end``), or NaN.
 
     Returns
     -------
@@ -208,7 +210,7 @@ def psg_integrals(const double[::1] lo, h, double tiny, double s_lo, double s_hi
         with nogil:
             status = fpld_psg_integrals(&lo[0], &hv[0], n, hs, tiny, s_lo, s_hi, q, v, sd, remove, cre, near_end,
                                         refine_rel, u_step, u_step_near, u_depth, u_refine, rel_cap, max_panels,
-                                        &x5[0], &w5[0], &x4[0], &w4[0], &ov[0, 0])
+                                        &x5[0], &w5[0], &x4[0], &w4[0], anchor, &ov[0, 0])
     if status == 3:
         raise MemoryError("psg_integrals: out of memory")
     if status != 0:

@@ -16,6 +16,7 @@ from ..discretize import GridPMF, truncation_window
 from ..mechanisms import ContinuousLoss, DiscreteLoss
 from ..samplers import MixtureLoss
 from . import splits as _splits
+from .ends import _anchor_end, _anchored_shift, _end_shift, _end_tail_at, _exact_end, _psg_from_end
 from .atoms import _atom_places, _check_size, _discrete_leaf, _with_anchor
 from .masses import _atom_masses, _cdf_sf
 from .splits import _balanced_split, _claimed_mass, _MARGIN, _split_lower
@@ -43,7 +44,7 @@ def _continuous_grid(loss: ContinuousLoss, h: float, tail: float, max_buckets: i
     :func:`_integrals`), and ``lat`` (:func:`_anchor_atom`)."""
     a0, b0 = truncation_window(loss, tail, native)
     atoms = [x for x in loss.atoms if a0 < x <= b0]
-    lat = _anchor_atom(loss, atoms)
+    lat = _anchor_atom(loss, atoms) if atoms else _anchor_end(loss, a0, b0)
     i_lo = math.floor((a0 - lat) / h)
     i_hi = math.ceil((b0 - lat) / h)
     n = i_hi - i_lo + 1
@@ -93,7 +94,8 @@ def _compute_leaf_data(loss, h: float, tail: float, max_buckets: int, native: bo
         starts, sizes = _tail_blocks(loss, e, h)
     else:
         starts, sizes = np.arange(e.size - 1, dtype=np.int64), np.ones(e.size - 1, dtype=np.int64)
-    ints = _integrals(loss, e[starts], h * sizes, _negligible(tail, starts.size))
+    ints = _integrals(loss, e[starts], h * sizes, _negligible(tail, starts.size),
+                      anchor=lat if _end_shift(loss, lat) else None)
     return e, atoms, truncated, (starts, sizes), _outside_exact(loss, ints, starts, sizes, h, origin), origin, lat
 
 
@@ -209,7 +211,7 @@ def _negligible(tail: float, cells: int) -> float:
     return _NEGLIGIBLE_SHARE * tail / max(cells, 1)
 
 
-def _integrals(loss, lo, h, tiny: float = 0.0):
+def _integrals(loss, lo, h, tiny: float = 0.0, anchor: float | None = None):
     """Per interval ``(lo_j, lo_j + h]`` of the continuous part: the masses ``int f``,
     ``int (1 - e^(lo_j - y)) f`` and ``int e^(lo_j - y) f`` by 5-point rules, and error
     bounds of each (ten times the 4-point rules' disagreement, plus rounding).  Each interval is
@@ -248,7 +250,7 @@ def _integrals(loss, lo, h, tiny: float = 0.0):
             float(h) if np.ndim(h) == 0 else np.ascontiguousarray(h, dtype=np.float64), float(tiny),
             float(s_lo), float(s_hi), float(psg[0]), float(psg[1]), float(psg[2]), bool(psg[3]),
             float(loss.cdf_rel_error), float(_NEAR_END), _REFINE_REL, _U_STEP, _U_STEP_NEAR, _U_DEPTH, _U_REFINE,
-            _REL_CAP, _REFINE_MAX_PANELS, *_GL_RULES)
+            _REL_CAP, _REFINE_MAX_PANELS, *_GL_RULES, math.nan if anchor is None else float(anchor))
     c0 = np.clip(lo, s_lo, s_hi) - lo
     c1 = np.clip(lo + h, s_lo, s_hi) - lo
     c1 = np.maximum(c1, c0)
@@ -376,6 +378,18 @@ def _integrals(loss, lo, h, tiny: float = 0.0):
     # 1e-13 and more far from zero, beyond the rules' 16 u.  Charged to all three integrals (their
     # integrands are at most f), with the density at every cell end (one evaluation each)
     ends = np.append(lo, lo[-1] + (h if np.ndim(h) == 0 else h[-1])) if lo.size else lo
+    at_anchor = None
+    if lo.size and anchor is not None:
+        # (a lattice anchored at the end log(1 - q) has a point exactly there: the cell end standing for it is put on
+        # it -- the sum lo + h may round off it -- and charged no position: the computed model, whose end that is,
+        # has no mass beyond it; the exact loss's shift from the model there is charged by the leaf, _end_shift)
+        w_first, w_last = (h, h) if np.ndim(h) == 0 else (h[0], h[-1])
+        if abs(ends[0] - anchor) <= (4 * _U) * (abs(anchor) + w_first):
+            at_anchor = 0
+        elif abs(ends[-1] - anchor) <= (4 * _U) * (abs(anchor) + w_last):
+            at_anchor = ends.size - 1
+        if at_anchor is not None:
+            ends[at_anchor] = anchor
     if lo.size:
         with np.errstate(all="ignore"):
             f_end = np.asarray(loss.pdf(ends), dtype=np.float64)
@@ -390,6 +404,8 @@ def _integrals(loss, lo, h, tiny: float = 0.0):
             use_f = F1 <= S0
             pos[odd] = (np.where(use_f, np.abs(F1 - F0), np.abs(S0 - S1))
                         + 16 * loss.cdf_rel_error * np.where(use_f, np.abs(F1), np.abs(S0)) + 1e-300)
+        if at_anchor is not None:
+            pos[at_anchor] = 0.0
         move = pos[:-1] + pos[1:]
         # (likewise a support end inside the window, where the rules start or stop: the density next to
         # it, inside; below or above it there is no mass)
@@ -418,75 +434,6 @@ def _integrals(loss, lo, h, tiny: float = 0.0):
         n_err = n_err + move
         b_err = b_err + move
     return a, a_err, n, n_err, b, b_err
-
-
-def _end_tail(loss, t, side: int):
-    """The mass between ``t`` and the support end on ``side`` (0: below ``t``, 1: above): the CDF or survival
-    function, but without an atom at that end where the loss says how much of it is continuous
-    (:meth:`~fastpld.mechanisms.ContinuousLoss.end_mass`; the Laplace losses, subsampled or not).  The atom is
-    its own mass of the leaf: counted in a cell's error bound too, it charged a subsampled Laplace's leaf a third
-    of its mass per copy where the cell holding the end needed the rules near the end."""
-    t = np.asarray(t, dtype=np.float64)
-    end = loss.support[side]
-    if end in loss.atoms:
-        m = loss.end_mass(t, side)
-        if m is not None:
-            return np.asarray(m, dtype=np.float64)
-    return np.asarray(loss.cdf(t) if side == 0 else loss.sf(t), dtype=np.float64)
-
-
-def _exact_end(loss, side: int) -> bool:
-    """Whether the support end on ``side`` is a subsampled Gaussian's ``log(1 - q)`` end, whose density and tails
-    :func:`_psg_from_end` gives at exact distances from it (the points ``end +- d`` round to within an ulp of the
-    end's magnitude: all of ``d`` below ~1e-18, where a small sigma puts most of the mass)."""
-    psg = getattr(loss, "psg_params", None)
-    return psg is not None and side == (0 if psg[3] else 1)
-
-
-def _psg_from_end(psg, d, tail: bool):
-    """The subsampled Gaussian's density (``tail`` false) or its mass between the ``log(1 - q)`` end and the point
-    (``tail``: its CDF, remove, or survival function, add) at distances ``d`` from that end, with ``expm1(d)`` for
-    ``expm1(tt - log(1 - q))`` (``_kernels.psg_eval``'s ``tt < 0`` branch; the C ``psg_end_tail`` and
-    ``fpld_psg_logpanels``).  Only for ``d < -log(1 - q)``.  With ``tail``, also a bound on the tails' relative
-    error: ``l`` is within ``dl = 8 u (|log(1 - q)| + |log expm1(d)| + |log q| + v / 2)`` of the exact ``l``, so
-    each normal argument ``z`` within ``dl / sd``, which moves ``Phi(z)`` by at most ``(|z| + 1) dl / sd`` of itself
-    (``phi / Phi <= |z| + 1``); the normal CDF and the mixture's sum add ``16 u``."""
-    from scipy import special  # (where used: the import stays light)
-    q, v, sd, remove = psg
-    ylo, logq, h = math.log1p(-q), math.log(q), v / 2
-    d = np.asarray(d, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        em1 = np.expm1(d)
-        lem = np.log(em1)
-        l = np.where(em1 > 0, (ylo + lem) - logq, -np.inf)
-        zp, zq = (l + h) / sd, (l - h) / sd
-        if tail:
-            rel = (np.maximum(np.abs(zp), np.abs(zq)) if remove else np.abs(zp)) + 1
-            rel = rel * (8 * _U * (abs(ylo) + np.abs(lem) + abs(logq) + h) / sd) + 16 * _U
-            val = (1 - q) * special.ndtr(zp) + q * special.ndtr(zq) if remove else special.ndtr(zp)
-            return val, rel
-        cden = 1.0 / (sd * math.sqrt(2 * math.pi))
-        dens = np.exp(-0.5 * zp * zp) * cden
-        if remove:
-            dens = (1 - q) * dens + q * (np.exp(-0.5 * zq * zq) * cden)
-        dens = dens * ((em1 + 1.0) / em1)
-        return np.where(np.isfinite(dens), dens, 0.0)
-
-
-def _end_tail_at(loss, s_end: float, d, side: int):
-    """:func:`_end_tail` at distances ``d`` from the support end ``s_end`` on ``side``, and a bound on its relative
-    error: at the exact distances where :func:`_exact_end` (:func:`_psg_from_end`), else at the rounded points
-    (``16 cdf_rel_error``)."""
-    d = np.asarray(d, dtype=np.float64)
-    if _exact_end(loss, side):
-        psg = loss.psg_params
-        near = d < -math.log1p(-psg[0])
-        val, rel = _psg_from_end(psg, np.where(near, d, 0.0), True)
-        if near.all():
-            return val, rel
-        far = _end_tail(loss, s_end + (d if side == 0 else -d), side)
-        return np.where(near, val, far), np.where(near, rel, 16 * loss.cdf_rel_error)
-    return _end_tail(loss, s_end + (d if side == 0 else -d), side), np.full(d.shape, 16 * loss.cdf_rel_error)
 
 
 def _log_panels(loss, lo, end, d_far, ulo, side: int, step=None):
@@ -588,7 +535,7 @@ def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bo
     if not total > 0:
         raise ValueError("the discretisation window holds no probability mass; the mechanism parameters are degenerate")
     _check_window(total, truncated, err, loss)
-    tv = 2 * err / total
+    tv = 2 * err / total + _anchored_shift(loss, lat, copies)
     pmf = _with_anchor(GridPMF(p, _rounded(origin, 1), h, tv=tv, truncated=truncated, origin=origin), lat)
     # (the entries: a difference and a sum of two products, the sum, the normalisation)
     pmf.rel = 2 * (rel + 4 * _U) + (math.log2(n) + 8) * _U  # (np.sum is pairwise)
@@ -684,6 +631,7 @@ def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, nati
     e, atoms, truncated, (starts, sizes), (a5, a_err, _, _, b5, b_err), origin, lat = _leaf_data(
         loss, h, tail, max_buckets, native, memo, cells)
     out, kept, tv = _dominated_masses(loss, e, atoms, starts, sizes, a5, a_err, b5, b_err, h, origin)
+    tv = tv + _anchored_shift(loss, lat, copies)
     # the window's mass, from the CDF at its ends: below the true one by at most 8 cdf_rel_error of the mass cut off
     # plus twice the CDF's shift there (_continuous_grid), both within 3 `truncated`; the claimed mass is lowered by
     # 4 truncated (relative: the window's error is that of the tails, not of the whole mass)

@@ -1,0 +1,114 @@
+"""The support ends of a dominance leaf's loss: the mass between an end and a point (its tail), at exact distances
+from the subsampled Gaussian's end ``log(1 - q)`` where the points themselves would round onto the end, and the
+lattice anchored there (:func:`_anchor_end`) with the charge that takes (:func:`_end_shift`).  Used by
+:mod:`fastpld.dominance.leaves`."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+_U = np.finfo(np.float64).eps / 2  # unit roundoff
+
+def _anchor_end(loss, a0: float, b0: float) -> float:
+    """The leaf's lattice point on the subsampled Gaussian's end ``log(1 - q)`` where the window ``[a0, b0]`` holds
+    it (:func:`_exact_end`), else 0.  At a small noise multiplier most of each step's mass lies within ~1e-18 of
+    that end, a near-atom: off the lattice, the dominated chain rounds it down by up to a mesh in every copy (the
+    rescalings then miss the width: PSG(0.15, 0.001) x 1e3); on a lattice point (as an atom, :func:`_anchor_atom`) it
+    is exact in both chains, at the cost of :func:`_end_shift`."""
+    for side, end in enumerate(getattr(loss, "support", ())):
+        if math.isfinite(end) and a0 <= end <= b0 and _exact_end(loss, side):
+            return float(end)
+    return 0.0
+
+
+def _end_shift(loss, lat: float) -> float:
+    """The charge (per copy, as total variation) of a lattice anchored at the end ``log(1 - q)``
+    (:func:`_anchor_end`), else 0.  The leaf's integrals are those of the computed model, whose end is the float
+    ``s = log1p(-q)``, the lattice point: none of its mass crosses that cell end, and none is charged there.  The
+    exact loss lies within ``4 u |s|`` of the model near the end (``s`` within ``2 u |s|`` of the exact end, and the
+    map from ``L`` moves with it): a shift of the loss by at most ``r`` per copy moves the composed curve by at most
+    ``k r e^(k r)`` (``|d delta / d eps| <= 1``), for either bound.  With ``k r <= 1e-5``
+    (:func:`ctd_leaf` checks it) that is ``r (1 + 1e-5)`` a copy."""
+    for side, end in enumerate(getattr(loss, "support", ())):
+        if math.isfinite(end) and lat == end and _exact_end(loss, side):
+            return 4 * _U * abs(lat) * (1 + 1e-5)
+    return 0.0
+
+
+def _end_tail(loss, t, side: int):
+    """The mass between ``t`` and the support end on ``side`` (0: below ``t``, 1: above): the CDF or survival
+    function, but without an atom at that end where the loss says how much of it is continuous
+    (:meth:`~fastpld.mechanisms.ContinuousLoss.end_mass`; the Laplace losses, subsampled or not).  The atom is
+    its own mass of the leaf: counted in a cell's error bound too, it charged a subsampled Laplace's leaf a third
+    of its mass per copy where the cell holding the end needed the rules near the end."""
+    t = np.asarray(t, dtype=np.float64)
+    end = loss.support[side]
+    if end in loss.atoms:
+        m = loss.end_mass(t, side)
+        if m is not None:
+            return np.asarray(m, dtype=np.float64)
+    return np.asarray(loss.cdf(t) if side == 0 else loss.sf(t), dtype=np.float64)
+
+
+def _exact_end(loss, side: int) -> bool:
+    """Whether the support end on ``side`` is a subsampled Gaussian's ``log(1 - q)`` end, whose density and tails
+    :func:`_psg_from_end` gives at exact distances from it (the points ``end +- d`` round to within an ulp of the
+    end's magnitude: all of ``d`` below ~1e-18, where a small sigma puts most of the mass)."""
+    psg = getattr(loss, "psg_params", None)
+    return psg is not None and side == (0 if psg[3] else 1)
+
+
+def _psg_from_end(psg, d, tail: bool):
+    """The subsampled Gaussian's density (``tail`` false) or its mass between the ``log(1 - q)`` end and the point
+    (``tail``: its CDF, remove, or survival function, add) at distances ``d`` from that end, with ``expm1(d)`` for
+    ``expm1(tt - log(1 - q))`` (``_kernels.psg_eval``'s ``tt < 0`` branch; the C ``psg_end_tail`` and
+    ``fpld_psg_logpanels``).  Only for ``d < -log(1 - q)``.  With ``tail``, also a bound on the tails' relative
+    error: ``l`` is within ``dl = 8 u (|log(1 - q)| + |log expm1(d)| + |log q| + v / 2)`` of the exact ``l``, so
+    each normal argument ``z`` within ``dl / sd``, which moves ``Phi(z)`` by at most ``(|z| + 1) dl / sd`` of itself
+    (``phi / Phi <= |z| + 1``); the normal CDF and the mixture's sum add ``16 u``."""
+    from scipy import special  # (where used: the import stays light)
+    q, v, sd, remove = psg
+    ylo, logq, h = math.log1p(-q), math.log(q), v / 2
+    d = np.asarray(d, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        em1 = np.expm1(d)
+        lem = np.log(em1)
+        l = np.where(em1 > 0, (ylo + lem) - logq, -np.inf)
+        zp, zq = (l + h) / sd, (l - h) / sd
+        if tail:
+            rel = (np.maximum(np.abs(zp), np.abs(zq)) if remove else np.abs(zp)) + 1
+            rel = rel * (8 * _U * (abs(ylo) + np.abs(lem) + abs(logq) + h) / sd) + 16 * _U
+            val = (1 - q) * special.ndtr(zp) + q * special.ndtr(zq) if remove else special.ndtr(zp)
+            return val, rel
+        cden = 1.0 / (sd * math.sqrt(2 * math.pi))
+        dens = np.exp(-0.5 * zp * zp) * cden
+        if remove:
+            dens = (1 - q) * dens + q * (np.exp(-0.5 * zq * zq) * cden)
+        dens = dens * ((em1 + 1.0) / em1)
+        return np.where(np.isfinite(dens), dens, 0.0)
+
+
+def _end_tail_at(loss, s_end: float, d, side: int):
+    """:func:`_end_tail` at distances ``d`` from the support end ``s_end`` on ``side``, and a bound on its relative
+    error: at the exact distances where :func:`_exact_end` (:func:`_psg_from_end`), else at the rounded points
+    (``16 cdf_rel_error``)."""
+    d = np.asarray(d, dtype=np.float64)
+    if _exact_end(loss, side):
+        psg = loss.psg_params
+        near = d < -math.log1p(-psg[0])
+        val, rel = _psg_from_end(psg, np.where(near, d, 0.0), True)
+        if near.all():
+            return val, rel
+        far = _end_tail(loss, s_end + (d if side == 0 else -d), side)
+        return np.where(near, val, far), np.where(near, rel, 16 * loss.cdf_rel_error)
+    return _end_tail(loss, s_end + (d if side == 0 else -d), side), np.full(d.shape, 16 * loss.cdf_rel_error)
+
+
+def _anchored_shift(loss, lat: float, copies: int | None) -> float:
+    """:func:`_end_shift` of a leaf of ``copies`` copies, which must keep ``copies r <= 1e-5``."""
+    r = _end_shift(loss, lat)
+    if r and (copies or 1) * r > 1e-5:
+        raise ValueError(f"the loss's end log(1 - q) = {lat:.6g} is on the lattice of {copies} copies, whose shift "
+                         f"bound ({copies} x {r:.3g}) exceeds 1e-5; compose fewer copies or give eps_error")
+    return r
