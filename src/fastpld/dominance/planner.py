@@ -543,8 +543,10 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
         excess = pld._reference_excess(eps_error, rel_error)
     # (the widths against the eager direction's leaf mesh, which sets them: aligned meshes do not follow the scale)
     lead = next((i for i, (name, _, _) in enumerate(plans) if name == eager), None)
-    meshes = leaf_meshes(scale)  # (the last answer's)
-    seen = [(meshes[lead] if lead is not None else min(meshes), excess)]
+    seen = []
+    if not excess <= 1.0:  # (the last answer's meshes, where a rescaling or the refusal needs them)
+        meshes = leaf_meshes(scale)
+        seen.append((meshes[lead] if lead is not None else min(meshes), excess))
     best = (excess, pld)
     while excess > 1.0 and math.isfinite(excess) and len(seen) <= _RESCALES:
         # the width follows scale^p: p = 2 (second order) until two attempts measure it (lattice-like
