@@ -273,3 +273,14 @@ def test_the_anchored_end_is_charged_no_position():
         assert np.all(got[1] <= plain[1])
     assert L._end_shift(loss, end) == pytest.approx(4 * np.finfo(float).eps / 2 * abs(end), rel=1e-4)
     assert L._end_shift(loss, 0.0) == 0.0
+
+
+def test_the_end_shift_is_refused_past_its_bound():
+    # the anchored end's charge assumes the composed shift k r stays at most 1e-5 (its e^(k r) taken as 1 + 1e-5)
+    loss = fastpld.PoissonSubsampledGaussian(0.1, 0.01).privacy_losses()["remove"]
+    end = loss.support[0]
+    r = L._anchored_shift(loss, end, 1000)
+    assert 0 < r <= 4 * np.finfo(float).eps / 2 * abs(end) * (1 + 2e-5)
+    assert L._anchored_shift(loss, 0.0, 10 ** 15) == 0.0  # (not anchored: nothing to bound)
+    with pytest.raises(ValueError, match="shift"):
+        L._anchored_shift(loss, end, 10 ** 15)
