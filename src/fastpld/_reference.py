@@ -168,6 +168,13 @@ def psg_eval(t: np.ndarray, q: float, v: float, sd: float, remove: bool, want_pd
         raise ValueError("psg_eval: invalid argument")
     tt = t if remove else -t
     l, dl = subsampled_ginv(tt, q, want_dl=True)  # (every float t: no overflow, no cancellation)
+    return psg_at_l(l, dl, q, v, sd, remove, None if remove else t >= -math.log1p(-q), want_pdf)
+
+
+def psg_at_l(l, dl, q: float, v: float, sd: float, remove: bool, top=None, want_pdf: bool = True):
+    """:func:`psg_eval`'s ``(F, S, pdf)`` from ``l = g^-1(+-t)`` and ``dl/dt`` (``top``: where the add direction's
+    ``t`` is at or above its end, ``F = 1``, ``S = 0``; ``None``: nowhere).  Also the subsampled Gaussian at exact
+    distances from its end (:func:`fastpld.dominance.ends._psg_from_end`)."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         zp = (l + v / 2) / sd
         if remove:
@@ -175,9 +182,9 @@ def psg_eval(t: np.ndarray, q: float, v: float, sd: float, remove: bool, want_pd
             F = (1 - q) * special.ndtr(zp) + q * special.ndtr(zq)
             S = (1 - q) * special.ndtr(-zp) + q * special.ndtr(-zq)
         else:
-            top = t >= -math.log1p(-q)
-            F = np.where(top, 1.0, special.ndtr(-zp))
-            S = np.where(top, 0.0, special.ndtr(zp))
+            F, S = special.ndtr(-zp), special.ndtr(zp)
+            if top is not None:
+                F, S = np.where(top, 1.0, F), np.where(top, 0.0, S)
         P = None
         if want_pdf:
             cden = 1.0 / (sd * math.sqrt(2 * math.pi))

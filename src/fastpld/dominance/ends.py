@@ -10,16 +10,23 @@ import numpy as np
 
 _U = np.finfo(np.float64).eps / 2  # unit roundoff
 
+
+def _psg_end(loss) -> float | None:
+    """The subsampled Gaussian's end ``log(1 - q)`` (:func:`_exact_end`'s), else None."""
+    for side, end in enumerate(getattr(loss, "support", ())):
+        if math.isfinite(end) and _exact_end(loss, side):
+            return float(end)
+    return None
+
+
 def _anchor_end(loss, a0: float, b0: float) -> float:
     """The leaf's lattice point on the subsampled Gaussian's end ``log(1 - q)`` where the window ``[a0, b0]`` holds
-    it (:func:`_exact_end`), else 0.  At a small noise multiplier most of each step's mass lies within ~1e-18 of
+    it (:func:`_psg_end`), else 0.  At a small noise multiplier most of each step's mass lies within ~1e-18 of
     that end, a near-atom: off the lattice, the dominated chain rounds it down by up to a mesh in every copy (the
     rescalings then miss the width: PSG(0.15, 0.001) x 1e3); on a lattice point (as an atom, :func:`_anchor_atom`) it
     is exact in both chains, at the cost of :func:`_end_shift`."""
-    for side, end in enumerate(getattr(loss, "support", ())):
-        if math.isfinite(end) and a0 <= end <= b0 and _exact_end(loss, side):
-            return float(end)
-    return 0.0
+    end = _psg_end(loss)
+    return end if end is not None and a0 <= end <= b0 else 0.0
 
 
 def _end_shift(loss, lat: float) -> float:
@@ -29,11 +36,8 @@ def _end_shift(loss, lat: float) -> float:
     exact loss lies within ``4 u |s|`` of the model near the end (``s`` within ``2 u |s|`` of the exact end, and the
     map from ``L`` moves with it): a shift of the loss by at most ``r`` per copy moves the composed curve by at most
     ``k r e^(k r)`` (``|d delta / d eps| <= 1``), for either bound.  With ``k r <= 1e-5``
-    (:func:`ctd_leaf` checks it) that is ``r (1 + 1e-5)`` a copy."""
-    for side, end in enumerate(getattr(loss, "support", ())):
-        if math.isfinite(end) and lat == end and _exact_end(loss, side):
-            return 4 * _U * abs(lat) * (1 + 1e-5)
-    return 0.0
+    (:func:`_anchored_shift` checks it) that is ``r (1 + 1e-5)`` a copy."""
+    return 4 * _U * abs(lat) * (1 + 1e-5) if lat != 0.0 and lat == _psg_end(loss) else 0.0
 
 
 def _end_tail(loss, t, side: int):
@@ -67,26 +71,22 @@ def _psg_from_end(psg, d, tail: bool):
     error: ``l`` is within ``dl = 8 u (|log(1 - q)| + |log expm1(d)| + |log q| + v / 2)`` of the exact ``l``, so
     each normal argument ``z`` within ``dl / sd``, which moves ``Phi(z)`` by at most ``(|z| + 1) dl / sd`` of itself
     (``phi / Phi <= |z| + 1``); the normal CDF and the mixture's sum add ``16 u``."""
-    from scipy import special  # (where used: the import stays light)
+    from .. import _reference  # (where used: the import stays light)
     q, v, sd, remove = psg
-    ylo, logq, h = math.log1p(-q), math.log(q), v / 2
+    ylo, logq = math.log1p(-q), math.log(q)
     d = np.asarray(d, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        # (subsampled_ginv's t < 0 form with d for t - log(1 - q))
         em1 = np.expm1(d)
         lem = np.log(em1)
         l = np.where(em1 > 0, (ylo + lem) - logq, -np.inf)
-        zp, zq = (l + h) / sd, (l - h) / sd
-        if tail:
-            rel = (np.maximum(np.abs(zp), np.abs(zq)) if remove else np.abs(zp)) + 1
-            rel = rel * (8 * _U * (abs(ylo) + np.abs(lem) + abs(logq) + h) / sd) + 16 * _U
-            val = (1 - q) * special.ndtr(zp) + q * special.ndtr(zq) if remove else special.ndtr(zp)
-            return val, rel
-        cden = 1.0 / (sd * math.sqrt(2 * math.pi))
-        dens = np.exp(-0.5 * zp * zp) * cden
-        if remove:
-            dens = (1 - q) * dens + q * (np.exp(-0.5 * zq * zq) * cden)
-        dens = dens * ((em1 + 1.0) / em1)
-        return np.where(np.isfinite(dens), dens, 0.0)
+        F, S, P = _reference.psg_at_l(l, (em1 + 1.0) / em1, q, v, sd, remove, want_pdf=not tail)
+        if not tail:
+            return P
+        zp, zq, h = (l + v / 2) / sd, (l - v / 2) / sd, v / 2
+        rel = (np.maximum(np.abs(zp), np.abs(zq)) if remove else np.abs(zp)) + 1
+        rel = rel * (8 * _U * (abs(ylo) + np.abs(lem) + abs(logq) + h) / sd) + 16 * _U
+    return (F if remove else S), rel
 
 
 def _end_tail_at(loss, s_end: float, d, side: int):
