@@ -1245,16 +1245,46 @@ cdef void _moments_rec(const real_in[::1] p, Py_ssize_t a, Py_ssize_t b, Py_ssiz
     cdef long double right[_MOM_MAX]
     cdef long double pws[_MOM_BLOCK]
     cdef long double ss[_MOM_BLOCK]
-    cdef long double x0, x1, q
+    cdef long double x0, x1, x2, x3, x4, x5, q, st
     cdef Py_ssize_t j, r, mid, t, nb
     if b - a <= _MOM_BLOCK:
         # per moment r, the block's terms p_j s_j^r added left to right (each power by r products, as
-        # p_j s_j s_j ...); two moments at a time: their sums are independent chains the FPU overlaps
+        # p_j s_j s_j ...); four moments at a time: their sums are independent chains the FPU overlaps, and
+        # each power is loaded and stored once per four moments (80-bit loads and stores are slow)
         nb = b - a
         for t in range(nb):
             ss[t] = <long double>(a + t - cen) * inv_d  # exact: inv_d is a power of two
             pws[t] = <long double>p[a + t]
         r = 0
+        while r + 5 < R1:
+            x0 = 0
+            x1 = 0
+            x2 = 0
+            x3 = 0
+            x4 = 0
+            x5 = 0
+            for t in range(nb):
+                q = pws[t]
+                st = ss[t]
+                x0 = x0 + q
+                q = q * st
+                x1 = x1 + q
+                q = q * st
+                x2 = x2 + q
+                q = q * st
+                x3 = x3 + q
+                q = q * st
+                x4 = x4 + q
+                q = q * st
+                x5 = x5 + q
+                pws[t] = q * st
+            acc[r] = x0
+            acc[r + 1] = x1
+            acc[r + 2] = x2
+            acc[r + 3] = x3
+            acc[r + 4] = x4
+            acc[r + 5] = x5
+            r += 6
         while r + 1 < R1:
             x0 = 0
             x1 = 0
