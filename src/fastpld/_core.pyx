@@ -1249,8 +1249,8 @@ cdef void _moments_rec(const real_in[::1] p, Py_ssize_t a, Py_ssize_t b, Py_ssiz
     cdef Py_ssize_t j, r, mid, t, nb
     if b - a <= _MOM_BLOCK:
         # per moment r, the block's terms p_j s_j^r added left to right (each power by r products, as
-        # p_j s_j s_j ...); four moments at a time: their sums are independent chains the FPU overlaps, and
-        # each power is loaded and stored once per four moments (80-bit loads and stores are slow)
+        # p_j s_j s_j ...); six moments at a time: their sums are independent chains the FPU overlaps, and
+        # each power is loaded and stored once per six moments (80-bit loads and stores are slow)
         nb = b - a
         for t in range(nb):
             ss[t] = <long double>(a + t - cen) * inv_d  # exact: inv_d is a power of two
