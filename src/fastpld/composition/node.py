@@ -47,10 +47,18 @@ def _chernoff_window(inputs, w, native=False):
                                      [m for _, _, m in inputs], _S_REL, _S_REFINE, w)
         if r is not None:
             lo_n, hi_n, sp_n, Kp_n, sn_n, Kn_n = r
+            # (a dozen points a side, as Python floats: the same roundings as numpy's elementwise K - s x; numpy's
+            # where one is not finite, whose NaN minimum Python's min would not give)
+            fin = bool(np.isfinite(Kp_n).all() and np.isfinite(Kn_n).all())
+            up_n, dn_n = list(zip(Kp_n.tolist(), sp_n.tolist())), list(zip(Kn_n.tolist(), sn_n.tolist()))
 
             def tail_n(x, upper):
-                e = Kp_n - sp_n * x if upper else Kn_n - sn_n * x
-                return float(min(1.0, math.exp(min(0.0, float(e.min())))))
+                if fin:
+                    x = float(x)
+                    e = min([k - s * x for k, s in (up_n if upper else dn_n)])
+                else:
+                    e = float((Kp_n - sp_n * x if upper else Kn_n - sn_n * x).min())
+                return float(min(1.0, math.exp(min(0.0, e))))
 
             return lo_n, hi_n, tail_n
     sd2 = 0.0

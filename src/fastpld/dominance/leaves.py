@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import math
 import threading
-from fractions import Fraction
 
 import numpy as np
 
 from .. import _kernels
-from ..composition.roundoff import _dyadic_sum, _rounded
+from ..composition.roundoff import _dyadic_ratio, _dyadic_sum, _rounded
 from ..discretize import GridPMF, truncation_window
 from ..mechanisms import ContinuousLoss, DiscreteLoss
 from ..samplers import MixtureLoss
@@ -110,13 +109,12 @@ def _outside_exact(loss, ints, starts, sizes, h: float, origin):
     ends = [(side, x) for side, x in ((0, s_lo), (1, s_hi)) if math.isfinite(x)]
     if not ends or starts.size == 0:
         return ints
-    fo, fh = Fraction(origin[0], 1 << origin[1]), Fraction(h)
     out = None
     for side, x in ends:
-        t = (Fraction(float(x)) - fo) / fh  # (the end in lattice units)
-        if t.denominator != 1:
+        t = _dyadic_ratio(_dyadic_sum([(1, float(x)), (-1, origin)]), h)  # (the end in lattice units, exactly)
+        if t is None:
             continue  # (not on a lattice point)
-        beyond = (starts >= int(t)) if side == 1 else (starts + sizes <= int(t))
+        beyond = (starts >= t) if side == 1 else (starts + sizes <= t)
         if beyond.any():
             out = [np.array(v, dtype=np.float64) for v in ints] if out is None else out
             for k in (1, 3, 5):  # (the error bounds of the three integrals; the integrals are 0 there)
