@@ -82,6 +82,24 @@ static inline double psg_density(double tt, double em1, double l, double q, doub
     return isfinite(dens) ? dens : 0.0;
 }
 
+/* A bound on the relative error of psg_density's value (the computed l and dl = dl/dt at a point whose t is within
+ * delta of the exact node's), against the exact density at that node (numpy reference:
+ * fastpld._reference.psg_density_rel, the same formula; docs/dominance.md, "The density's rounding").  l is
+ * within Dl = 10 u (1 + 2 |l| + 2 |log q| + 2 |log(1 - q)|) + dl delta of the exact l (the rounded logs, expm1
+ * and sums: each libm call within 4 ulp; the node's shift through dl/dt), so each normal argument z within
+ * Dl / sd, which moves exp(-z^2 / 2) by |z| Dl / sd in log; z's own rounding and its square's 2.5 u z^2, exp and
+ * the products 24 u; dl/dt's 11 u and, through the shift, |dl - 1| delta (d log(dl/dt) / dt = 1 - dl/dt); the
+ * mixture 4 u.  Z = (|l| + v / 2) / sd bounds both normal arguments.  The sum x bounds the log of the ratio:
+ * relative x (1 + x) for x < 1/2, else infinite.  lq: |log q| + |log(1 - q)|. */
+static inline double psg_density_rel(double l, double dl, double delta, double lq, double v, double sd)
+{
+    const double u = 0x1p-53;
+    double al = fabs(l), z = (al + 0.5 * v) / sd;
+    double dlz = 10 * u * (1 + 2 * al + 2 * lq) + fabs(dl) * delta;
+    double x = (z * dlz / sd + (2.5 * z * z + 40) * u + fabs(dl - 1.0) * delta) * (1 + 1e-6);
+    return x < 0.5 ? x * (1 + x) : INFINITY;
+}
+
 int fpld_psg_eval(const double *t, ptrdiff_t n, double q, double v, double sd, int remove,
                   double *F, double *S, double *pdf)
 {
@@ -157,15 +175,18 @@ static double psg_end_tail(double d, double s_end, int side, double q, double v,
  * term; the sums' order may differ, within the 16 u I5 rounding term of the error bounds).  The density
  * of fpld_psg_eval at y = lo_i + t, t = c0_i + half_i (1 + x_j), half_i = (c1_i - c0_i) / 2, for the
  * 5-point rule (x5, w5) and the 4-point rule (x4, w4): I5 and I4 of int f, int (1 - e^-t) f and
- * int e^-t f; out = {a, a_err, n, n_err, b, b_err} (each n values) with err = 10 |I5 - I4| + 16 u I5. */
+ * int e^-t f; out = {a, a_err, n, n_err, b, b_err} (each n values) with err = 10 |I5 - I4| + 16 u I5; eout (3 n,
+ * unless NULL) = the 5-point terms' sums weighted by their relative error bounds (the density's, psg_density_rel,
+ * and the weights'), added to the errors by the caller once the rules are chosen (refining cannot reduce them). */
 int fpld_psg_panels(const double *lo, const double *c0, const double *c1, ptrdiff_t n, double q, double v,
                     double sd, int remove, const double *x5, const double *w5, const double *x4,
-                    const double *w4, double *out)
+                    const double *w4, double *out, double *eout)
 {
     if (n < 0 || !(q > 0 && q < 1) || !(v > 0) || !(sd > 0))
         return FPLD_EINVAL;
     const double u = 0x1p-53;
     double logq = log(q), ylo = log1p(-q), h = v / 2, cden = 1.0 / (sd * 2.5066282746310002);
+    double lq = fabs(logq) + fabs(ylo);
     /* e^-t and -expm1(-t) per node, kept while consecutive panels share (c0, c1) (most do) */
     double kc0 = NAN, kc1 = NAN, em[9], ex[9], tn[9];
     for (ptrdiff_t i = 0; i < n; i++) {
@@ -180,20 +201,32 @@ int fpld_psg_panels(const double *lo, const double *c0, const double *c1, ptrdif
                 ex[j] = exp(-tn[j]);
             }
         }
-        double I[2][3] = {{0, 0, 0}, {0, 0, 0}};
+        double I[2][3] = {{0, 0, 0}, {0, 0, 0}}, E[3] = {0, 0, 0};
         for (int j = 0; j < 9; j++) {
             double y = lo[i] + tn[j], tt = remove ? y : -y;
-            double em1 = psg_em1(tt, ylo);
-            double dens = psg_density(tt, em1, psg_l(tt, em1, q, logq, ylo), q, h, sd, cden, remove);
+            double em1 = psg_em1(tt, ylo), l = psg_l(tt, em1, q, logq, ylo);
+            double dens = psg_density(tt, em1, l, q, h, sd, cden, remove);
             int r = j < 5 ? 0 : 1;
             double fw = (dens * half) * (j < 5 ? w5[j] : w4[j - 5]);
             I[r][0] += fw;
             I[r][1] += fw * em[j];
             I[r][2] += fw * ex[j];
+            if (eout && r == 0 && fw != 0) {
+                /* the node within u |y| + 4 u tn of the exact one (tn = c0 + half (1 + x), c0 >= 0), and for t
+                 * below 0 the argument t - log(1 - q) of expm1 within u |t - log(1 - q)| + 8 u |log(1 - q)|; the
+                 * weights 1 - e^-t and e^-t at the rounded tn within 12 u */
+                double delta = u * (fabs(y) + 4 * tn[j]) + (tt < 0 ? u * fabs(tt - ylo) + 8 * u * fabs(ylo) : 0.0);
+                double e = psg_density_rel(l, psg_dl(tt, em1, q), delta, lq, v, sd) + 12 * u;
+                E[0] += fabs(fw) * e;
+                E[1] += fabs(fw * em[j]) * e;
+                E[2] += fabs(fw * ex[j]) * e;
+            }
         }
         for (int m = 0; m < 3; m++) {
             out[2 * m * n + i] = I[0][m];
             out[(2 * m + 1) * n + i] = 10.0 * fabs(I[0][m] - I[1][m]) + 16 * u * I[0][m];
+            if (eout)
+                eout[m * n + i] = E[m];
         }
     }
     return FPLD_OK;
@@ -205,14 +238,16 @@ int fpld_psg_logpanels(const double *lo, const double *end, const double *dfar, 
 {
     if (n < 0 || !(q > 0 && q < 1) || !(v > 0) || !(sd > 0) || !(sgn == 1.0 || sgn == -1.0))
         return FPLD_EINVAL;
+    const double u = 0x1p-53;
     double logq = log(q), ylo = log1p(-q), h = v / 2, cden = 1.0 / (sd * 2.5066282746310002);
+    double lq = fabs(logq) + fabs(ylo);
     for (ptrdiff_t i = 0; i < n; i++) {
         double reach = -ulo[i], step = steps[i];
         if (!(step > 0) || !(reach >= 0) || !(reach <= 1e6 * step) || !(dfar[i] > 0))
             return FPLD_EINVAL;
         double np = ceil(reach / step);
         ptrdiff_t npan = np < 1 ? 1 : (ptrdiff_t)np;
-        double I[2][3] = {{0, 0, 0}, {0, 0, 0}};
+        double I[2][3] = {{0, 0, 0}, {0, 0, 0}}, E[3] = {0, 0, 0};
         for (ptrdiff_t k = 0; k < npan; k++) {
             double top = -step * (double)k, bot = -step * (double)(k + 1);
             if (bot < ulo[i])
@@ -221,23 +256,36 @@ int fpld_psg_logpanels(const double *lo, const double *end, const double *dfar, 
             for (int j = 0; j < 9; j++) {
                 int r = j < 5 ? 0 : 1;
                 double x = r ? x4[j - 5] : x5[j], w = r ? w4[j - 5] : w5[j];
-                double d = dfar[i] * exp(bot + half * (1.0 + x));
+                double uu = bot + half * (1.0 + x);
+                double d = dfar[i] * exp(uu);
                 double t = end[i] + sgn * d;
                 double y = lo[i] + t, tt = remove ? y : -y;
                 /* (the density at the distance d itself: tt - ylo is d, the end being log(1 - q) -- the only
                  * finite end of these losses --, but y = end +- d rounds to within an ulp of |y|, which is
                  * all of d below ~1e-18, where a small sigma puts most of the mass) */
-                double em1 = tt < 0 ? expm1(d) : psg_em1(tt, ylo);
-                double dens = psg_density(tt, em1, psg_l(tt, em1, q, logq, ylo), q, h, sd, cden, remove);
-                double fw = ((dens * d) * half) * w;
+                double em1 = tt < 0 ? expm1(d) : psg_em1(tt, ylo), l = psg_l(tt, em1, q, logq, ylo);
+                double dens = psg_density(tt, em1, l, q, h, sd, cden, remove);
+                double fw = ((dens * d) * half) * w, wn = -expm1(-t), wb = exp(-t);
                 I[r][0] += fw;
-                I[r][1] += fw * -expm1(-t);
-                I[r][2] += fw * exp(-t);
+                I[r][1] += fw * wn;
+                I[r][2] += fw * wb;
+                if (r == 0 && fw != 0) {
+                    /* d within rd = u (|uu| + 4 half + 9) of the exact node's distance (relative): the node's
+                     * shift d rd, plus the rounding of t and y where the density is taken at y; the weight d
+                     * (rd) and the weights 1 - e^-t, e^-t (rd and 12 u) */
+                    double rd = u * (fabs(uu) + 4 * half + 9);
+                    double delta = d * rd + (tt < 0 ? 0.0 : u * (fabs(t) + fabs(y)));
+                    double e = psg_density_rel(l, psg_dl(tt, em1, q), delta, lq, v, sd) + 2 * rd + 12 * u;
+                    E[0] += fabs(fw) * e;
+                    E[1] += fabs(fw * wn) * e;
+                    E[2] += fabs(fw * wb) * e;
+                }
             }
         }
         for (int m = 0; m < 3; m++) {
             out[m * n + i] = I[0][m];
             out[(m + 3) * n + i] = I[1][m];
+            out[(m + 6) * n + i] = E[m];
         }
     }
     return FPLD_OK;
@@ -966,7 +1014,7 @@ static int integrals_side(int side, double s_end, const double *lo, const double
                           double q, double v, double sd, int remove, double near_end, double rr, double u_step,
                           double u_step_near, double u_depth, int u_refine, double rel_cap, int64_t max_panels,
                           const double *x5, const double *w5, const double *x4, const double *w4, double cre,
-                          char *endrules, double *out)
+                          char *endrules, double *out, double *eo)
 {
     const double u = 0x1p-53, sgn = side == 0 ? 1.0 : -1.0;
     double *a = out, *a_err = out + n, *nn = out + 2 * n, *n_err = out + 3 * n, *b = out + 4 * n,
@@ -983,8 +1031,8 @@ static int integrals_side(int side, double s_end, const double *lo, const double
     }
     if (nb == 0)
         return FPLD_OK;
-    /* per bad cell: 20 doubles of its own, 11 for a refinement's gathered copy and rules */
-    double *buf = (double *)calloc(31 * (size_t)nb, sizeof(double)); /* (zeroed: gcc cannot see the fill) */
+    /* per bad cell: 23 doubles of its own, 14 for a refinement's gathered copy and rules */
+    double *buf = (double *)calloc(37 * (size_t)nb, sizeof(double)); /* (zeroed: gcc cannot see the fill) */
     ptrdiff_t *idx = (ptrdiff_t *)malloc(sizeof(ptrdiff_t) * 2 * (size_t)nb);
     char *flags = (char *)malloc(4 * (size_t)nb);
     if (!buf || !idx || !flags) {
@@ -993,9 +1041,10 @@ static int integrals_side(int side, double s_end, const double *lo, const double
     }
     double *lob = buf, *end = buf + nb, *dfar = buf + 2 * nb, *ulo = buf + 3 * nb, *step = buf + 4 * nb,
            *depth = buf + 5 * nb, *rest = buf + 6 * nb, *ae = buf + 7 * nb, *ne = buf + 8 * nb,
-           *be = buf + 9 * nb, *dis = buf + 10 * nb, *lp = buf + 11 * nb; /* lp: 6 nb, {a5, n5, b5, a4, n4, b4} */
-    double *ra = buf + 17 * nb, *rn = buf + 18 * nb, *rb = buf + 19 * nb; /* a holding cell's rest, as mass */
-    double *gw = buf + 20 * nb; /* a refinement's lo, end, d_far, ulo, step (5 nw) and rules (6 nw) */
+           *be = buf + 9 * nb, *dis = buf + 10 * nb, *lp = buf + 11 * nb; /* lp: 9 nb, {a5, n5, b5, a4, n4, b4} and
+                                                                         * the density's error sums {ea, en, eb} */
+    double *ra = buf + 20 * nb, *rn = buf + 21 * nb, *rb = buf + 22 * nb; /* a holding cell's rest, as mass */
+    double *gw = buf + 23 * nb; /* a refinement's lo, end, d_far, ulo, step (5 nw) and rules (9 nw) */
     ptrdiff_t *widx = idx + nb;
     char *deep = flags, *live = flags + nb, *close = flags + 2 * nb, *holds = flags + 3 * nb;
     ptrdiff_t k = 0;
@@ -1049,6 +1098,7 @@ static int integrals_side(int side, double s_end, const double *lo, const double
     if (st != FPLD_OK)
         goto finish;
     double *a5 = lp, *n5 = lp + nb, *b5 = lp + 2 * nb, *a4 = lp + 3 * nb, *n4 = lp + 4 * nb, *b4 = lp + 5 * nb;
+    double *ea = lp + 6 * nb, *en = lp + 7 * nb, *eb = lp + 8 * nb;
     /* rest: the tail beyond the depth (the CDF or survival function at the distance de = d_far e^-D).  In a
      * cell holding the end it is the cell's mass between the end and de, at t within de of the end's offset:
      * added to the integrals (ra, rn, rb), its error bounds (the CDF's relative error, the weights' spread
@@ -1122,6 +1172,9 @@ static int integrals_side(int side, double s_end, const double *lo, const double
                 ne[j] = new_;
                 b5[j] = b5w;
                 be[j] = bew;
+                ea[j] = wr[6 * nw + w];
+                en[j] = wr[7 * nw + w];
+                eb[j] = wr[8 * nw + w];
                 dis[j] = 10.0 * fabs(a5w - a4w);
             }
         }
@@ -1137,6 +1190,9 @@ static int integrals_side(int side, double s_end, const double *lo, const double
         n_err[i] = ne[j];
         b[i] = b5[j] + rb[j];
         b_err[i] = be[j];
+        eo[i] = ea[j];
+        eo[n + i] = en[j];
+        eo[2 * n + i] = eb[j];
         done[i] = (char)(close[j] || (ae[j] <= rr * a[i] && ne[j] <= rr * a[i] * ns[i] && be[j] <= rr * b[i]));
         if (close[j] && holds[j] && endrules) {
             /* its rules are at exact distances from the float end log1p(-q), which is within 2 u |s| of the
@@ -1169,8 +1225,9 @@ int fpld_psg_integrals(const double *lo, const double *h, ptrdiff_t n, ptrdiff_t
     if (n == 0)
         return FPLD_OK;
     double *a_err = out + n, *n_err = out + 3 * n, *b_err = out + 5 * n;
-    /* c0, c1, nscale (n each); ends, f_end, pos, move (n + 1 each); a level's panels (9 * 512) */
-    double *buf = (double *)malloc(sizeof(double) * (3 * (size_t)n + 4 * ((size_t)n + 1) + 9 * 512));
+    /* c0, c1, nscale (n each); ends, f_end, pos, move (n + 1 each); a level's panels (9 * 512 and their error
+     * sums 3 * 512); the density's error sums (3 n) */
+    double *buf = (double *)malloc(sizeof(double) * (6 * (size_t)n + 4 * ((size_t)n + 1) + 12 * 512));
     char *done = (char *)calloc((size_t)n, 1), *endrules = (char *)calloc((size_t)n, 1);
     int st = FPLD_OK;
     if (!buf || !done || !endrules) {
@@ -1178,7 +1235,7 @@ int fpld_psg_integrals(const double *lo, const double *h, ptrdiff_t n, ptrdiff_t
         goto finish;
     }
     double *c0 = buf, *c1 = buf + n, *ns = buf + 2 * n, *ends = buf + 3 * n, *fend = ends + (n + 1),
-           *pos = fend + (n + 1), *move = pos + (n + 1), *pan = move + (n + 1);
+           *pos = fend + (n + 1), *move = pos + (n + 1), *pan = move + (n + 1), *eo = pan + 12 * 512;
     /* each interval integrated over its part inside the support */
     for (ptrdiff_t i = 0; i < n; i++) {
         double hi_ = h[i * h_stride];
@@ -1186,7 +1243,7 @@ int fpld_psg_integrals(const double *lo, const double *h, ptrdiff_t n, ptrdiff_t
         c1[i] = np_maximum(np_clip(lo[i] + hi_, s_lo, s_hi) - lo[i], c0[i]);
         ns[i] = -expm1(-hi_); /* nscale: N's error against the cell's mass times 1 - e^-w */
     }
-    st = fpld_psg_panels(lo, c0, c1, n, q, v, sd, remove, x5, w5, x4, w4, out);
+    st = fpld_psg_panels(lo, c0, c1, n, q, v, sd, remove, x5, w5, x4, w4, out, eo);
     if (st != FPLD_OK)
         goto finish;
     /* the support ends: the log-distance rules near them */
@@ -1196,7 +1253,7 @@ int fpld_psg_integrals(const double *lo, const double *h, ptrdiff_t n, ptrdiff_t
             continue;
         st = integrals_side(side, s_end, lo, h, h_stride, n, tiny, c0, c1, ns, done, q, v, sd, remove, near_end,
                             refine_rel, u_step, u_step_near, u_depth, u_refine, rel_cap, max_panels, x5, w5, x4,
-                            w4, cre, endrules, out);
+                            w4, cre, endrules, out, eo);
         if (st != FPLD_OK)
             goto finish;
     }
@@ -1210,7 +1267,7 @@ int fpld_psg_integrals(const double *lo, const double *h, ptrdiff_t n, ptrdiff_t
             break;
         if ((int64_t)nbad * (int64_t)m > max_panels)
             break; /* (bounded work: the coarser rules' error bounds stand, charged as they are) */
-        double *plo = pan, *p0 = pan + m, *p1 = pan + 2 * m, *pr = pan + 3 * m;
+        double *plo = pan, *p0 = pan + m, *p1 = pan + 2 * m, *pr = pan + 3 * m, *pe = pan + 9 * m;
         for (ptrdiff_t i = 0; i < n; i++) {
             if (!(!done[i] && a_err[i] > tiny && integrals_fail(out, n, i, ns, refine_rel)))
                 continue;
@@ -1223,7 +1280,7 @@ int fpld_psg_integrals(const double *lo, const double *h, ptrdiff_t n, ptrdiff_t
                 p1[k] = e1;
                 e0 = e1;
             }
-            st = fpld_psg_panels(plo, p0, p1, m, q, v, sd, remove, x5, w5, x4, w4, pr);
+            st = fpld_psg_panels(plo, p0, p1, m, q, v, sd, remove, x5, w5, x4, w4, pr, pe);
             if (st != FPLD_OK)
                 goto finish;
             for (int r = 0; r < 6; r++) {
@@ -1232,7 +1289,19 @@ int fpld_psg_integrals(const double *lo, const double *h, ptrdiff_t n, ptrdiff_t
                     s += pr[r * m + k];
                 out[r * n + i] = s;
             }
+            for (int r = 0; r < 3; r++) {
+                double s = 0.0;
+                for (ptrdiff_t k = 0; k < m; k++)
+                    s += pe[r * m + k];
+                eo[r * n + i] = s;
+            }
         }
+    }
+    /* the density's rounding at the chosen rules' nodes (refining does not reduce it, so it took no part above) */
+    for (ptrdiff_t i = 0; i < n; i++) {
+        a_err[i] += eo[i];
+        n_err[i] += eo[n + i];
+        b_err[i] += eo[2 * n + i];
     }
     /* the position charge: each cell end within 4 u (|y| + w) of the lattice point it stands for moves up to
      * f(end) times that between neighbouring cells, charged to all three integrals */

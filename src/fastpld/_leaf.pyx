@@ -18,7 +18,7 @@ cdef extern from "fastpld_leaf.h" nogil:
                       double *F, double *S, double *pdf)
     int fpld_psg_panels(const double *lo, const double *c0, const double *c1, Py_ssize_t n, double q, double v,
                         double sd, int remove, const double *x5, const double *w5, const double *x4,
-                        const double *w4, double *out)
+                        const double *w4, double *out, double *eout)
     int fpld_psg_logpanels(const double *lo, const double *end, const double *dfar, const double *ulo,
                            const double *steps, Py_ssize_t n, double sgn, double q, double v, double sd, int remove,
                            const double *x5, const double *w5, const double *x4, const double *w4, double *out)
@@ -111,18 +111,19 @@ def psg_tail_cells(const double[::1] e, double q, double v, double sd, bint remo
 def psg_panels(const double[::1] lo, const double[::1] c0, const double[::1] c1, double q, double v, double sd,
                bint remove, const double[::1] x5, const double[::1] w5, const double[::1] x4,
                const double[::1] w4):
-    """``(a, a_err, n, n_err, b, b_err)`` of ``fpld_psg_panels`` (reference: ``fastpld.dominance._panels``)."""
+    """``(a, a_err, n, n_err, b, b_err, ea, en, eb)`` of ``fpld_psg_panels`` (reference:
+    ``fastpld.dominance._panels``)."""
     cdef Py_ssize_t n = lo.shape[0]
     if c0.shape[0] != n or c1.shape[0] != n or x5.shape[0] != 5 or w5.shape[0] != 5 or x4.shape[0] != 4 \
             or w4.shape[0] != 4:
         raise ValueError("psg_panels: need n panels and the 5- and 4-point Gauss-Legendre rules")
-    out = np.empty((6, n), dtype=np.float64)
+    out = np.empty((9, n), dtype=np.float64)
     cdef double[:, ::1] ov = out
     cdef int status = 0
     if n:
         with nogil:
             status = fpld_psg_panels(&lo[0], &c0[0], &c1[0], n, q, v, sd, remove, &x5[0], &w5[0], &x4[0], &w4[0],
-                                     &ov[0, 0])
+                                     &ov[0, 0], &ov[6, 0])
     if status != 0:
         raise ValueError("psg_panels: invalid argument")
     return tuple(out)
@@ -131,12 +132,13 @@ def psg_panels(const double[::1] lo, const double[::1] c0, const double[::1] c1,
 def psg_logpanels(const double[::1] lo, const double[::1] end, const double[::1] dfar, const double[::1] ulo,
                   const double[::1] steps, double sgn, double q, double v, double sd, bint remove,
                   const double[::1] x5, const double[::1] w5, const double[::1] x4, const double[::1] w4):
-    """``(a5, n5, b5, a4, n4, b4)`` of ``fpld_psg_logpanels`` (reference: ``fastpld.dominance.leaves._log_panels``)."""
+    """``(a5, n5, b5, a4, n4, b4, ea, en, eb)`` of ``fpld_psg_logpanels`` (reference:
+    ``fastpld.dominance.leaves._log_panels``)."""
     cdef Py_ssize_t n = lo.shape[0]
     if end.shape[0] != n or dfar.shape[0] != n or ulo.shape[0] != n or steps.shape[0] != n or x5.shape[0] != 5 \
             or w5.shape[0] != 5 or x4.shape[0] != 4 or w4.shape[0] != 4:
         raise ValueError("psg_logpanels: need n intervals and the 5- and 4-point Gauss-Legendre rules")
-    out = np.empty((6, n), dtype=np.float64)
+    out = np.empty((9, n), dtype=np.float64)
     cdef double[:, ::1] ov = out
     cdef int status = 0
     if n:

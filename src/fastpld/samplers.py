@@ -40,6 +40,7 @@ from .mechanisms import (
     _generic_window,
     _LaplacePair,
 )
+from .mechanisms.base import _U, _rel_of_log
 from .mechanisms.subsampled import SymmetricSubsampledLoss
 
 from ._lazy import lazy_module
@@ -517,6 +518,12 @@ class MixtureLoss(ContinuousLoss):
 
     def pdf(self, t):
         return self._mix("pdf", t)
+
+    def pdf_error(self, t, dt):
+        # (the parts' worst, and the weighted sum's 3 u)
+        (a, b) = self.parts
+        e = np.maximum(np.asarray(a.pdf_error(t, dt), dtype=np.float64), np.asarray(b.pdf_error(t, dt), dtype=np.float64))
+        return _rel_of_log(e + 3 * _U)
 
     def partial_mean(self, edges):
         (a, b), (w1, w2) = self.parts, self.w

@@ -63,14 +63,16 @@ def _exact_end(loss, side: int) -> bool:
     return psg is not None and side == (0 if psg[3] else 1)
 
 
-def _psg_from_end(psg, d, tail: bool):
+def _psg_from_end(psg, d, tail: bool, delta=None):
     """The subsampled Gaussian's density (``tail`` false) or its mass between the ``log(1 - q)`` end and the point
     (``tail``: its CDF, remove, or survival function, add) at distances ``d`` from that end, with ``expm1(d)`` for
     ``expm1(tt - log(1 - q))`` (``_kernels.psg_eval``'s ``tt < 0`` branch; the C ``psg_end_tail`` and
     ``fpld_psg_logpanels``).  Only for ``d < -log(1 - q)``.  With ``tail``, also a bound on the tails' relative
     error: ``l`` is within ``dl = 8 u (|log(1 - q)| + |log expm1(d)| + |log q| + v / 2)`` of the exact ``l``, so
     each normal argument ``z`` within ``dl / sd``, which moves ``Phi(z)`` by at most ``(|z| + 1) dl / sd`` of itself
-    (``phi / Phi <= |z| + 1``); the normal CDF and the mixture's sum add ``16 u``."""
+    (``phi / Phi <= |z| + 1``); the normal CDF and the mixture's sum add ``16 u``.  With ``delta`` (the density):
+    also its relative error bound, the distances within ``delta`` of the exact ones
+    (:func:`fastpld._reference.psg_density_rel`)."""
     from .. import _reference  # (where used: the import stays light)
     q, v, sd, remove = psg
     ylo, logq = math.log1p(-q), math.log(q)
@@ -80,9 +82,12 @@ def _psg_from_end(psg, d, tail: bool):
         em1 = np.expm1(d)
         lem = np.log(em1)
         l = np.where(em1 > 0, (ylo + lem) - logq, -np.inf)
-        F, S, P = _reference.psg_at_l(l, (em1 + 1.0) / em1, q, v, sd, remove, want_pdf=not tail)
+        dl = (em1 + 1.0) / em1
+        F, S, P = _reference.psg_at_l(l, dl, q, v, sd, remove, want_pdf=not tail)
         if not tail:
-            return P
+            if delta is None:
+                return P
+            return P, _reference.psg_density_rel(l, dl, delta, abs(logq) + abs(ylo), v, sd)
         zp, zq, h = (l + v / 2) / sd, (l - v / 2) / sd, v / 2
         rel = (np.maximum(np.abs(zp), np.abs(zq)) if remove else np.abs(zp)) + 1
         rel = rel * (8 * _U * (abs(ylo) + np.abs(lem) + abs(logq) + h) / sd) + 16 * _U

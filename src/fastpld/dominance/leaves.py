@@ -252,7 +252,9 @@ def _integrals(loss, lo, h, tiny: float = 0.0, anchor: float | None = None):
     c0 = np.clip(lo, s_lo, s_hi) - lo
     c1 = np.clip(lo + h, s_lo, s_hi) - lo
     c1 = np.maximum(c1, c0)
-    a, a_err, n, n_err, b, b_err = _panels(loss, lo, c0, c1)
+    a, a_err, n, n_err, b, b_err, ea, en, eb = _panels(loss, lo, c0, c1)
+    # (ea, en, eb: the density's rounding at the chosen rules' nodes, added to the errors at the end: refining does
+    # not reduce it, so it takes no part in the choices)
     # (N's error moves n_err / (1 - e^-w) of the cell's mass up by one cell (ctd_leaf raises N by it):
     # it is measured against the cell's mass, not against N, which is small where the mass sits near lo)
     nscale = -np.expm1(-(h if np.ndim(h) else np.full(lo.size, h)))
@@ -298,7 +300,7 @@ def _integrals(loss, lo, h, tiny: float = 0.0, anchor: float | None = None):
         # (the intervals clear of the end on panels a quarter as wide: N's rules then agree to ~1e-15, and
         # their few panels cost less than the refinement below)
         step = np.where(deep, _U_STEP, _U_STEP_NEAR)
-        (a5, n5, b5), (a4, n4, b4) = _log_panels(loss, lo[bad], end, d_far, ulo, side, step)
+        (a5, n5, b5), (a4, n4, b4), (ea5, en5, eb5) = _log_panels(loss, lo[bad], end, d_far, ulo, side, step)
         # the tail beyond the depth, at the distance de = d_far e^-D.  In a cell holding the end (at exact
         # distances, _exact_end) it is the cell's mass between the end and de, at offsets within de of the end's:
         # added to the integrals (ra, rn, rb; the weights at the end's offset move by at most de over it), its
@@ -331,8 +333,8 @@ def _integrals(loss, lo, h, tiny: float = 0.0, anchor: float | None = None):
             if worse.size == 0 or float(np.sum(np.ceil(-ulo[worse] / (step[worse] / 4)))) > _REFINE_MAX_PANELS:
                 break
             step[worse] /= 4
-            (a5w, n5w, b5w), (a4w, n4w, b4w) = _log_panels(loss, lo[bad][worse], end[worse], d_far[worse],
-                                                           ulo[worse], side, step[worse])
+            (a5w, n5w, b5w), (a4w, n4w, b4w), (eaw, enw, ebw) = _log_panels(loss, lo[bad][worse], end[worse],
+                                                                            d_far[worse], ulo[worse], side, step[worse])
             aew = 10.0 * np.abs(a5w - a4w) + 16 * _U * a5w + rest[worse]
             new = 10.0 * np.abs(n5w - n4w) + 16 * _U * n5w + rest[worse]
             bew = 10.0 * np.abs(b5w - b4w) + 16 * _U * b5w + rest[worse]
@@ -341,6 +343,7 @@ def _integrals(loss, lo, h, tiny: float = 0.0, anchor: float | None = None):
             w = worse[better]
             a5[w], ae[w], n5[w], ne[w], b5[w], be[w] = (a5w[better], aew[better], n5w[better], new[better],
                                                       b5w[better], bew[better])
+            ea5[w], en5[w], eb5[w] = eaw[better], enw[better], ebw[better]
             dis[w] = 10.0 * np.abs(a5w - a4w)[better]
         # (those holding the end or within one mesh of it always; the others where the bound is smaller)
         close = at_end[bad]
@@ -349,6 +352,7 @@ def _integrals(loss, lo, h, tiny: float = 0.0, anchor: float | None = None):
         a[sel], a_err[sel] = (a5 + ra)[take], ae[take]
         n[sel], n_err[sel] = (n5 + rn)[take], ne[take]
         b[sel], b_err[sel] = (b5 + rb)[take], be[take]
+        ea[sel], en[sel], eb[sel] = ea5[take], en5[take], eb5[take]
         done[sel] = close[take] | ((ae <= _REFINE_REL * (a5 + ra)) & (ne <= _REFINE_REL * (a5 + ra) * nscale[bad])
                                    & (be <= _REFINE_REL * (b5 + rb)))[take]
         # (rules at exact distances from the float end log1p(-q), within 2 u |s| of the exact one: the cell's mass
@@ -368,8 +372,9 @@ def _integrals(loss, lo, h, tiny: float = 0.0, anchor: float | None = None):
         k = np.arange(m + 1) / m
         edges = c0[bad, None] + (c1[bad] - c0[bad])[:, None] * k[None, :]
         sub = _panels(loss, np.repeat(lo[bad], m), edges[:, :-1].ravel(), edges[:, 1:].ravel())
-        for arr, val in zip((a, a_err, n, n_err, b, b_err), sub):
+        for arr, val in zip((a, a_err, n, n_err, b, b_err, ea, en, eb), sub):
             arr[bad] = val.reshape(-1, m).sum(axis=1)
+    a_err, n_err, b_err = a_err + ea, n_err + en, b_err + eb
     # The rules integrate over [lo + c0, lo + c1] in floating point: each end lies within 4 u (|y| + w)
     # of the lattice point it stands for (lo + w rounded, the lattice's own rounding), which moves
     # up to f(end) times that between neighbouring cells -- relative u |y| / w of a small cell's mass,
@@ -439,8 +444,10 @@ def _log_panels(loss, lo, end, d_far, ulo, side: int, step=None):
     interval, panels ``[max(-(k + 1) s, ulo), -k s]`` (``s = step``, per interval, default ``_U_STEP``;
     ``k = 0, 1, ..``, at least one) in ``u - log d_far``; the nodes ``y = lo + end +- d_far e^u`` (``+``
     where the end is below, ``side == 0``) with weight ``d_far e^u``.  Returns ``((a5, n5, b5), (a4, n4,
-    b4))``, the sums of ``f``, ``(1 - e^-t) f`` and ``e^-t f`` (``t = y - lo``); the subsampled
-    Gaussian's by the compiled ``fpld_psg_logpanels`` (same terms, sums in another order)."""
+    b4), (ea, en, eb))``, the sums of ``f``, ``(1 - e^-t) f`` and ``e^-t f`` (``t = y - lo``), and the 5-point
+    terms' sums weighted by their relative error bounds (the density's, :meth:`ContinuousLoss.pdf_error`, and the
+    weights'); the subsampled Gaussian's by the compiled ``fpld_psg_logpanels`` (same terms, sums in another
+    order)."""
     step = np.broadcast_to(np.asarray(_U_STEP if step is None else step, dtype=np.float64), np.shape(lo))
     psg = getattr(loss, "psg_params", None)
     if psg is not None and _kernels._core is not None and _kernels._leaf is not None:
@@ -448,7 +455,7 @@ def _log_panels(loss, lo, end, d_far, ulo, side: int, step=None):
                                            for a in (lo, end, d_far, ulo, step)),
                                          1.0 if side == 0 else -1.0, float(psg[0]), float(psg[1]),
                                          float(psg[2]), bool(psg[3]), *_GL_RULES)
-        return r[:3], r[3:]
+        return r[:3], r[3:6], r[6:]
     npan = np.maximum(np.ceil(-ulo / step), 1).astype(np.int64)
     owner = np.repeat(np.arange(lo.size), npan)
     k = np.arange(owner.size) - np.repeat(np.cumsum(npan) - npan, npan)
@@ -462,20 +469,40 @@ def _log_panels(loss, lo, end, d_far, ulo, side: int, step=None):
         t = end[owner, None] + (d if side == 0 else -d)  # offsets from lo
         y = lo[owner, None] + t
         f = np.asarray(loss.pdf(y.ravel()), dtype=np.float64).reshape(t.shape)
+        # (the density's relative error at the 5-point nodes: d within rd of the exact node's distance, relative --
+        # the node's shift d rd, and at the rounded point y also t's and y's rounding -- and the weights d, e^-t
+        # and 1 - e^-t within 2 rd + 12 u; fpld_psg_logpanels's)
+        rd = _U * (np.abs(uu) + 4 * half[:, None] + 9)
+        if x.size == 5:
+            with np.errstate(all="ignore"):
+                rel = np.asarray(loss.pdf_error(y.ravel(), (d * rd + _U * (np.abs(t) + np.abs(y))).ravel()),
+                                 dtype=np.float64).reshape(t.shape)
         if psg is not None:
             # (at the distance d itself where the point is below log(1 - q)'s magnitude: see _exact_end)
             near = (y if psg[3] else -y) < 0
             if near.any():
-                f = np.where(near, _psg_from_end(psg, np.where(near, d, 0.0), False), f)
+                dn = np.where(near, d, 0.0)
+                fn, reln = _psg_from_end(psg, dn, False, delta=dn * rd)
+                f = np.where(near, fn, f)
+                if x.size == 5:
+                    rel = np.where(near, reln, rel)
         fw = f * d * half[:, None] * w[None, :]  # dy = d du
-        res.append(tuple(np.bincount(owner, weights=v.sum(axis=1), minlength=lo.size)
-                         for v in (fw, fw * -np.expm1(-t), fw * np.exp(-t))))
-    return res[0], res[1]
+        wn, wb = -np.expm1(-t), np.exp(-t)
+        res.append(tuple(np.bincount(owner, weights=v.sum(axis=1), minlength=lo.size) for v in (fw, fw * wn, fw * wb)))
+        if x.size == 5:
+            rel = rel + 2 * rd + 12 * _U
+            with np.errstate(invalid="ignore"):
+                res.append(tuple(np.bincount(owner, weights=np.where(fw != 0, np.abs(v) * rel, 0.0).sum(axis=1),
+                                             minlength=lo.size) for v in (fw, fw * wn, fw * wb)))
+    return res[0], res[2], res[1]
 
 
 def _panels(loss, lo, c0, c1):
-    """5- and 4-point rules on the panels ``[lo + c0, lo + c1]`` (see :func:`_integrals`); the
-    subsampled Gaussian's by the compiled ``fpld_psg_panels`` (same terms, sums in another order)."""
+    """5- and 4-point rules on the panels ``[lo + c0, lo + c1]`` (see :func:`_integrals`): ``(a, a_err, n, n_err,
+    b, b_err, ea, en, eb)``, the errors the rules' (their disagreement and rounding) and ``ea, en, eb`` the 5-point
+    terms' sums weighted by their relative error bounds (:meth:`ContinuousLoss.pdf_error` at the nodes' positions,
+    and the weights'), which no refinement reduces; the subsampled Gaussian's by the compiled ``fpld_psg_panels``
+    (same terms, sums in another order)."""
     psg = getattr(loss, "psg_params", None)
     if psg is not None and _kernels._core is not None and _kernels._leaf is not None:
         return _kernels._leaf.psg_panels(*(np.ascontiguousarray(a, dtype=np.float64) for a in (lo, c0, c1)),
@@ -489,10 +516,18 @@ def _panels(loss, lo, c0, c1):
         y = lo[:, None] + t
         f = np.asarray(loss.pdf(y.ravel()), dtype=np.float64).reshape(y.shape) * half[:, None]
         fw = f * w[None, :]
-        res.append((fw.sum(axis=1), (fw * -np.expm1(-t)).sum(axis=1), (fw * np.exp(-t)).sum(axis=1)))
+        wn, wb = -np.expm1(-t), np.exp(-t)
+        res.append((fw.sum(axis=1), (fw * wn).sum(axis=1), (fw * wb).sum(axis=1)))
+        if x.size == 5:
+            # (the density's relative error at the nodes, each within u |y| + 4 u t of the exact one (c0 >= 0), and
+            # the weights' 12 u: fpld_psg_panels's)
+            with np.errstate(all="ignore"):
+                rel = np.asarray(loss.pdf_error(y.ravel(), (_U * (np.abs(y) + 4 * t)).ravel()),
+                                 dtype=np.float64).reshape(y.shape) + 12 * _U
+                es = [np.where(fw != 0, np.abs(v) * rel, 0.0).sum(axis=1) for v in (fw, fw * wn, fw * wb)]
     (a5, n5, b5), (a4, n4, b4) = res
     err = lambda x5, x4: 10.0 * np.abs(x5 - x4) + 16 * _U * x5
-    return a5, err(a5, a4), n5, err(n5, n4), b5, err(b5, b4)
+    return a5, err(a5, a4), n5, err(n5, n4), b5, err(b5, b4), es[0], es[1], es[2]
 
 
 def _check_window(total, truncated, err, loss=None):
@@ -507,6 +542,13 @@ def _check_window(total, truncated, err, loss=None):
                     "certificate")
         raise ValueError(f"the mechanism's density and atoms hold {total:.12g} of the window's mass {window:.12g} "
                          f"(from its CDF): {why}")
+
+
+# Where a density underflows (|z| > 37.6 for the normal factors) its relative error bound (ContinuousLoss.pdf_error)
+# does not hold, but its absolute error is at most a few DBL_MIN times the factors around it (below 1e-287 a cell for
+# the subsampled Gaussian at sigma <= 1000 and meshes >= 1e-8; the log-distance rules' weight d cancels dl/dt near
+# the end), so all of a leaf's cells, up to 1e7 of them, miss less than this per copy: charged as total variation
+_UNDERFLOW_TV = 1e-280
 
 
 def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bool = False, *,
@@ -533,7 +575,11 @@ def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bo
     if not total > 0:
         raise ValueError("the discretisation window holds no probability mass; the mechanism parameters are degenerate")
     _check_window(total, truncated, err, loss)
-    tv = 2 * err / total + _anchored_shift(loss, lat, copies)
+    if not math.isfinite(err):
+        raise ValueError("the dominance certificate cannot bound this mechanism's density (pdf_error is infinite "
+                         "where the leaf integrates it: a CustomCDF without pdf, whose numerical derivative nothing "
+                         "bounds); give it a pdf, or eps_error for the coupling certificate")
+    tv = 2 * err / total + _anchored_shift(loss, lat, copies) + _UNDERFLOW_TV
     pmf = _with_anchor(GridPMF(p, _rounded(origin, 1), h, tv=tv, truncated=truncated, origin=origin), lat)
     # (the entries: a difference and a sum of two products, the sum, the normalisation)
     pmf.rel = 2 * (rel + 4 * _U) + (math.log2(n) + 8) * _U  # (np.sum is pairwise)

@@ -170,6 +170,14 @@ class DiscreteLoss(PrivacyLoss):
         return f"DiscreteLoss(n={self.values.size}, p_inf={self.p_inf})"
 
 
+def _rel_of_log(x):
+    """A relative error from a bound ``x`` on the log of a ratio (first-order error terms summed, times
+    ``1 + 1e-6``): ``x (1 + x)`` for ``x < 1/2``, else ``inf``."""
+    x = np.asarray(x, dtype=np.float64) * (1 + 1e-6)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.where(x < 0.5, x * (1 + x), np.inf)
+
+
 class ContinuousLoss(PrivacyLoss):
     """A privacy loss given by its CDF (possibly with atoms).
 
@@ -192,6 +200,13 @@ class ContinuousLoss(PrivacyLoss):
 
     def pdf(self, t):
         raise NotImplementedError
+
+    def pdf_error(self, t, dt):
+        """A bound on the relative error of :meth:`pdf` at the points ``t``, against the exact density at any point
+        within ``dt`` of each (``dt``: how far the dominance leaf's quadrature nodes lie from the exact ones;
+        docs/dominance.md, "The density's rounding").  The library's losses derive it from their formulas; this
+        default, for a custom density, is its declared ``cdf_rel_error`` (its nodes' shifts are not charged)."""
+        return np.full(np.shape(t), float(self.cdf_rel_error))
 
     def cdf_shift(self, tmax: float) -> float:
         """Bound on the *position* error of :meth:`cdf`/:meth:`sf` for ``|t| <= tmax`` (certificate).

@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 from .._lazy import lazy_module
-from .base import ContinuousLoss, _U
+from .base import ContinuousLoss, _U, _rel_of_log
 
 special = lazy_module("scipy.special")
 
@@ -47,6 +47,15 @@ class GaussianLoss(ContinuousLoss):
         with np.errstate(over="ignore"):
             z = (np.asarray(t, dtype=np.float64) - self.m) / self.s
             return np.exp(-0.5 * z * z) / (self.s * math.sqrt(2 * math.pi))
+
+    def pdf_error(self, t, dt):
+        """:meth:`ContinuousLoss.pdf_error`: ``z = (t - m) / s`` rounds twice (``2 u |z|``; its square ``u z^2 / 2``
+        more in the exponent, ``exp`` and the constant ``12 u``), and the exact point within ``dt + u |m|`` of ``t``
+        (``m = mu^2 / 2`` rounded) moves the exponent by ``|z| a + a^2 / 2``, ``a = (dt + u |m|) / s``."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            z = np.abs((np.asarray(t, dtype=np.float64) - self.m) / self.s)
+            a = (np.asarray(dt, dtype=np.float64) + _U * abs(self.m)) / self.s
+            return _rel_of_log((2.5 * z * z + 16) * _U + z * a + 0.5 * a * a)
 
     def partial_mean(self, edges):
         a, b = float(edges[0]), float(edges[-1])
@@ -108,6 +117,12 @@ class LaplaceLoss(ContinuousLoss):
         t = np.asarray(t, dtype=np.float64)
         inside = 0.25 * np.exp((np.clip(t, -self.e, self.e) - self.e) / 2)
         return np.where((t > -self.e) & (t < self.e), inside, 0.0)
+
+    def pdf_error(self, t, dt):
+        """:meth:`ContinuousLoss.pdf_error`: ``t - eps0`` rounds by ``u |t - eps0|``, ``exp`` adds ``8 u``; the log
+        density has slope 1/2, so a point within ``dt`` moves it by ``dt / 2``."""
+        t = np.asarray(t, dtype=np.float64)
+        return _rel_of_log((0.5 * np.abs(t - self.e) + 10) * _U + 0.5 * np.asarray(dt, dtype=np.float64))
 
     def end_mass(self, t, side: int):
         # (the density's integrals from t to the end: -expm1((t - e) / 2) / 2 above, e^-e expm1((t + e) / 2) / 2

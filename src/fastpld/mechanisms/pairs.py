@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import resources
 from .._lazy import lazy_module
+from .base import _U
 from .losses import LaplaceLoss
 from .quadrature import _gl_integrate
 
@@ -43,6 +44,11 @@ class _BasePair:
         raise NotImplementedError
 
     def pdf_Q(self, l):
+        raise NotImplementedError
+
+    def pdf_slope_ops(self, l):
+        """``(slope, ops)``: a bound on ``|d log pdf / dl|`` of ``pdf_P`` and ``pdf_Q`` at ``l``, and on their
+        relative rounding there (:meth:`fastpld.mechanisms.SubsampledLoss.pdf_error`)."""
         raise NotImplementedError
 
     def log_moment_P(self, lam):
@@ -97,6 +103,11 @@ class _GaussPair(_BasePair):
     def pdf_Q(self, l):
         z = (l - self.v / 2) / self.sd
         return np.exp(-0.5 * z * z) / (self.sd * math.sqrt(2 * math.pi))
+
+    def pdf_slope_ops(self, l):
+        # (|z| / sd with z = (l +- v / 2) / sd; z's rounding and its square's 2.5 u z^2, exp and the constant 12 u)
+        z = (np.abs(l) + self.v / 2) / self.sd
+        return z / self.sd, (2.5 * z * z + 12) * _U
 
     def log_moment_P(self, lam):
         lam = np.asarray(lam, dtype=np.float64)
@@ -156,6 +167,10 @@ class _LaplacePair(_BasePair):
         l = np.asarray(l, dtype=np.float64)
         e = self.e
         return np.where((l > -e) & (l < e), 0.25 * np.exp(-(np.clip(l, -e, e) + e) / 2), 0.0)
+
+    def pdf_slope_ops(self, l):
+        # (both densities e^(+-l/2) up to constants: slope 1/2; l +- e rounded, halved, exp: (|l| + e) u / 2 + 9 u)
+        return 0.5, (0.5 * (np.abs(l) + self.e) + 9) * _U
 
     def end_mass_P(self, l, side: int):
         """``P``'s continuous mass between ``l`` and the end of ``[-e, e]`` on ``side`` (atoms excluded; see
