@@ -677,3 +677,27 @@ def test_dominating_far_tail_keeps_its_mass(monkeypatch):
     up = RandomAllocation(fastpld.Gaussian(0.6), 2).privacy_losses()["remove"]
     for eps in (12.0, 12.6, 13.0):
         assert gauss_exact(0.6, 2, eps, "remove") <= curve(up, eps), eps
+
+
+def test_coupling_lower_bounds_charge_the_dominated_losses_slack():
+    # a bound="lower" epoch puts its mass at loss -inf at its lowest value instead (lower_slack), which may raise a
+    # composed curve by up to that much per copy: a coupling composition charges it to the delta it spent, so its
+    # lower bounds stay below those of the same composition read without it by at least epochs x slack
+    mech = RandomAllocation(fastpld.Gaussian(1.0), 1000, bound="lower")
+    losses = mech.privacy_losses()
+    epochs = 50
+    pld = fastpld.compose(mech, epochs, method="coupling", eps_error=0.05)
+    eps = 1.0
+    b = pld.delta(eps)
+    below = []
+    for name, d in pld.directions.items():
+        s = losses[name].lower_slack
+        assert s > 0
+        slack = d.certificate.get("lower_slack")
+        assert slack is not None and slack >= epochs * s * (1 - 1e-12) and d.delta_spent >= slack
+        # (the direction's lower bound without the slack's charge, from the same PMF, less that charge)
+        q = pld._q[name]
+        dl, pl = q.delta(np.array([eps + d.eps_spent]))
+        without = (d.p_inf + (1 - d.p_inf) * max(0.0, float(dl[0] - pl[0]) - (d.delta_spent - slack)))
+        below.append(max(0.0, without - (1 - d.p_inf) * epochs * s * (1 - 1e-9)))
+    assert b.lower <= max(below)
