@@ -275,12 +275,12 @@ def ctd_cells(const double[::1] a, const double[::1] a_err, const double[::1] nu
     their sum ``total`` where it is positive.
 
     Cell ``k`` (``sizes[k]`` intervals from point ``starts[k]``, in order and disjoint) sends the share
-    ``up = min((nu + nu_err) / den[sizes[k]] (1 + 4 u), a)`` of its mass ``a`` to its upper end and the rest to
+    ``up = min((nu + nu_err) / den[sizes[k]] (1 + 16 u), a)`` of its mass ``a`` to its upper end and the rest to
     its lower end; ``den[m] = 1 - e^(-m h)`` (the caller's, as numpy's and libm's expm1 round them).  The masses'
     error bounds ``a_err``: ``rel`` the largest relative one at most ``rel_cap`` among those above
     ``negligible`` (0 if none), ``err`` the sum of the others."""
     cdef Py_ssize_t m = a.shape[0], k, nd = den.shape[0], cnt = 0
-    cdef double up, r, rel = 0.0, err, total, fac = 1 + 4 * u
+    cdef double up, r, rel = 0.0, err, total, fac = 1 + 16 * u
     cdef bint have = False, bad = False
     if (a_err.shape[0] != m or nu.shape[0] != m or nu_err.shape[0] != m or starts.shape[0] != m
             or sizes.shape[0] != m or n < 1):
