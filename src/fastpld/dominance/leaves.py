@@ -709,8 +709,10 @@ def _dominated_masses(loss, e, atoms, starts, sizes, a5, a_err, b5, b_err, h: fl
     a = np.maximum(a5 - a_err, 0.0)  # A-mass, rounded down
     b = b5 + b_err  # B-mass times e^lo, rounded up
     ok = (a > 0) & (b > 0)
-    # the atom's offset from lo: log(A / B), with A rounded down and B up (its loss only lower)
-    s = np.clip(np.log(a[ok] / b[ok]) - 4 * _U, 0.0, h * sizes[ok])
+    # the atom's offset from lo: log(A / B), with A rounded down and B up (its loss only lower), lowered by the
+    # ratio's rounding (u, absolute in the log) and log's own (4 ulp of its value, as every libm call is taken)
+    lr = np.log(a[ok] / b[ok])
+    s = np.clip(lr - 4 * _U - 8 * _U * np.abs(lr), 0.0, h * sizes[ok])
     j0 = starts[ok]
     big = sizes[ok] > 1
     if big.any():
