@@ -67,10 +67,8 @@ static inline double psg_dl(double tt, double em1, double q)
 
 /* The density of Y at tt = +-t (the sign of the direction) from psg_em1 / psg_l's em1 and l: the
  * normal densities of L times dl/dt (0 where that is not finite). */
-static inline double psg_density(double tt, double em1, double l, double q, double h, double sd, double cden,
-                                 int remove)
+static inline double psg_density_dl(double dl, double l, double q, double h, double sd, double cden, int remove)
 {
-    double dl = psg_dl(tt, em1, q); /* dl/dt = e^t / (e^t - 1 + q) */
     double zp = (l + h) / sd, dens;
     double dp = exp(-0.5 * zp * zp) * cden;
     if (remove) {
@@ -82,21 +80,28 @@ static inline double psg_density(double tt, double em1, double l, double q, doub
     return isfinite(dens) ? dens : 0.0;
 }
 
+static inline double psg_density(double tt, double em1, double l, double q, double h, double sd, double cden,
+                                 int remove)
+{
+    return psg_density_dl(psg_dl(tt, em1, q), l, q, h, sd, cden, remove); /* dl/dt = e^t / (e^t - 1 + q) */
+}
+
 /* A bound on the relative error of psg_density's value (the computed l and dl = dl/dt at a point whose t is within
  * delta of the exact node's), against the exact density at that node (numpy reference:
  * fastpld._reference.psg_density_rel, the same formula; docs/dominance.md, "The density's rounding").  l is
  * within Dl = 10 u (1 + 2 |l| + 2 |log q| + 2 |log(1 - q)|) + dl delta of the exact l (the rounded logs, expm1
  * and sums: each libm call within 4 ulp; the node's shift through dl/dt), so each normal argument z within
- * Dl / sd, which moves exp(-z^2 / 2) by |z| Dl / sd in log; z's own rounding and its square's 2.5 u z^2, exp and
- * the products 24 u; dl/dt's 11 u and, through the shift, |dl - 1| delta (d log(dl/dt) / dt = 1 - dl/dt); the
+ * Dl / sd, which moves exp(-z^2 / 2) by |z| Dl / sd in log; z's own rounding and its square's 2.5 u z^2, and
+ * sd = sqrt(v) rounded against 1 / sigma 1.5 u z^2 more, exp and the products 24 u; dl/dt's 11 u and, through the shift, |dl - 1| delta (d log(dl/dt) / dt = 1 - dl/dt); the
  * mixture 4 u.  Z = (|l| + v / 2) / sd bounds both normal arguments.  The sum x bounds the log of the ratio:
- * relative x (1 + x) for x < 1/2, else infinite.  lq: |log q| + |log(1 - q)|. */
-static inline double psg_density_rel(double l, double dl, double delta, double lq, double v, double sd)
+ * relative x (1 + x) for x < 1/2, else infinite.  lq: |log q| + |log(1 - q)|; isd: 1 / sd (its rounding, and the
+ * products', are far inside the 1e-6 margin). */
+static inline double psg_density_rel(double l, double dl, double delta, double lq, double v, double isd)
 {
     const double u = 0x1p-53;
-    double al = fabs(l), z = (al + 0.5 * v) / sd;
+    double al = fabs(l), z = (al + 0.5 * v) * isd;
     double dlz = 10 * u * (1 + 2 * al + 2 * lq) + fabs(dl) * delta;
-    double x = (z * dlz / sd + (2.5 * z * z + 40) * u + fabs(dl - 1.0) * delta) * (1 + 1e-6);
+    double x = (z * dlz * isd + (4 * z * z + 40) * u + fabs(dl - 1.0) * delta) * (1 + 1e-6);
     return x < 0.5 ? x * (1 + x) : INFINITY;
 }
 
@@ -140,9 +145,10 @@ int fpld_psg_eval(const double *t, ptrdiff_t n, double q, double v, double sd, i
 /* The mass between the support end log(1 - q) (remove: the lower end; add: the upper one) and the point at
  * distance d > 0 from it, as fpld_psg_eval's F (remove) or S (add) there but with expm1(d) for expm1(tt - ylo):
  * the point itself rounds to within an ulp of the end's magnitude.  *rel: a bound on its relative error.  l is
- * within dl = 8 u (|log(1 - q)| + |log expm1(d)| + |log q| + v / 2) of the exact l at d (the rounded logs and
- * sums), so each normal argument z within dl / sd, which moves Phi(z) by at most (|z| + 1) dl / sd of itself
- * (phi / Phi <= |z| + 1); scipy's ndtr and the mixture's sum add 16 u.  For d >= -log(1 - q) (tt >= 0) the
+ * within dl = 10 u (|log(1 - q)| + |log expm1(d)| + |log q| + v / 2 + 1) of the exact l at d (expm1, the logs and
+ * sums, each libm call within 4 ulp), so each normal argument z within dl / sd, which moves Phi(z) by at most
+ * (|z| + 1) dl / sd of itself (phi / Phi <= |z| + 1); z's own rounding 2 u |z| (|z| + 1), erfc's argument z / sqrt 2
+ * rounded (~z^2 u), erfc itself and the mixture's sum 24 u.  For d >= -log(1 - q) (tt >= 0) the
  * point's own value is exact enough: fpld_psg_eval at it, within cre (the loss's cdf_rel_error) each. */
 static double psg_end_tail(double d, double s_end, int side, double q, double v, double sd, int remove, double cre,
                            double *rel)
@@ -158,16 +164,16 @@ static double psg_end_tail(double d, double s_end, int side, double q, double v,
     }
     double em1 = expm1(d), h = v / 2, lem = log(em1), logq = log(q);
     double l = em1 > 0 ? (ylo + lem) - logq : -INFINITY;
-    double dl = 8 * u * (fabs(ylo) + fabs(lem) + fabs(logq) + h) / sd, zp = (l + h) / sd, zq = (l - h) / sd;
+    double dl = 10 * u * (fabs(ylo) + fabs(lem) + fabs(logq) + h + 1) / sd, zp = (l + h) / sd, zq = (l - h) / sd;
     double pl, pu;
     ndtr_pair(zp, &pl, &pu);
     if (remove) {
-        double ql, qu;
+        double ql, qu, z = np_maximum(fabs(zp), fabs(zq));
         ndtr_pair(zq, &ql, &qu);
-        *rel = (np_maximum(fabs(zp), fabs(zq)) + 1) * dl + 16 * u;
+        *rel = (z + 1) * dl + (3 * z * z + 2 * z + 24) * u;
         return (1 - q) * pl + q * ql;
     }
-    *rel = (fabs(zp) + 1) * dl + 16 * u;
+    *rel = (fabs(zp) + 1) * dl + (3 * zp * zp + 2 * fabs(zp) + 24) * u;
     return pl;
 }
 
@@ -186,7 +192,7 @@ int fpld_psg_panels(const double *lo, const double *c0, const double *c1, ptrdif
         return FPLD_EINVAL;
     const double u = 0x1p-53;
     double logq = log(q), ylo = log1p(-q), h = v / 2, cden = 1.0 / (sd * 2.5066282746310002);
-    double lq = fabs(logq) + fabs(ylo);
+    double lq = fabs(logq) + fabs(ylo), isd = 1.0 / sd;
     /* e^-t and -expm1(-t) per node, kept while consecutive panels share (c0, c1) (most do) */
     double kc0 = NAN, kc1 = NAN, em[9], ex[9], tn[9];
     for (ptrdiff_t i = 0; i < n; i++) {
@@ -204,8 +210,8 @@ int fpld_psg_panels(const double *lo, const double *c0, const double *c1, ptrdif
         double I[2][3] = {{0, 0, 0}, {0, 0, 0}}, E[3] = {0, 0, 0};
         for (int j = 0; j < 9; j++) {
             double y = lo[i] + tn[j], tt = remove ? y : -y;
-            double em1 = psg_em1(tt, ylo), l = psg_l(tt, em1, q, logq, ylo);
-            double dens = psg_density(tt, em1, l, q, h, sd, cden, remove);
+            double em1 = psg_em1(tt, ylo), l = psg_l(tt, em1, q, logq, ylo), dl = psg_dl(tt, em1, q);
+            double dens = psg_density_dl(dl, l, q, h, sd, cden, remove);
             int r = j < 5 ? 0 : 1;
             double fw = (dens * half) * (j < 5 ? w5[j] : w4[j - 5]);
             I[r][0] += fw;
@@ -214,12 +220,13 @@ int fpld_psg_panels(const double *lo, const double *c0, const double *c1, ptrdif
             if (eout && r == 0 && fw != 0) {
                 /* the node within u |y| + 4 u tn of the exact one (tn = c0 + half (1 + x), c0 >= 0), and for t
                  * below 0 the argument t - log(1 - q) of expm1 within u |t - log(1 - q)| + 8 u |log(1 - q)|; the
-                 * weights 1 - e^-t and e^-t at the rounded tn within 12 u */
+                 * weights 1 - e^-t and e^-t within 12 u of their values at the rounded tn, which moves both by up
+                 * to e^-t 4 u tn (absolute: 1 - e^-t is small near tn = 0) */
                 double delta = u * (fabs(y) + 4 * tn[j]) + (tt < 0 ? u * fabs(tt - ylo) + 8 * u * fabs(ylo) : 0.0);
-                double e = psg_density_rel(l, psg_dl(tt, em1, q), delta, lq, v, sd) + 12 * u;
+                double e = psg_density_rel(l, dl, delta, lq, v, isd) + 12 * u, wt = fabs(fw) * ex[j] * (4 * u * tn[j]);
                 E[0] += fabs(fw) * e;
-                E[1] += fabs(fw * em[j]) * e;
-                E[2] += fabs(fw * ex[j]) * e;
+                E[1] += fabs(fw * em[j]) * e + wt;
+                E[2] += fabs(fw * ex[j]) * e + wt;
             }
         }
         for (int m = 0; m < 3; m++) {
@@ -240,7 +247,7 @@ int fpld_psg_logpanels(const double *lo, const double *end, const double *dfar, 
         return FPLD_EINVAL;
     const double u = 0x1p-53;
     double logq = log(q), ylo = log1p(-q), h = v / 2, cden = 1.0 / (sd * 2.5066282746310002);
-    double lq = fabs(logq) + fabs(ylo);
+    double lq = fabs(logq) + fabs(ylo), isd = 1.0 / sd;
     for (ptrdiff_t i = 0; i < n; i++) {
         double reach = -ulo[i], step = steps[i];
         if (!(step > 0) || !(reach >= 0) || !(reach <= 1e6 * step) || !(dfar[i] > 0))
@@ -264,21 +271,23 @@ int fpld_psg_logpanels(const double *lo, const double *end, const double *dfar, 
                  * finite end of these losses --, but y = end +- d rounds to within an ulp of |y|, which is
                  * all of d below ~1e-18, where a small sigma puts most of the mass) */
                 double em1 = tt < 0 ? expm1(d) : psg_em1(tt, ylo), l = psg_l(tt, em1, q, logq, ylo);
-                double dens = psg_density(tt, em1, l, q, h, sd, cden, remove);
+                double dl = psg_dl(tt, em1, q), dens = psg_density_dl(dl, l, q, h, sd, cden, remove);
                 double fw = ((dens * d) * half) * w, wn = -expm1(-t), wb = exp(-t);
                 I[r][0] += fw;
                 I[r][1] += fw * wn;
                 I[r][2] += fw * wb;
                 if (r == 0 && fw != 0) {
                     /* d within rd = u (|uu| + 4 half + 9) of the exact node's distance (relative): the node's
-                     * shift d rd, plus the rounding of t and y where the density is taken at y; the weight d
-                     * (rd) and the weights 1 - e^-t, e^-t (rd and 12 u) */
+                     * shift d rd, plus the rounding of t and y where the density is taken at y; the weight d (rd);
+                     * the weights 1 - e^-t, e^-t (12 u, and t's shift d rd + u |t| moves both by e^-t times it,
+                     * absolute); the sums over the cell's 5 npan terms in sequence ((5 npan) u of their sizes) */
                     double rd = u * (fabs(uu) + 4 * half + 9);
                     double delta = d * rd + (tt < 0 ? 0.0 : u * (fabs(t) + fabs(y)));
-                    double e = psg_density_rel(l, psg_dl(tt, em1, q), delta, lq, v, sd) + 2 * rd + 12 * u;
+                    double e = psg_density_rel(l, dl, delta, lq, v, isd) + rd + 12 * u + u * (double)(5 * npan);
+                    double wt = fabs(fw) * wb * (d * rd + u * fabs(t));
                     E[0] += fabs(fw) * e;
-                    E[1] += fabs(fw * wn) * e;
-                    E[2] += fabs(fw * wb) * e;
+                    E[1] += fabs(fw * wn) * e + wt;
+                    E[2] += fabs(fw * wb) * e + wt;
                 }
             }
         }
@@ -1195,10 +1204,10 @@ static int integrals_side(int side, double s_end, const double *lo, const double
         eo[2 * n + i] = eb[j];
         done[i] = (char)(close[j] || (ae[j] <= rr * a[i] && ne[j] <= rr * a[i] * ns[i] && be[j] <= rr * b[i]));
         if (close[j] && holds[j] && endrules) {
-            /* its rules are at exact distances from the float end log1p(-q), which is within 2 u |s| of the
-             * exact one: the cell's mass moves by at most 4 u |s| (the map from L moves with it), which moves N
-             * and B by at most that times B; no position charge at the end (fpld_psg_integrals) */
-            double es = 4 * u * fabs(s_end) * b[i];
+            /* its rules are at exact distances from the float end log1p(-q), which is within 8 u |s| of the
+             * exact one (4 ulp): the cell's mass moves by at most 16 u |s| (the map from L moves with it), which
+             * moves N and B by at most that times B; no position charge at the end (fpld_psg_integrals) */
+            double es = 16 * u * fabs(s_end) * b[i];
             n_err[i] += es;
             b_err[i] += es;
             endrules[i] = 1;
@@ -1290,10 +1299,13 @@ int fpld_psg_integrals(const double *lo, const double *h, ptrdiff_t n, ptrdiff_t
                 out[r * n + i] = s;
             }
             for (int r = 0; r < 3; r++) {
-                double s = 0.0;
-                for (ptrdiff_t k = 0; k < m; k++)
+                /* (and the m panels' values summed in sequence: (m - 1) u of their sizes) */
+                double s = 0.0, sa = 0.0;
+                for (ptrdiff_t k = 0; k < m; k++) {
                     s += pe[r * m + k];
-                eo[r * n + i] = s;
+                    sa += fabs(pr[2 * r * m + k]);
+                }
+                eo[r * n + i] = s + (double)m * u * sa;
             }
         }
     }

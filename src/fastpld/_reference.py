@@ -201,7 +201,8 @@ def psg_density_rel(l, dl, delta, lq: float, v: float, sd: float):
     point whose ``t`` lies within ``delta`` of the exact node's, against the exact density there (the C
     ``psg_density_rel``, the same formula; ``lq``: ``|log q| + |log(1 - q)|``).  ``l`` is within
     ``Dl = 10 u (1 + 2 |l| + 2 lq) + dl delta`` of the exact ``l``, so each normal argument ``z`` within ``Dl / sd``,
-    moving ``exp(-z^2 / 2)`` by ``|z| Dl / sd`` in log; ``z``'s rounding and its square's ``2.5 u z^2``, ``exp`` and the
+    moving ``exp(-z^2 / 2)`` by ``|z| Dl / sd`` in log; ``z``'s rounding and its square's ``2.5 u z^2`` (and ``sd = sqrt(v)``
+    rounded against ``1 / sigma``, ``1.5 u z^2``), ``exp`` and the
     products ``24 u``, ``dl/dt``'s ``11 u`` and ``|dl - 1| delta``, the mixture ``4 u``; ``Z = (|l| + v / 2) / sd``
     bounds both arguments.  The sum ``x`` bounds the log of the ratio: ``x (1 + x)`` for ``x < 1/2``, else ``inf``
     (docs/dominance.md, "The density's rounding")."""
@@ -210,7 +211,7 @@ def psg_density_rel(l, dl, delta, lq: float, v: float, sd: float):
     z = (al + 0.5 * v) / sd
     with np.errstate(invalid="ignore", over="ignore"):
         dlz = 10 * u * (1 + 2 * al + 2 * lq) + np.abs(dl) * delta
-        x = (z * dlz / sd + (2.5 * z * z + 40) * u + np.abs(dl - 1.0) * delta) * (1 + 1e-6)
+        x = (z * dlz / sd + (4 * z * z + 40) * u + np.abs(dl - 1.0) * delta) * (1 + 1e-6)
         return np.where(x < 0.5, x * (1 + x), np.inf)
 
 

@@ -33,11 +33,11 @@ def _end_shift(loss, lat: float) -> float:
     """The charge (per copy, as total variation) of a lattice anchored at the end ``log(1 - q)``
     (:func:`_anchor_end`), else 0.  The leaf's integrals are those of the computed model, whose end is the float
     ``s = log1p(-q)``, the lattice point: none of its mass crosses that cell end, and none is charged there.  The
-    exact loss lies within ``4 u |s|`` of the model near the end (``s`` within ``2 u |s|`` of the exact end, and the
-    map from ``L`` moves with it): a shift of the loss by at most ``r`` per copy moves the composed curve by at most
+    exact loss lies within ``16 u |s|`` of the model near the end (``s`` within ``8 u |s|`` of the exact end, log1p
+    within 4 ulp, and the map from ``L`` moves with it): a shift of the loss by at most ``r`` per copy moves the composed curve by at most
     ``k r e^(k r)`` (``|d delta / d eps| <= 1``), for either bound.  With ``k r <= 1e-5``
     (:func:`_anchored_shift` checks it) that is ``r (1 + 1e-5)`` a copy."""
-    return 4 * _U * abs(lat) * (1 + 1e-5) if lat != 0.0 and lat == _psg_end(loss) else 0.0
+    return 16 * _U * abs(lat) * (1 + 1e-5) if lat != 0.0 and lat == _psg_end(loss) else 0.0
 
 
 def _end_tail(loss, t, side: int):
@@ -68,9 +68,10 @@ def _psg_from_end(psg, d, tail: bool, delta=None):
     (``tail``: its CDF, remove, or survival function, add) at distances ``d`` from that end, with ``expm1(d)`` for
     ``expm1(tt - log(1 - q))`` (``_kernels.psg_eval``'s ``tt < 0`` branch; the C ``psg_end_tail`` and
     ``fpld_psg_logpanels``).  Only for ``d < -log(1 - q)``.  With ``tail``, also a bound on the tails' relative
-    error: ``l`` is within ``dl = 8 u (|log(1 - q)| + |log expm1(d)| + |log q| + v / 2)`` of the exact ``l``, so
-    each normal argument ``z`` within ``dl / sd``, which moves ``Phi(z)`` by at most ``(|z| + 1) dl / sd`` of itself
-    (``phi / Phi <= |z| + 1``); the normal CDF and the mixture's sum add ``16 u``.  With ``delta`` (the density):
+    error: ``l`` is within ``dl = 10 u (|log(1 - q)| + |log expm1(d)| + |log q| + v / 2 + 1)`` of the exact ``l``
+    (each libm call within 4 ulp), so each normal argument ``z`` within ``dl / sd``, which moves ``Phi(z)`` by at most
+    ``(|z| + 1) dl / sd`` of itself (``phi / Phi <= |z| + 1``); ``z``'s own rounding ``2 u |z| (|z| + 1)``, the normal
+    CDF's argument ``z / sqrt 2`` rounded (``~z^2 u``), the CDF itself and the mixture's sum ``24 u``.  With ``delta`` (the density):
     also its relative error bound, the distances within ``delta`` of the exact ones
     (:func:`fastpld._reference.psg_density_rel`)."""
     from .. import _reference  # (where used: the import stays light)
@@ -89,8 +90,8 @@ def _psg_from_end(psg, d, tail: bool, delta=None):
                 return P
             return P, _reference.psg_density_rel(l, dl, delta, abs(logq) + abs(ylo), v, sd)
         zp, zq, h = (l + v / 2) / sd, (l - v / 2) / sd, v / 2
-        rel = (np.maximum(np.abs(zp), np.abs(zq)) if remove else np.abs(zp)) + 1
-        rel = rel * (8 * _U * (abs(ylo) + np.abs(lem) + abs(logq) + h) / sd) + 16 * _U
+        z = np.maximum(np.abs(zp), np.abs(zq)) if remove else np.abs(zp)
+        rel = (z + 1) * (10 * _U * (abs(ylo) + np.abs(lem) + abs(logq) + h + 1) / sd) + (3 * z * z + 2 * z + 24) * _U
     return (F if remove else S), rel
 
 

@@ -355,11 +355,11 @@ def _integrals(loss, lo, h, tiny: float = 0.0, anchor: float | None = None):
         ea[sel], en[sel], eb[sel] = ea5[take], en5[take], eb5[take]
         done[sel] = close[take] | ((ae <= _REFINE_REL * (a5 + ra)) & (ne <= _REFINE_REL * (a5 + ra) * nscale[bad])
                                    & (be <= _REFINE_REL * (b5 + rb)))[take]
-        # (rules at exact distances from the float end log1p(-q), within 2 u |s| of the exact one: the cell's mass
-        # moves by at most 4 u |s|, which moves N and B by at most that times B; no position charge at the end)
+        # (rules at exact distances from the float end log1p(-q), within 8 u |s| of the exact one (4 ulp): the cell's
+        # mass moves by at most 16 u |s|, which moves N and B by at most that times B; no position charge at the end)
         held = bad[take & close & holds]
-        n_err[held] += 4 * _U * abs(s_end) * b[held]
-        b_err[held] += 4 * _U * abs(s_end) * b[held]
+        n_err[held] += 16 * _U * abs(s_end) * b[held]
+        b_err[held] += 16 * _U * abs(s_end) * b[held]
         endrules[held] = True
     for level in range(1, 4):
         bad = np.flatnonzero(~done & (a_err > tiny)
@@ -374,6 +374,8 @@ def _integrals(loss, lo, h, tiny: float = 0.0, anchor: float | None = None):
         sub = _panels(loss, np.repeat(lo[bad], m), edges[:, :-1].ravel(), edges[:, 1:].ravel())
         for arr, val in zip((a, a_err, n, n_err, b, b_err, ea, en, eb), sub):
             arr[bad] = val.reshape(-1, m).sum(axis=1)
+        for arr, val in zip((ea, en, eb), sub[0:6:2]):  # (the m panels' values summed: m u of their sizes)
+            arr[bad] += m * _U * np.abs(val).reshape(-1, m).sum(axis=1)
     a_err, n_err, b_err = a_err + ea, n_err + en, b_err + eb
     # The rules integrate over [lo + c0, lo + c1] in floating point: each end lies within 4 u (|y| + w)
     # of the lattice point it stands for (lo + w rounded, the lattice's own rounding), which moves
@@ -470,8 +472,8 @@ def _log_panels(loss, lo, end, d_far, ulo, side: int, step=None):
         y = lo[owner, None] + t
         f = np.asarray(loss.pdf(y.ravel()), dtype=np.float64).reshape(t.shape)
         # (the density's relative error at the 5-point nodes: d within rd of the exact node's distance, relative --
-        # the node's shift d rd, and at the rounded point y also t's and y's rounding -- and the weights d, e^-t
-        # and 1 - e^-t within 2 rd + 12 u; fpld_psg_logpanels's)
+        # the node's shift d rd, and at the rounded point y also t's and y's rounding -- and the weight d within rd,
+        # e^-t and 1 - e^-t within 12 u; fpld_psg_logpanels's)
         rd = _U * (np.abs(uu) + 4 * half[:, None] + 9)
         if x.size == 5:
             with np.errstate(all="ignore"):
@@ -490,10 +492,13 @@ def _log_panels(loss, lo, end, d_far, ulo, side: int, step=None):
         wn, wb = -np.expm1(-t), np.exp(-t)
         res.append(tuple(np.bincount(owner, weights=v.sum(axis=1), minlength=lo.size) for v in (fw, fw * wn, fw * wb)))
         if x.size == 5:
-            rel = rel + 2 * rd + 12 * _U
+            # (and the weights at t, whose shift d rd + u |t| moves them by e^-t times it, absolute; the sums over the
+            # cell's 5 npan terms, (5 npan) u of their sizes)
+            rel = rel + rd + 12 * _U + 5 * _U * npan[owner][:, None]
+            wt = np.abs(fw) * wb * (d * rd + _U * np.abs(t))
             with np.errstate(invalid="ignore"):
-                res.append(tuple(np.bincount(owner, weights=np.where(fw != 0, np.abs(v) * rel, 0.0).sum(axis=1),
-                                             minlength=lo.size) for v in (fw, fw * wn, fw * wb)))
+                res.append(tuple(np.bincount(owner, weights=np.where(fw != 0, np.abs(v) * rel + extra, 0.0).sum(axis=1),
+                                             minlength=lo.size) for v, extra in ((fw, 0.0), (fw * wn, wt), (fw * wb, wt))))
     return res[0], res[2], res[1]
 
 
@@ -521,10 +526,13 @@ def _panels(loss, lo, c0, c1):
         if x.size == 5:
             # (the density's relative error at the nodes, each within u |y| + 4 u t of the exact one (c0 >= 0), and
             # the weights' 12 u: fpld_psg_panels's)
+            # (and the weights' values at the rounded t moved by up to e^-t 4 u t, absolute: 1 - e^-t is small near 0)
             with np.errstate(all="ignore"):
                 rel = np.asarray(loss.pdf_error(y.ravel(), (_U * (np.abs(y) + 4 * t)).ravel()),
                                  dtype=np.float64).reshape(y.shape) + 12 * _U
-                es = [np.where(fw != 0, np.abs(v) * rel, 0.0).sum(axis=1) for v in (fw, fw * wn, fw * wb)]
+                wt = np.abs(fw) * wb * (4 * _U * t)
+                es = [np.where(fw != 0, np.abs(v) * rel + extra, 0.0).sum(axis=1)
+                      for v, extra in ((fw, 0.0), (fw * wn, wt), (fw * wb, wt))]
     (a5, n5, b5), (a4, n4, b4) = res
     err = lambda x5, x4: 10.0 * np.abs(x5 - x4) + 16 * _U * x5
     return a5, err(a5, a4), n5, err(n5, n4), b5, err(b5, b4), es[0], es[1], es[2]

@@ -69,11 +69,16 @@ def _subsampled_masses(loss: SubsampledLoss):
     if len(pair.atoms) != len(loss.atoms):
         return None
     x = np.asarray(pair.atoms, dtype=np.float64)
-    jp = np.asarray(pair.cdf_P(x), dtype=np.float64) - np.asarray(pair.cdf_P(x, strict=True), dtype=np.float64)
+    # (each jump from the smaller tails: the CDF's below 0, the survival function's above -- 1 - (1 - e^-e / 2) lost
+    # all but ~u / 2 of a Laplace pair's top P-atom, e^-e / 2, to cancellation)
+    up = x > 0
+    jp = np.where(up, np.asarray(pair.sf_P(x, strict=True), dtype=np.float64) - np.asarray(pair.sf_P(x), dtype=np.float64),
+                  np.asarray(pair.cdf_P(x), dtype=np.float64) - np.asarray(pair.cdf_P(x, strict=True), dtype=np.float64))
     if loss.direction != "remove":
         return np.maximum(jp, 0.0), np.maximum(jp, 0.0)
     below = np.nextafter(x, -np.inf)
-    jq = np.asarray(pair.cdf_Q(x), dtype=np.float64) - np.asarray(pair.cdf_Q(below), dtype=np.float64)
+    jq = np.where(up, np.asarray(pair.sf_Q(below), dtype=np.float64) - np.asarray(pair.sf_Q(x), dtype=np.float64),
+                  np.asarray(pair.cdf_Q(x), dtype=np.float64) - np.asarray(pair.cdf_Q(below), dtype=np.float64))
     return np.maximum(jp, 0.0), np.maximum((1 - loss.q) * jp + loss.q * jq, 0.0)
 
 

@@ -105,9 +105,10 @@ class _GaussPair(_BasePair):
         return np.exp(-0.5 * z * z) / (self.sd * math.sqrt(2 * math.pi))
 
     def pdf_slope_ops(self, l):
-        # (|z| / sd with z = (l +- v / 2) / sd; z's rounding and its square's 2.5 u z^2, exp and the constant 12 u)
+        # (|z| / sd with z = (l +- v / 2) / sd; z's rounding and its square's 2.5 u z^2, sd = sqrt(v) rounded against
+        # 1 / sigma 1.5 u z^2, exp and the constant 12 u)
         z = (np.abs(l) + self.v / 2) / self.sd
-        return z / self.sd, (2.5 * z * z + 12) * _U
+        return z / self.sd, (4 * z * z + 12) * _U
 
     def log_moment_P(self, lam):
         lam = np.asarray(lam, dtype=np.float64)
