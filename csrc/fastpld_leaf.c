@@ -177,7 +177,7 @@ static double psg_end_tail(double d, double s_end, int side, double q, double v,
     return pl;
 }
 
-/* The dominance leaf's panel rules (numpy reference: fastpld.dominance._panels, the same operations per
+/* The dominance leaf's panel rules (numpy reference: fastpld.dominance.rules._panels, the same operations per
  * term; the sums' order may differ, within the 16 u I5 rounding term of the error bounds).  The density
  * of fpld_psg_eval at y = lo_i + t, t = c0_i + half_i (1 + x_j), half_i = (c1_i - c0_i) / 2, for the
  * 5-point rule (x5, w5) and the 4-point rule (x4, w4): I5 and I4 of int f, int (1 - e^-t) f and

@@ -23,7 +23,7 @@ extern "C" {
 int fpld_psg_eval(const double *t, ptrdiff_t n, double q, double v, double sd, int remove,
                   double *F, double *S, double *pdf);
 
-/* The dominance leaf's panel rules for the same density (fastpld.dominance._panels): per panel
+/* The dominance leaf's panel rules for the same density (fastpld.dominance.rules._panels): per panel
  * [lo_i + c0_i, lo_i + c1_i] the 5- and 4-point Gauss-Legendre rules (x5, w5, x4, w4) of int f,
  * int (1 - e^(lo_i - y)) f and int e^(lo_i - y) f; out[6 n] = {a, a_err, n, n_err, b, b_err} with
  * err = 10 |I5 - I4| + 16 u I5; eout[3 n] (unless NULL) = {ea, en, eb}, the 5-point terms' sums weighted by
@@ -33,7 +33,7 @@ int fpld_psg_panels(const double *lo, const double *c0, const double *c1, ptrdif
                     double sd, int remove, const double *x5, const double *w5, const double *x4,
                     const double *w4, double *out, double *eout);
 
-/* The same rules in u = log(distance to a support end) (fastpld.dominance.leaves._log_panels): interval i
+/* The same rules in u = log(distance to a support end) (fastpld.dominance.rules._log_panels): interval i
  * has the end at offset end_i from lo_i and its far edge at distance dfar_i; its panels k = 0, 1, .. are
  * [max(-(k + 1) step_i, ulo_i), -k step_i] in u - log dfar_i, from 0 down to ulo_i <= 0 (at least one); the
  * nodes d = dfar_i e^u, t = end_i + sgn d, y = lo_i + t (sgn = +1: the end below, -1: above) and the terms

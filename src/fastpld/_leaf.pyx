@@ -112,7 +112,7 @@ def psg_panels(const double[::1] lo, const double[::1] c0, const double[::1] c1,
                bint remove, const double[::1] x5, const double[::1] w5, const double[::1] x4,
                const double[::1] w4):
     """``(a, a_err, n, n_err, b, b_err, ea, en, eb)`` of ``fpld_psg_panels`` (reference:
-    ``fastpld.dominance._panels``)."""
+    ``fastpld.dominance.rules._panels``)."""
     cdef Py_ssize_t n = lo.shape[0]
     if c0.shape[0] != n or c1.shape[0] != n or x5.shape[0] != 5 or w5.shape[0] != 5 or x4.shape[0] != 4 \
             or w4.shape[0] != 4:
@@ -133,7 +133,7 @@ def psg_logpanels(const double[::1] lo, const double[::1] end, const double[::1]
                   const double[::1] steps, double sgn, double q, double v, double sd, bint remove,
                   const double[::1] x5, const double[::1] w5, const double[::1] x4, const double[::1] w4):
     """``(a5, n5, b5, a4, n4, b4, ea, en, eb)`` of ``fpld_psg_logpanels`` (reference:
-    ``fastpld.dominance.leaves._log_panels``)."""
+    ``fastpld.dominance.rules._log_panels``)."""
     cdef Py_ssize_t n = lo.shape[0]
     if end.shape[0] != n or dfar.shape[0] != n or ulo.shape[0] != n or steps.shape[0] != n or x5.shape[0] != 5 \
             or w5.shape[0] != 5 or x4.shape[0] != 4 or w4.shape[0] != 4:

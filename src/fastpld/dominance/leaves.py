@@ -15,19 +15,13 @@ from ..discretize import GridPMF, truncation_window
 from ..mechanisms import ContinuousLoss, DiscreteLoss
 from ..samplers import MixtureLoss
 from . import splits as _splits
-from .ends import _anchor_end, _anchored_shift, _end_shift, _end_tail_at, _exact_end, _psg_from_end
+from .ends import _anchor_end, _anchored_shift, _end_shift, _end_tail_at, _exact_end
 from .atoms import _atom_places, _check_size, _discrete_leaf, _with_anchor
 from .masses import _atom_masses, _cdf_sf
+from .rules import _GL_RULES, _U_STEP, _log_panels, _panels
 from .splits import _balanced_split, _claimed_mass, _MARGIN, _split_lower
 
 _U = np.finfo(np.float64).eps / 2  # unit roundoff
-
-# Gauss-Legendre nodes/weights on [-1, 1]: the 5-point rule of the leaves and the 4-point rule that
-# checks it (an error of ten times their disagreement is charged, as for the partial means)
-_GL5 = np.polynomial.legendre.leggauss(5)
-_GL4 = np.polynomial.legendre.leggauss(4)
-_GL_RULES = tuple(np.ascontiguousarray(a, dtype=np.float64) for a in (*_GL5, *_GL4))
-
 
 def _anchor_atom(loss, atoms) -> float:
     """The leaf's lattice point on an atom: the heaviest one in the window (its split is then exact; with the
@@ -441,103 +435,6 @@ def _integrals(loss, lo, h, tiny: float = 0.0, anchor: float | None = None):
     return a, a_err, n, n_err, b, b_err
 
 
-def _log_panels(loss, lo, end, d_far, ulo, side: int, step=None):
-    """The 5- and 4-point rules in ``u = log(distance to a support end)`` (see :func:`_integrals`): per
-    interval, panels ``[max(-(k + 1) s, ulo), -k s]`` (``s = step``, per interval, default ``_U_STEP``;
-    ``k = 0, 1, ..``, at least one) in ``u - log d_far``; the nodes ``y = lo + end +- d_far e^u`` (``+``
-    where the end is below, ``side == 0``) with weight ``d_far e^u``.  Returns ``((a5, n5, b5), (a4, n4,
-    b4), (ea, en, eb))``, the sums of ``f``, ``(1 - e^-t) f`` and ``e^-t f`` (``t = y - lo``), and the 5-point
-    terms' sums weighted by their relative error bounds (the density's, :meth:`ContinuousLoss.pdf_error`, and the
-    weights'); the subsampled Gaussian's by the compiled ``fpld_psg_logpanels`` (same terms, sums in another
-    order)."""
-    step = np.broadcast_to(np.asarray(_U_STEP if step is None else step, dtype=np.float64), np.shape(lo))
-    psg = getattr(loss, "psg_params", None)
-    if psg is not None and _kernels._core is not None and _kernels._leaf is not None:
-        r = _kernels._leaf.psg_logpanels(*(np.ascontiguousarray(a, dtype=np.float64)
-                                           for a in (lo, end, d_far, ulo, step)),
-                                         1.0 if side == 0 else -1.0, float(psg[0]), float(psg[1]),
-                                         float(psg[2]), bool(psg[3]), *_GL_RULES)
-        return r[:3], r[3:6], r[6:]
-    npan = np.maximum(np.ceil(-ulo / step), 1).astype(np.int64)
-    owner = np.repeat(np.arange(lo.size), npan)
-    k = np.arange(owner.size) - np.repeat(np.cumsum(npan) - npan, npan)
-    top = -step[owner] * k
-    bot = np.maximum(-step[owner] * (k + 1), ulo[owner])
-    half = 0.5 * (top - bot)
-    res = []
-    for x, w in (_GL5, _GL4):
-        uu = bot[:, None] + half[:, None] * (1.0 + x)[None, :]
-        d = d_far[owner, None] * np.exp(uu)
-        t = end[owner, None] + (d if side == 0 else -d)  # offsets from lo
-        y = lo[owner, None] + t
-        f = np.asarray(loss.pdf(y.ravel()), dtype=np.float64).reshape(t.shape)
-        # (the density's relative error at the 5-point nodes: d within rd of the exact node's distance, relative --
-        # the node's shift d rd, and at the rounded point y also t's and y's rounding -- and the weight d within rd,
-        # e^-t and 1 - e^-t within 12 u; fpld_psg_logpanels's)
-        rd = _U * (np.abs(uu) + 4 * half[:, None] + 9)
-        if x.size == 5:
-            with np.errstate(all="ignore"):
-                rel = np.asarray(loss.pdf_error(y.ravel(), (d * rd + _U * (np.abs(t) + np.abs(y))).ravel()),
-                                 dtype=np.float64).reshape(t.shape)
-        if psg is not None:
-            # (at the distance d itself where the point is below log(1 - q)'s magnitude: see _exact_end)
-            near = (y if psg[3] else -y) < 0
-            if near.any():
-                dn = np.where(near, d, 0.0)
-                fn, reln = _psg_from_end(psg, dn, False, delta=dn * rd)
-                f = np.where(near, fn, f)
-                if x.size == 5:
-                    rel = np.where(near, reln, rel)
-        fw = f * d * half[:, None] * w[None, :]  # dy = d du
-        wn, wb = -np.expm1(-t), np.exp(-t)
-        res.append(tuple(np.bincount(owner, weights=v.sum(axis=1), minlength=lo.size) for v in (fw, fw * wn, fw * wb)))
-        if x.size == 5:
-            # (and the weights at t, whose shift d rd + u |t| moves them by e^-t times it, absolute; the sums over the
-            # cell's 5 npan terms, (5 npan) u of their sizes)
-            rel = rel + rd + 12 * _U + 5 * _U * npan[owner][:, None]
-            wt = np.abs(fw) * wb * (d * rd + _U * np.abs(t))
-            with np.errstate(invalid="ignore"):
-                res.append(tuple(np.bincount(owner, weights=np.where(fw != 0, np.abs(v) * rel + extra, 0.0).sum(axis=1),
-                                             minlength=lo.size) for v, extra in ((fw, 0.0), (fw * wn, wt), (fw * wb, wt))))
-    return res[0], res[2], res[1]
-
-
-def _panels(loss, lo, c0, c1):
-    """5- and 4-point rules on the panels ``[lo + c0, lo + c1]`` (see :func:`_integrals`): ``(a, a_err, n, n_err,
-    b, b_err, ea, en, eb)``, the errors the rules' (their disagreement and rounding) and ``ea, en, eb`` the 5-point
-    terms' sums weighted by their relative error bounds (:meth:`ContinuousLoss.pdf_error` at the nodes' positions,
-    and the weights'), which no refinement reduces; the subsampled Gaussian's by the compiled ``fpld_psg_panels``
-    (same terms, sums in another order)."""
-    psg = getattr(loss, "psg_params", None)
-    if psg is not None and _kernels._core is not None and _kernels._leaf is not None:
-        return _kernels._leaf.psg_panels(*(np.ascontiguousarray(a, dtype=np.float64) for a in (lo, c0, c1)),
-                                         float(psg[0]), float(psg[1]), float(psg[2]), bool(psg[3]),
-                                         *_GL_RULES)
-    half = 0.5 * (c1 - c0)
-    res = []
-    for gl in (_GL5, _GL4):
-        x, w = gl
-        t = c0[:, None] + half[:, None] * (1.0 + x[None, :])
-        y = lo[:, None] + t
-        f = np.asarray(loss.pdf(y.ravel()), dtype=np.float64).reshape(y.shape) * half[:, None]
-        fw = f * w[None, :]
-        wn, wb = -np.expm1(-t), np.exp(-t)
-        res.append((fw.sum(axis=1), (fw * wn).sum(axis=1), (fw * wb).sum(axis=1)))
-        if x.size == 5:
-            # (the density's relative error at the nodes, each within u |y| + 4 u t of the exact one (c0 >= 0), and
-            # the weights' 12 u: fpld_psg_panels's)
-            # (and the weights' values at the rounded t moved by up to e^-t 4 u t, absolute: 1 - e^-t is small near 0)
-            with np.errstate(all="ignore"):
-                rel = np.asarray(loss.pdf_error(y.ravel(), (_U * (np.abs(y) + 4 * t)).ravel()),
-                                 dtype=np.float64).reshape(y.shape) + 12 * _U
-                wt = np.abs(fw) * wb * (4 * _U * t)
-                es = [np.where(fw != 0, np.abs(v) * rel + extra, 0.0).sum(axis=1)
-                      for v, extra in ((fw, 0.0), (fw * wn, wt), (fw * wb, wt))]
-    (a5, n5, b5), (a4, n4, b4) = res
-    err = lambda x5, x4: 10.0 * np.abs(x5 - x4) + 16 * _U * x5
-    return a5, err(a5, a4), n5, err(n5, n4), b5, err(b5, b4), es[0], es[1], es[2]
-
-
 def _check_window(total, truncated, err, loss=None):
     """The leaf's masses (density and atoms) must add up to the window's mass from the CDF: a
     mechanism whose CDF, density and atoms disagree is refused rather than answered wrong."""
@@ -747,7 +644,6 @@ def _dominated_masses(loss, e, atoms, starts, sizes, a5, a_err, b5, b_err, h: fl
     return (out / kept if kept > 0 else out), kept, tv
 
 
-_U_STEP = 0.125  # width of the panels in log(distance) at a support end
 _U_STEP_NEAR = _U_STEP / 4  # their width for intervals clear of the end
 _U_DEPTH = 45.0  # the deepest they go (in log(distance), below the interval's far edge)
 _U_REFINE = 2  # at most this many refinements (panels a quarter as wide each) where their rules disagree
