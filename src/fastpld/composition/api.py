@@ -16,8 +16,8 @@ from .budget import _BudgetError, _Budgets
 from .execute import _execute, _refusal, _roundoff_floor
 from .grids import _cumulant_grids
 from .plan import _plan_name
-from .roundoff import _U64
 from .planner import _choose_plan
+from .roundoff import _U64
 from .threads import _run_jobs, _try_submit, default_threads
 
 

@@ -23,6 +23,7 @@ from .splits import _balanced_split, _claimed_mass, _MARGIN, _split_lower
 
 _U = np.finfo(np.float64).eps / 2  # unit roundoff
 
+
 def _anchor_atom(loss, atoms) -> float:
     """The leaf's lattice point on an atom: the heaviest one in the window (its split is then exact; with the
     planner's meshes, every atom's is), 0 without atoms.  The chains' coarser lattices are anchored at the sum of
