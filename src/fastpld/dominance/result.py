@@ -41,8 +41,9 @@ _REL_FLOOR = 0.01  # epsilons below this are held to rel_error * _REL_FLOOR, abs
 
 
 def _rel_factor(d) -> float:
-    """``e^r`` of a dominating chain's result ``d`` (its masses' relative rounding), rounded up."""
-    return math.exp(d.certificate["log_rel"]) * (1 + 8 * _U)
+    """``e^r`` of a dominating chain's result ``d`` (its masses' relative rounding), rounded up (``exp`` within 4 ulp,
+    and the products the queries take it into, a few u more)."""
+    return math.exp(d.certificate["log_rel"]) * (1 + 16 * _U)
 
 
 def _reversed_directions(events) -> bool:
@@ -74,8 +75,9 @@ def _reversal_upper(upper: np.ndarray, eps: np.ndarray) -> np.ndarray:
 
 
 def _kept_mass(dl) -> float:
-    """``M``, the mass a dominated chain's result ``dl`` kept (its PMF is normalised), rounded down."""
-    return math.exp(dl.certificate["log_mass"]) * (1 - 8 * _U)
+    """``M``, the mass a dominated chain's result ``dl`` kept (its PMF is normalised), rounded down (``exp`` within 4
+    ulp, and the products the queries take it into, a few u more)."""
+    return math.exp(dl.certificate["log_mass"]) * (1 - 16 * _U)
 
 
 class _LazyChains(Mapping):
