@@ -92,10 +92,10 @@ static inline double psg_density(double tt, double em1, double l, double q, doub
  * within Dl = 10 u (1 + 2 |l| + 2 |log q| + 2 |log(1 - q)|) + dl delta of the exact l (the rounded logs, expm1
  * and sums: each libm call within 4 ulp; the node's shift through dl/dt), so each normal argument z within
  * Dl / sd, which moves exp(-z^2 / 2) by |z| Dl / sd in log; z's own rounding and its square's 2.5 u z^2, and
- * sd = sqrt(v) rounded against 1 / sigma 1.5 u z^2 more, exp and the products 24 u; dl/dt's 11 u and, through the shift, |dl - 1| delta (d log(dl/dt) / dt = 1 - dl/dt); the
- * mixture 4 u.  Z = (|l| + v / 2) / sd bounds both normal arguments.  The sum x bounds the log of the ratio:
- * relative x (1 + x) for x < 1/2, else infinite.  lq: |log q| + |log(1 - q)|; isd: 1 / sd (its rounding, and the
- * products', are far inside the 1e-6 margin). */
+ * sd = sqrt(v) rounded against 1 / sigma 1.5 u z^2 more, exp and the products 24 u; dl/dt's 11 u and, through the
+ * shift, |dl - 1| delta (d log(dl/dt) / dt = 1 - dl/dt); the mixture 4 u.  Z = (|l| + v / 2) / sd bounds both
+ * normal arguments.  The sum x bounds the log of the ratio: relative x (1 + x) for x < 1/2, else infinite.  lq:
+ * |log q| + |log(1 - q)|; isd: 1 / sd (its rounding, and the products', are far inside the 1e-6 margin). */
 static inline double psg_density_rel(double l, double dl, double delta, double lq, double v, double isd)
 {
     const double u = 0x1p-53;
@@ -103,6 +103,16 @@ static inline double psg_density_rel(double l, double dl, double delta, double l
     double dlz = 10 * u * (1 + 2 * al + 2 * lq) + fabs(dl) * delta;
     double x = (z * dlz * isd + (4 * z * z + 40) * u + fabs(dl - 1.0) * delta) * (1 + 1e-6);
     return x < 0.5 ? x * (1 + x) : INFINITY;
+}
+
+/* A 5-point node's terms of int f, int (1 - e^-t) f and int e^-t f (fw times the weights wn, wb) times their
+ * relative error bound e into E, plus wt, the weights' absolute error times |fw|, for the last two (numpy reference:
+ * fastpld.dominance.rules._error_terms) */
+static inline void add_error_terms(double *E, double fw, double wn, double wb, double e, double wt)
+{
+    E[0] += fabs(fw) * e;
+    E[1] += fabs(fw * wn) * e + wt;
+    E[2] += fabs(fw * wb) * e + wt;
 }
 
 int fpld_psg_eval(const double *t, ptrdiff_t n, double q, double v, double sd, int remove,
@@ -223,10 +233,8 @@ int fpld_psg_panels(const double *lo, const double *c0, const double *c1, ptrdif
                  * weights 1 - e^-t and e^-t within 12 u of their values at the rounded tn, which moves both by up
                  * to e^-t 4 u tn (absolute: 1 - e^-t is small near tn = 0) */
                 double delta = u * (fabs(y) + 4 * tn[j]) + (tt < 0 ? u * fabs(tt - ylo) + 8 * u * fabs(ylo) : 0.0);
-                double e = psg_density_rel(l, dl, delta, lq, v, isd) + 12 * u, wt = fabs(fw) * ex[j] * (4 * u * tn[j]);
-                E[0] += fabs(fw) * e;
-                E[1] += fabs(fw * em[j]) * e + wt;
-                E[2] += fabs(fw * ex[j]) * e + wt;
+                add_error_terms(E, fw, em[j], ex[j], psg_density_rel(l, dl, delta, lq, v, isd) + 12 * u,
+                                fabs(fw) * ex[j] * (4 * u * tn[j]));
             }
         }
         for (int m = 0; m < 3; m++) {
@@ -283,11 +291,9 @@ int fpld_psg_logpanels(const double *lo, const double *end, const double *dfar, 
                      * absolute); the sums over the cell's 5 npan terms in sequence ((5 npan) u of their sizes) */
                     double rd = u * (fabs(uu) + 4 * half + 9);
                     double delta = d * rd + (tt < 0 ? 0.0 : u * (fabs(t) + fabs(y)));
-                    double e = psg_density_rel(l, dl, delta, lq, v, isd) + rd + 12 * u + u * (double)(5 * npan);
-                    double wt = fabs(fw) * wb * (d * rd + u * fabs(t));
-                    E[0] += fabs(fw) * e;
-                    E[1] += fabs(fw * wn) * e + wt;
-                    E[2] += fabs(fw * wb) * e + wt;
+                    add_error_terms(E, fw, wn, wb,
+                                    psg_density_rel(l, dl, delta, lq, v, isd) + rd + 12 * u + u * (double)(5 * npan),
+                                    fabs(fw) * wb * (d * rd + u * fabs(t)));
                 }
             }
         }
@@ -1299,7 +1305,7 @@ int fpld_psg_integrals(const double *lo, const double *h, ptrdiff_t n, ptrdiff_t
                 out[r * n + i] = s;
             }
             for (int r = 0; r < 3; r++) {
-                /* (and the m panels' values summed in sequence: (m - 1) u of their sizes) */
+                /* (and the m panels' values summed in sequence: m u of their sizes) */
                 double s = 0.0, sa = 0.0;
                 for (ptrdiff_t k = 0; k < m; k++) {
                     s += pe[r * m + k];

@@ -352,8 +352,9 @@ def dominated_cells(const double[::1] a, const double[::1] b, const double[::1] 
     operations and numpy's pairwise sum, so the same bits): returns ``(probs, kept)``, ``probs`` the ``n`` lattice
     points' masses divided by their sum ``kept`` where it is positive.
 
-    Each cell with ``a, b > 0`` is one atom of mass ``a`` at offset ``s = clip(log_ratio - 4 u - 8 u |log_ratio|, 0, h sizes)``
-    from its start; in a cell of several intervals, in the interval ``k = min(floor(s / h), sizes - 1)`` of it,
+    Each cell with ``a, b > 0`` is one atom of mass ``a`` at offset
+    ``s = clip(log_ratio - 4 u - 8 u |log_ratio|, 0, h sizes)`` from its start; in a cell of several intervals, in
+    the interval ``k = min(floor(s / h), sizes - 1)`` of it,
     its offset from that interval's start lowered by its rounding.  The atoms (in order: the cells are) go to the
     lattice by the balanced split (:func:`balanced_split`, ``margin``), whose masses are lowered by the factor
     ``lower``."""

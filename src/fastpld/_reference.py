@@ -197,15 +197,15 @@ def psg_at_l(l, dl, q: float, v: float, sd: float, remove: bool, top=None, want_
 
 
 def psg_density_rel(l, dl, delta, lq: float, v: float, sd: float):
-    """A bound on the relative error of :func:`psg_at_l`'s density from the computed ``l`` and ``dl`` (``dl/dt``) at a
-    point whose ``t`` lies within ``delta`` of the exact node's, against the exact density there (the C
+    """A bound on the relative error of :func:`psg_at_l`'s density from the computed ``l`` and ``dl`` (``dl/dt``) at
+    a point whose ``t`` lies within ``delta`` of the exact node's, against the exact density there (the C
     ``psg_density_rel``, the same formula; ``lq``: ``|log q| + |log(1 - q)|``).  ``l`` is within
     ``Dl = 10 u (1 + 2 |l| + 2 lq) + dl delta`` of the exact ``l``, so each normal argument ``z`` within ``Dl / sd``,
-    moving ``exp(-z^2 / 2)`` by ``|z| Dl / sd`` in log; ``z``'s rounding and its square's ``2.5 u z^2`` (and ``sd = sqrt(v)``
-    rounded against ``1 / sigma``, ``1.5 u z^2``), ``exp`` and the
-    products ``24 u``, ``dl/dt``'s ``11 u`` and ``|dl - 1| delta``, the mixture ``4 u``; ``Z = (|l| + v / 2) / sd``
-    bounds both arguments.  The sum ``x`` bounds the log of the ratio: ``x (1 + x)`` for ``x < 1/2``, else ``inf``
-    (docs/dominance.md, "The density's rounding")."""
+    moving ``exp(-z^2 / 2)`` by ``|z| Dl / sd`` in log; ``z``'s rounding and its square's ``2.5 u z^2`` (and
+    ``sd = sqrt(v)`` rounded against ``1 / sigma``, ``1.5 u z^2``), ``exp`` and the products ``24 u``, ``dl/dt``'s
+    ``11 u`` and ``|dl - 1| delta``, the mixture ``4 u``; ``Z = (|l| + v / 2) / sd`` bounds both arguments.  The
+    sum ``x`` bounds the log of the ratio: ``x (1 + x)`` for ``x < 1/2``, else ``inf`` (docs/dominance.md, "The
+    density's rounding")."""
     u = np.finfo(np.float64).eps / 2
     al = np.abs(l)
     z = (al + 0.5 * v) / sd

@@ -521,9 +521,8 @@ class MixtureLoss(ContinuousLoss):
 
     def pdf_error(self, t, dt):
         # (the parts' worst, and the weighted sum's 3 u)
-        (a, b) = self.parts
-        e = np.maximum(np.asarray(a.pdf_error(t, dt), dtype=np.float64), np.asarray(b.pdf_error(t, dt), dtype=np.float64))
-        return _rel_of_log(e + 3 * _U)
+        ea, eb = (np.asarray(part.pdf_error(t, dt), dtype=np.float64) for part in self.parts)
+        return _rel_of_log(np.maximum(ea, eb) + 3 * _U)
 
     def partial_mean(self, edges):
         (a, b), (w1, w2) = self.parts, self.w

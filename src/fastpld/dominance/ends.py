@@ -34,8 +34,8 @@ def _end_shift(loss, lat: float) -> float:
     (:func:`_anchor_end`), else 0.  The leaf's integrals are those of the computed model, whose end is the float
     ``s = log1p(-q)``, the lattice point: none of its mass crosses that cell end, and none is charged there.  The
     exact loss lies within ``16 u |s|`` of the model near the end (``s`` within ``8 u |s|`` of the exact end, log1p
-    within 4 ulp, and the map from ``L`` moves with it): a shift of the loss by at most ``r`` per copy moves the composed curve by at most
-    ``k r e^(k r)`` (``|d delta / d eps| <= 1``), for either bound.  With ``k r <= 1e-5``
+    within 4 ulp, and the map from ``L`` moves with it): a shift of the loss by at most ``r`` per copy moves the
+    composed curve by at most ``k r e^(k r)`` (``|d delta / d eps| <= 1``), for either bound.  With ``k r <= 1e-5``
     (:func:`_anchored_shift` checks it) that is ``r (1 + 1e-5)`` a copy."""
     return 16 * _U * abs(lat) * (1 + 1e-5) if lat != 0.0 and lat == _psg_end(loss) else 0.0
 
@@ -71,8 +71,8 @@ def _psg_from_end(psg, d, tail: bool, delta=None):
     error: ``l`` is within ``dl = 10 u (|log(1 - q)| + |log expm1(d)| + |log q| + v / 2 + 1)`` of the exact ``l``
     (each libm call within 4 ulp), so each normal argument ``z`` within ``dl / sd``, which moves ``Phi(z)`` by at most
     ``(|z| + 1) dl / sd`` of itself (``phi / Phi <= |z| + 1``); ``z``'s own rounding ``2 u |z| (|z| + 1)``, the normal
-    CDF's argument ``z / sqrt 2`` rounded (``~z^2 u``), the CDF itself and the mixture's sum ``24 u``.  With ``delta`` (the density):
-    also its relative error bound, the distances within ``delta`` of the exact ones
+    CDF's argument ``z / sqrt 2`` rounded (``~z^2 u``), the CDF itself and the mixture's sum ``24 u``.  With ``delta``
+    (the density): also its relative error bound, the distances within ``delta`` of the exact ones
     (:func:`fastpld._reference.psg_density_rel`)."""
     from .. import _reference  # (where used: the import stays light)
     q, v, sd, remove = psg

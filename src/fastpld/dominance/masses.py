@@ -72,13 +72,13 @@ def _subsampled_masses(loss: SubsampledLoss):
     # (each jump from the smaller tails: the CDF's below 0, the survival function's above -- 1 - (1 - e^-e / 2) lost
     # all but ~u / 2 of a Laplace pair's top P-atom, e^-e / 2, to cancellation)
     up = x > 0
-    jp = np.where(up, np.asarray(pair.sf_P(x, strict=True), dtype=np.float64) - np.asarray(pair.sf_P(x), dtype=np.float64),
-                  np.asarray(pair.cdf_P(x), dtype=np.float64) - np.asarray(pair.cdf_P(x, strict=True), dtype=np.float64))
+    f64 = lambda v: np.asarray(v, dtype=np.float64)  # noqa: E731
+    jp = np.where(up, f64(pair.sf_P(x, strict=True)) - f64(pair.sf_P(x)),
+                  f64(pair.cdf_P(x)) - f64(pair.cdf_P(x, strict=True)))
     if loss.direction != "remove":
         return np.maximum(jp, 0.0), np.maximum(jp, 0.0)
     below = np.nextafter(x, -np.inf)
-    jq = np.where(up, np.asarray(pair.sf_Q(below), dtype=np.float64) - np.asarray(pair.sf_Q(x), dtype=np.float64),
-                  np.asarray(pair.cdf_Q(x), dtype=np.float64) - np.asarray(pair.cdf_Q(below), dtype=np.float64))
+    jq = np.where(up, f64(pair.sf_Q(below)) - f64(pair.sf_Q(x)), f64(pair.cdf_Q(x)) - f64(pair.cdf_Q(below)))
     return np.maximum(jp, 0.0), np.maximum((1 - loss.q) * jp + loss.q * jq, 0.0)
 
 

@@ -21,6 +21,15 @@ _GL_RULES = tuple(np.ascontiguousarray(a, dtype=np.float64) for a in (*_GL5, *_G
 _U_STEP = 0.125  # width of the panels in log(distance) at a support end
 
 
+def _error_terms(fw, wn, wb, rel, wt) -> list:
+    """Per 5-point node, the sizes of its terms of ``int f``, ``int (1 - e^-t) f`` and ``int e^-t f`` (``fw`` times
+    the weights ``wn``, ``wb``) times their relative error bounds ``rel``, plus ``wt``, the weights' absolute error
+    times ``|fw|``, for the last two (0 where ``fw`` is: no mass, no error)."""
+    with np.errstate(invalid="ignore"):
+        return [np.where(fw != 0, np.abs(v) * rel + extra, 0.0)
+                for v, extra in ((fw, 0.0), (fw * wn, wt), (fw * wb, wt))]
+
+
 def _log_panels(loss, lo, end, d_far, ulo, side: int, step=None):
     """The 5- and 4-point rules in ``u = log(distance to a support end)`` (see :func:`_integrals`): per
     interval, panels ``[max(-(k + 1) s, ulo), -k s]`` (``s = step``, per interval, default ``_U_STEP``;
@@ -44,18 +53,18 @@ def _log_panels(loss, lo, end, d_far, ulo, side: int, step=None):
     top = -step[owner] * k
     bot = np.maximum(-step[owner] * (k + 1), ulo[owner])
     half = 0.5 * (top - bot)
-    res = []
+    sums, err = [], None
     for x, w in (_GL5, _GL4):
+        five = x.size == 5
         uu = bot[:, None] + half[:, None] * (1.0 + x)[None, :]
         d = d_far[owner, None] * np.exp(uu)
         t = end[owner, None] + (d if side == 0 else -d)  # offsets from lo
         y = lo[owner, None] + t
         f = np.asarray(loss.pdf(y.ravel()), dtype=np.float64).reshape(t.shape)
-        # (the density's relative error at the 5-point nodes: d within rd of the exact node's distance, relative --
-        # the node's shift d rd, and at the rounded point y also t's and y's rounding -- and the weight d within rd,
-        # e^-t and 1 - e^-t within 12 u; fpld_psg_logpanels's)
-        rd = _U * (np.abs(uu) + 4 * half[:, None] + 9)
-        if x.size == 5:
+        if five:
+            # (the density's relative error at the nodes: d within rd of the exact node's distance, relative -- the
+            # node's shift d rd, and at the rounded point y also t's and y's rounding; fpld_psg_logpanels's)
+            rd = _U * (np.abs(uu) + 4 * half[:, None] + 9)
             with np.errstate(all="ignore"):
                 rel = np.asarray(loss.pdf_error(y.ravel(), (d * rd + _U * (np.abs(t) + np.abs(y))).ravel()),
                                  dtype=np.float64).reshape(t.shape)
@@ -64,22 +73,22 @@ def _log_panels(loss, lo, end, d_far, ulo, side: int, step=None):
             near = (y if psg[3] else -y) < 0
             if near.any():
                 dn = np.where(near, d, 0.0)
-                fn, reln = _psg_from_end(psg, dn, False, delta=dn * rd)
-                f = np.where(near, fn, f)
-                if x.size == 5:
+                if five:
+                    fn, reln = _psg_from_end(psg, dn, False, delta=dn * rd)
                     rel = np.where(near, reln, rel)
+                else:
+                    fn = _psg_from_end(psg, dn, False)
+                f = np.where(near, fn, f)
         fw = f * d * half[:, None] * w[None, :]  # dy = d du
         wn, wb = -np.expm1(-t), np.exp(-t)
-        res.append(tuple(np.bincount(owner, weights=v.sum(axis=1), minlength=lo.size) for v in (fw, fw * wn, fw * wb)))
-        if x.size == 5:
-            # (and the weights at t, whose shift d rd + u |t| moves them by e^-t times it, absolute; the sums over the
-            # cell's 5 npan terms, (5 npan) u of their sizes)
+        sums.append(tuple(np.bincount(owner, weights=v.sum(axis=1), minlength=lo.size) for v in (fw, fw * wn, fw * wb)))
+        if five:
+            # (the weight d within rd, e^-t and 1 - e^-t within 12 u and moved by t's shift d rd + u |t| times e^-t,
+            # absolute; the sums over the cell's 5 npan terms, (5 npan) u of their sizes)
             rel = rel + rd + 12 * _U + 5 * _U * npan[owner][:, None]
-            wt = np.abs(fw) * wb * (d * rd + _U * np.abs(t))
-            with np.errstate(invalid="ignore"):
-                res.append(tuple(np.bincount(owner, weights=np.where(fw != 0, np.abs(v) * rel + extra, 0.0).sum(axis=1),
-                                             minlength=lo.size) for v, extra in ((fw, 0.0), (fw * wn, wt), (fw * wb, wt))))
-    return res[0], res[2], res[1]
+            terms = _error_terms(fw, wn, wb, rel, np.abs(fw) * wb * (d * rd + _U * np.abs(t)))
+            err = tuple(np.bincount(owner, weights=v.sum(axis=1), minlength=lo.size) for v in terms)
+    return sums[0], sums[1], err
 
 
 def _panels(loss, lo, c0, c1):
@@ -105,14 +114,12 @@ def _panels(loss, lo, c0, c1):
         res.append((fw.sum(axis=1), (fw * wn).sum(axis=1), (fw * wb).sum(axis=1)))
         if x.size == 5:
             # (the density's relative error at the nodes, each within u |y| + 4 u t of the exact one (c0 >= 0), and
-            # the weights' 12 u: fpld_psg_panels's)
-            # (and the weights' values at the rounded t moved by up to e^-t 4 u t, absolute: 1 - e^-t is small near 0)
+            # the weights' 12 u, their values at the rounded t moved by up to e^-t 4 u t, absolute: 1 - e^-t is small
+            # near 0; fpld_psg_panels's)
             with np.errstate(all="ignore"):
                 rel = np.asarray(loss.pdf_error(y.ravel(), (_U * (np.abs(y) + 4 * t)).ravel()),
                                  dtype=np.float64).reshape(y.shape) + 12 * _U
-                wt = np.abs(fw) * wb * (4 * _U * t)
-                es = [np.where(fw != 0, np.abs(v) * rel + extra, 0.0).sum(axis=1)
-                      for v, extra in ((fw, 0.0), (fw * wn, wt), (fw * wb, wt))]
+            es = [v.sum(axis=1) for v in _error_terms(fw, wn, wb, rel, np.abs(fw) * wb * (4 * _U * t))]
     (a5, n5, b5), (a4, n4, b4) = res
     err = lambda x5, x4: 10.0 * np.abs(x5 - x4) + 16 * _U * x5
     return a5, err(a5, a4), n5, err(n5, n4), b5, err(b5, b4), es[0], es[1], es[2]

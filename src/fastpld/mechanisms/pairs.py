@@ -48,7 +48,8 @@ class _BasePair:
 
     def pdf_slope_ops(self, l):
         """``(slope, ops)``: a bound on ``|d log pdf / dl|`` of ``pdf_P`` and ``pdf_Q`` at ``l``, and on their
-        relative rounding there (:meth:`fastpld.mechanisms.SubsampledLoss.pdf_error`)."""
+        relative rounding there (:meth:`fastpld.mechanisms.SubsampledLoss.pdf_error`; the Gaussian pair's is
+        :func:`fastpld._reference.psg_density_rel`, the compiled leaf's formula)."""
         raise NotImplementedError
 
     def log_moment_P(self, lam):
@@ -103,12 +104,6 @@ class _GaussPair(_BasePair):
     def pdf_Q(self, l):
         z = (l - self.v / 2) / self.sd
         return np.exp(-0.5 * z * z) / (self.sd * math.sqrt(2 * math.pi))
-
-    def pdf_slope_ops(self, l):
-        # (|z| / sd with z = (l +- v / 2) / sd; z's rounding and its square's 2.5 u z^2, sd = sqrt(v) rounded against
-        # 1 / sigma 1.5 u z^2, exp and the constant 12 u)
-        z = (np.abs(l) + self.v / 2) / self.sd
-        return z / self.sd, (4 * z * z + 12) * _U
 
     def log_moment_P(self, lam):
         lam = np.asarray(lam, dtype=np.float64)
