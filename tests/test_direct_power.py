@@ -213,3 +213,55 @@ def test_binary_powering_kernel_long_double():
     np.testing.assert_allclose(D2, D + 3 / (r64 + g), rtol=1e-14)
     ref = P.astype(np.clongdouble) * X ** 3
     assert np.all(np.abs(P2 - ref) <= 1e-15 * np.abs(ref) + 1e-300)
+
+
+@needs_ld
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_long_double_power_float64_inverse(backend, case):
+    """A long double node's direct power with a float64 inverse FFT (``inv64``, docs/roundoff.md 3h): float64
+    output within the bound ``_inverse64_l1`` gives, that bound between the long double node's and the float64
+    node's, and the test ``inv64`` decides (refused: the long double inverse, bitwise the node without it)."""
+    ins = _dyadic(CASES[case])
+    ref = _exact(ins)
+    N = _fft.fast_length(ref.size)
+    be = _fft.resolve(backend)
+    seen = []
+
+    def run(accept):
+        def inv64(l1):
+            seen.append(l1)
+            return accept
+        if be.native:
+            out, l1, _ = be.convolve(ins, N, np.longdouble, ULD, direct=True, inv64=inv64)
+        else:
+            l1, _, out = powers._direct_power(be, ins, N, ULD, dtype=np.longdouble, inv64=inv64)
+        return np.asarray(out), l1
+
+    out, l1 = run(True)
+    assert out.dtype == np.float64 and l1 == seen[-1]
+    shift = sum(m * cen for _, cen, m in ins)
+    pos = (np.arange(ref.size) - shift) % N
+    err = float(np.abs(out[pos].astype(np.longdouble) - ref).sum())
+    err += float(np.abs(np.delete(out, pos)).sum())
+    assert err <= l1, (err, l1)
+    ld, l_ld = _run(backend, ins, N, dtype=np.longdouble)
+    _, l64 = _run(backend, ins, N)
+    assert l_ld < l1 < l64  # (the float64 inverse's 12 u64 log2 N ||P|| only: below the float64 node's m g)
+    # a float64 inverse that merely rounds the long double output would be within u64 of it
+    assert float(np.abs(out - ld.astype(np.float64)).sum()) <= l1 + l_ld
+    out2, l2 = run(False)
+    assert out2.dtype == np.longdouble and l2 == l_ld and np.array_equal(out2, ld)
+
+
+@needs_ld
+@needs_native
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_long_double_power_float64_inverse_backends_agree(case):
+    ins = _dyadic(CASES[case])
+    N = _fft.fast_length(sum((p.size - 1) * m for p, _, m in ins) + 1)
+    a, la, _ = _fft.resolve("native").convolve(ins, N, np.longdouble, ULD, direct=True, inv64=lambda l1: True)
+    lb, _, b = powers._direct_power(_fft.resolve("numpy"), ins, N, ULD, dtype=np.longdouble, inv64=lambda l1: True)
+    assert la == pytest.approx(lb, rel=1e-12, abs=0)
+    # (two float64 inverse FFTs, FFTW and numpy's pocketfft: each within its bound, their differences a few percent of it)
+    assert float(np.abs(np.asarray(a) - b).sum()) <= 0.25 * la

@@ -58,3 +58,16 @@ def _low_e2(low):
     if a.size == 0:
         return 0.0
     return math.sqrt(2.0 * float(np.dot(a, a)) - float(a[0]) ** 2)
+
+
+def _inverse64_l1(e2: float, p2: float, N: int) -> float:
+    """The ``l1`` round-off bound of a long double node's direct power (spectral error ``e2``, ``||P||_2 <= p2``
+    in the norm of :func:`fastpld.composition.powers._direct_power`) when its inverse FFT runs in float64
+    (docs/roundoff.md, section 3h).
+
+    The computed power ``P~`` is within ``e2`` of the exact one, so ``||P~||_2 <= p2 + e2``; rounding it to
+    complex128 moves each component by at most ``u`` of it (``u ||P~||_2`` in all), and the float64 inverse FFT
+    adds ``12 u ceil(log2 N)`` of the norm of what it reads, ``(1 + u) ||P~||_2``.  Both are taken on
+    ``(1 + 3 u)(p2 + e2)``, the norm's own float64 evaluation included."""
+    g64 = 12.0 * _U64 * math.ceil(math.log2(max(N, 2)))
+    return e2 + (g64 + 2.0 * _U64) * (1.0 + 3.0 * _U64) * (p2 + e2)

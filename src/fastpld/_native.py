@@ -27,7 +27,7 @@ import numpy as np
 
 from . import _kernels, resources
 from ._backend import Backend
-from ._fft_error import _MIXED_RATIO, _fwd_error, _low_e2
+from ._fft_error import _MIXED_RATIO, _fwd_error, _inverse64_l1, _low_e2
 
 if _kernels._core is None:  # not built, or FASTPLD_PURE_PYTHON=1
     raise ImportError("the compiled core fastpld._core is unavailable")
@@ -159,7 +159,7 @@ class NativeBackend(Backend):
         return fft.output_array * dt(1.0 / n)
 
     def convolve(self, ins, N, dtype, u, ser=None, low=None, dead_log=800.0, fwd_dtype=None, direct=False, dft=None,
-                 lat=None, raw=False):
+                 lat=None, raw=False, inv64=None):
         """``irfft(prod_c rfft(fold(p_c))^m_c)`` and its round-off bound ``(out, l1, linf)``.
 
         ``ins``: list of ``(probs, centre_index, m)``.  Same arithmetic as the reference
@@ -179,20 +179,24 @@ class NativeBackend(Backend):
         ``raw``: ``out`` is the inverse plan's own output buffer, not yet multiplied by ``1/N`` (for
         ``_core.finish_node(..., scale=1/N)``, which reads it before this thread's next transform of
         that length and precision): no copy of the node's output.
+        ``inv64``: for a long double node with ``direct``, a test ``inv64(l1) -> bool`` of the bound ``l1`` it would
+        have with a float64 inverse FFT (:func:`fastpld.composition.powers._inverse64_l1`); where it passes, the
+        long double power is rounded to complex128 and transformed in float64 (``out`` is then float64).
         """
         dt = np.dtype(dtype)
         if _kernels._core is None and (lat is not None or direct):
             # (tests run this backend with every kernel replaced by its reference: these two paths have
             # only compiled kernels, so their numpy references; the output scaled, see finish_node)
             from .composition.powers import numpy_convolve
-            return numpy_convolve(self, ins, N, dtype, u, ser, low, dead_log, fwd_dtype, direct, dft, lat)
+            return numpy_convolve(self, ins, N, dtype, u, ser, low, dead_log, fwd_dtype, direct, dft, lat,
+                                  inv64=inv64)
         if _kernels._core is None:
             raw = False
         if lat is not None:
             return self._convolve_lattice(lat, N, dt, u, raw)
         fdt = dt if (fwd_dtype is None or dft is not None) else np.dtype(fwd_dtype)
         if direct:
-            return self._convolve_direct(ins, N, u, dead_log, dft, raw, dt)
+            return self._convolve_direct(ins, N, u, dead_log, dft, raw, dt, inv64)
         fwd = _plan(N, fdt, True)
         inv = _plan(N, dt, False)
         F = N // 2 + 1
@@ -258,7 +262,7 @@ class NativeBackend(Backend):
         l1 = math.sqrt(e2sq) + 12.0 * u * math.ceil(math.log2(max(N, 2))) * math.sqrt(p2sq)
         return out, l1, l1 / math.sqrt(N)
 
-    def _convolve_direct(self, ins, N, u, dead_log=800.0, dft=None, raw=False, dt=np.dtype(np.float64)):
+    def _convolve_direct(self, ins, N, u, dead_log=800.0, dft=None, raw=False, dt=np.dtype(np.float64), inv64=None):
         """``convolve`` of a node without the series by direct powers (reference: composition.powers._direct_power),
         in float64 or long double (``dt``).
 
@@ -288,9 +292,19 @@ class NativeBackend(Backend):
         P[K:] = 0
         e2sq, p2sq = _kernels.power_direct_bound(B, D, g, msum, u, N, K)
         dead = (F - K) * max(2e-300, 2.0 * math.exp(10.0 - dead_log)) if K < F else 0.0
+        e2, p2 = math.sqrt(e2sq) + dead, math.sqrt(p2sq) + dead
+        if ld and inv64 is not None:
+            l1 = _inverse64_l1(e2, p2, N)
+            if inv64(l1):
+                # the long double power rounded to complex128 (nearest) and a float64 inverse FFT
+                inv = _plan(N, np.float64, False)
+                inv.input_array[:] = P
+                inv.execute()
+                out = inv.output_array if raw else inv.output_array * (1.0 / N)
+                return out, l1, l1 / math.sqrt(N)
         inv.execute()
         out = inv.output_array if raw else inv.output_array * (dt.type(1) / dt.type(N))
         g_inv = 12.0 * u * math.ceil(math.log2(max(N, 2)))
-        l1 = math.sqrt(e2sq) + dead + g_inv * (math.sqrt(p2sq) + dead)
+        l1 = e2 + g_inv * p2
         return out, l1, l1 / math.sqrt(N)
 

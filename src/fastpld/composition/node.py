@@ -157,6 +157,9 @@ _SPLIT_RETRY = 0.75
 _SPLIT64_MIN_N = 1 << 15
 
 _DIRECT_MAX_POWER = 1 << 20  # direct powers' bound assumes M u <= 1e-10 (see powers._direct_power)
+# a long double node's direct power takes a float64 inverse FFT where its charge with it is at most this share of the
+# node's allowance (0: never); the long double inverse FFT is 10-20x the float64 one's time (docs/performance.md)
+_INV64_SHARE = 0.5
 
 
 def _common_stride(inputs) -> int:
@@ -384,13 +387,18 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
         direct = ser is None and lat is None and msum <= _DIRECT_MAX_POWER
         # the power and its round-off bound: the backend's (native: cached plans and compiled kernels; numpy:
         # the reference code of composition.powers; the same arithmetic)
+        # a long double node's direct power may take a float64 inverse FFT where that bound takes at most
+        # _INV64_SHARE of the node's allowance (docs/roundoff.md, section 3h): ~0.1 of a long double inverse's time
+        inv64 = ((lambda l1: inst * _node_tv(l1, N, _U64) <= _INV64_SHARE * node_allowance)
+                 if direct and dtype is np.longdouble and _INV64_SHARE > 0 else None)
         out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u, ser=ser, low=low, dead_log=dead_log, fwd_dtype=fdt,
-                                               direct=direct, dft=dft, lat=lat, raw=True)
+                                               direct=direct, dft=dft, lat=lat, raw=True, inv64=inv64)
+        u_out = _U64 if out.dtype == np.float64 else u  # (the output's precision: its normalisation's rounding)
         if ser is not None:  # the series' common scale, removed by the normalisation below
             fp_l1 *= 1 + 2 * ser[6]
             fp_linf *= 1 + 2 * ser[6]
         if (dtype is np.longdouble and split_any and not split and not retry
-                and inst * _node_tv(fp_l1, N, u) > _SPLIT_RETRY * budgets.delta):
+                and inst * _node_tv(fp_l1, N, u_out) > _SPLIT_RETRY * budgets.delta):
             retry = True  # (the split's bound where the plain one took most of delta_error)
             tries = [np.longdouble]
             continue
@@ -411,7 +419,7 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     # over the plan's unscaled buffer, raw=True); the entries below 1e-300 it dropped are charged
     lin, a, dropped = backend.finish_node(out, c % N, floor, trim, N)
     removed += dropped
-    tv_fp = _node_tv(removed, N, u)
+    tv_fp = _node_tv(removed, N, u_out)
     # base_val = sum m_c (offset_c + cen_c h); entry j of lin is the index sum I' = c + a + j
     # (exactly: sum m_c offset_c + (sum m_c cen_c + c + a) h, each input's exact offset where it has one)
     exact = ([(m, pmf.origin if pmf.origin is not None else pmf.offset) for pmf, m in inputs]

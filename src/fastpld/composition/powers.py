@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from .. import _kernels
-from .._fft_error import _MIXED_RATIO, _fwd_error, _low_e2
+from .._fft_error import _MIXED_RATIO, _fwd_error, _inverse64_l1, _low_e2
 from .lattice import _lattice_amp
 from .roundoff import _fp_fft_bound
 
@@ -82,7 +82,7 @@ def _numpy_power(backend, ins, N, dtype, fdt, u, ser, low, g_extra, dft=None):
     return fp_l1, fp_linf, out
 
 
-def _direct_power(backend, ins, N, u, dft=None, dtype=np.float64):
+def _direct_power(backend, ins, N, u, dft=None, dtype=np.float64, inv64=None):
     """Reference (numpy backend) of the direct powers of a node without the series, float64 or long double
     (``dtype``; ``NativeBackend.convolve(direct=True)``, same arithmetic): ``(l1, linf, out)``.
 
@@ -98,6 +98,8 @@ def _direct_power(backend, ins, N, u, dft=None, dtype=np.float64):
     an underflowed ``B`` leaves at most ``M 2.3e-308`` of either term).  No logarithms, no
     trigonometric calls: the bound is of the polar form's size (both are dominated by the forward
     term) at a fraction of its cost (docs/roundoff.md, section 3d).
+
+    ``inv64``: as ``NativeBackend.convolve``'s (a long double node's test of its bound with a float64 inverse FFT).
     """
     g, _ = _fwd_error(ins, N, dtype, u, None, dft)
     P = B = D = None
@@ -131,6 +133,11 @@ def _direct_power(backend, ins, N, u, dft=None, dtype=np.float64):
             w[-1] = 1.0
         e2 = math.sqrt(float(np.sum(w * amp * amp)))
         p2 = math.sqrt(float(np.sum(w * B * B))) * (1 + 1e-9)
+    if inv64 is not None and np.dtype(dtype) == np.dtype(np.longdouble):
+        # (a float64 inverse FFT where its bound passes the node's test: section 3h)
+        l1 = _inverse64_l1(e2, p2, N)
+        if inv64(l1):
+            return l1, l1 / math.sqrt(N), backend.irfft(P.astype(np.complex128), N)
     g_inv = 12.0 * u * math.ceil(math.log2(max(N, 2)))
     out = backend.irfft(P, N)
     l1 = e2 + g_inv * p2
@@ -138,7 +145,7 @@ def _direct_power(backend, ins, N, u, dft=None, dtype=np.float64):
 
 
 def numpy_convolve(backend, ins, N, dtype, u, ser=None, low=None, dead_log=800.0, fwd_dtype=None, direct=False,
-                   dft=None, lat=None, raw=False):
+                   dft=None, lat=None, raw=False, inv64=None):
     """The numpy backend's node power (:meth:`fastpld._backend.NumpyBackend.convolve`), the reference of
     ``NativeBackend.convolve`` with the same arguments: ``(out, l1, linf)``.
 
@@ -150,7 +157,7 @@ def numpy_convolve(backend, ins, N, dtype, u, ser=None, low=None, dead_log=800.0
     if lat is not None:
         l1, linf, out = _lattice_power_numpy(backend, lat, N, dtype, u)
     elif direct:
-        l1, linf, out = _direct_power(backend, ins, N, u, dft, dtype)
+        l1, linf, out = _direct_power(backend, ins, N, u, dft, dtype, inv64)
     else:
         fdt = dtype if fwd_dtype is None else fwd_dtype
         l1, linf, out = _numpy_power(backend, ins, N, dtype, fdt, u, ser, low, ser[5] if ser is not None else 0.0, dft)
