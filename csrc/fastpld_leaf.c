@@ -194,6 +194,76 @@ static double psg_end_tail(double d, double s_end, int side, double q, double v,
  * int e^-t f; out = {a, a_err, n, n_err, b, b_err} (each n values) with err = 10 |I5 - I4| + 16 u I5; eout (3 n,
  * unless NULL) = the 5-point terms' sums weighted by their relative error bounds (the density's, psg_density_rel,
  * and the weights'), added to the errors by the caller once the rules are chosen (refining cannot reduce them). */
+/* The rules' truncation error, proved (docs/dominance.md, "The rules' truncation error"; numpy reference:
+ * fastpld.dominance.rules._psg_truncation, the same operations).  The 5-point Gauss-Legendre rule on a panel of
+ * width W errs by W^11 (5!)^4 / (11 (10!)^3) |F^(10)(xi)| at most, and Cauchy's estimate bounds F^(10) by
+ * 10! M / r^10, M the largest |F| on the stadium of radius r about the panel (in tt = +-y: [A, B]).  There, with
+ * gap = A - log(1 - q) and r <= gap / 2, |(1 - q) e^-tau| <= alpha = e^-(gap - r) < 1, so l(tau) = log(e^tau - 1 + q)
+ * - log q is analytic with |l'| <= Lp = 1 / (1 - alpha), and within D = Lp r of l at the nearest point t0 of
+ * [A, B]; a normal factor exp(-(l - mu)^2 / 2v) is then at most exp((-x^2 + 2 x D + D^2) / 2v) with x = |l(t0) -
+ * mu|, whose largest value over the panel is at x = D clamped to the range of |l - mu| over it (widened by l's
+ * rounding).  The weights 1 - e^-t and e^-t (t = y - lo, c0 <= Re t <= c1) are at most e^(c1 + r) - 1 and
+ * e^(r - c0) there.  r: the minimiser of -10 log r + x D / v + D^2 / 2v with Lp at r = 0, halved and doubled,
+ * at most gap / 2 and 1; any r gives a bound.  R[3]: the bounds of the three integrals (infinite where the panel
+ * reaches the support's end). */
+#define GL5_CAUCHY 1.4316e-6 /* (5!)^4 10! / (11 (10!)^3) = 1.43155e-6, rounded up */
+static inline double psg_gauss_sup(double la, double lb, double D, double v)
+{
+    double mn = (la <= 0 && lb >= 0) ? 0.0 : fmin(fabs(la), fabs(lb)), mx = fmax(fabs(la), fabs(lb));
+    double x = D < mn ? mn : (D > mx ? mx : D);
+    return exp((-x * x + 2 * x * D + D * D) / (2 * v));
+}
+
+void fpld_psg_rule_bound(double lo, double c0, double c1, double q, double v, double sd, double logq, double ylo,
+                         int remove, double *R)
+{
+    const double u = 0x1p-53;
+    double W = c1 - c0;
+    R[0] = R[1] = R[2] = 0.0;
+    if (!(W > 0))
+        return;
+    double ya = lo + c0, yb = lo + c1, A = remove ? ya : -yb, B = remove ? yb : -ya;
+    /* (a lower bound on the exact gap: A and log(1 - q) each within a few ulp) */
+    double gap = (A - ylo) - 8 * u * (fabs(A) + fabs(ylo));
+    double lA = psg_l(A, psg_em1(A, ylo), q, logq, ylo), lB = psg_l(B, psg_em1(B, ylo), q, logq, ylo);
+    if (!(gap > 0) || !isfinite(lA) || !isfinite(lB) || !(W < 1e300)) {
+        R[0] = R[1] = R[2] = INFINITY;
+        return;
+    }
+    /* l's rounding (psg_density_rel's 10 u (1 + 2 |l| + 2 |log q| + 2 |log(1 - q)|), doubled) widens its range */
+    double lq = fabs(logq) + fabs(ylo);
+    lA -= 20 * u * (1 + 2 * fabs(lA) + 2 * lq);
+    lB += 20 * u * (1 + 2 * fabs(lB) + 2 * lq);
+    double h = v / 2, cden = 1.0 / (sd * 2.5066282746310002);
+    double x = fmax(fabs(lA + h), fabs(lB + h));
+    if (remove)
+        x = fmax(x, fmax(fabs(lA - h), fabs(lB - h)));
+    double lp0 = 1.0 / -expm1(-gap), cap = fmin(0.5 * gap, 1.0);
+    double r0 = fmin((-x + sqrt(x * x + 40 * v)) / (2 * lp0), cap), best = INFINITY, rb = 0.0;
+    for (int k = 0; k < 3; k++) {
+        double r = k == 0 ? r0 : (k == 1 ? 0.5 * r0 : fmin(2 * r0, cap));
+        if (!(r > 0))
+            continue;
+        double lp = 1.0 / -expm1(-(gap - r)), D = lp * r;
+        double M = remove ? (1 - q) * psg_gauss_sup(lA + h, lB + h, D, v) + q * psg_gauss_sup(lA - h, lB - h, D, v)
+                          : psg_gauss_sup(lA + h, lB + h, D, v);
+        double wr = W / r, wr2 = wr * wr, wr10 = wr2 * wr2 * wr2 * wr2 * wr2;
+        double Rk = GL5_CAUCHY * W * wr10 * (M * cden * lp);
+        if (Rk < best) {
+            best = Rk;
+            rb = r;
+        }
+    }
+    if (!(best < INFINITY)) {
+        R[0] = R[1] = R[2] = INFINITY;
+        return;
+    }
+    best *= 1 + 1e-6; /* (this evaluation's own rounding: a few dozen u, and the exponent's, relative ~ u |exponent|) */
+    R[0] = best;
+    R[1] = best * expm1(c1 + rb) * (1 + 1e-6);
+    R[2] = best * exp(rb - c0) * (1 + 1e-6);
+}
+
 int fpld_psg_panels(const double *lo, const double *c0, const double *c1, ptrdiff_t n, double q, double v,
                     double sd, int remove, const double *x5, const double *w5, const double *x4,
                     const double *w4, double *out, double *eout)
@@ -237,9 +307,14 @@ int fpld_psg_panels(const double *lo, const double *c0, const double *c1, ptrdif
                                 fabs(fw) * ex[j] * (4 * u * tn[j]));
             }
         }
+        /* the 5-point rule's truncation error, proved, where it exceeds ten times the 4-point rule's disagreement
+         * (which stays, an estimate: at least as large as before the bound; the choices see it, and refine or
+         * take the log-distance rules where it is loose -- near the support's end) */
+        double Rt[3];
+        fpld_psg_rule_bound(lo[i], c0[i], c1[i], q, v, sd, logq, ylo, remove, Rt);
         for (int m = 0; m < 3; m++) {
             out[2 * m * n + i] = I[0][m];
-            out[(2 * m + 1) * n + i] = 10.0 * fabs(I[0][m] - I[1][m]) + 16 * u * I[0][m];
+            out[(2 * m + 1) * n + i] = fmax(10.0 * fabs(I[0][m] - I[1][m]), Rt[m]) + 16 * u * I[0][m];
             if (eout)
                 eout[m * n + i] = E[m];
         }

@@ -26,12 +26,19 @@ int fpld_psg_eval(const double *t, ptrdiff_t n, double q, double v, double sd, i
 /* The dominance leaf's panel rules for the same density (fastpld.dominance.rules._panels): per panel
  * [lo_i + c0_i, lo_i + c1_i] the 5- and 4-point Gauss-Legendre rules (x5, w5, x4, w4) of int f,
  * int (1 - e^(lo_i - y)) f and int e^(lo_i - y) f; out[6 n] = {a, a_err, n, n_err, b, b_err} with
- * err = 10 |I5 - I4| + 16 u I5; eout[3 n] (unless NULL) = {ea, en, eb}, the 5-point terms' sums weighted by
+ * err = max(10 |I5 - I4|, R) + 16 u I5 (R: fpld_psg_rule_bound's); eout[3 n] (unless NULL) = {ea, en, eb}, the 5-point terms' sums weighted by
  * their relative error bounds (the computed density and weights against the exact ones at the exact nodes),
  * which the caller adds to the errors once it has chosen its rules. */
 int fpld_psg_panels(const double *lo, const double *c0, const double *c1, ptrdiff_t n, double q, double v,
                     double sd, int remove, const double *x5, const double *w5, const double *x4,
                     const double *w4, double *out, double *eout);
+
+/* The 5-point rule's truncation error on the panel [lo + c0, lo + c1] of that density, proved (Cauchy's estimate;
+ * numpy reference: fastpld.dominance.rules._psg_truncation): R[3] for int f, int (1 - e^(lo - y)) f and
+ * int e^(lo - y) f, infinite where the panel reaches the support's end; fpld_psg_panels takes the larger of it and
+ * ten times the 4-point rule's disagreement.  logq, ylo: log q and log1p(-q). */
+void fpld_psg_rule_bound(double lo, double c0, double c1, double q, double v, double sd, double logq, double ylo,
+                         int remove, double *R);
 
 /* The same rules in u = log(distance to a support end) (fastpld.dominance.rules._log_panels): interval i
  * has the end at offset end_i from lo_i and its far edge at distance dfar_i; its panels k = 0, 1, .. are

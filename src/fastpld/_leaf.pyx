@@ -9,7 +9,7 @@ kernels can change independently.)
 import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport int64_t
-from libc.math cimport isfinite
+from libc.math cimport isfinite, log, log1p
 
 cnp.import_array()
 
@@ -19,6 +19,8 @@ cdef extern from "fastpld_leaf.h" nogil:
     int fpld_psg_panels(const double *lo, const double *c0, const double *c1, Py_ssize_t n, double q, double v,
                         double sd, int remove, const double *x5, const double *w5, const double *x4,
                         const double *w4, double *out, double *eout)
+    void fpld_psg_rule_bound(double lo, double c0, double c1, double q, double v, double sd, double logq, double ylo,
+                             int remove, double *R)
     int fpld_psg_logpanels(const double *lo, const double *end, const double *dfar, const double *ulo,
                            const double *steps, Py_ssize_t n, double sgn, double q, double v, double sd, int remove,
                            const double *x5, const double *w5, const double *x4, const double *w4, double *out)
@@ -106,6 +108,25 @@ def psg_tail_cells(const double[::1] e, double q, double v, double sd, bint remo
     if status != 0:
         raise ValueError("psg_tail_cells: invalid argument")
     return starts[:count].copy(), sizes[:count].copy()
+
+
+def psg_rule_bound(const double[::1] lo, const double[::1] c0, const double[::1] c1, double q, double v, double sd,
+                   bint remove):
+    """``(R_A, R_N, R_B)`` of ``fpld_psg_rule_bound`` per panel (reference: ``fastpld.dominance.rules._psg_truncation``)."""
+    cdef Py_ssize_t n = lo.shape[0], i
+    if c0.shape[0] != n or c1.shape[0] != n or not (0 < q < 1 and v > 0 and sd > 0):
+        raise ValueError("psg_rule_bound: invalid argument")
+    out = np.empty((3, n), dtype=np.float64)
+    cdef double[:, ::1] ov = out
+    cdef double R[3]
+    cdef double logq = log(q), ylo = log1p(-q)
+    with nogil:
+        for i in range(n):
+            fpld_psg_rule_bound(lo[i], c0[i], c1[i], q, v, sd, logq, ylo, remove, R)
+            ov[0, i] = R[0]
+            ov[1, i] = R[1]
+            ov[2, i] = R[2]
+    return tuple(out)
 
 
 def psg_panels(const double[::1] lo, const double[::1] c0, const double[::1] c1, double q, double v, double sd,
