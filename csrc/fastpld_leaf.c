@@ -322,6 +322,73 @@ int fpld_psg_panels(const double *lo, const double *c0, const double *c1, ptrdif
     return FPLD_OK;
 }
 
+/* The same in u = log(distance to the end) (fpld_psg_logpanels; numpy reference: fastpld.dominance.rules.
+ * _psg_log_truncation): the panel [bot, top] of u - log dfar, the distance d = dfar e^u, the offset t = end + sgn d
+ * from lo.  In tt = +-y, tt = log(1 - q) + d, so l = log(1 - q) - log q + log(expm1(d)) and the integrand in u is
+ * C(l) g(d) with g(d) = dl/du = d / (1 - e^-d).  On the stadium of radius rho <= 1 about the panel, |arg d| <= rho
+ * and |d| <= dmax = dfar e^(top + rho), so Re d >= |d| cos rho > 0: expm1(d) has no zero there, l is analytic, and
+ * |1 - e^-d| >= 1 - e^-Re d gives |g| <= Gp = dmax / (1 - e^-(dmax cos rho)) (increasing in |d|).  So l lies within
+ * D = rho Gp of its value at the nearest point of the panel, and the normal factors are bounded as on the plain
+ * panels, M <= Gp cden ((1 - q) G(-v/2) + q G(v/2)).  The weights: |t| <= |end| + dmax and Re t >= end - dmax, so
+ * |1 - e^-t| <= e^(|end| + dmax) - 1 and |e^-t| <= e^(dmax - end).  rho: as r on the plain panels, with g at the
+ * panel's top for Lp, at most 1. */
+/* (lA, lB: l at the distances dfar e^bot and dt = dfar e^top, (log(1 - q) + log(expm1(d))) - log q, which the panels
+ * of a cell share at their common ends) */
+static void fpld_psg_logrule_bound_l(double dfar, double bot, double top, double dt, double lA, double lB, double end,
+                                     double q, double v, double sd, double logq, double ylo, int remove, double *R)
+{
+    const double u = 0x1p-53;
+    double W = top - bot;
+    R[0] = R[1] = R[2] = 0.0;
+    if (!(W > 0))
+        return;
+    double lq = fabs(logq) + fabs(ylo);
+    double g0 = dt / -expm1(-dt);
+    if (!isfinite(lA) || !isfinite(lB) || !(g0 < INFINITY) || !(dfar > 0)) {
+        R[0] = R[1] = R[2] = INFINITY;
+        return;
+    }
+    /* (l's rounding, doubled, and d's own -- within u (|u| + 6) relative, which moves l by g times it) */
+    lA -= 20 * u * (1 + 2 * fabs(lA) + 2 * lq) + g0 * u * (fabs(bot) + fabs(top) + 6);
+    lB += 20 * u * (1 + 2 * fabs(lB) + 2 * lq) + g0 * u * (fabs(bot) + fabs(top) + 6);
+    double h = v / 2, cden = 1.0 / (sd * 2.5066282746310002);
+    double x = fmax(fabs(lA + h), fabs(lB + h));
+    if (remove)
+        x = fmax(x, fmax(fabs(lA - h), fabs(lB - h)));
+    /* (one radius: these panels are many, a cell's up to 360) */
+    double r0 = fmin((-x + sqrt(x * x + 40 * v)) / (2 * g0), 1.0), best = INFINITY, dbest = 0.0;
+    for (int k = 0; k < 1; k++) {
+        double r = r0;
+        if (!(r > 0))
+            continue;
+        double dmax = dfar * exp(top + r), gp = dmax / -expm1(-dmax * cos(r)), D = r * gp;
+        double M = remove ? (1 - q) * psg_gauss_sup(lA + h, lB + h, D, v) + q * psg_gauss_sup(lA - h, lB - h, D, v)
+                          : psg_gauss_sup(lA + h, lB + h, D, v);
+        double wr = W / r, wr2 = wr * wr, wr10 = wr2 * wr2 * wr2 * wr2 * wr2;
+        double Rk = GL5_CAUCHY * W * wr10 * (M * cden * gp);
+        if (Rk < best) {
+            best = Rk;
+            dbest = dmax;
+        }
+    }
+    if (!(best < INFINITY)) {
+        R[0] = R[1] = R[2] = INFINITY;
+        return;
+    }
+    best *= 1 + 1e-6;
+    R[0] = best;
+    R[1] = best * expm1(fabs(end) + dbest) * (1 + 1e-6);
+    R[2] = best * exp(dbest - end) * (1 + 1e-6);
+}
+
+void fpld_psg_logrule_bound(double dfar, double bot, double top, double end, double q, double v, double sd,
+                            double logq, double ylo, int remove, double *R)
+{
+    double dt = dfar * exp(top);
+    fpld_psg_logrule_bound_l(dfar, bot, top, dt, (ylo + log(expm1(dfar * exp(bot)))) - logq,
+                             (ylo + log(expm1(dt))) - logq, end, q, v, sd, logq, ylo, remove, R);
+}
+
 int fpld_psg_logpanels(const double *lo, const double *end, const double *dfar, const double *ulo,
                        const double *steps, ptrdiff_t n, double sgn, double q, double v, double sd, int remove,
                        const double *x5, const double *w5, const double *x4, const double *w4, double *out)
@@ -337,12 +404,20 @@ int fpld_psg_logpanels(const double *lo, const double *end, const double *dfar, 
             return FPLD_EINVAL;
         double np = ceil(reach / step);
         ptrdiff_t npan = np < 1 ? 1 : (ptrdiff_t)np;
-        double I[2][3] = {{0, 0, 0}, {0, 0, 0}}, E[3] = {0, 0, 0};
+        double I[2][3] = {{0, 0, 0}, {0, 0, 0}}, E[3] = {0, 0, 0}, Rs[3] = {0, 0, 0};
+        double d_top = dfar[i], l_top = (ylo + log(expm1(d_top))) - logq; /* (at u = 0; each panel's bot is the next's top) */
         for (ptrdiff_t k = 0; k < npan; k++) {
             double top = -step * (double)k, bot = -step * (double)(k + 1);
             if (bot < ulo[i])
                 bot = ulo[i];
-            double half = 0.5 * (top - bot);
+            double half = 0.5 * (top - bot), Rp[3];
+            double d_bot = dfar[i] * exp(bot), l_bot = (ylo + log(expm1(d_bot))) - logq;
+            fpld_psg_logrule_bound_l(dfar[i], bot, top, k == 0 ? dfar[i] * exp(top) : d_top, l_bot, l_top, end[i], q, v, sd,
+                                     logq, ylo, remove, Rp);
+            d_top = d_bot;
+            l_top = l_bot;
+            for (int m = 0; m < 3; m++)
+                Rs[m] += Rp[m];
             for (int j = 0; j < 9; j++) {
                 int r = j < 5 ? 0 : 1;
                 double x = r ? x4[j - 5] : x5[j], w = r ? w4[j - 5] : w5[j];
@@ -376,6 +451,7 @@ int fpld_psg_logpanels(const double *lo, const double *end, const double *dfar, 
             out[m * n + i] = I[0][m];
             out[(m + 3) * n + i] = I[1][m];
             out[(m + 6) * n + i] = E[m];
+            out[(m + 9) * n + i] = Rs[m] * (1 + 1e-12); /* (the sum's rounding) */
         }
     }
     return FPLD_OK;
@@ -1121,8 +1197,8 @@ static int integrals_side(int side, double s_end, const double *lo, const double
     }
     if (nb == 0)
         return FPLD_OK;
-    /* per bad cell: 23 doubles of its own, 14 for a refinement's gathered copy and rules */
-    double *buf = (double *)calloc(37 * (size_t)nb, sizeof(double)); /* (zeroed: gcc cannot see the fill) */
+    /* per bad cell: 26 doubles of its own, 17 for a refinement's gathered copy and rules */
+    double *buf = (double *)calloc(43 * (size_t)nb, sizeof(double)); /* (zeroed: gcc cannot see the fill) */
     ptrdiff_t *idx = (ptrdiff_t *)malloc(sizeof(ptrdiff_t) * 2 * (size_t)nb);
     char *flags = (char *)malloc(4 * (size_t)nb);
     if (!buf || !idx || !flags) {
@@ -1131,10 +1207,11 @@ static int integrals_side(int side, double s_end, const double *lo, const double
     }
     double *lob = buf, *end = buf + nb, *dfar = buf + 2 * nb, *ulo = buf + 3 * nb, *step = buf + 4 * nb,
            *depth = buf + 5 * nb, *rest = buf + 6 * nb, *ae = buf + 7 * nb, *ne = buf + 8 * nb,
-           *be = buf + 9 * nb, *dis = buf + 10 * nb, *lp = buf + 11 * nb; /* lp: 9 nb, {a5, n5, b5, a4, n4, b4} and
-                                                                         * the density's error sums {ea, en, eb} */
-    double *ra = buf + 20 * nb, *rn = buf + 21 * nb, *rb = buf + 22 * nb; /* a holding cell's rest, as mass */
-    double *gw = buf + 23 * nb; /* a refinement's lo, end, d_far, ulo, step (5 nw) and rules (9 nw) */
+           *be = buf + 9 * nb, *dis = buf + 10 * nb, *lp = buf + 11 * nb; /* lp: 12 nb, {a5, n5, b5, a4, n4, b4},
+                                                                         * the density's error sums {ea, en, eb}
+                                                                         * and the proved bounds {Ra, Rn, Rb} */
+    double *ra = buf + 23 * nb, *rn = buf + 24 * nb, *rb = buf + 25 * nb; /* a holding cell's rest, as mass */
+    double *gw = buf + 26 * nb; /* a refinement's lo, end, d_far, ulo, step (5 nw) and rules (12 nw) */
     ptrdiff_t *widx = idx + nb;
     char *deep = flags, *live = flags + nb, *close = flags + 2 * nb, *holds = flags + 3 * nb;
     ptrdiff_t k = 0;
@@ -1189,6 +1266,7 @@ static int integrals_side(int side, double s_end, const double *lo, const double
         goto finish;
     double *a5 = lp, *n5 = lp + nb, *b5 = lp + 2 * nb, *a4 = lp + 3 * nb, *n4 = lp + 4 * nb, *b4 = lp + 5 * nb;
     double *ea = lp + 6 * nb, *en = lp + 7 * nb, *eb = lp + 8 * nb;
+    double *Ra = lp + 9 * nb, *Rn = lp + 10 * nb, *Rb = lp + 11 * nb;
     /* rest: the tail beyond the depth (the CDF or survival function at the distance de = d_far e^-D).  In a
      * cell holding the end it is the cell's mass between the end and de, at t within de of the end's offset:
      * added to the integrals (ra, rn, rb), its error bounds (the CDF's relative error, the weights' spread
@@ -1213,10 +1291,11 @@ static int integrals_side(int side, double s_end, const double *lo, const double
                 rest[j] = m * (1 + 1e-6);
             }
         }
-        ae[j] = 10.0 * fabs(a5[j] - a4[j]) + 16 * u * a5[j] + rest[j];
-        ne[j] = 10.0 * fabs(n5[j] - n4[j]) + 16 * u * n5[j] + rest[j];
-        be[j] = 10.0 * fabs(b5[j] - b4[j]) + 16 * u * b5[j] + rest[j];
-        dis[j] = 10.0 * fabs(a5[j] - a4[j]);
+        /* (the rules' truncation: the proved bound where it exceeds ten times their disagreement) */
+        ae[j] = fmax(10.0 * fabs(a5[j] - a4[j]), Ra[j]) + 16 * u * a5[j] + rest[j];
+        ne[j] = fmax(10.0 * fabs(n5[j] - n4[j]), Rn[j]) + 16 * u * n5[j] + rest[j];
+        be[j] = fmax(10.0 * fabs(b5[j] - b4[j]), Rb[j]) + 16 * u * b5[j] + rest[j];
+        dis[j] = 10.0 * fabs(a5[j] - a4[j]); /* (the disagreement alone: refining for the proved bound cost 1.3x) */
         live[j] = 1;
     }
     /* refinements: panels a quarter as wide where the rules' disagreement is most of a bound that would be
@@ -1249,9 +1328,10 @@ static int integrals_side(int side, double s_end, const double *lo, const double
             ptrdiff_t j = widx[w];
             double a5w = wr[w], n5w = wr[nw + w], b5w = wr[2 * nw + w];
             double a4w = wr[3 * nw + w], n4w = wr[4 * nw + w], b4w = wr[5 * nw + w];
-            double aew = 10.0 * fabs(a5w - a4w) + 16 * u * a5w + rest[j];
-            double new_ = 10.0 * fabs(n5w - n4w) + 16 * u * n5w + rest[j];
-            double bew = 10.0 * fabs(b5w - b4w) + 16 * u * b5w + rest[j];
+            double Raw = wr[9 * nw + w], Rnw = wr[10 * nw + w], Rbw = wr[11 * nw + w];
+            double aew = fmax(10.0 * fabs(a5w - a4w), Raw) + 16 * u * a5w + rest[j];
+            double new_ = fmax(10.0 * fabs(n5w - n4w), Rnw) + 16 * u * n5w + rest[j];
+            double bew = fmax(10.0 * fabs(b5w - b4w), Rbw) + 16 * u * b5w + rest[j];
             int better = aew + new_ + bew < ae[j] + ne[j] + be[j];
             if (!(aew < 0.25 * ae[j]))
                 live[j] = 0;

@@ -44,9 +44,11 @@ void fpld_psg_rule_bound(double lo, double c0, double c1, double q, double v, do
  * has the end at offset end_i from lo_i and its far edge at distance dfar_i; its panels k = 0, 1, .. are
  * [max(-(k + 1) step_i, ulo_i), -k step_i] in u - log dfar_i, from 0 down to ulo_i <= 0 (at least one); the
  * nodes d = dfar_i e^u, t = end_i + sgn d, y = lo_i + t (sgn = +1: the end below, -1: above) and the terms
- * f(y) d half w, times -expm1(-t) and exp(-t).  out[9 n] = {a5, n5, b5, a4, n4, b4, ea, en, eb} (the rules'
- * sums, and the 5-point terms' sums weighted by their relative error bounds, as in fpld_psg_panels; the caller
- * forms the error bounds). */
+ * f(y) d half w, times -expm1(-t) and exp(-t).  out[12 n] = {a5, n5, b5, a4, n4, b4, ea, en, eb, Ra, Rn, Rb} (the
+ * rules' sums, the 5-point terms' sums weighted by their relative error bounds, as in fpld_psg_panels, and the sums
+ * of the panels' proved truncation bounds, fpld_psg_logrule_bound; the caller forms the error bounds). */
+void fpld_psg_logrule_bound(double dfar, double bot, double top, double end, double q, double v, double sd,
+                            double logq, double ylo, int remove, double *R);
 int fpld_psg_logpanels(const double *lo, const double *end, const double *dfar, const double *ulo,
                        const double *steps, ptrdiff_t n, double sgn, double q, double v, double sd, int remove,
                        const double *x5, const double *w5, const double *x4, const double *w4, double *out);

@@ -153,13 +153,13 @@ def psg_panels(const double[::1] lo, const double[::1] c0, const double[::1] c1,
 def psg_logpanels(const double[::1] lo, const double[::1] end, const double[::1] dfar, const double[::1] ulo,
                   const double[::1] steps, double sgn, double q, double v, double sd, bint remove,
                   const double[::1] x5, const double[::1] w5, const double[::1] x4, const double[::1] w4):
-    """``(a5, n5, b5, a4, n4, b4, ea, en, eb)`` of ``fpld_psg_logpanels`` (reference:
+    """``(a5, n5, b5, a4, n4, b4, ea, en, eb, Ra, Rn, Rb)`` of ``fpld_psg_logpanels`` (reference:
     ``fastpld.dominance.rules._log_panels``)."""
     cdef Py_ssize_t n = lo.shape[0]
     if end.shape[0] != n or dfar.shape[0] != n or ulo.shape[0] != n or steps.shape[0] != n or x5.shape[0] != 5 \
             or w5.shape[0] != 5 or x4.shape[0] != 4 or w4.shape[0] != 4:
         raise ValueError("psg_logpanels: need n intervals and the 5- and 4-point Gauss-Legendre rules")
-    out = np.empty((9, n), dtype=np.float64)
+    out = np.empty((12, n), dtype=np.float64)
     cdef double[:, ::1] ov = out
     cdef int status = 0
     if n:

@@ -37,10 +37,11 @@ def _log_panels(loss, lo, end, d_far, ulo, side: int, step=None):
     interval, panels ``[max(-(k + 1) s, ulo), -k s]`` (``s = step``, per interval, default ``_U_STEP``;
     ``k = 0, 1, ..``, at least one) in ``u - log d_far``; the nodes ``y = lo + end +- d_far e^u`` (``+``
     where the end is below, ``side == 0``) with weight ``d_far e^u``.  Returns ``((a5, n5, b5), (a4, n4,
-    b4), (ea, en, eb))``, the sums of ``f``, ``(1 - e^-t) f`` and ``e^-t f`` (``t = y - lo``), and the 5-point
-    terms' sums weighted by their relative error bounds (the density's, :meth:`ContinuousLoss.pdf_error`, and the
-    weights'); the subsampled Gaussian's by the compiled ``fpld_psg_logpanels`` (same terms, sums in another
-    order)."""
+    b4), (ea, en, eb), (Ra, Rn, Rb))``, the sums of ``f``, ``(1 - e^-t) f`` and ``e^-t f`` (``t = y - lo``), the
+    5-point terms' sums weighted by their relative error bounds (the density's, :meth:`ContinuousLoss.pdf_error`, and
+    the weights') and, for the subsampled Gaussian, the sums of the panels' proved truncation bounds
+    (:func:`_psg_log_truncation`; 0 for other losses); the subsampled Gaussian's by the compiled
+    ``fpld_psg_logpanels`` (same terms, sums in another order)."""
     step = np.broadcast_to(np.asarray(_U_STEP if step is None else step, dtype=np.float64), np.shape(lo))
     psg = getattr(loss, "psg_params", None)
     if psg is not None and _kernels._core is not None and _kernels._leaf is not None:
@@ -48,7 +49,7 @@ def _log_panels(loss, lo, end, d_far, ulo, side: int, step=None):
                                            for a in (lo, end, d_far, ulo, step)),
                                          1.0 if side == 0 else -1.0, float(psg[0]), float(psg[1]),
                                          float(psg[2]), bool(psg[3]), *_GL_RULES)
-        return r[:3], r[3:6], r[6:]
+        return r[:3], r[3:6], r[6:9], r[9:]
     npan = np.maximum(np.ceil(-ulo / step), 1).astype(np.int64)
     owner = np.repeat(np.arange(lo.size), npan)
     k = np.arange(owner.size) - np.repeat(np.cumsum(npan) - npan, npan)
@@ -90,7 +91,12 @@ def _log_panels(loss, lo, end, d_far, ulo, side: int, step=None):
             rel = rel + rd + 12 * _U + 5 * _U * npan[owner][:, None]
             terms = _error_terms(fw, wn, wb, rel, np.abs(fw) * wb * (d * rd + _U * np.abs(t)))
             err = tuple(np.bincount(owner, weights=v.sum(axis=1), minlength=lo.size) for v in terms)
-    return sums[0], sums[1], err
+    if psg is not None:
+        R = tuple(np.bincount(owner, weights=r, minlength=lo.size) * (1 + 1e-12)
+                  for r in _psg_log_truncation(psg, d_far[owner], bot, top, end[owner]))
+    else:
+        R = (np.zeros(lo.size),) * 3
+    return sums[0], sums[1], err, R
 
 
 # (5!)^4 10! / (11 (10!)^3) = 1.43155e-6, rounded up: the 5-point rule's error constant times 10! (Cauchy's estimate)
@@ -142,6 +148,51 @@ def _psg_truncation(psg, lo, c0, c1):
         RA = np.where(W > 0, best, 0.0)
         RN = np.where(W > 0, best * np.expm1(c1 + rb) * (1 + 1e-6), 0.0)
         RB = np.where(W > 0, best * np.exp(rb - c0) * (1 + 1e-6), 0.0)
+    return RA, RN, RB
+
+
+def _psg_log_truncation(psg, d_far, bot, top, end):
+    """The 5-point rule's truncation error on the log-distance panels ``[bot, top]`` (in ``u - log d_far``; the
+    offset of the end from the cell's ``lo``: ``end``) of the subsampled Gaussian's density, proved: ``(R_A, R_N,
+    R_B)`` per panel (docs/dominance.md, "The rules' truncation error"); the reference of the C
+    ``fpld_psg_logrule_bound`` (the same operations)."""
+    q, v, sd, remove = psg
+    d_far, bot, top, end = (np.asarray(a, dtype=np.float64) for a in (d_far, bot, top, end))
+    W = top - bot
+    ylo, logq = math.log1p(-q), math.log(q)
+    lq = abs(logq) + abs(ylo)
+    with np.errstate(all="ignore"):
+        db, dt = d_far * np.exp(bot), d_far * np.exp(top)
+        lA, lB = (ylo + np.log(np.expm1(db))) - logq, (ylo + np.log(np.expm1(dt))) - logq
+        g0 = dt / -np.expm1(-dt)
+        bad = ~np.isfinite(lA) | ~np.isfinite(lB) | ~(g0 < np.inf) | ~(d_far > 0)
+        lA = lA - (20 * _U * (1 + 2 * np.abs(lA) + 2 * lq) + g0 * _U * (np.abs(bot) + np.abs(top) + 6))
+        lB = lB + (20 * _U * (1 + 2 * np.abs(lB) + 2 * lq) + g0 * _U * (np.abs(bot) + np.abs(top) + 6))
+        h, cden = v / 2, 1.0 / (sd * 2.5066282746310002)
+        x = np.maximum(np.abs(lA + h), np.abs(lB + h))
+        if remove:
+            x = np.maximum(x, np.maximum(np.abs(lA - h), np.abs(lB - h)))
+        r0 = np.minimum((-x + np.sqrt(x * x + 40 * v)) / (2 * g0), 1.0)
+
+        def sup(la, lb, D):
+            mn = np.where((la <= 0) & (lb >= 0), 0.0, np.minimum(np.abs(la), np.abs(lb)))
+            xx = np.clip(D, mn, np.maximum(np.abs(la), np.abs(lb)))
+            return np.exp((-xx * xx + 2 * xx * D + D * D) / (2 * v))
+
+        best, dbest = np.full(W.shape, np.inf), np.zeros(W.shape)
+        for r in (r0,):  # (one radius: these panels are many, a cell's up to 360)
+            dmax = d_far * np.exp(top + r)
+            gp = dmax / -np.expm1(-dmax * np.cos(r))
+            D = r * gp
+            M = ((1 - q) * sup(lA + h, lB + h, D) + q * sup(lA - h, lB - h, D)) if remove else sup(lA + h, lB + h, D)
+            wr2 = (W / r) ** 2
+            Rk = _GL5_CAUCHY * W * (wr2 * wr2 * wr2 * wr2 * wr2) * (M * cden * gp)
+            take = (r > 0) & (Rk < best)
+            best, dbest = np.where(take, Rk, best), np.where(take, dmax, dbest)
+        best = np.where(bad | ~(best < np.inf), np.inf, best * (1 + 1e-6))
+        RA = np.where(W > 0, best, 0.0)
+        RN = np.where(W > 0, best * np.expm1(np.abs(end) + dbest) * (1 + 1e-6), 0.0)
+        RB = np.where(W > 0, best * np.exp(dbest - end) * (1 + 1e-6), 0.0)
     return RA, RN, RB
 
 
