@@ -219,3 +219,31 @@ def test_log_rule_bound_is_charged(sigma, q, monkeypatch):
             fin = np.isfinite(r) & (r > 0)
             assert fin.any()
             assert np.all(np.abs(g[fin] - r[fin]) <= 1e-12 * r[fin])
+
+
+@pytest.mark.parametrize("mu", [0.05, 0.5, 2.0, 8.0])
+def test_gaussian_rule_bound_holds_against_exact_errors(mu):
+    """The Gaussian loss's (``N(mu^2/2, mu^2)``) lattice panels: the bound against the rule's exact error, and charged
+    (its panels' errors at least the bound; on some panels many times the 4-point estimate)."""
+    from fastpld.mechanisms.losses import GaussianLoss
+    mpmath.mp.dps = 60
+    loss = GaussianLoss(mu)
+    m, s = mpmath.mpf(loss.m), mpmath.mpf(loss.s)
+    a, b = loss.m - 12 * loss.s, loss.m + 12 * loss.s
+    h = (b - a) / 600
+    lo = a + h * np.arange(0, 600, 11, dtype=np.float64)
+    c0, c1 = np.zeros(lo.size), np.full(lo.size, h)
+    R = rules._gauss_truncation(loss.m, loss.s, lo, c0, c1)
+    f = lambda y: mpmath.exp(-(y - m) ** 2 / (2 * s * s)) / (s * mpmath.sqrt(2 * mpmath.pi))  # noqa: E731
+    x5, w5 = _gl5()
+    for i in range(lo.size):
+        base, hh = mpmath.mpf(float(lo[i])), mpmath.mpf(float(h))
+        for k, wt in enumerate((lambda t: 1, lambda t: -mpmath.expm1(-t), lambda t: mpmath.exp(-t))):
+            g = lambda t: f(base + t) * wt(t)  # noqa: E731
+            exact = mpmath.quad(g, [0, hh])
+            rule = hh / 2 * sum(w * g(hh / 2 * (1 + x)) for x, w in zip(x5, w5))
+            assert abs(rule - exact) <= mpmath.mpf(float(R[k][i])) + mpmath.mpf(1e-290), (i, k)
+    out = rules._panels(loss, lo, c0, c1)
+    for e, r in zip((out[1], out[3], out[5]), R):
+        assert np.all(e >= r * (1 - 1e-12))
+    assert np.any(R[0] > 1e-300) and np.all(np.isfinite(R[0]))

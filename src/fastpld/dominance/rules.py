@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from .. import _kernels
+from ..mechanisms.losses import GaussianLoss
 from .ends import _psg_from_end
 
 _U = np.finfo(np.float64).eps / 2  # unit roundoff
@@ -196,6 +197,37 @@ def _psg_log_truncation(psg, d_far, bot, top, end):
     return RA, RN, RB
 
 
+def _gauss_truncation(m: float, s: float, lo, c0, c1):
+    """The 5-point rule's truncation error on the panels ``[lo + c0, lo + c1]`` of the Gaussian loss's density
+    ``N(m, s^2)``, proved as :func:`_psg_truncation`'s with ``l = t`` (entire: ``Lp = 1``, no end):
+    ``|exp(-(z - m)^2 / 2 s^2)| <= exp((-x^2 + 2 x r + r^2) / 2 s^2)`` within ``r`` of a point ``x`` from ``m``;
+    ``r = (-x + sqrt(x^2 + 40 s^2)) / 2`` (half and twice it too), at most 1.  ``(R_A, R_N, R_B)``."""
+    lo, c0, c1 = (np.asarray(a, dtype=np.float64) for a in (lo, c0, c1))
+    W = c1 - c0
+    with np.errstate(all="ignore"):
+        ya, yb = lo + c0, lo + c1
+        # (the panel's ends against m, widened by their rounding and m's)
+        la = (ya - m) - 4 * _U * (np.abs(ya) + abs(m))
+        lb = (yb - m) + 4 * _U * (np.abs(yb) + abs(m))
+        v, cden = s * s, 1.0 / (s * 2.5066282746310002)
+        x = np.maximum(np.abs(la), np.abs(lb))
+        mn = np.where((la <= 0) & (lb >= 0), 0.0, np.minimum(np.abs(la), np.abs(lb)))
+        r0 = np.minimum((-x + np.sqrt(x * x + 40 * v)) / 2, 1.0)
+        best, rb = np.full(W.shape, np.inf), np.zeros(W.shape)
+        for r in (r0, 0.5 * r0, np.minimum(2 * r0, 1.0)):
+            xx = np.clip(r, mn, x)
+            wr2 = (W / r) ** 2
+            Rk = _GL5_CAUCHY * W * (wr2 * wr2 * wr2 * wr2 * wr2) * (cden * np.exp((-xx * xx + 2 * xx * r + r * r)
+                                                                                  / (2 * v)))
+            take = (r > 0) & (Rk < best)
+            best, rb = np.where(take, Rk, best), np.where(take, r, rb)
+        best = np.where(best < np.inf, best * (1 + 1e-6), np.inf)
+        RA = np.where(W > 0, best, 0.0)
+        RN = np.where(W > 0, best * np.expm1(c1 + rb) * (1 + 1e-6), 0.0)
+        RB = np.where(W > 0, best * np.exp(rb - c0) * (1 + 1e-6), 0.0)
+    return RA, RN, RB
+
+
 def _panels(loss, lo, c0, c1):
     """5- and 4-point rules on the panels ``[lo + c0, lo + c1]`` (see :func:`_integrals`): ``(a, a_err, n, n_err,
     b, b_err, ea, en, eb)``, the errors the rules' (their disagreement and rounding) and ``ea, en, eb`` the 5-point
@@ -229,6 +261,11 @@ def _panels(loss, lo, c0, c1):
     # (the subsampled Gaussian's 5-point truncation error, proved, where it exceeds ten times the 4-point rule's
     # disagreement, an estimate that stays: the choices see it, and refine or take the log-distance rules where it is
     # loose, near the support's end)
-    R = _psg_truncation(psg, lo, c0, c1) if psg is not None else (0.0, 0.0, 0.0)
+    if psg is not None:
+        R = _psg_truncation(psg, lo, c0, c1)
+    elif isinstance(loss, GaussianLoss):
+        R = _gauss_truncation(loss.m, loss.s, lo, c0, c1)
+    else:
+        R = (0.0, 0.0, 0.0)
     err = lambda x5, x4, r: np.maximum(10.0 * np.abs(x5 - x4), r) + 16 * _U * x5
     return a5, err(a5, a4, R[0]), n5, err(n5, n4, R[1]), b5, err(b5, b4, R[2]), es[0], es[1], es[2]
