@@ -214,6 +214,26 @@ static inline double psg_gauss_sup(double la, double lb, double D, double v)
     return exp((-x * x + 2 * x * D + D * D) / (2 * v));
 }
 
+/* The largest |l - mu| over the panel for the normal factors' means mu = -v/2 (and v/2: remove), l in [lA, lB] */
+static inline double psg_reach(double lA, double lB, double v, int remove)
+{
+    double h = v / 2, x = fmax(fabs(lA + h), fabs(lB + h));
+    return remove ? fmax(x, fmax(fabs(lA - h), fabs(lB - h))) : x;
+}
+
+/* Cauchy's bound at radius r on a panel of width W: 1.4316e-6 W (W / r)^10 M, M = cden jac ((1 - q) G(-v/2) +
+ * q G(v/2)) (remove; add: G(-v/2)), G the normal factors' largest values with l within D of [lA, lB] and jac the
+ * bound of the Jacobian (Lp, Gp) */
+static inline double psg_cauchy(double W, double r, double lA, double lB, double D, double jac, double q, double v,
+                                double cden, int remove)
+{
+    double h = v / 2;
+    double M = remove ? (1 - q) * psg_gauss_sup(lA + h, lB + h, D, v) + q * psg_gauss_sup(lA - h, lB - h, D, v)
+                      : psg_gauss_sup(lA + h, lB + h, D, v);
+    double wr = W / r, wr2 = wr * wr, wr10 = wr2 * wr2 * wr2 * wr2 * wr2;
+    return GL5_CAUCHY * W * wr10 * (M * cden * jac);
+}
+
 void fpld_psg_rule_bound(double lo, double c0, double c1, double q, double v, double sd, double logq, double ylo,
                          int remove, double *R)
 {
@@ -234,21 +254,15 @@ void fpld_psg_rule_bound(double lo, double c0, double c1, double q, double v, do
     double lq = fabs(logq) + fabs(ylo);
     lA -= 20 * u * (1 + 2 * fabs(lA) + 2 * lq);
     lB += 20 * u * (1 + 2 * fabs(lB) + 2 * lq);
-    double h = v / 2, cden = 1.0 / (sd * 2.5066282746310002);
-    double x = fmax(fabs(lA + h), fabs(lB + h));
-    if (remove)
-        x = fmax(x, fmax(fabs(lA - h), fabs(lB - h)));
+    double cden = 1.0 / (sd * 2.5066282746310002), x = psg_reach(lA, lB, v, remove);
     double lp0 = 1.0 / -expm1(-gap), cap = fmin(0.5 * gap, 1.0);
     double r0 = fmin((-x + sqrt(x * x + 40 * v)) / (2 * lp0), cap), best = INFINITY, rb = 0.0;
     for (int k = 0; k < 3; k++) {
         double r = k == 0 ? r0 : (k == 1 ? 0.5 * r0 : fmin(2 * r0, cap));
         if (!(r > 0))
             continue;
-        double lp = 1.0 / -expm1(-(gap - r)), D = lp * r;
-        double M = remove ? (1 - q) * psg_gauss_sup(lA + h, lB + h, D, v) + q * psg_gauss_sup(lA - h, lB - h, D, v)
-                          : psg_gauss_sup(lA + h, lB + h, D, v);
-        double wr = W / r, wr2 = wr * wr, wr10 = wr2 * wr2 * wr2 * wr2 * wr2;
-        double Rk = GL5_CAUCHY * W * wr10 * (M * cden * lp);
+        double lp = 1.0 / -expm1(-(gap - r));
+        double Rk = psg_cauchy(W, r, lA, lB, lp * r, lp, q, v, cden, remove);
         if (Rk < best) {
             best = Rk;
             rb = r;
@@ -351,25 +365,13 @@ static void fpld_psg_logrule_bound_l(double dfar, double bot, double top, double
     /* (l's rounding, doubled, and d's own -- within u (|u| + 6) relative, which moves l by g times it) */
     lA -= 20 * u * (1 + 2 * fabs(lA) + 2 * lq) + g0 * u * (fabs(bot) + fabs(top) + 6);
     lB += 20 * u * (1 + 2 * fabs(lB) + 2 * lq) + g0 * u * (fabs(bot) + fabs(top) + 6);
-    double h = v / 2, cden = 1.0 / (sd * 2.5066282746310002);
-    double x = fmax(fabs(lA + h), fabs(lB + h));
-    if (remove)
-        x = fmax(x, fmax(fabs(lA - h), fabs(lB - h)));
+    double cden = 1.0 / (sd * 2.5066282746310002), x = psg_reach(lA, lB, v, remove);
     /* (one radius: these panels are many, a cell's up to 360) */
-    double r0 = fmin((-x + sqrt(x * x + 40 * v)) / (2 * g0), 1.0), best = INFINITY, dbest = 0.0;
-    for (int k = 0; k < 1; k++) {
-        double r = r0;
-        if (!(r > 0))
-            continue;
-        double dmax = dfar * exp(top + r), gp = dmax / -expm1(-dmax * cos(r)), D = r * gp;
-        double M = remove ? (1 - q) * psg_gauss_sup(lA + h, lB + h, D, v) + q * psg_gauss_sup(lA - h, lB - h, D, v)
-                          : psg_gauss_sup(lA + h, lB + h, D, v);
-        double wr = W / r, wr2 = wr * wr, wr10 = wr2 * wr2 * wr2 * wr2 * wr2;
-        double Rk = GL5_CAUCHY * W * wr10 * (M * cden * gp);
-        if (Rk < best) {
-            best = Rk;
-            dbest = dmax;
-        }
+    double r = fmin((-x + sqrt(x * x + 40 * v)) / (2 * g0), 1.0), best = INFINITY, dbest = 0.0;
+    if (r > 0) {
+        double dmax = dfar * exp(top + r), gp = dmax / -expm1(-dmax * cos(r));
+        best = psg_cauchy(W, r, lA, lB, r * gp, gp, q, v, cden, remove);
+        dbest = dmax;
     }
     if (!(best < INFINITY)) {
         R[0] = R[1] = R[2] = INFINITY;

@@ -104,6 +104,31 @@ def _log_panels(loss, lo, end, d_far, ulo, side: int, step=None):
 _GL5_CAUCHY = 1.4316e-6
 
 
+def _normal_sup(la, lb, D, v):
+    """The largest ``|exp(-(l - mu)^2 / 2v)|`` with ``l`` within ``D`` of a real point whose ``l - mu`` lies in
+    ``[la, lb]``: ``exp((-x^2 + 2 x D + D^2) / 2v)`` at ``x = D`` clamped to the range of ``|l - mu|``."""
+    mn = np.where((la <= 0) & (lb >= 0), 0.0, np.minimum(np.abs(la), np.abs(lb)))
+    xx = np.clip(D, mn, np.maximum(np.abs(la), np.abs(lb)))
+    return np.exp((-xx * xx + 2 * xx * D + D * D) / (2 * v))
+
+
+def _psg_reach(lA, lB, v, remove):
+    """The largest ``|l - mu|`` over ``l`` in ``[lA, lB]`` for the normal factors' means ``-v/2`` (and ``v/2``)."""
+    h = v / 2
+    x = np.maximum(np.abs(lA + h), np.abs(lB + h))
+    return np.maximum(x, np.maximum(np.abs(lA - h), np.abs(lB - h))) if remove else x
+
+
+def _psg_cauchy(W, r, lA, lB, D, jac, q, v, cden, remove):
+    """Cauchy's bound at radius ``r`` on panels of width ``W`` (C ``psg_cauchy``): ``1.4316e-6 W (W / r)^10 M``,
+    ``M = cden jac ((1 - q) G(-v/2) + q G(v/2))`` (remove; add: ``G(-v/2)``)."""
+    h = v / 2
+    M = ((1 - q) * _normal_sup(lA + h, lB + h, D, v) + q * _normal_sup(lA - h, lB - h, D, v)) if remove \
+        else _normal_sup(lA + h, lB + h, D, v)
+    wr2 = (W / r) ** 2
+    return _GL5_CAUCHY * W * (wr2 * wr2 * wr2 * wr2 * wr2) * (M * cden * jac)
+
+
 def _psg_truncation(psg, lo, c0, c1):
     """The 5-point rule's truncation error on the panels ``[lo + c0, lo + c1]`` of the subsampled Gaussian's density
     ``psg = (q, v, sd, remove)``, proved (docs/dominance.md, "The rules' truncation error"): ``(R_A, R_N, R_B)`` for
@@ -124,25 +149,13 @@ def _psg_truncation(psg, lo, c0, c1):
         lq = abs(logq) + abs(ylo)
         lA = lA - 20 * _U * (1 + 2 * np.abs(lA) + 2 * lq)
         lB = lB + 20 * _U * (1 + 2 * np.abs(lB) + 2 * lq)
-        h, cden = v / 2, 1.0 / (sd * 2.5066282746310002)
-        x = np.maximum(np.abs(lA + h), np.abs(lB + h))
-        if remove:
-            x = np.maximum(x, np.maximum(np.abs(lA - h), np.abs(lB - h)))
+        cden, x = 1.0 / (sd * 2.5066282746310002), _psg_reach(lA, lB, v, remove)
         lp0, cap = 1.0 / -np.expm1(-gap), np.minimum(0.5 * gap, 1.0)
         r0 = np.minimum((-x + np.sqrt(x * x + 40 * v)) / (2 * lp0), cap)
-
-        def sup(la, lb, D):
-            mn = np.where((la <= 0) & (lb >= 0), 0.0, np.minimum(np.abs(la), np.abs(lb)))
-            xx = np.clip(D, mn, np.maximum(np.abs(la), np.abs(lb)))
-            return np.exp((-xx * xx + 2 * xx * D + D * D) / (2 * v))
-
         best, rb = np.full(W.shape, np.inf), np.zeros(W.shape)
         for r in (r0, 0.5 * r0, np.minimum(2 * r0, cap)):
             lp = 1.0 / -np.expm1(-(gap - r))
-            D = lp * r
-            M = ((1 - q) * sup(lA + h, lB + h, D) + q * sup(lA - h, lB - h, D)) if remove else sup(lA + h, lB + h, D)
-            wr2 = (W / r) ** 2
-            Rk = _GL5_CAUCHY * W * (wr2 * wr2 * wr2 * wr2 * wr2) * (M * cden * lp)
+            Rk = _psg_cauchy(W, r, lA, lB, lp * r, lp, q, v, cden, remove)
             take = (r > 0) & (Rk < best)
             best, rb = np.where(take, Rk, best), np.where(take, r, rb)
         best = np.where(bad | ~(best < np.inf), np.inf, best * (1 + 1e-6))
@@ -169,27 +182,13 @@ def _psg_log_truncation(psg, d_far, bot, top, end):
         bad = ~np.isfinite(lA) | ~np.isfinite(lB) | ~(g0 < np.inf) | ~(d_far > 0)
         lA = lA - (20 * _U * (1 + 2 * np.abs(lA) + 2 * lq) + g0 * _U * (np.abs(bot) + np.abs(top) + 6))
         lB = lB + (20 * _U * (1 + 2 * np.abs(lB) + 2 * lq) + g0 * _U * (np.abs(bot) + np.abs(top) + 6))
-        h, cden = v / 2, 1.0 / (sd * 2.5066282746310002)
-        x = np.maximum(np.abs(lA + h), np.abs(lB + h))
-        if remove:
-            x = np.maximum(x, np.maximum(np.abs(lA - h), np.abs(lB - h)))
-        r0 = np.minimum((-x + np.sqrt(x * x + 40 * v)) / (2 * g0), 1.0)
-
-        def sup(la, lb, D):
-            mn = np.where((la <= 0) & (lb >= 0), 0.0, np.minimum(np.abs(la), np.abs(lb)))
-            xx = np.clip(D, mn, np.maximum(np.abs(la), np.abs(lb)))
-            return np.exp((-xx * xx + 2 * xx * D + D * D) / (2 * v))
-
-        best, dbest = np.full(W.shape, np.inf), np.zeros(W.shape)
-        for r in (r0,):  # (one radius: these panels are many, a cell's up to 360)
-            dmax = d_far * np.exp(top + r)
-            gp = dmax / -np.expm1(-dmax * np.cos(r))
-            D = r * gp
-            M = ((1 - q) * sup(lA + h, lB + h, D) + q * sup(lA - h, lB - h, D)) if remove else sup(lA + h, lB + h, D)
-            wr2 = (W / r) ** 2
-            Rk = _GL5_CAUCHY * W * (wr2 * wr2 * wr2 * wr2 * wr2) * (M * cden * gp)
-            take = (r > 0) & (Rk < best)
-            best, dbest = np.where(take, Rk, best), np.where(take, dmax, dbest)
+        cden, x = 1.0 / (sd * 2.5066282746310002), _psg_reach(lA, lB, v, remove)
+        # (one radius: these panels are many, a cell's up to 360)
+        r = np.minimum((-x + np.sqrt(x * x + 40 * v)) / (2 * g0), 1.0)
+        dmax = d_far * np.exp(top + r)
+        gp = dmax / -np.expm1(-dmax * np.cos(r))
+        best = np.where(r > 0, _psg_cauchy(W, r, lA, lB, r * gp, gp, q, v, cden, remove), np.inf)
+        dbest = np.where(r > 0, dmax, 0.0)
         best = np.where(bad | ~(best < np.inf), np.inf, best * (1 + 1e-6))
         RA = np.where(W > 0, best, 0.0)
         RN = np.where(W > 0, best * np.expm1(np.abs(end) + dbest) * (1 + 1e-6), 0.0)
@@ -211,14 +210,11 @@ def _gauss_truncation(m: float, s: float, lo, c0, c1):
         lb = (yb - m) + 4 * _U * (np.abs(yb) + abs(m))
         v, cden = s * s, 1.0 / (s * 2.5066282746310002)
         x = np.maximum(np.abs(la), np.abs(lb))
-        mn = np.where((la <= 0) & (lb >= 0), 0.0, np.minimum(np.abs(la), np.abs(lb)))
         r0 = np.minimum((-x + np.sqrt(x * x + 40 * v)) / 2, 1.0)
         best, rb = np.full(W.shape, np.inf), np.zeros(W.shape)
         for r in (r0, 0.5 * r0, np.minimum(2 * r0, 1.0)):
-            xx = np.clip(r, mn, x)
             wr2 = (W / r) ** 2
-            Rk = _GL5_CAUCHY * W * (wr2 * wr2 * wr2 * wr2 * wr2) * (cden * np.exp((-xx * xx + 2 * xx * r + r * r)
-                                                                                  / (2 * v)))
+            Rk = _GL5_CAUCHY * W * (wr2 * wr2 * wr2 * wr2 * wr2) * (cden * _normal_sup(la, lb, r, v))
             take = (r > 0) & (Rk < best)
             best, rb = np.where(take, Rk, best), np.where(take, r, rb)
         best = np.where(best < np.inf, best * (1 + 1e-6), np.inf)
