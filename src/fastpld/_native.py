@@ -180,7 +180,7 @@ class NativeBackend(Backend):
         ``_core.finish_node(..., scale=1/N)``, which reads it before this thread's next transform of
         that length and precision): no copy of the node's output.
         ``inv64``: for a long double node with ``direct``, a test ``inv64(l1) -> bool`` of the bound ``l1`` it would
-        have with a float64 inverse FFT (:func:`fastpld.composition.powers._inverse64_l1`); where it passes, the
+        have with a float64 inverse FFT (:func:`fastpld._fft_error._inverse64_l1`); where it passes, the
         long double power is rounded to complex128 and transformed in float64 (``out`` is then float64).
         """
         dt = np.dtype(dtype)
