@@ -336,7 +336,7 @@ int fpld_psg_panels(const double *lo, const double *c0, const double *c1, ptrdif
     return FPLD_OK;
 }
 
-/* The same in u = log(distance to the end) (fpld_psg_logpanels; numpy reference: fastpld.dominance.rules.
+/* The same in u = log(distance to the end), for fpld_psg_logpanels (numpy reference: fastpld.dominance.rules.
  * _psg_log_truncation): the panel [bot, top] of u - log dfar, the distance d = dfar e^u, the offset t = end + sgn d
  * from lo.  In tt = +-y, tt = log(1 - q) + d, so l = log(1 - q) - log q + log(expm1(d)) and the integrand in u is
  * C(l) g(d) with g(d) = dl/du = d / (1 - e^-d).  On the stadium of radius rho <= 1 about the panel, |arg d| <= rho
@@ -348,8 +348,8 @@ int fpld_psg_panels(const double *lo, const double *c0, const double *c1, ptrdif
  * panel's top for Lp, at most 1. */
 /* (lA, lB: l at the distances dfar e^bot and dt = dfar e^top, (log(1 - q) + log(expm1(d))) - log q, which the panels
  * of a cell share at their common ends) */
-static void fpld_psg_logrule_bound_l(double dfar, double bot, double top, double dt, double lA, double lB, double end,
-                                     double q, double v, double sd, double logq, double ylo, int remove, double *R)
+static void psg_logrule_bound(double dfar, double bot, double top, double dt, double lA, double lB, double end,
+                              double q, double v, double sd, double logq, double ylo, int remove, double *R)
 {
     const double u = 0x1p-53;
     double W = top - bot;
@@ -383,14 +383,6 @@ static void fpld_psg_logrule_bound_l(double dfar, double bot, double top, double
     R[2] = best * exp(dbest - end) * (1 + 1e-6);
 }
 
-void fpld_psg_logrule_bound(double dfar, double bot, double top, double end, double q, double v, double sd,
-                            double logq, double ylo, int remove, double *R)
-{
-    double dt = dfar * exp(top);
-    fpld_psg_logrule_bound_l(dfar, bot, top, dt, (ylo + log(expm1(dfar * exp(bot)))) - logq,
-                             (ylo + log(expm1(dt))) - logq, end, q, v, sd, logq, ylo, remove, R);
-}
-
 int fpld_psg_logpanels(const double *lo, const double *end, const double *dfar, const double *ulo,
                        const double *steps, ptrdiff_t n, double sgn, double q, double v, double sd, int remove,
                        const double *x5, const double *w5, const double *x4, const double *w4, double *out)
@@ -407,15 +399,15 @@ int fpld_psg_logpanels(const double *lo, const double *end, const double *dfar, 
         double np = ceil(reach / step);
         ptrdiff_t npan = np < 1 ? 1 : (ptrdiff_t)np;
         double I[2][3] = {{0, 0, 0}, {0, 0, 0}}, E[3] = {0, 0, 0}, Rs[3] = {0, 0, 0};
-        double d_top = dfar[i], l_top = (ylo + log(expm1(d_top))) - logq; /* (at u = 0; each panel's bot is the next's top) */
+        /* (d and l at u = 0, dfar e^0; each panel's bot is the next one's top) */
+        double d_top = dfar[i], l_top = (ylo + log(expm1(d_top))) - logq;
         for (ptrdiff_t k = 0; k < npan; k++) {
             double top = -step * (double)k, bot = -step * (double)(k + 1);
             if (bot < ulo[i])
                 bot = ulo[i];
             double half = 0.5 * (top - bot), Rp[3];
             double d_bot = dfar[i] * exp(bot), l_bot = (ylo + log(expm1(d_bot))) - logq;
-            fpld_psg_logrule_bound_l(dfar[i], bot, top, k == 0 ? dfar[i] * exp(top) : d_top, l_bot, l_top, end[i], q, v, sd,
-                                     logq, ylo, remove, Rp);
+            psg_logrule_bound(dfar[i], bot, top, d_top, l_bot, l_top, end[i], q, v, sd, logq, ylo, remove, Rp);
             d_top = d_bot;
             l_top = l_bot;
             for (int m = 0; m < 3; m++)

@@ -26,9 +26,9 @@ int fpld_psg_eval(const double *t, ptrdiff_t n, double q, double v, double sd, i
 /* The dominance leaf's panel rules for the same density (fastpld.dominance.rules._panels): per panel
  * [lo_i + c0_i, lo_i + c1_i] the 5- and 4-point Gauss-Legendre rules (x5, w5, x4, w4) of int f,
  * int (1 - e^(lo_i - y)) f and int e^(lo_i - y) f; out[6 n] = {a, a_err, n, n_err, b, b_err} with
- * err = max(10 |I5 - I4|, R) + 16 u I5 (R: fpld_psg_rule_bound's); eout[3 n] (unless NULL) = {ea, en, eb}, the 5-point terms' sums weighted by
- * their relative error bounds (the computed density and weights against the exact ones at the exact nodes),
- * which the caller adds to the errors once it has chosen its rules. */
+ * err = max(10 |I5 - I4|, R) + 16 u I5 (R: fpld_psg_rule_bound's); eout[3 n] (unless NULL) = {ea, en, eb}, the
+ * 5-point terms' sums weighted by their relative error bounds (the computed density and weights against the exact
+ * ones at the exact nodes), which the caller adds to the errors once it has chosen its rules. */
 int fpld_psg_panels(const double *lo, const double *c0, const double *c1, ptrdiff_t n, double q, double v,
                     double sd, int remove, const double *x5, const double *w5, const double *x4,
                     const double *w4, double *out, double *eout);
@@ -46,9 +46,8 @@ void fpld_psg_rule_bound(double lo, double c0, double c1, double q, double v, do
  * nodes d = dfar_i e^u, t = end_i + sgn d, y = lo_i + t (sgn = +1: the end below, -1: above) and the terms
  * f(y) d half w, times -expm1(-t) and exp(-t).  out[12 n] = {a5, n5, b5, a4, n4, b4, ea, en, eb, Ra, Rn, Rb} (the
  * rules' sums, the 5-point terms' sums weighted by their relative error bounds, as in fpld_psg_panels, and the sums
- * of the panels' proved truncation bounds, fpld_psg_logrule_bound; the caller forms the error bounds). */
-void fpld_psg_logrule_bound(double dfar, double bot, double top, double end, double q, double v, double sd,
-                            double logq, double ylo, int remove, double *R);
+ * of the panels' proved truncation bounds, as fpld_psg_rule_bound's in log-distance; the caller forms the error
+ * bounds). */
 int fpld_psg_logpanels(const double *lo, const double *end, const double *dfar, const double *ulo,
                        const double *steps, ptrdiff_t n, double sgn, double q, double v, double sd, int remove,
                        const double *x5, const double *w5, const double *x4, const double *w4, double *out);

@@ -129,6 +129,14 @@ def _psg_cauchy(W, r, lA, lB, D, jac, q, v, cden, remove):
     return _GL5_CAUCHY * W * (wr2 * wr2 * wr2 * wr2 * wr2) * (M * cden * jac)
 
 
+def _lattice_weights(best, W, c0, c1, r):
+    """``(R_A, R_N, R_B)`` of a lattice panel's bound ``best`` for ``int f`` at radius ``r``: the weights ``1 - e^-t``
+    and ``e^-t`` are at most ``e^(c1 + r) - 1`` and ``e^(r - c0)`` on the stadium (0 on an empty panel)."""
+    with np.errstate(all="ignore"):
+        return (np.where(W > 0, best, 0.0), np.where(W > 0, best * np.expm1(c1 + r) * (1 + 1e-6), 0.0),
+                np.where(W > 0, best * np.exp(r - c0) * (1 + 1e-6), 0.0))
+
+
 def _psg_truncation(psg, lo, c0, c1):
     """The 5-point rule's truncation error on the panels ``[lo + c0, lo + c1]`` of the subsampled Gaussian's density
     ``psg = (q, v, sd, remove)``, proved (docs/dominance.md, "The rules' truncation error"): ``(R_A, R_N, R_B)`` for
@@ -159,17 +167,14 @@ def _psg_truncation(psg, lo, c0, c1):
             take = (r > 0) & (Rk < best)
             best, rb = np.where(take, Rk, best), np.where(take, r, rb)
         best = np.where(bad | ~(best < np.inf), np.inf, best * (1 + 1e-6))
-        RA = np.where(W > 0, best, 0.0)
-        RN = np.where(W > 0, best * np.expm1(c1 + rb) * (1 + 1e-6), 0.0)
-        RB = np.where(W > 0, best * np.exp(rb - c0) * (1 + 1e-6), 0.0)
-    return RA, RN, RB
+    return _lattice_weights(best, W, c0, c1, rb)
 
 
 def _psg_log_truncation(psg, d_far, bot, top, end):
     """The 5-point rule's truncation error on the log-distance panels ``[bot, top]`` (in ``u - log d_far``; the
     offset of the end from the cell's ``lo``: ``end``) of the subsampled Gaussian's density, proved: ``(R_A, R_N,
     R_B)`` per panel (docs/dominance.md, "The rules' truncation error"); the reference of the C
-    ``fpld_psg_logrule_bound`` (the same operations)."""
+    ``psg_logrule_bound`` (the same operations)."""
     q, v, sd, remove = psg
     d_far, bot, top, end = (np.asarray(a, dtype=np.float64) for a in (d_far, bot, top, end))
     W = top - bot
@@ -218,10 +223,7 @@ def _gauss_truncation(m: float, s: float, lo, c0, c1):
             take = (r > 0) & (Rk < best)
             best, rb = np.where(take, Rk, best), np.where(take, r, rb)
         best = np.where(best < np.inf, best * (1 + 1e-6), np.inf)
-        RA = np.where(W > 0, best, 0.0)
-        RN = np.where(W > 0, best * np.expm1(c1 + rb) * (1 + 1e-6), 0.0)
-        RB = np.where(W > 0, best * np.exp(rb - c0) * (1 + 1e-6), 0.0)
-    return RA, RN, RB
+    return _lattice_weights(best, W, c0, c1, rb)
 
 
 def _panels(loss, lo, c0, c1):
