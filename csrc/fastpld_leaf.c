@@ -190,8 +190,8 @@ static double psg_end_tail(double d, double s_end, int side, double q, double v,
 /* The dominance leaf's panel rules (numpy reference: fastpld.dominance.rules._panels, the same operations per
  * term; the sums' order may differ, within the 16 u I5 rounding term of the error bounds).  The density
  * of fpld_psg_eval at y = lo_i + t, t = c0_i + half_i (1 + x_j), half_i = (c1_i - c0_i) / 2, for the
- * 5-point rule (x5, w5) and the 4-point rule (x4, w4): I5 and I4 of int f, int (1 - e^-t) f and
- * int e^-t f; out = {a, a_err, n, n_err, b, b_err} (each n values) with err = 10 |I5 - I4| + 16 u I5; eout (3 n,
+ * 5-point rule (x5, w5): I5 of int f, int (1 - e^-t) f and int e^-t f; out = {a, a_err, n, n_err, b, b_err}
+ * (each n values) with err = R + 16 u I5, R the rule's proved truncation error (below); eout (3 n,
  * unless NULL) = the 5-point terms' sums weighted by their relative error bounds (the density's, psg_density_rel,
  * and the weights'), added to the errors by the caller once the rules are chosen (refining cannot reduce them). */
 /* The rules' truncation error, proved (docs/dominance.md, "The rules' truncation error"; numpy reference:
@@ -279,8 +279,7 @@ void fpld_psg_rule_bound(double lo, double c0, double c1, double q, double v, do
 }
 
 int fpld_psg_panels(const double *lo, const double *c0, const double *c1, ptrdiff_t n, double q, double v,
-                    double sd, int remove, const double *x5, const double *w5, const double *x4,
-                    const double *w4, double *out, double *eout)
+                    double sd, int remove, const double *x5, const double *w5, double *out, double *eout)
 {
     if (n < 0 || !(q > 0 && q < 1) || !(v > 0) || !(sd > 0))
         return FPLD_EINVAL;
@@ -288,30 +287,28 @@ int fpld_psg_panels(const double *lo, const double *c0, const double *c1, ptrdif
     double logq = log(q), ylo = log1p(-q), h = v / 2, cden = 1.0 / (sd * 2.5066282746310002);
     double lq = fabs(logq) + fabs(ylo), isd = 1.0 / sd;
     /* e^-t and -expm1(-t) per node, kept while consecutive panels share (c0, c1) (most do) */
-    double kc0 = NAN, kc1 = NAN, em[9], ex[9], tn[9];
+    double kc0 = NAN, kc1 = NAN, em[5], ex[5], tn[5];
     for (ptrdiff_t i = 0; i < n; i++) {
         double half = 0.5 * (c1[i] - c0[i]);
         if (!(c0[i] == kc0 && c1[i] == kc1)) {
             kc0 = c0[i];
             kc1 = c1[i];
-            for (int j = 0; j < 9; j++) {
-                double x = j < 5 ? x5[j] : x4[j - 5];
-                tn[j] = c0[i] + half * (1.0 + x);
+            for (int j = 0; j < 5; j++) {
+                tn[j] = c0[i] + half * (1.0 + x5[j]);
                 em[j] = -expm1(-tn[j]);
                 ex[j] = exp(-tn[j]);
             }
         }
-        double I[2][3] = {{0, 0, 0}, {0, 0, 0}}, E[3] = {0, 0, 0};
-        for (int j = 0; j < 9; j++) {
+        double I[3] = {0, 0, 0}, E[3] = {0, 0, 0};
+        for (int j = 0; j < 5; j++) {
             double y = lo[i] + tn[j], tt = remove ? y : -y;
             double em1 = psg_em1(tt, ylo), l = psg_l(tt, em1, q, logq, ylo), dl = psg_dl(tt, em1, q);
             double dens = psg_density_dl(dl, l, q, h, sd, cden, remove);
-            int r = j < 5 ? 0 : 1;
-            double fw = (dens * half) * (j < 5 ? w5[j] : w4[j - 5]);
-            I[r][0] += fw;
-            I[r][1] += fw * em[j];
-            I[r][2] += fw * ex[j];
-            if (eout && r == 0 && fw != 0) {
+            double fw = (dens * half) * w5[j];
+            I[0] += fw;
+            I[1] += fw * em[j];
+            I[2] += fw * ex[j];
+            if (eout && fw != 0) {
                 /* the node within u |y| + 4 u tn of the exact one (tn = c0 + half (1 + x), c0 >= 0), and for t
                  * below 0 the argument t - log(1 - q) of expm1 within u |t - log(1 - q)| + 8 u |log(1 - q)|; the
                  * weights 1 - e^-t and e^-t within 12 u of their values at the rounded tn, which moves both by up
@@ -321,14 +318,13 @@ int fpld_psg_panels(const double *lo, const double *c0, const double *c1, ptrdif
                                 fabs(fw) * ex[j] * (4 * u * tn[j]));
             }
         }
-        /* the 5-point rule's truncation error, proved, where it exceeds ten times the 4-point rule's disagreement
-         * (which stays, an estimate: at least as large as before the bound; the choices see it, and refine or
-         * take the log-distance rules where it is loose -- near the support's end) */
+        /* the 5-point rule's truncation error, proved (the choices read it: where it is loose -- near the support's
+         * end -- they refine or take the log-distance rules) */
         double Rt[3];
         fpld_psg_rule_bound(lo[i], c0[i], c1[i], q, v, sd, logq, ylo, remove, Rt);
         for (int m = 0; m < 3; m++) {
-            out[2 * m * n + i] = I[0][m];
-            out[(2 * m + 1) * n + i] = fmax(10.0 * fabs(I[0][m] - I[1][m]), Rt[m]) + 16 * u * I[0][m];
+            out[2 * m * n + i] = I[m];
+            out[(2 * m + 1) * n + i] = Rt[m] + 16 * u * I[m];
             if (eout)
                 eout[m * n + i] = E[m];
         }
@@ -385,7 +381,7 @@ static void psg_logrule_bound(double dfar, double bot, double top, double dt, do
 
 int fpld_psg_logpanels(const double *lo, const double *end, const double *dfar, const double *ulo,
                        const double *steps, ptrdiff_t n, double sgn, double q, double v, double sd, int remove,
-                       const double *x5, const double *w5, const double *x4, const double *w4, double *out)
+                       const double *x5, const double *w5, double *out)
 {
     if (n < 0 || !(q > 0 && q < 1) || !(v > 0) || !(sd > 0) || !(sgn == 1.0 || sgn == -1.0))
         return FPLD_EINVAL;
@@ -398,7 +394,7 @@ int fpld_psg_logpanels(const double *lo, const double *end, const double *dfar, 
             return FPLD_EINVAL;
         double np = ceil(reach / step);
         ptrdiff_t npan = np < 1 ? 1 : (ptrdiff_t)np;
-        double I[2][3] = {{0, 0, 0}, {0, 0, 0}}, E[3] = {0, 0, 0}, Rs[3] = {0, 0, 0};
+        double I[3] = {0, 0, 0}, E[3] = {0, 0, 0}, Rs[3] = {0, 0, 0};
         /* (d and l at u = 0, dfar e^0; each panel's bot is the next one's top) */
         double d_top = dfar[i], l_top = (ylo + log(expm1(d_top))) - logq;
         for (ptrdiff_t k = 0; k < npan; k++) {
@@ -412,10 +408,8 @@ int fpld_psg_logpanels(const double *lo, const double *end, const double *dfar, 
             l_top = l_bot;
             for (int m = 0; m < 3; m++)
                 Rs[m] += Rp[m];
-            for (int j = 0; j < 9; j++) {
-                int r = j < 5 ? 0 : 1;
-                double x = r ? x4[j - 5] : x5[j], w = r ? w4[j - 5] : w5[j];
-                double uu = bot + half * (1.0 + x);
+            for (int j = 0; j < 5; j++) {
+                double w = w5[j], uu = bot + half * (1.0 + x5[j]);
                 double d = dfar[i] * exp(uu);
                 double t = end[i] + sgn * d;
                 double y = lo[i] + t, tt = remove ? y : -y;
@@ -425,10 +419,10 @@ int fpld_psg_logpanels(const double *lo, const double *end, const double *dfar, 
                 double em1 = tt < 0 ? expm1(d) : psg_em1(tt, ylo), l = psg_l(tt, em1, q, logq, ylo);
                 double dl = psg_dl(tt, em1, q), dens = psg_density_dl(dl, l, q, h, sd, cden, remove);
                 double fw = ((dens * d) * half) * w, wn = -expm1(-t), wb = exp(-t);
-                I[r][0] += fw;
-                I[r][1] += fw * wn;
-                I[r][2] += fw * wb;
-                if (r == 0 && fw != 0) {
+                I[0] += fw;
+                I[1] += fw * wn;
+                I[2] += fw * wb;
+                if (fw != 0) {
                     /* d within rd = u (|uu| + 4 half + 9) of the exact node's distance (relative): the node's
                      * shift d rd, plus the rounding of t and y where the density is taken at y; the weight d (rd);
                      * the weights 1 - e^-t, e^-t (12 u, and t's shift d rd + u |t| moves both by e^-t times it,
@@ -442,10 +436,9 @@ int fpld_psg_logpanels(const double *lo, const double *end, const double *dfar, 
             }
         }
         for (int m = 0; m < 3; m++) {
-            out[m * n + i] = I[0][m];
-            out[(m + 3) * n + i] = I[1][m];
-            out[(m + 6) * n + i] = E[m];
-            out[(m + 9) * n + i] = Rs[m] * (1 + 1e-12); /* (the sum's rounding) */
+            out[m * n + i] = I[m];
+            out[(m + 3) * n + i] = E[m];
+            out[(m + 6) * n + i] = Rs[m] * (1 + 1e-12); /* (the sum's rounding) */
         }
     }
     return FPLD_OK;
@@ -1173,7 +1166,7 @@ static int integrals_side(int side, double s_end, const double *lo, const double
                           double tiny, const double *c0, const double *c1, const double *ns, char *done,
                           double q, double v, double sd, int remove, double near_end, double rr, double u_step,
                           double u_step_near, double u_depth, int u_refine, double rel_cap, int64_t max_panels,
-                          const double *x5, const double *w5, const double *x4, const double *w4, double cre,
+                          const double *x5, const double *w5, double cre,
                           char *endrules, double *out, double *eo)
 {
     const double u = 0x1p-53, sgn = side == 0 ? 1.0 : -1.0;
@@ -1191,8 +1184,8 @@ static int integrals_side(int side, double s_end, const double *lo, const double
     }
     if (nb == 0)
         return FPLD_OK;
-    /* per bad cell: 26 doubles of its own, 17 for a refinement's gathered copy and rules */
-    double *buf = (double *)calloc(43 * (size_t)nb, sizeof(double)); /* (zeroed: gcc cannot see the fill) */
+    /* per bad cell: 23 doubles of its own, 14 for a refinement's gathered copy and rules */
+    double *buf = (double *)calloc(37 * (size_t)nb, sizeof(double)); /* (zeroed: gcc cannot see the fill) */
     ptrdiff_t *idx = (ptrdiff_t *)malloc(sizeof(ptrdiff_t) * 2 * (size_t)nb);
     char *flags = (char *)malloc(4 * (size_t)nb);
     if (!buf || !idx || !flags) {
@@ -1201,11 +1194,11 @@ static int integrals_side(int side, double s_end, const double *lo, const double
     }
     double *lob = buf, *end = buf + nb, *dfar = buf + 2 * nb, *ulo = buf + 3 * nb, *step = buf + 4 * nb,
            *depth = buf + 5 * nb, *rest = buf + 6 * nb, *ae = buf + 7 * nb, *ne = buf + 8 * nb,
-           *be = buf + 9 * nb, *dis = buf + 10 * nb, *lp = buf + 11 * nb; /* lp: 12 nb, {a5, n5, b5, a4, n4, b4},
-                                                                         * the density's error sums {ea, en, eb}
-                                                                         * and the proved bounds {Ra, Rn, Rb} */
-    double *ra = buf + 23 * nb, *rn = buf + 24 * nb, *rb = buf + 25 * nb; /* a holding cell's rest, as mass */
-    double *gw = buf + 26 * nb; /* a refinement's lo, end, d_far, ulo, step (5 nw) and rules (12 nw) */
+           *be = buf + 9 * nb, *dis = buf + 10 * nb, *lp = buf + 11 * nb; /* lp: 9 nb, {a5, n5, b5}, the
+                                                                         * density's error sums {ea, en, eb} and
+                                                                         * the proved bounds {Ra, Rn, Rb} */
+    double *ra = buf + 20 * nb, *rn = buf + 21 * nb, *rb = buf + 22 * nb; /* a holding cell's rest, as mass */
+    double *gw = buf + 23 * nb; /* a refinement's lo, end, d_far, ulo, step (5 nw) and rules (9 nw) */
     ptrdiff_t *widx = idx + nb;
     char *deep = flags, *live = flags + nb, *close = flags + 2 * nb, *holds = flags + 3 * nb;
     ptrdiff_t k = 0;
@@ -1255,12 +1248,12 @@ static int integrals_side(int side, double s_end, const double *lo, const double
         /* (the cells clear of the end on panels a quarter as wide) */
         step[j] = deep[j] ? u_step : u_step_near;
     }
-    st = fpld_psg_logpanels(lob, end, dfar, ulo, step, nb, sgn, q, v, sd, remove, x5, w5, x4, w4, lp);
+    st = fpld_psg_logpanels(lob, end, dfar, ulo, step, nb, sgn, q, v, sd, remove, x5, w5, lp);
     if (st != FPLD_OK)
         goto finish;
-    double *a5 = lp, *n5 = lp + nb, *b5 = lp + 2 * nb, *a4 = lp + 3 * nb, *n4 = lp + 4 * nb, *b4 = lp + 5 * nb;
-    double *ea = lp + 6 * nb, *en = lp + 7 * nb, *eb = lp + 8 * nb;
-    double *Ra = lp + 9 * nb, *Rn = lp + 10 * nb, *Rb = lp + 11 * nb;
+    double *a5 = lp, *n5 = lp + nb, *b5 = lp + 2 * nb;
+    double *ea = lp + 3 * nb, *en = lp + 4 * nb, *eb = lp + 5 * nb;
+    double *Ra = lp + 6 * nb, *Rn = lp + 7 * nb, *Rb = lp + 8 * nb;
     /* rest: the tail beyond the depth (the CDF or survival function at the distance de = d_far e^-D).  In a
      * cell holding the end it is the cell's mass between the end and de, at t within de of the end's offset:
      * added to the integrals (ra, rn, rb), its error bounds (the CDF's relative error, the weights' spread
@@ -1285,15 +1278,15 @@ static int integrals_side(int side, double s_end, const double *lo, const double
                 rest[j] = m * (1 + 1e-6);
             }
         }
-        /* (the rules' truncation: the proved bound where it exceeds ten times their disagreement) */
-        ae[j] = fmax(10.0 * fabs(a5[j] - a4[j]), Ra[j]) + 16 * u * a5[j] + rest[j];
-        ne[j] = fmax(10.0 * fabs(n5[j] - n4[j]), Rn[j]) + 16 * u * n5[j] + rest[j];
-        be[j] = fmax(10.0 * fabs(b5[j] - b4[j]), Rb[j]) + 16 * u * b5[j] + rest[j];
+        /* (the rules' truncation: the proved bound) */
+        ae[j] = Ra[j] + 16 * u * a5[j] + rest[j];
+        ne[j] = Rn[j] + 16 * u * n5[j] + rest[j];
+        be[j] = Rb[j] + 16 * u * b5[j] + rest[j];
         /* (the rules' truncation bound: refined where it is most of an error that would be total variation) */
-        dis[j] = fmax(10.0 * fabs(a5[j] - a4[j]), Ra[j]);
+        dis[j] = Ra[j];
         live[j] = 1;
     }
-    /* refinements: panels a quarter as wide where the rules' disagreement is most of a bound that would be
+    /* refinements: panels a quarter as wide where the rules' truncation bound is most of a bound that would be
      * charged as total variation; the smaller bound kept, no more where one did not cut it 4x */
     for (int it = 0; it < u_refine; it++) {
         ptrdiff_t nw = 0;
@@ -1316,17 +1309,16 @@ static int integrals_side(int side, double s_end, const double *lo, const double
             wulo[w] = ulo[j];
             wstep[w] = step[j];
         }
-        st = fpld_psg_logpanels(wlo, wend, wdfar, wulo, wstep, nw, sgn, q, v, sd, remove, x5, w5, x4, w4, wr);
+        st = fpld_psg_logpanels(wlo, wend, wdfar, wulo, wstep, nw, sgn, q, v, sd, remove, x5, w5, wr);
         if (st != FPLD_OK)
             goto finish;
         for (ptrdiff_t w = 0; w < nw; w++) {
             ptrdiff_t j = widx[w];
             double a5w = wr[w], n5w = wr[nw + w], b5w = wr[2 * nw + w];
-            double a4w = wr[3 * nw + w], n4w = wr[4 * nw + w], b4w = wr[5 * nw + w];
-            double Raw = wr[9 * nw + w], Rnw = wr[10 * nw + w], Rbw = wr[11 * nw + w];
-            double aew = fmax(10.0 * fabs(a5w - a4w), Raw) + 16 * u * a5w + rest[j];
-            double new_ = fmax(10.0 * fabs(n5w - n4w), Rnw) + 16 * u * n5w + rest[j];
-            double bew = fmax(10.0 * fabs(b5w - b4w), Rbw) + 16 * u * b5w + rest[j];
+            double Raw = wr[6 * nw + w], Rnw = wr[7 * nw + w], Rbw = wr[8 * nw + w];
+            double aew = Raw + 16 * u * a5w + rest[j];
+            double new_ = Rnw + 16 * u * n5w + rest[j];
+            double bew = Rbw + 16 * u * b5w + rest[j];
             int better = aew + new_ + bew < ae[j] + ne[j] + be[j];
             if (!(aew < 0.25 * ae[j]))
                 live[j] = 0;
@@ -1337,10 +1329,10 @@ static int integrals_side(int side, double s_end, const double *lo, const double
                 ne[j] = new_;
                 b5[j] = b5w;
                 be[j] = bew;
-                ea[j] = wr[6 * nw + w];
-                en[j] = wr[7 * nw + w];
-                eb[j] = wr[8 * nw + w];
-                dis[j] = fmax(10.0 * fabs(a5w - a4w), Raw);
+                ea[j] = wr[3 * nw + w];
+                en[j] = wr[4 * nw + w];
+                eb[j] = wr[5 * nw + w];
+                dis[j] = Raw;
             }
         }
     }
@@ -1379,8 +1371,8 @@ finish:
 int fpld_psg_integrals(const double *lo, const double *h, ptrdiff_t n, ptrdiff_t h_stride, double tiny, double s_lo,
                        double s_hi, double q, double v, double sd, int remove, double cre, double near_end,
                        double refine_rel, double u_step, double u_step_near, double u_depth, int u_refine,
-                       double rel_cap, int64_t max_panels, const double *x5, const double *w5, const double *x4,
-                       const double *w4, double anchor, double *out)
+                       double rel_cap, int64_t max_panels, const double *x5, const double *w5, double anchor,
+                       double *out)
 {
     const double u = 0x1p-53;
     if (n < 0 || !(h_stride == 0 || h_stride == 1) || !(q > 0 && q < 1) || !(v > 0) || !(sd > 0) || isnan(s_lo)
@@ -1408,7 +1400,7 @@ int fpld_psg_integrals(const double *lo, const double *h, ptrdiff_t n, ptrdiff_t
         c1[i] = np_maximum(np_clip(lo[i] + hi_, s_lo, s_hi) - lo[i], c0[i]);
         ns[i] = -expm1(-hi_); /* nscale: N's error against the cell's mass times 1 - e^-w */
     }
-    st = fpld_psg_panels(lo, c0, c1, n, q, v, sd, remove, x5, w5, x4, w4, out, eo);
+    st = fpld_psg_panels(lo, c0, c1, n, q, v, sd, remove, x5, w5, out, eo);
     if (st != FPLD_OK)
         goto finish;
     /* the support ends: the log-distance rules near them */
@@ -1417,8 +1409,8 @@ int fpld_psg_integrals(const double *lo, const double *h, ptrdiff_t n, ptrdiff_t
         if (!isfinite(s_end))
             continue;
         st = integrals_side(side, s_end, lo, h, h_stride, n, tiny, c0, c1, ns, done, q, v, sd, remove, near_end,
-                            refine_rel, u_step, u_step_near, u_depth, u_refine, rel_cap, max_panels, x5, w5, x4,
-                            w4, cre, endrules, out, eo);
+                            refine_rel, u_step, u_step_near, u_depth, u_refine, rel_cap, max_panels, x5, w5, cre,
+                            endrules, out, eo);
         if (st != FPLD_OK)
             goto finish;
     }
@@ -1445,7 +1437,7 @@ int fpld_psg_integrals(const double *lo, const double *h, ptrdiff_t n, ptrdiff_t
                 p1[k] = e1;
                 e0 = e1;
             }
-            st = fpld_psg_panels(plo, p0, p1, m, q, v, sd, remove, x5, w5, x4, w4, pr, pe);
+            st = fpld_psg_panels(plo, p0, p1, m, q, v, sd, remove, x5, w5, pr, pe);
             if (st != FPLD_OK)
                 goto finish;
             for (int r = 0; r < 6; r++) {

@@ -24,19 +24,18 @@ int fpld_psg_eval(const double *t, ptrdiff_t n, double q, double v, double sd, i
                   double *F, double *S, double *pdf);
 
 /* The dominance leaf's panel rules for the same density (fastpld.dominance.rules._panels): per panel
- * [lo_i + c0_i, lo_i + c1_i] the 5- and 4-point Gauss-Legendre rules (x5, w5, x4, w4) of int f,
+ * [lo_i + c0_i, lo_i + c1_i] the 5-point Gauss-Legendre rule (x5, w5) of int f,
  * int (1 - e^(lo_i - y)) f and int e^(lo_i - y) f; out[6 n] = {a, a_err, n, n_err, b, b_err} with
- * err = max(10 |I5 - I4|, R) + 16 u I5 (R: fpld_psg_rule_bound's); eout[3 n] (unless NULL) = {ea, en, eb}, the
+ * err = R + 16 u I5 (R: fpld_psg_rule_bound's proved truncation bound); eout[3 n] (unless NULL) = {ea, en, eb}, the
  * 5-point terms' sums weighted by their relative error bounds (the computed density and weights against the exact
  * ones at the exact nodes), which the caller adds to the errors once it has chosen its rules. */
 int fpld_psg_panels(const double *lo, const double *c0, const double *c1, ptrdiff_t n, double q, double v,
-                    double sd, int remove, const double *x5, const double *w5, const double *x4,
-                    const double *w4, double *out, double *eout);
+                    double sd, int remove, const double *x5, const double *w5, double *out, double *eout);
 
 /* The 5-point rule's truncation error on the panel [lo + c0, lo + c1] of that density, proved (Cauchy's estimate;
  * numpy reference: fastpld.dominance.rules._psg_truncation): R[3] for int f, int (1 - e^(lo - y)) f and
- * int e^(lo - y) f, infinite where the panel reaches the support's end; fpld_psg_panels takes the larger of it and
- * ten times the 4-point rule's disagreement.  logq, ylo: log q and log1p(-q). */
+ * int e^(lo - y) f, infinite where the panel reaches the support's end (fpld_psg_panels charges it).  logq, ylo:
+ * log q and log1p(-q). */
 void fpld_psg_rule_bound(double lo, double c0, double c1, double q, double v, double sd, double logq, double ylo,
                          int remove, double *R);
 
@@ -44,13 +43,12 @@ void fpld_psg_rule_bound(double lo, double c0, double c1, double q, double v, do
  * has the end at offset end_i from lo_i and its far edge at distance dfar_i; its panels k = 0, 1, .. are
  * [max(-(k + 1) step_i, ulo_i), -k step_i] in u - log dfar_i, from 0 down to ulo_i <= 0 (at least one); the
  * nodes d = dfar_i e^u, t = end_i + sgn d, y = lo_i + t (sgn = +1: the end below, -1: above) and the terms
- * f(y) d half w, times -expm1(-t) and exp(-t).  out[12 n] = {a5, n5, b5, a4, n4, b4, ea, en, eb, Ra, Rn, Rb} (the
- * rules' sums, the 5-point terms' sums weighted by their relative error bounds, as in fpld_psg_panels, and the sums
- * of the panels' proved truncation bounds, as fpld_psg_rule_bound's in log-distance; the caller forms the error
- * bounds). */
+ * f(y) d half w, times -expm1(-t) and exp(-t).  out[9 n] = {a5, n5, b5, ea, en, eb, Ra, Rn, Rb} (the 5-point
+ * rule's sums, its terms' sums weighted by their relative error bounds, as in fpld_psg_panels, and the sums of the
+ * panels' proved truncation bounds, as fpld_psg_rule_bound's in log-distance; the caller forms the error bounds). */
 int fpld_psg_logpanels(const double *lo, const double *end, const double *dfar, const double *ulo,
                        const double *steps, ptrdiff_t n, double sgn, double q, double v, double sd, int remove,
-                       const double *x5, const double *w5, const double *x4, const double *w4, double *out);
+                       const double *x5, const double *w5, double *out);
 
 /* The whole of fastpld.dominance.leaves._integrals for the same loss in one call: per cell
  * (lo_i, lo_i + h_i] (h: n widths, or one with h_stride 0) clipped to the support [s_lo, s_hi] (one
@@ -70,8 +68,8 @@ int fpld_psg_logpanels(const double *lo, const double *end, const double *dfar, 
 int fpld_psg_integrals(const double *lo, const double *h, ptrdiff_t n, ptrdiff_t h_stride, double tiny, double s_lo,
                        double s_hi, double q, double v, double sd, int remove, double cre, double near_end,
                        double refine_rel, double u_step, double u_step_near, double u_depth, int u_refine,
-                       double rel_cap, int64_t max_panels, const double *x5, const double *w5, const double *x4,
-                       const double *w4, double anchor, double *out);
+                       double rel_cap, int64_t max_panels, const double *x5, const double *w5, double anchor,
+                       double *out);
 
 /* int g(l)^k dmu(l) over l in [l_lo, l_hi] for k = 1, 2, with g(l) = log(1 - q + q e^l) and
  * mu = (1-q) P + q Q (remove) or P (add), by Gauss-Legendre on equal panels of width <= min(sd, 1)

@@ -525,6 +525,9 @@ def test_compiled_log_panels_agree_with_their_reference(sigma, q, monkeypatch):
         monkeypatch.undo()
         for g3, r3 in zip(got, ref):
             for g, r in zip(g3, r3):
+                if r is None:  # (no 4-point rule: the 5-point one's truncation error is proved)
+                    assert g is None
+                    continue
                 np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-300)
 
 

@@ -118,8 +118,10 @@ def _anchor(loss, h, tail):
 
 
 # (sigma, q, h, tail) whose reference takes every refinement: all three levels of 8, 64 and 512 panels, and
-# both log-distance refinements (a large sigma: steep in log-distance)
-_REFINING = [(2.0, 0.5, 1e-4, 1e-14), (5.0, 1e-4, 1e-5, 1e-16), (20.0, 1e-3, 1e-5, 1e-16), (0.3, 0.01, 1e-2, 1e-10)]
+# both log-distance refinements (a large sigma: steep in log-distance; with the proved truncation bound charged
+# alone, sigma 20 at wide meshes still takes the 512 panels and the second log-distance refinement)
+_REFINING = [(2.0, 0.5, 1e-4, 1e-14), (5.0, 1e-4, 1e-5, 1e-16), (20.0, 1e-3, 1e-5, 1e-16), (0.3, 0.01, 1e-2, 1e-10),
+             (20.0, 0.1, 0.03, 1e-14), (20.0, 0.5, 0.01, 1e-10)]
 
 
 @pytest.mark.parametrize("sigma,q,h,tail", _REFINING)
@@ -198,8 +200,8 @@ def _kernel_args(**kw):
     args = dict(lo=np.linspace(-0.02, 0.05, 8), h=0.01, tiny=0.0, s_lo=loss.support[0], s_hi=loss.support[1], q=q,
                 v=v, sd=sd, remove=remove, cre=loss.cdf_rel_error, near_end=float(L._NEAR_END),
                 refine_rel=L._REFINE_REL, u_step=L._U_STEP, u_step_near=L._U_STEP_NEAR, u_depth=L._U_DEPTH,
-                u_refine=L._U_REFINE, rel_cap=L._REL_CAP, max_panels=L._REFINE_MAX_PANELS, x5=L._GL_RULES[0],
-                w5=L._GL_RULES[1], x4=L._GL_RULES[2], w4=L._GL_RULES[3])
+                u_refine=L._U_REFINE, rel_cap=L._REL_CAP, max_panels=L._REFINE_MAX_PANELS, x5=L._GL5_RULE[0],
+                w5=L._GL5_RULE[1])
     args.update(kw)
     return args
 
@@ -208,7 +210,7 @@ def _kernel_args(**kw):
     (dict(h=np.full(7, 0.01)), "h"),
     (dict(h=np.full(9, 0.01)), "h"),
     (dict(x5=np.zeros(4)), "x5"),
-    (dict(w4=np.zeros(5)), "x4 and w4"),
+    (dict(w5=np.zeros(4)), "x5 and w5"),
     (dict(q=1.5), "invalid argument"),
     (dict(sd=0.0), "invalid argument"),
     (dict(u_depth=2.0), "invalid argument"),

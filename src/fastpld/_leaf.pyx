@@ -17,13 +17,12 @@ cdef extern from "fastpld_leaf.h" nogil:
     int fpld_psg_eval(const double *t, Py_ssize_t n, double q, double v, double sd, int remove,
                       double *F, double *S, double *pdf)
     int fpld_psg_panels(const double *lo, const double *c0, const double *c1, Py_ssize_t n, double q, double v,
-                        double sd, int remove, const double *x5, const double *w5, const double *x4,
-                        const double *w4, double *out, double *eout)
+                        double sd, int remove, const double *x5, const double *w5, double *out, double *eout)
     void fpld_psg_rule_bound(double lo, double c0, double c1, double q, double v, double sd, double logq, double ylo,
                              int remove, double *R)
     int fpld_psg_logpanels(const double *lo, const double *end, const double *dfar, const double *ulo,
                            const double *steps, Py_ssize_t n, double sgn, double q, double v, double sd, int remove,
-                           const double *x5, const double *w5, const double *x4, const double *w4, double *out)
+                           const double *x5, const double *w5, double *out)
     int fpld_psg_moments(double l_lo, double l_hi, double q, double v, double sd, int remove,
                          const double *x16, const double *w16, const double *x8, const double *w8, double *out)
     int fpld_psg_moments16(double l_lo, double l_hi, double q, double v, double sd, int remove,
@@ -130,21 +129,19 @@ def psg_rule_bound(const double[::1] lo, const double[::1] c0, const double[::1]
 
 
 def psg_panels(const double[::1] lo, const double[::1] c0, const double[::1] c1, double q, double v, double sd,
-               bint remove, const double[::1] x5, const double[::1] w5, const double[::1] x4,
-               const double[::1] w4):
+               bint remove, const double[::1] x5, const double[::1] w5):
     """``(a, a_err, n, n_err, b, b_err, ea, en, eb)`` of ``fpld_psg_panels`` (reference:
     ``fastpld.dominance.rules._panels``)."""
     cdef Py_ssize_t n = lo.shape[0]
-    if c0.shape[0] != n or c1.shape[0] != n or x5.shape[0] != 5 or w5.shape[0] != 5 or x4.shape[0] != 4 \
-            or w4.shape[0] != 4:
-        raise ValueError("psg_panels: need n panels and the 5- and 4-point Gauss-Legendre rules")
+    if c0.shape[0] != n or c1.shape[0] != n or x5.shape[0] != 5 or w5.shape[0] != 5:
+        raise ValueError("psg_panels: need n panels and the 5-point Gauss-Legendre rule")
     out = np.empty((9, n), dtype=np.float64)
     cdef double[:, ::1] ov = out
     cdef int status = 0
     if n:
         with nogil:
-            status = fpld_psg_panels(&lo[0], &c0[0], &c1[0], n, q, v, sd, remove, &x5[0], &w5[0], &x4[0], &w4[0],
-                                     &ov[0, 0], &ov[6, 0])
+            status = fpld_psg_panels(&lo[0], &c0[0], &c1[0], n, q, v, sd, remove, &x5[0], &w5[0], &ov[0, 0],
+                                     &ov[6, 0])
     if status != 0:
         raise ValueError("psg_panels: invalid argument")
     return tuple(out)
@@ -152,20 +149,20 @@ def psg_panels(const double[::1] lo, const double[::1] c0, const double[::1] c1,
 
 def psg_logpanels(const double[::1] lo, const double[::1] end, const double[::1] dfar, const double[::1] ulo,
                   const double[::1] steps, double sgn, double q, double v, double sd, bint remove,
-                  const double[::1] x5, const double[::1] w5, const double[::1] x4, const double[::1] w4):
-    """``(a5, n5, b5, a4, n4, b4, ea, en, eb, Ra, Rn, Rb)`` of ``fpld_psg_logpanels`` (reference:
+                  const double[::1] x5, const double[::1] w5):
+    """``(a5, n5, b5, ea, en, eb, Ra, Rn, Rb)`` of ``fpld_psg_logpanels`` (reference:
     ``fastpld.dominance.rules._log_panels``)."""
     cdef Py_ssize_t n = lo.shape[0]
     if end.shape[0] != n or dfar.shape[0] != n or ulo.shape[0] != n or steps.shape[0] != n or x5.shape[0] != 5 \
-            or w5.shape[0] != 5 or x4.shape[0] != 4 or w4.shape[0] != 4:
-        raise ValueError("psg_logpanels: need n intervals and the 5- and 4-point Gauss-Legendre rules")
-    out = np.empty((12, n), dtype=np.float64)
+            or w5.shape[0] != 5:
+        raise ValueError("psg_logpanels: need n intervals and the 5-point Gauss-Legendre rule")
+    out = np.empty((9, n), dtype=np.float64)
     cdef double[:, ::1] ov = out
     cdef int status = 0
     if n:
         with nogil:
             status = fpld_psg_logpanels(&lo[0], &end[0], &dfar[0], &ulo[0], &steps[0], n, sgn, q, v, sd, remove,
-                                        &x5[0], &w5[0], &x4[0], &w4[0], &ov[0, 0])
+                                        &x5[0], &w5[0], &ov[0, 0])
     if status != 0:
         raise ValueError("psg_logpanels: invalid argument")
     return tuple(out)
@@ -176,13 +173,13 @@ cdef extern from "fastpld_leaf.h" nogil:
                            double s_lo, double s_hi, double q, double v, double sd, int remove, double cre,
                            double near_end, double refine_rel, double u_step, double u_step_near, double u_depth,
                            int u_refine, double rel_cap, int64_t max_panels, const double *x5, const double *w5,
-                           const double *x4, const double *w4, double anchor, double *out)
+                           double anchor, double *out)
 
 
 def psg_integrals(const double[::1] lo, h, double tiny, double s_lo, double s_hi, double q, double v, double sd,
                   bint remove, double cre, double near_end, double refine_rel, double u_step, double u_step_near,
                   double u_depth, int u_refine, double rel_cap, int64_t max_panels, const double[::1] x5,
-                  const double[::1] w5, const double[::1] x4, const double[::1] w4, double anchor=float("nan")):
+                  const double[::1] w5, double anchor=float("nan")):
     """``(a, a_err, n, n_err, b, b_err)`` of ``fpld_psg_integrals`` (reference: ``dominance.leaves._integrals``).
 
     Parameters
@@ -202,8 +199,8 @@ def psg_integrals(const double[::1] lo, h, double tiny, double s_lo, double s_hi
     near_end, refine_rel, u_step, u_step_near, u_depth, u_refine, rel_cap, max_panels :
         ``leaves._NEAR_END``, ``_REFINE_REL``, ``_U_STEP``, ``_U_STEP_NEAR``, ``_U_DEPTH``, ``_U_REFINE``,
         ``_REL_CAP`` and ``_REFINE_MAX_PANELS``.
-    x5, w5, x4, w4 : float64 arrays
-        The 5- and 4-point Gauss-Legendre rules on ``[-1, 1]``.
+    x5, w5 : float64 arrays
+        The 5-point Gauss-Legendre rule on ``[-1, 1]``.
     anchor : float, optional
         The support end the cells' lattice has a point on (``leaves._anchor_end``), or NaN.
 
@@ -216,8 +213,6 @@ def psg_integrals(const double[::1] lo, h, double tiny, double s_lo, double s_hi
     cdef const double[::1] hv
     if x5.shape[0] != 5 or w5.shape[0] != 5:
         raise ValueError("psg_integrals: x5 and w5 must be the 5-point Gauss-Legendre rule")
-    if x4.shape[0] != 4 or w4.shape[0] != 4:
-        raise ValueError("psg_integrals: x4 and w4 must be the 4-point Gauss-Legendre rule")
     if np.ndim(h) == 0:
         hv = np.full(1, float(h))
         hs = 0
@@ -233,7 +228,7 @@ def psg_integrals(const double[::1] lo, h, double tiny, double s_lo, double s_hi
         with nogil:
             status = fpld_psg_integrals(&lo[0], &hv[0], n, hs, tiny, s_lo, s_hi, q, v, sd, remove, cre, near_end,
                                         refine_rel, u_step, u_step_near, u_depth, u_refine, rel_cap, max_panels,
-                                        &x5[0], &w5[0], &x4[0], &w4[0], anchor, &ov[0, 0])
+                                        &x5[0], &w5[0], anchor, &ov[0, 0])
     if status == 3:
         raise MemoryError("psg_integrals: out of memory")
     if status != 0:

@@ -18,7 +18,7 @@ from . import splits as _splits
 from .ends import _anchor_end, _anchored_shift, _end_shift, _end_tail_at, _exact_end
 from .atoms import _atom_places, _check_size, _discrete_leaf, _with_anchor
 from .masses import _atom_masses, _cdf_sf
-from .rules import _GL_RULES, _U_STEP, _log_panels, _panels
+from .rules import _GL5_RULE, _U_STEP, _log_panels, _panels, _rule_error
 from .splits import _balanced_split, _claimed_mass, _MARGIN, _split_lower
 
 _U = np.finfo(np.float64).eps / 2  # unit roundoff
@@ -207,9 +207,10 @@ def _negligible(tail: float, cells: int) -> float:
 def _integrals(loss, lo, h, tiny: float = 0.0, anchor: float | None = None):
     """Per interval ``(lo_j, lo_j + h]`` of the continuous part: the masses ``int f``,
     ``int (1 - e^(lo_j - y)) f`` and ``int e^(lo_j - y) f`` by 5-point rules, and error
-    bounds of each (ten times the 4-point rules' disagreement, plus rounding).  Each interval is
+    bounds of each (the truncation error's proved bound for the subsampled Gaussian and the Gaussian, else ten times
+    the 4-point rules' disagreement; plus rounding).  Each interval is
     integrated over its part inside the support (the density need not be smooth across a support
-    end), and intervals whose rules disagree by more than ``_REFINE_REL`` relative (N's against the
+    end), and intervals whose rules' error bounds exceed ``_REFINE_REL`` relative (N's against the
     cell's mass times ``1 - e^-w``: what it moves) are split into
     8, 64, then 512 panels (near a support end the density of a subsampled loss is steep), but for
     those whose mass error is at most ``tiny`` (:func:`_negligible`: charged as total variation).
@@ -243,7 +244,7 @@ def _integrals(loss, lo, h, tiny: float = 0.0, anchor: float | None = None):
             float(h) if np.ndim(h) == 0 else np.ascontiguousarray(h, dtype=np.float64), float(tiny),
             float(s_lo), float(s_hi), float(psg[0]), float(psg[1]), float(psg[2]), bool(psg[3]),
             float(loss.cdf_rel_error), float(_NEAR_END), _REFINE_REL, _U_STEP, _U_STEP_NEAR, _U_DEPTH, _U_REFINE,
-            _REL_CAP, _REFINE_MAX_PANELS, *_GL_RULES, math.nan if anchor is None else float(anchor))
+            _REL_CAP, _REFINE_MAX_PANELS, *_GL5_RULE, math.nan if anchor is None else float(anchor))
     c0 = np.clip(lo, s_lo, s_hi) - lo
     c1 = np.clip(lo + h, s_lo, s_hi) - lo
     c1 = np.maximum(c1, c0)
@@ -311,21 +312,21 @@ def _integrals(loss, lo, h, tiny: float = 0.0, anchor: float | None = None):
         rn = ra * -np.expm1(-end)
         rb = ra * np.exp(-end)
         rest = np.where(holds, m * (tail_rel + 8 * _U + 2 * de), m * (1 + 1e-6))
-        # (the rules' truncation: the proved bound where it exceeds ten times their disagreement)
-        ae = np.maximum(10.0 * np.abs(a5 - a4), Ra) + 16 * _U * a5 + rest
-        ne = np.maximum(10.0 * np.abs(n5 - n4), Rn) + 16 * _U * n5 + rest
-        be = np.maximum(10.0 * np.abs(b5 - b4), Rb) + 16 * _U * b5 + rest
+        # (the rules' truncation: the proved bound, else ten times their disagreement)
+        ae = _rule_error(a5, a4, Ra) + 16 * _U * a5 + rest
+        ne = _rule_error(n5, n4, Rn) + 16 * _U * n5 + rest
+        be = _rule_error(b5, b4, Rb) + 16 * _U * b5 + rest
         # (a density steep in u leaves the rules apart: a subsampled Gaussian's is a Gaussian of width
         # ~1/sigma there, and at sigma 2 the rules of the cell holding the end disagreed by 2.7e-9 of its mass,
         # charged as total variation in every copy (2.3e-8 at q = 1e-4 x 1e6); those whose mass error would be
         # charged so (above _REL_CAP relative, see ctd_leaf, and not negligible) are integrated again on panels
         # a quarter as wide, twice at most, keeping the smaller bound)
-        # (only where the rules' disagreement is most of the bound, and not again where a refinement did not cut
+        # (only where the rules' truncation is most of the bound, and not again where a refinement did not cut
         # it 4x: a density that is not smooth in u, the subsampled Laplace's, gains nothing -- 1.3x its time)
         step = np.array(step, dtype=np.float64)
         # (the rules' truncation bound: refined where it is most of an error that would be total variation -- left
         # there, a subsampled Gaussian's add leaf next to its end charged 2.7e-12 a copy at PSG(1.5, 0.02) x 50)
-        dis = np.maximum(10.0 * np.abs(a5 - a4), Ra)
+        dis = _rule_error(a5, a4, Ra)
         live = np.ones(bad.size, dtype=bool)
         for _ in range(_U_REFINE):
             worse = np.flatnonzero(live & (ae > _REL_CAP * (a5 + ra)) & (ae > tiny) & (dis > 0.5 * ae))
@@ -334,16 +335,16 @@ def _integrals(loss, lo, h, tiny: float = 0.0, anchor: float | None = None):
             step[worse] /= 4
             (a5w, n5w, b5w), (a4w, n4w, b4w), (eaw, enw, ebw), (Raw, Rnw, Rbw) = _log_panels(
                 loss, lo[bad][worse], end[worse], d_far[worse], ulo[worse], side, step[worse])
-            aew = np.maximum(10.0 * np.abs(a5w - a4w), Raw) + 16 * _U * a5w + rest[worse]
-            new = np.maximum(10.0 * np.abs(n5w - n4w), Rnw) + 16 * _U * n5w + rest[worse]
-            bew = np.maximum(10.0 * np.abs(b5w - b4w), Rbw) + 16 * _U * b5w + rest[worse]
+            aew = _rule_error(a5w, a4w, Raw) + 16 * _U * a5w + rest[worse]
+            new = _rule_error(n5w, n4w, Rnw) + 16 * _U * n5w + rest[worse]
+            bew = _rule_error(b5w, b4w, Rbw) + 16 * _U * b5w + rest[worse]
             better = aew + new + bew < ae[worse] + ne[worse] + be[worse]
             live[worse[~(aew < 0.25 * ae[worse])]] = False
             w = worse[better]
             a5[w], ae[w], n5[w], ne[w], b5[w], be[w] = (a5w[better], aew[better], n5w[better], new[better],
                                                       b5w[better], bew[better])
             ea5[w], en5[w], eb5[w] = eaw[better], enw[better], ebw[better]
-            dis[w] = np.maximum(10.0 * np.abs(a5w - a4w), Raw)[better]
+            dis[w] = _rule_error(a5w, a4w, Raw)[better]
         # (those holding the end or within one mesh of it always; the others where the bound is smaller)
         close = at_end[bad]
         take = close | (ae + ne + be < a_err[bad] + n_err[bad] + b_err[bad])
@@ -651,9 +652,9 @@ def _dominated_masses(loss, e, atoms, starts, sizes, a5, a_err, b5, b_err, h: fl
 
 _U_STEP_NEAR = _U_STEP / 4  # their width for intervals clear of the end
 _U_DEPTH = 45.0  # the deepest they go (in log(distance), below the interval's far edge)
-_U_REFINE = 2  # at most this many refinements (panels a quarter as wide each) where their rules disagree
+_U_REFINE = 2  # at most this many refinements (panels a quarter as wide each) where their rules' bound is large
 _NEAR_END = 256  # intervals within this many meshes of a support end may take them
 _REL_CAP = 1e-10  # a leaf mass's relative error above this is charged as total variation instead
 _NEGLIGIBLE_SHARE = 0.01  # of the truncation allowance: the cells' errors charged as total variation
-_REFINE_REL = 1e-13  # an interval whose rules disagree by more (relative) is integrated on finer panels
+_REFINE_REL = 1e-13  # an interval whose rules' error bounds are larger (relative) is integrated on finer panels
 _REFINE_MAX_PANELS = 1 << 21  # at most this many finer panels per refinement level (~0.1 GB, ~0.2 s)

@@ -1,6 +1,7 @@
-"""The dominance leaves' quadrature rules: Gauss-Legendre 5- and 4-point rules on panels of a cell, and in
+"""The dominance leaves' quadrature rules: Gauss-Legendre 5-point rules on panels of a cell, and in
 ``u = log(distance to a support end)`` near one (:func:`fastpld.dominance.leaves._integrals` chooses among them and
-refines), each with the sums that bound its density's rounding (:meth:`fastpld.mechanisms.ContinuousLoss.pdf_error`;
+refines), with their truncation error -- proved for the subsampled Gaussian's and the Gaussian's densities (Cauchy's
+estimate), else estimated by a 4-point rule -- and the sums that bound the density's rounding (:meth:`fastpld.mechanisms.ContinuousLoss.pdf_error`;
 docs/dominance.md, "Leaf" and "The density's rounding").  The subsampled Gaussian's in compiled kernels
 (``_leaf.psg_panels``, ``_leaf.psg_logpanels``); the numpy code here is their reference and every other loss's."""
 from __future__ import annotations
@@ -16,10 +17,11 @@ from .ends import _psg_from_end
 _U = np.finfo(np.float64).eps / 2  # unit roundoff
 
 # Gauss-Legendre nodes/weights on [-1, 1]: the 5-point rule of the leaves and the 4-point rule that
-# checks it (an error of ten times their disagreement is charged, as for the partial means)
+# checks it where its truncation error has no proved bound (ten times their disagreement is charged, as for the
+# partial means)
 _GL5 = np.polynomial.legendre.leggauss(5)
 _GL4 = np.polynomial.legendre.leggauss(4)
-_GL_RULES = tuple(np.ascontiguousarray(a, dtype=np.float64) for a in (*_GL5, *_GL4))
+_GL5_RULE = tuple(np.ascontiguousarray(a, dtype=np.float64) for a in _GL5)  # (the compiled rules' arguments)
 
 _U_STEP = 0.125  # width of the panels in log(distance) at a support end
 
@@ -33,24 +35,32 @@ def _error_terms(fw, wn, wb, rel, wt) -> list:
                 for v, extra in ((fw, 0.0), (fw * wn, wt), (fw * wb, wt))]
 
 
+def _rule_error(x5, x4, R):
+    """A rule's truncation error bound: ``R``, the proved one, where there is no 4-point rule (``x4 is None``), else
+    the larger of ``R`` and ten times the rules' disagreement, an estimate."""
+    return R if x4 is None else np.maximum(10.0 * np.abs(x5 - x4), R)
+
+
 def _log_panels(loss, lo, end, d_far, ulo, side: int, step=None):
-    """The 5- and 4-point rules in ``u = log(distance to a support end)`` (see :func:`_integrals`): per
+    """The 5-point rule (and the 4-point rule that checks it, where its truncation error has no proved bound) in
+    ``u = log(distance to a support end)`` (see :func:`_integrals`): per
     interval, panels ``[max(-(k + 1) s, ulo), -k s]`` (``s = step``, per interval, default ``_U_STEP``;
     ``k = 0, 1, ..``, at least one) in ``u - log d_far``; the nodes ``y = lo + end +- d_far e^u`` (``+``
     where the end is below, ``side == 0``) with weight ``d_far e^u``.  Returns ``((a5, n5, b5), (a4, n4,
-    b4), (ea, en, eb), (Ra, Rn, Rb))``, the sums of ``f``, ``(1 - e^-t) f`` and ``e^-t f`` (``t = y - lo``), the
+    b4), (ea, en, eb), (Ra, Rn, Rb))``, the sums of ``f``, ``(1 - e^-t) f`` and ``e^-t f`` (``t = y - lo``; the
+    4-point ones ``None`` for the subsampled Gaussian), the
     5-point terms' sums weighted by their relative error bounds (the density's, :meth:`ContinuousLoss.pdf_error`, and
     the weights') and, for the subsampled Gaussian, the sums of the panels' proved truncation bounds
     (:func:`_psg_log_truncation`; 0 for other losses); the subsampled Gaussian's by the compiled
-    ``fpld_psg_logpanels`` (same terms, sums in another order)."""
+    ``fpld_psg_logpanels`` (same terms, sums in another order).  :func:`_rule_error` forms the rules' bound."""
     step = np.broadcast_to(np.asarray(_U_STEP if step is None else step, dtype=np.float64), np.shape(lo))
     psg = getattr(loss, "psg_params", None)
     if psg is not None and _kernels._core is not None and _kernels._leaf is not None:
         r = _kernels._leaf.psg_logpanels(*(np.ascontiguousarray(a, dtype=np.float64)
                                            for a in (lo, end, d_far, ulo, step)),
                                          1.0 if side == 0 else -1.0, float(psg[0]), float(psg[1]),
-                                         float(psg[2]), bool(psg[3]), *_GL_RULES)
-        return r[:3], r[3:6], r[6:9], r[9:]
+                                         float(psg[2]), bool(psg[3]), *_GL5_RULE)
+        return r[:3], (None,) * 3, r[3:6], r[6:]
     npan = np.maximum(np.ceil(-ulo / step), 1).astype(np.int64)
     owner = np.repeat(np.arange(lo.size), npan)
     k = np.arange(owner.size) - np.repeat(np.cumsum(npan) - npan, npan)
@@ -58,7 +68,7 @@ def _log_panels(loss, lo, end, d_far, ulo, side: int, step=None):
     bot = np.maximum(-step[owner] * (k + 1), ulo[owner])
     half = 0.5 * (top - bot)
     sums, err = [], None
-    for x, w in (_GL5, _GL4):
+    for x, w in ((_GL5,) if psg is not None else (_GL5, _GL4)):
         five = x.size == 5
         uu = bot[:, None] + half[:, None] * (1.0 + x)[None, :]
         d = d_far[owner, None] * np.exp(uu)
@@ -97,7 +107,7 @@ def _log_panels(loss, lo, end, d_far, ulo, side: int, step=None):
                   for r in _psg_log_truncation(psg, d_far[owner], bot, top, end[owner]))
     else:
         R = (np.zeros(lo.size),) * 3
-    return sums[0], sums[1], err, R
+    return sums[0], (sums[1] if len(sums) > 1 else (None,) * 3), err, R
 
 
 # (5!)^4 10! / (11 (10!)^3) = 1.43155e-6, rounded up: the 5-point rule's error constant times 10! (Cauchy's estimate)
@@ -227,8 +237,9 @@ def _gauss_truncation(m: float, s: float, lo, c0, c1):
 
 
 def _panels(loss, lo, c0, c1):
-    """5- and 4-point rules on the panels ``[lo + c0, lo + c1]`` (see :func:`_integrals`): ``(a, a_err, n, n_err,
-    b, b_err, ea, en, eb)``, the errors the rules' (their disagreement and rounding) and ``ea, en, eb`` the 5-point
+    """5-point rules on the panels ``[lo + c0, lo + c1]`` (see :func:`_integrals`): ``(a, a_err, n, n_err,
+    b, b_err, ea, en, eb)``, the errors the rules' (their truncation error -- proved for the subsampled Gaussian and
+    the Gaussian, else estimated by a 4-point rule -- and rounding) and ``ea, en, eb`` the 5-point
     terms' sums weighted by their relative error bounds (:meth:`ContinuousLoss.pdf_error` at the nodes' positions,
     and the weights'), which no refinement reduces; the subsampled Gaussian's by the compiled ``fpld_psg_panels``
     (same terms, sums in another order)."""
@@ -236,10 +247,11 @@ def _panels(loss, lo, c0, c1):
     if psg is not None and _kernels._core is not None and _kernels._leaf is not None:
         return _kernels._leaf.psg_panels(*(np.ascontiguousarray(a, dtype=np.float64) for a in (lo, c0, c1)),
                                          float(psg[0]), float(psg[1]), float(psg[2]), bool(psg[3]),
-                                         *_GL_RULES)
+                                         *_GL5_RULE)
+    proved = psg is not None or isinstance(loss, GaussianLoss)
     half = 0.5 * (c1 - c0)
     res = []
-    for gl in (_GL5, _GL4):
+    for gl in ((_GL5,) if proved else (_GL5, _GL4)):
         x, w = gl
         t = c0[:, None] + half[:, None] * (1.0 + x[None, :])
         y = lo[:, None] + t
@@ -255,15 +267,14 @@ def _panels(loss, lo, c0, c1):
                 rel = np.asarray(loss.pdf_error(y.ravel(), (_U * (np.abs(y) + 4 * t)).ravel()),
                                  dtype=np.float64).reshape(y.shape) + 12 * _U
             es = [v.sum(axis=1) for v in _error_terms(fw, wn, wb, rel, np.abs(fw) * wb * (4 * _U * t))]
-    (a5, n5, b5), (a4, n4, b4) = res
-    # (the subsampled Gaussian's 5-point truncation error, proved, where it exceeds ten times the 4-point rule's
-    # disagreement, an estimate that stays: the choices see it, and refine or take the log-distance rules where it is
-    # loose, near the support's end)
+    (a5, n5, b5), (a4, n4, b4) = res[0], (res[1] if not proved else (None,) * 3)
+    # (the subsampled Gaussian's and the Gaussian's 5-point truncation error, proved: the choices read it, and refine
+    # or take the log-distance rules where it is loose, near the support's end)
     if psg is not None:
         R = _psg_truncation(psg, lo, c0, c1)
-    elif isinstance(loss, GaussianLoss):
+    elif proved:
         R = _gauss_truncation(loss.m, loss.s, lo, c0, c1)
     else:
         R = (0.0, 0.0, 0.0)
-    err = lambda x5, x4, r: np.maximum(10.0 * np.abs(x5 - x4), r) + 16 * _U * x5
+    err = lambda x5, x4, r: _rule_error(x5, x4, r) + 16 * _U * x5
     return a5, err(a5, a4, R[0]), n5, err(n5, n4, R[1]), b5, err(b5, b4, R[2]), es[0], es[1], es[2]
