@@ -12,6 +12,8 @@ import numpy as np
 
 from .. import _kernels
 from ..mechanisms.losses import GaussianLoss, LaplaceLoss
+from ..mechanisms.pairs import _LaplacePair
+from ..mechanisms.subsampled import SubsampledLoss
 from .ends import _psg_from_end
 
 _U = np.finfo(np.float64).eps / 2  # unit roundoff
@@ -236,6 +238,14 @@ def _gauss_truncation(m: float, s: float, lo, c0, c1):
     return _lattice_weights(best, W, c0, c1, rb)
 
 
+def _psl_params(loss):
+    """``(e0, q, remove)`` of a Poisson-subsampled Laplace loss (``0 < q < 1``), else ``None``."""
+    pair = getattr(loss, "pair", None)
+    if isinstance(loss, SubsampledLoss) and isinstance(pair, _LaplacePair) and 0 < loss.q < 1:
+        return pair.e, loss.q, loss.direction == "remove"
+    return None
+
+
 # (5!)^4 / (11 (10!)^3) = 3.94497e-13, rounded up: the 5-point rule's error constant against F^(10) W^11
 _GL5_DERIV = 3.9450e-13
 
@@ -258,6 +268,40 @@ def _laplace_truncation(e0: float, lo, c0, c1):
     return RA, RN, RB
 
 
+def _psl_truncation(e0: float, q: float, remove: bool, lo, c0, c1):
+    """The 5-point rule's truncation error on the panels ``[lo + c0, lo + c1]`` (inside the support) of the
+    Poisson-subsampled Laplace loss's density, proved by Cauchy's estimate as :func:`_psg_truncation`'s: ``(R_A, R_N,
+    R_B)``.  In the direction's variable ``tau = +-y``, with ``w = (e^tau - (1 - q)) / q = e^L`` and ``C = e^(-e0/2) /
+    4``, the density is ``(C / q) e^tau ((1 - q) w^(-3/2) + q w^(-1/2))`` (remove: ``L`` under ``(1 - q) P + q Q``,
+    whose densities are ``C e^(-+L/2)``) or ``(C / q) e^tau w^(-3/2)`` (add: under ``P``), analytic away from ``tau =
+    log(1 - q)`` (``w = 0``), which lies ``gap`` below the panel.  On the stadium of radius ``r < gap`` about it,
+    ``|e^tau| <= e^(B + r)`` and ``q |w| >= e^(A - r) - (1 - q) = (1 - q) expm1(gap - r) > 0`` (``tau = a + i b``:
+    ``|e^tau - c| >= e^a - c``), so ``M`` is at most the density's expression with those; the weights as on the
+    Gaussian panels.  ``r``: a quarter, half and three quarters of ``gap`` (at most 1), the least of the three."""
+    lo, c0, c1 = (np.asarray(a, dtype=np.float64) for a in (lo, c0, c1))
+    W = c1 - c0
+    ya, yb = lo + c0, lo + c1
+    A, B = (ya, yb) if remove else (-yb, -ya)
+    ylo = math.log1p(-q)
+    c, C = 1.0 - q, 0.25 * math.exp(-e0 / 2)
+    # (a lower bound on the exact gap: A and log(1 - q) each within a few ulp)
+    gap = (A - ylo) - 8 * _U * (np.abs(A) + abs(ylo))
+    with np.errstate(all="ignore"):
+        bad = ~(gap > 0) | ~(W < 1e300)
+        best, rb = np.full(W.shape, np.inf), np.zeros(W.shape)
+        for f in (0.25, 0.5, 0.75):
+            r = np.minimum(f * gap, 1.0)
+            wmin = c * np.expm1(gap - r) / q * (1 - 1e-9)  # (|w| at least this on the stadium; its rounding)
+            dens = ((1 - q) * wmin ** -1.5 + q * wmin ** -0.5) if remove else wmin ** -1.5
+            M = C / q * np.exp(B + r) * dens
+            wr2 = (W / r) ** 2
+            Rk = _GL5_CAUCHY * W * (wr2 * wr2 * wr2 * wr2 * wr2) * M
+            take = (r > 0) & (Rk < best)
+            best, rb = np.where(take, Rk, best), np.where(take, r, rb)
+        best = np.where(bad | ~(best < np.inf), np.inf, best * (1 + 1e-6))
+    return _lattice_weights(best, W, c0, c1, rb)
+
+
 def _panels(loss, lo, c0, c1):
     """5-point rules on the panels ``[lo + c0, lo + c1]`` (see :func:`_integrals`): ``(a, a_err, n, n_err,
     b, b_err, ea, en, eb)``, the errors the rules' (their truncation error -- proved for the subsampled Gaussian and
@@ -270,7 +314,8 @@ def _panels(loss, lo, c0, c1):
         return _kernels._leaf.psg_panels(*(np.ascontiguousarray(a, dtype=np.float64) for a in (lo, c0, c1)),
                                          float(psg[0]), float(psg[1]), float(psg[2]), bool(psg[3]),
                                          *_GL5_RULE)
-    proved = psg is not None or isinstance(loss, (GaussianLoss, LaplaceLoss))
+    psl = _psl_params(loss)
+    proved = psg is not None or psl is not None or isinstance(loss, (GaussianLoss, LaplaceLoss))
     half = 0.5 * (c1 - c0)
     res = []
     for gl in ((_GL5,) if proved else (_GL5, _GL4)):
@@ -290,10 +335,12 @@ def _panels(loss, lo, c0, c1):
                                  dtype=np.float64).reshape(y.shape) + 12 * _U
             es = [v.sum(axis=1) for v in _error_terms(fw, wn, wb, rel, np.abs(fw) * wb * (4 * _U * t))]
     (a5, n5, b5), (a4, n4, b4) = res[0], (res[1] if not proved else (None,) * 3)
-    # (the subsampled Gaussian's, the Gaussian's and the Laplace loss's 5-point truncation error, proved: the choices
-    # read it, and refine or take the log-distance rules where it is loose, near the subsampled Gaussian's end)
+    # (the 5-point truncation error of the subsampled Gaussian, the Gaussian, the Laplace loss and the subsampled
+    # Laplace, proved: the choices read it, and refine or take the log-distance rules where it is loose, near an end)
     if psg is not None:
         R = _psg_truncation(psg, lo, c0, c1)
+    elif psl is not None:
+        R = _psl_truncation(*psl, lo, c0, c1)
     elif isinstance(loss, GaussianLoss):
         R = _gauss_truncation(loss.m, loss.s, lo, c0, c1)
     elif proved:
