@@ -388,3 +388,57 @@ def test_subsampled_laplace_rule_bound_holds_against_exact_errors(scale, q, remo
         for i5, e, r in zip(out[0:6:2], out[1:6:2], R):
             np.testing.assert_allclose(e, r + 16 * 2.0 ** -53 * i5, rtol=1e-12, atol=1e-300)
     assert checked >= 20
+
+
+@pytest.mark.parametrize("remove", [True, False])
+@pytest.mark.parametrize("scale,q", [(1.0, 0.01), (0.5, 0.1), (0.2, 0.001)])
+def test_subsampled_laplace_log_rule_bound_holds_against_exact_errors(scale, q, remove):
+    """The Poisson-subsampled Laplace's log-distance panels at both support ends (``u = log(d / d_far)``, ``d`` the
+    distance to the end): the bound against the 5-point rule's exact error at 60 digits, and returned by
+    ``_log_panels`` with no 4-point sums."""
+    mpmath.mp.dps = 60
+    loss = fastpld.PoissonSubsampledLaplace(scale, q).privacy_losses()["remove" if remove else "add"]
+    qq, C = mpmath.mpf(q), mpmath.exp(-mpmath.mpf(loss.pair.e) / 2) / 4
+
+    def f(y):
+        tau = y if remove else -y
+        w = (mpmath.exp(tau) - 1 + qq) / qq
+        if w <= 0:
+            return mpmath.mpf(0)
+        dens = (1 - qq) * w ** mpmath.mpf(-1.5) + qq * w ** mpmath.mpf(-0.5) if remove else w ** mpmath.mpf(-1.5)
+        return C / qq * mpmath.exp(tau) * dens
+
+    x5, w5 = _gl5()
+    width = loss.support[1] - loss.support[0]
+    checked = 0
+    for side in (0, 1):
+        s_end = loss.support[side]
+        for h in (width / 200, width / 20):
+            for off in (0.5 * h, 3.0 * h, 40.0 * h):
+                lo = s_end + off - h if side == 0 else s_end - off
+                end, d_far = s_end - lo, off
+                if not (loss.support[0] <= lo + (h if side == 1 else 0) and lo <= loss.support[1]):
+                    continue
+                for bot, top in ((-0.125, 0.0), (-1.0, -0.875), (-10.125, -10.0)):
+                    R = rules._psl_log_truncation(loss.pair.e, q, remove, [d_far], [bot], [top], [end], [lo], side)
+                    assert np.isfinite(R[0][0])
+                    base, e0_, df = mpmath.mpf(lo), mpmath.mpf(end), mpmath.mpf(d_far)
+                    sgn = 1 if side == 0 else -1
+                    for k, wt in enumerate((lambda t: 1, lambda t: -mpmath.expm1(-t), lambda t: mpmath.exp(-t))):
+                        def g(uu):
+                            d = df * mpmath.exp(uu)
+                            t = e0_ + sgn * d
+                            return f(base + t) * d * wt(t)
+                        a, b = mpmath.mpf(bot), mpmath.mpf(top)
+                        exact = mpmath.quad(g, [a, b])
+                        half = (b - a) / 2
+                        rule = half * sum(w * g(a + half * (1 + x)) for x, w in zip(x5, w5))
+                        err = abs(rule - exact)
+                        assert err <= mpmath.mpf(float(R[k][0])) + mpmath.mpf(1e-290), (side, h, off, bot, k,
+                                                                                          float(err), float(R[k][0]))
+                    checked += 1
+        lo = np.array([s_end + 0.5 * width / 200 - width / 200 if side == 0 else s_end - 0.5 * width / 200])
+        five, four, _, Rs = rules._log_panels(loss, lo, s_end - lo, np.array([0.5 * width / 200]),
+                                              np.array([-10.0]), side, np.array([0.125]))
+        assert four == (None, None, None) and all(np.isfinite(r[0]) and r[0] > 0 for r in Rs)
+    assert checked >= 12

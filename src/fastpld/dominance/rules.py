@@ -50,10 +50,11 @@ def _log_panels(loss, lo, end, d_far, ulo, side: int, step=None):
     ``k = 0, 1, ..``, at least one) in ``u - log d_far``; the nodes ``y = lo + end +- d_far e^u`` (``+``
     where the end is below, ``side == 0``) with weight ``d_far e^u``.  Returns ``((a5, n5, b5), (a4, n4,
     b4), (ea, en, eb), (Ra, Rn, Rb))``, the sums of ``f``, ``(1 - e^-t) f`` and ``e^-t f`` (``t = y - lo``; the
-    4-point ones ``None`` for the subsampled Gaussian), the
+    4-point ones ``None`` for the subsampled Gaussian and Laplace), the
     5-point terms' sums weighted by their relative error bounds (the density's, :meth:`ContinuousLoss.pdf_error`, and
-    the weights') and, for the subsampled Gaussian, the sums of the panels' proved truncation bounds
-    (:func:`_psg_log_truncation`; 0 for other losses); the subsampled Gaussian's by the compiled
+    the weights') and, for the subsampled Gaussian and Laplace, the sums of the panels' proved truncation bounds
+    (:func:`_psg_log_truncation`, :func:`_psl_log_truncation`; 0 for other losses); the subsampled Gaussian's by the
+    compiled
     ``fpld_psg_logpanels`` (same terms, sums in another order).  :func:`_rule_error` forms the rules' bound."""
     step = np.broadcast_to(np.asarray(_U_STEP if step is None else step, dtype=np.float64), np.shape(lo))
     psg = getattr(loss, "psg_params", None)
@@ -63,6 +64,7 @@ def _log_panels(loss, lo, end, d_far, ulo, side: int, step=None):
                                          1.0 if side == 0 else -1.0, float(psg[0]), float(psg[1]),
                                          float(psg[2]), bool(psg[3]), *_GL5_RULE)
         return r[:3], (None,) * 3, r[3:6], r[6:]
+    psl = _psl_params(loss)
     npan = np.maximum(np.ceil(-ulo / step), 1).astype(np.int64)
     owner = np.repeat(np.arange(lo.size), npan)
     k = np.arange(owner.size) - np.repeat(np.cumsum(npan) - npan, npan)
@@ -70,7 +72,7 @@ def _log_panels(loss, lo, end, d_far, ulo, side: int, step=None):
     bot = np.maximum(-step[owner] * (k + 1), ulo[owner])
     half = 0.5 * (top - bot)
     sums, err = [], None
-    for x, w in ((_GL5,) if psg is not None else (_GL5, _GL4)):
+    for x, w in ((_GL5,) if psg is not None or psl is not None else (_GL5, _GL4)):
         five = x.size == 5
         uu = bot[:, None] + half[:, None] * (1.0 + x)[None, :]
         d = d_far[owner, None] * np.exp(uu)
@@ -104,9 +106,10 @@ def _log_panels(loss, lo, end, d_far, ulo, side: int, step=None):
             rel = rel + rd + 12 * _U + 5 * _U * npan[owner][:, None]
             terms = _error_terms(fw, wn, wb, rel, np.abs(fw) * wb * (d * rd + _U * np.abs(t)))
             err = tuple(np.bincount(owner, weights=v.sum(axis=1), minlength=lo.size) for v in terms)
-    if psg is not None:
+    if psg is not None or psl is not None:
         R = tuple(np.bincount(owner, weights=r, minlength=lo.size) * (1 + 1e-12)
-                  for r in _psg_log_truncation(psg, d_far[owner], bot, top, end[owner]))
+                  for r in (_psg_log_truncation(psg, d_far[owner], bot, top, end[owner]) if psg is not None else
+                            _psl_log_truncation(*psl, d_far[owner], bot, top, end[owner], lo[owner], side)))
     else:
         R = (np.zeros(lo.size),) * 3
     return sums[0], (sums[1] if len(sums) > 1 else (None,) * 3), err, R
@@ -300,6 +303,45 @@ def _psl_truncation(e0: float, q: float, remove: bool, lo, c0, c1):
             best, rb = np.where(take, Rk, best), np.where(take, r, rb)
         best = np.where(bad | ~(best < np.inf), np.inf, best * (1 + 1e-6))
     return _lattice_weights(best, W, c0, c1, rb)
+
+
+def _psl_log_truncation(e0: float, q: float, remove: bool, d_far, bot, top, end, lo, side: int):
+    """The 5-point rule's truncation error on the log-distance panels ``[bot, top]`` (in ``u - log d_far``; the
+    support's end at offset ``end`` from the cell's ``lo``, ``side`` 0: below) of the Poisson-subsampled Laplace loss's
+    density, proved as :func:`_psl_truncation`'s: ``(R_A, R_N, R_B)`` per panel.  The integrand in ``u`` is ``F(tau)
+    d`` with ``d = d_far e^u`` and ``tau = tau_end +- d`` (``tau = +-y``).  On the stadium of radius ``rho <= 1``,
+    ``|arg d| <= rho`` and ``|d| <= dmax = d_far e^(top + rho)``, so ``Re d >= 0``: ``Re tau`` lies between ``tau_end``
+    and ``tau_end +- dmax`` (towards ``log(1 - q)`` or away from it), and ``M <= (C / q) e^(tau_max) dens(w_min)
+    dmax`` with ``q w_min = (1 - q) expm1(tau_min - log(1 - q))``; the weights as on the subsampled Gaussian's
+    log-distance panels.  ``rho``: a quarter, half and all of 1, the least of the three."""
+    d_far, bot, top, end, lo = (np.asarray(a, dtype=np.float64) for a in (d_far, bot, top, end, lo))
+    W = top - bot
+    ylo = math.log1p(-q)
+    c, C = 1.0 - q, 0.25 * math.exp(-e0 / 2)
+    s_end = lo + end
+    tau_end = s_end if remove else -s_end
+    towards = (side == 0) != remove  # (tau decreases with d: from the end towards log(1 - q))
+    with np.errstate(all="ignore"):
+        best, dbest = np.full(W.shape, np.inf), np.zeros(W.shape)
+        for rho in (0.25, 0.5, 1.0):
+            dmax = d_far * np.exp(top + rho)
+            tmin = tau_end - dmax if towards else tau_end
+            tmax = tau_end if towards else tau_end + dmax
+            # (a lower bound on the exact gap: tau_end, dmax and log(1 - q) each within a few ulp)
+            gap = (tmin - ylo) - 8 * _U * (np.abs(tau_end) + dmax + abs(ylo))
+            wmin = c * np.expm1(gap) / q * (1 - 1e-9)
+            dens = ((1 - q) * wmin ** -1.5 + q * wmin ** -0.5) if remove else wmin ** -1.5
+            M = C / q * np.exp(tmax) * dens * dmax
+            wr2 = (W / rho) ** 2
+            Rk = np.where(gap > 0, _GL5_CAUCHY * W * (wr2 * wr2 * wr2 * wr2 * wr2) * M, np.inf)
+            take = Rk < best
+            best, dbest = np.where(take, Rk, best), np.where(take, dmax, dbest)
+        bad = ~(best < np.inf) | ~(d_far > 0)
+        best = np.where(bad, np.inf, best * (1 + 1e-6))
+        RA = np.where(W > 0, best, 0.0)
+        RN = np.where(W > 0, best * np.expm1(np.abs(end) + dbest) * (1 + 1e-6), 0.0)
+        RB = np.where(W > 0, best * np.exp(dbest - end) * (1 + 1e-6), 0.0)
+    return RA, RN, RB
 
 
 def _panels(loss, lo, c0, c1):
