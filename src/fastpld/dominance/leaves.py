@@ -207,8 +207,8 @@ def _negligible(tail: float, cells: int) -> float:
 def _integrals(loss, lo, h, tiny: float = 0.0, anchor: float | None = None):
     """Per interval ``(lo_j, lo_j + h]`` of the continuous part: the masses ``int f``,
     ``int (1 - e^(lo_j - y)) f`` and ``int e^(lo_j - y) f`` by 5-point rules, and error
-    bounds of each (the truncation error's proved bound for the subsampled Gaussian and the Gaussian, else ten times
-    the 4-point rules' disagreement; plus rounding).  Each interval is
+    bounds of each (the truncation error's proved bound for the subsampled Gaussian, the Gaussian, the Laplace and the
+    subsampled Laplace, else ten times the 4-point rules' disagreement; plus rounding).  Each interval is
     integrated over its part inside the support (the density need not be smooth across a support
     end), and intervals whose rules' error bounds exceed ``_REFINE_REL`` relative (N's against the
     cell's mass times ``1 - e^-w``: what it moves) are split into

@@ -1,8 +1,9 @@
 """The dominance leaves' quadrature rules: Gauss-Legendre 5-point rules on panels of a cell, and in
 ``u = log(distance to a support end)`` near one (:func:`fastpld.dominance.leaves._integrals` chooses among them and
-refines), with their truncation error -- proved for the subsampled Gaussian's and the Gaussian's densities (Cauchy's
-estimate), else estimated by a 4-point rule -- and the sums that bound the density's rounding (:meth:`fastpld.mechanisms.ContinuousLoss.pdf_error`;
-docs/dominance.md, "Leaf" and "The density's rounding").  The subsampled Gaussian's in compiled kernels
+refines), with their truncation error -- proved for the subsampled Gaussian, the Gaussian, the Laplace and the
+subsampled Laplace densities, else estimated by a 4-point rule -- and the sums that bound the density's rounding
+(:meth:`fastpld.mechanisms.ContinuousLoss.pdf_error`; docs/dominance.md, "Leaf", "The density's rounding" and "The
+rules' truncation error").  The subsampled Gaussian's in compiled kernels
 (``_leaf.psg_panels``, ``_leaf.psg_logpanels``); the numpy code here is their reference and every other loss's."""
 from __future__ import annotations
 
@@ -54,8 +55,8 @@ def _log_panels(loss, lo, end, d_far, ulo, side: int, step=None):
     5-point terms' sums weighted by their relative error bounds (the density's, :meth:`ContinuousLoss.pdf_error`, and
     the weights') and, for the subsampled Gaussian and Laplace, the sums of the panels' proved truncation bounds
     (:func:`_psg_log_truncation`, :func:`_psl_log_truncation`; 0 for other losses); the subsampled Gaussian's by the
-    compiled
-    ``fpld_psg_logpanels`` (same terms, sums in another order).  :func:`_rule_error` forms the rules' bound."""
+    compiled ``fpld_psg_logpanels`` (same terms, sums in another order).  :func:`_rule_error` forms the rules'
+    bound."""
     step = np.broadcast_to(np.asarray(_U_STEP if step is None else step, dtype=np.float64), np.shape(lo))
     psg = getattr(loss, "psg_params", None)
     if psg is not None and _kernels._core is not None and _kernels._leaf is not None:
@@ -346,8 +347,9 @@ def _psl_log_truncation(e0: float, q: float, remove: bool, d_far, bot, top, end,
 
 def _panels(loss, lo, c0, c1):
     """5-point rules on the panels ``[lo + c0, lo + c1]`` (see :func:`_integrals`): ``(a, a_err, n, n_err,
-    b, b_err, ea, en, eb)``, the errors the rules' (their truncation error -- proved for the subsampled Gaussian and
-    the Gaussian, else estimated by a 4-point rule -- and rounding) and ``ea, en, eb`` the 5-point
+    b, b_err, ea, en, eb)``, the errors the rules' (their truncation error -- proved for the subsampled Gaussian, the
+    Gaussian, the Laplace and the subsampled Laplace, else estimated by a 4-point rule -- and rounding) and
+    ``ea, en, eb`` the 5-point
     terms' sums weighted by their relative error bounds (:meth:`ContinuousLoss.pdf_error` at the nodes' positions,
     and the weights'), which no refinement reduces; the subsampled Gaussian's by the compiled ``fpld_psg_panels``
     (same terms, sums in another order)."""
