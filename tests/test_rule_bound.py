@@ -434,3 +434,38 @@ def test_subsampled_laplace_log_rule_bound_holds_against_exact_errors(scale, q, 
                                               np.array([-10.0]), side, np.array([0.125]))
         assert four == (None, None, None) and all(np.isfinite(r[0]) and r[0] > 0 for r in Rs)
     assert checked >= 12
+
+
+@pytest.mark.parametrize("base,scale,gamma", [("gauss", 1.0, 0.01), ("gauss", 5.0, 0.1), ("laplace", 0.5, 0.05)])
+def test_symmetric_subsampled_rule_bound_holds_against_exact_errors(base, scale, gamma):
+    """The samplers' symmetric subsampled loss (the remove loss's density above 0, ``e^y f(-y)`` below): the bound
+    against the rule's exact error at 60 digits on both sides, charged alone there; a panel holding the kink at 0 is
+    charged the 4-point estimate (no bound: NaN)."""
+    from fastpld.mechanisms.subsampled import SymmetricSubsampledLoss
+    mpmath.mp.dps = 60
+    mech = (fastpld.PoissonSubsampledGaussian(scale, gamma) if base == "gauss"
+            else fastpld.PoissonSubsampledLaplace(scale, gamma))
+    rem = mech.privacy_losses()["remove"]
+    loss = SymmetricSubsampledLoss(rem.pair, gamma)
+    f_rem = _exact_density(scale, gamma, True) if base == "gauss" else _exact_psl_density(rem)
+    f = lambda y: f_rem(y) if y > 0 else mpmath.exp(y) * f_rem(-y)  # noqa: E731
+    hi = min(loss.support[1], 8.0 / scale if base == "gauss" else loss.support[1])
+    h = hi / 40
+    lo = h * np.arange(-40, 40, 3, dtype=np.float64)
+    c0, c1 = np.zeros(lo.size), np.full(lo.size, h)
+    R = rules._sym_truncation(rem, lo, c0, c1)
+    assert np.all(np.isfinite(R[0]))
+    for i in range(lo.size):
+        base_, hh = mpmath.mpf(float(lo[i])), mpmath.mpf(float(h))
+        for k, err in enumerate(_rule_errors(lambda t: f(base_ + t), mpmath.mpf(0), hh)):
+            assert err <= mpmath.mpf(float(R[k][i])) + mpmath.mpf(1e-290), (i, k, float(err), float(R[k][i]))
+    out = rules._panels(loss, lo, c0, c1)
+    for i5, e, r in zip(out[0:6:2], out[1:6:2], R):
+        np.testing.assert_allclose(e, r + 16 * 2.0 ** -53 * i5, rtol=1e-9, atol=1e-300)
+    # (a panel holding 0: no bound, and the 4-point estimate charged)
+    lo2, c02, c12 = np.array([-h / 2]), np.zeros(1), np.full(1, h)
+    assert np.isnan(rules._sym_truncation(rem, lo2, c02, c12)[0][0])
+    out2 = rules._panels(loss, lo2, c02, c12)
+    half = h / 2
+    i4 = sum(w * float(loss.pdf(np.array([lo2[0] + half * (1 + x)]))[0]) for x, w in zip(*rules._GL4)) * half
+    assert out2[1][0] >= 10 * abs(out2[0][0] - i4) > 0

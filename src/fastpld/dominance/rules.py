@@ -14,7 +14,7 @@ import numpy as np
 from .. import _kernels
 from ..mechanisms.losses import GaussianLoss, LaplaceLoss
 from ..mechanisms.pairs import _LaplacePair
-from ..mechanisms.subsampled import SubsampledLoss
+from ..mechanisms.subsampled import SubsampledLoss, SymmetricSubsampledLoss
 from .ends import _psg_from_end
 
 _U = np.finfo(np.float64).eps / 2  # unit roundoff
@@ -40,8 +40,9 @@ def _error_terms(fw, wn, wb, rel, wt) -> list:
 
 def _rule_error(x5, x4, R):
     """A rule's truncation error bound: ``R``, the proved one, where there is no 4-point rule (``x4 is None``), else
-    the larger of ``R`` and ten times the rules' disagreement, an estimate."""
-    return R if x4 is None else np.maximum(10.0 * np.abs(x5 - x4), R)
+    the larger of ``R`` and ten times the rules' disagreement, an estimate (the estimate alone where ``R`` is NaN: a
+    panel the proof does not cover)."""
+    return R if x4 is None else np.fmax(10.0 * np.abs(x5 - x4), R)
 
 
 def _log_panels(loss, lo, end, d_far, ulo, side: int, step=None):
@@ -153,7 +154,7 @@ def _lattice_weights(best, W, c0, c1, r):
                 np.where(W > 0, best * np.exp(r - c0) * (1 + 1e-6), 0.0))
 
 
-def _psg_truncation(psg, lo, c0, c1):
+def _psg_truncation(psg, lo, c0, c1, raw: bool = False):
     """The 5-point rule's truncation error on the panels ``[lo + c0, lo + c1]`` of the subsampled Gaussian's density
     ``psg = (q, v, sd, remove)``, proved (docs/dominance.md, "The rules' truncation error"): ``(R_A, R_N, R_B)`` for
     ``int f``, ``int (1 - e^-t) f`` and ``int e^-t f`` (``t = y - lo``), infinite where a panel reaches the support's
@@ -183,7 +184,8 @@ def _psg_truncation(psg, lo, c0, c1):
             take = (r > 0) & (Rk < best)
             best, rb = np.where(take, Rk, best), np.where(take, r, rb)
         best = np.where(bad | ~(best < np.inf), np.inf, best * (1 + 1e-6))
-    return _lattice_weights(best, W, c0, c1, rb)
+    # (raw: the bound of int f and its radius, for the mirrored side of the samplers' symmetric loss)
+    return (best, rb) if raw else _lattice_weights(best, W, c0, c1, rb)
 
 
 def _psg_log_truncation(psg, d_far, bot, top, end):
@@ -272,7 +274,7 @@ def _laplace_truncation(e0: float, lo, c0, c1):
     return RA, RN, RB
 
 
-def _psl_truncation(e0: float, q: float, remove: bool, lo, c0, c1):
+def _psl_truncation(e0: float, q: float, remove: bool, lo, c0, c1, raw: bool = False):
     """The 5-point rule's truncation error on the panels ``[lo + c0, lo + c1]`` (inside the support) of the
     Poisson-subsampled Laplace loss's density, proved by Cauchy's estimate as :func:`_psg_truncation`'s: ``(R_A, R_N,
     R_B)``.  In the direction's variable ``tau = +-y``, with ``w = (e^tau - (1 - q)) / q = e^L`` and ``C = e^(-e0/2) /
@@ -303,6 +305,39 @@ def _psl_truncation(e0: float, q: float, remove: bool, lo, c0, c1):
             take = (r > 0) & (Rk < best)
             best, rb = np.where(take, Rk, best), np.where(take, r, rb)
         best = np.where(bad | ~(best < np.inf), np.inf, best * (1 + 1e-6))
+    return (best, rb) if raw else _lattice_weights(best, W, c0, c1, rb)
+
+
+def _sym_remove(loss):
+    """The remove loss of the samplers' symmetric subsampled loss (:class:`SymmetricSubsampledLoss`) where its
+    rules' bound is proved (a Gaussian or Laplace pair), else ``None``."""
+    if isinstance(loss, SymmetricSubsampledLoss):
+        rem = loss.rem
+        if rem.psg_params is not None or _psl_params(rem) is not None:
+            return rem
+    return None
+
+
+def _sym_truncation(rem, lo, c0, c1):
+    """The 5-point rule's truncation error on the panels ``[lo + c0, lo + c1]`` of the samplers' symmetric subsampled
+    loss, whose density is the remove loss's ``f`` above 0 and ``e^y f(-y)`` below (kinked at its atom 0): a panel
+    above 0 has ``f``'s bound; one below has that of ``f`` on the mirrored panel ``[-yb, -ya]`` at the same radius
+    ``r`` times ``e^(yb + r)``, the largest ``|e^y|`` on the stadium; one holding 0 has none (NaN: the 4-point
+    estimate is charged there).  ``(R_A, R_N, R_B)``."""
+    lo, c0, c1 = (np.asarray(a, dtype=np.float64) for a in (lo, c0, c1))
+    W = c1 - c0
+    ya, yb = lo + c0, lo + c1
+    psg, psl = rem.psg_params, _psl_params(rem)
+
+    def raw(lo_, c0_, c1_):
+        return _psg_truncation(psg, lo_, c0_, c1_, raw=True) if psg is not None else \
+            _psl_truncation(*psl, lo_, c0_, c1_, raw=True)
+    bp, rp = raw(lo, c0, c1)
+    bn, rn = raw(-yb, np.zeros(W.shape), W)
+    with np.errstate(all="ignore"):
+        bn = bn * np.exp(yb + rn) * (1 + 1e-6)  # (exp within 4 ulp, the sum yb + r and the product)
+    best = np.where(ya >= 0, bp, np.where(yb <= 0, bn, np.nan))
+    rb = np.where(ya >= 0, rp, np.where(yb <= 0, rn, 0.0))
     return _lattice_weights(best, W, c0, c1, rb)
 
 
@@ -358,8 +393,11 @@ def _panels(loss, lo, c0, c1):
         return _kernels._leaf.psg_panels(*(np.ascontiguousarray(a, dtype=np.float64) for a in (lo, c0, c1)),
                                          float(psg[0]), float(psg[1]), float(psg[2]), bool(psg[3]),
                                          *_GL5_RULE)
-    psl = _psl_params(loss)
-    proved = psg is not None or psl is not None or isinstance(loss, (GaussianLoss, LaplaceLoss))
+    psl, sym = _psl_params(loss), _sym_remove(loss)
+    proved = psg is not None or psl is not None or sym is not None or isinstance(loss, (GaussianLoss, LaplaceLoss))
+    # (the symmetric loss's panels holding its kink at 0 have no proved bound: the 4-point rule for them)
+    if sym is not None and np.any((lo + c0 < 0) & (lo + c1 > 0)):
+        proved = False
     half = 0.5 * (c1 - c0)
     res = []
     for gl in ((_GL5,) if proved else (_GL5, _GL4)):
@@ -385,6 +423,8 @@ def _panels(loss, lo, c0, c1):
         R = _psg_truncation(psg, lo, c0, c1)
     elif psl is not None:
         R = _psl_truncation(*psl, lo, c0, c1)
+    elif sym is not None:
+        R = _sym_truncation(sym, lo, c0, c1)
     elif isinstance(loss, GaussianLoss):
         R = _gauss_truncation(loss.m, loss.s, lo, c0, c1)
     elif proved:
