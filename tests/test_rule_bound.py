@@ -468,4 +468,4 @@ def test_symmetric_subsampled_rule_bound_holds_against_exact_errors(base, scale,
     out2 = rules._panels(loss, lo2, c02, c12)
     half = h / 2
     i4 = sum(w * float(loss.pdf(np.array([lo2[0] + half * (1 + x)]))[0]) for x, w in zip(*rules._GL4)) * half
-    assert out2[1][0] >= 10 * abs(out2[0][0] - i4) > 0
+    assert out2[1][0] >= 10 * abs(out2[0][0] - i4) * (1 - 1e-9) > 0  # (i4 summed here in another order)
