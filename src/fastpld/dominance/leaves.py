@@ -204,6 +204,13 @@ def _negligible(tail: float, cells: int) -> float:
     return _NEGLIGIBLE_SHARE * tail / max(cells, 1)
 
 
+def _log_errors(i5, i4, R, rest):
+    """The error bounds of the log-distance rules' three integrals ``i5`` (``i4``: the 4-point rule's, or ``None``;
+    ``R``: the proved truncation bounds): the rules' truncation (:func:`rules._rule_error`), their sums' rounding
+    ``16 u`` and ``rest``, the tail beyond their depth."""
+    return tuple(_rule_error(x5, x4, r) + 16 * _U * x5 + rest for x5, x4, r in zip(i5, i4, R))
+
+
 def _integrals(loss, lo, h, tiny: float = 0.0, anchor: float | None = None):
     """Per interval ``(lo_j, lo_j + h]`` of the continuous part: the masses ``int f``,
     ``int (1 - e^(lo_j - y)) f`` and ``int e^(lo_j - y) f`` by 5-point rules, and error
@@ -312,10 +319,7 @@ def _integrals(loss, lo, h, tiny: float = 0.0, anchor: float | None = None):
         rn = ra * -np.expm1(-end)
         rb = ra * np.exp(-end)
         rest = np.where(holds, m * (tail_rel + 8 * _U + 2 * de), m * (1 + 1e-6))
-        # (the rules' truncation: the proved bound, else ten times their disagreement)
-        ae = _rule_error(a5, a4, Ra) + 16 * _U * a5 + rest
-        ne = _rule_error(n5, n4, Rn) + 16 * _U * n5 + rest
-        be = _rule_error(b5, b4, Rb) + 16 * _U * b5 + rest
+        ae, ne, be = _log_errors((a5, n5, b5), (a4, n4, b4), (Ra, Rn, Rb), rest)
         # (a density steep in u leaves the rules apart: a subsampled Gaussian's is a Gaussian of width
         # ~1/sigma there, and at sigma 2 the rules of the cell holding the end disagreed by 2.7e-9 of its mass,
         # charged as total variation in every copy (2.3e-8 at q = 1e-4 x 1e6); those whose mass error would be
@@ -335,9 +339,7 @@ def _integrals(loss, lo, h, tiny: float = 0.0, anchor: float | None = None):
             step[worse] /= 4
             (a5w, n5w, b5w), (a4w, n4w, b4w), (eaw, enw, ebw), (Raw, Rnw, Rbw) = _log_panels(
                 loss, lo[bad][worse], end[worse], d_far[worse], ulo[worse], side, step[worse])
-            aew = _rule_error(a5w, a4w, Raw) + 16 * _U * a5w + rest[worse]
-            new = _rule_error(n5w, n4w, Rnw) + 16 * _U * n5w + rest[worse]
-            bew = _rule_error(b5w, b4w, Rbw) + 16 * _U * b5w + rest[worse]
+            aew, new, bew = _log_errors((a5w, n5w, b5w), (a4w, n4w, b4w), (Raw, Rnw, Rbw), rest[worse])
             better = aew + new + bew < ae[worse] + ne[worse] + be[worse]
             live[worse[~(aew < 0.25 * ae[worse])]] = False
             w = worse[better]

@@ -121,6 +121,13 @@ def _log_panels(loss, lo, end, d_far, ulo, side: int, step=None):
 _GL5_CAUCHY = 1.4316e-6
 
 
+def _cauchy(W, r, M):
+    """Cauchy's bound on the 5-point rule's error on panels of width ``W``: ``1.4316e-6 W (W / r)^10 M``, ``M`` the
+    largest ``|F|`` on the stadium of radius ``r`` about the panel."""
+    wr2 = (W / r) ** 2
+    return _GL5_CAUCHY * W * (wr2 * wr2 * wr2 * wr2 * wr2) * M
+
+
 def _normal_sup(la, lb, D, v):
     """The largest ``|exp(-(l - mu)^2 / 2v)|`` with ``l`` within ``D`` of a real point whose ``l - mu`` lies in
     ``[la, lb]``: ``exp((-x^2 + 2 x D + D^2) / 2v)`` at ``x = D`` clamped to the range of ``|l - mu|``."""
@@ -142,8 +149,16 @@ def _psg_cauchy(W, r, lA, lB, D, jac, q, v, cden, remove):
     h = v / 2
     M = ((1 - q) * _normal_sup(lA + h, lB + h, D, v) + q * _normal_sup(lA - h, lB - h, D, v)) if remove \
         else _normal_sup(lA + h, lB + h, D, v)
-    wr2 = (W / r) ** 2
-    return _GL5_CAUCHY * W * (wr2 * wr2 * wr2 * wr2 * wr2) * (M * cden * jac)
+    return _cauchy(W, r, M * cden * jac)
+
+
+def _log_weights(best, W, end, dmax):
+    """``(R_A, R_N, R_B)`` of a log-distance panel's bound ``best`` for ``int f`` (``d`` at most ``dmax`` on its
+    stadium, the end at offset ``end``): the weights are at most ``e^(|end| + dmax) - 1`` and ``e^(dmax - end)``
+    there (0 on an empty panel)."""
+    with np.errstate(all="ignore"):
+        return (np.where(W > 0, best, 0.0), np.where(W > 0, best * np.expm1(np.abs(end) + dmax) * (1 + 1e-6), 0.0),
+                np.where(W > 0, best * np.exp(dmax - end) * (1 + 1e-6), 0.0))
 
 
 def _lattice_weights(best, W, c0, c1, r):
@@ -213,10 +228,7 @@ def _psg_log_truncation(psg, d_far, bot, top, end):
         best = np.where(r > 0, _psg_cauchy(W, r, lA, lB, r * gp, gp, q, v, cden, remove), np.inf)
         dbest = np.where(r > 0, dmax, 0.0)
         best = np.where(bad | ~(best < np.inf), np.inf, best * (1 + 1e-6))
-        RA = np.where(W > 0, best, 0.0)
-        RN = np.where(W > 0, best * np.expm1(np.abs(end) + dbest) * (1 + 1e-6), 0.0)
-        RB = np.where(W > 0, best * np.exp(dbest - end) * (1 + 1e-6), 0.0)
-    return RA, RN, RB
+    return _log_weights(best, W, end, dbest)
 
 
 def _gauss_truncation(m: float, s: float, lo, c0, c1):
@@ -236,12 +248,20 @@ def _gauss_truncation(m: float, s: float, lo, c0, c1):
         r0 = np.minimum((-x + np.sqrt(x * x + 40 * v)) / 2, 1.0)
         best, rb = np.full(W.shape, np.inf), np.zeros(W.shape)
         for r in (r0, 0.5 * r0, np.minimum(2 * r0, 1.0)):
-            wr2 = (W / r) ** 2
-            Rk = _GL5_CAUCHY * W * (wr2 * wr2 * wr2 * wr2 * wr2) * (cden * _normal_sup(la, lb, r, v))
+            Rk = _cauchy(W, r, cden * _normal_sup(la, lb, r, v))
             take = (r > 0) & (Rk < best)
             best, rb = np.where(take, Rk, best), np.where(take, r, rb)
         best = np.where(best < np.inf, best * (1 + 1e-6), np.inf)
     return _lattice_weights(best, W, c0, c1, rb)
+
+
+def _psl_sup(e0: float, q: float, remove: bool, tau_max, gap):
+    """The largest ``|f|`` of the Poisson-subsampled Laplace loss's density (:func:`_psl_truncation`) where ``Re tau``
+    is at most ``tau_max`` and at least ``gap`` above ``log(1 - q)``: ``(C / q) e^tau_max`` times its powers of ``w``
+    at ``q |w| = (1 - q) expm1(gap)``, their least."""
+    wmin = (1.0 - q) * np.expm1(gap) / q * (1 - 1e-9)  # (|w| at least this; its rounding)
+    dens = ((1 - q) * wmin ** -1.5 + q * wmin ** -0.5) if remove else wmin ** -1.5
+    return 0.25 * math.exp(-e0 / 2) / q * np.exp(tau_max) * dens
 
 
 def _psl_params(loss):
@@ -289,7 +309,6 @@ def _psl_truncation(e0: float, q: float, remove: bool, lo, c0, c1, raw: bool = F
     ya, yb = lo + c0, lo + c1
     A, B = (ya, yb) if remove else (-yb, -ya)
     ylo = math.log1p(-q)
-    c, C = 1.0 - q, 0.25 * math.exp(-e0 / 2)
     # (a lower bound on the exact gap: A and log(1 - q) each within a few ulp)
     gap = (A - ylo) - 8 * _U * (np.abs(A) + abs(ylo))
     with np.errstate(all="ignore"):
@@ -297,11 +316,7 @@ def _psl_truncation(e0: float, q: float, remove: bool, lo, c0, c1, raw: bool = F
         best, rb = np.full(W.shape, np.inf), np.zeros(W.shape)
         for f in (0.25, 0.5, 0.75):
             r = np.minimum(f * gap, 1.0)
-            wmin = c * np.expm1(gap - r) / q * (1 - 1e-9)  # (|w| at least this on the stadium; its rounding)
-            dens = ((1 - q) * wmin ** -1.5 + q * wmin ** -0.5) if remove else wmin ** -1.5
-            M = C / q * np.exp(B + r) * dens
-            wr2 = (W / r) ** 2
-            Rk = _GL5_CAUCHY * W * (wr2 * wr2 * wr2 * wr2 * wr2) * M
+            Rk = _cauchy(W, r, _psl_sup(e0, q, remove, B + r, gap - r))
             take = (r > 0) & (Rk < best)
             best, rb = np.where(take, Rk, best), np.where(take, r, rb)
         best = np.where(bad | ~(best < np.inf), np.inf, best * (1 + 1e-6))
@@ -332,12 +347,15 @@ def _sym_truncation(rem, lo, c0, c1):
     def raw(lo_, c0_, c1_):
         return _psg_truncation(psg, lo_, c0_, c1_, raw=True) if psg is not None else \
             _psl_truncation(*psl, lo_, c0_, c1_, raw=True)
-    bp, rp = raw(lo, c0, c1)
-    bn, rn = raw(-yb, np.zeros(W.shape), W)
-    with np.errstate(all="ignore"):
-        bn = bn * np.exp(yb + rn) * (1 + 1e-6)  # (exp within 4 ulp, the sum yb + r and the product)
-    best = np.where(ya >= 0, bp, np.where(yb <= 0, bn, np.nan))
-    rb = np.where(ya >= 0, rp, np.where(yb <= 0, rn, 0.0))
+    pos = ya >= 0
+    neg = (yb <= 0) & ~pos
+    best, rb = np.full(W.shape, np.nan), np.zeros(W.shape)
+    if pos.any():
+        best[pos], rb[pos] = raw(lo[pos], c0[pos], c1[pos])
+    if neg.any():
+        bn, rb[neg] = raw(-yb[neg], np.zeros(int(neg.sum())), W[neg])
+        with np.errstate(all="ignore"):
+            best[neg] = bn * np.exp(yb[neg] + rb[neg]) * (1 + 1e-6)  # (exp within 4 ulp, the sum yb + r, the product)
     return _lattice_weights(best, W, c0, c1, rb)
 
 
@@ -353,7 +371,6 @@ def _psl_log_truncation(e0: float, q: float, remove: bool, d_far, bot, top, end,
     d_far, bot, top, end, lo = (np.asarray(a, dtype=np.float64) for a in (d_far, bot, top, end, lo))
     W = top - bot
     ylo = math.log1p(-q)
-    c, C = 1.0 - q, 0.25 * math.exp(-e0 / 2)
     s_end = lo + end
     tau_end = s_end if remove else -s_end
     towards = (side == 0) != remove  # (tau decreases with d: from the end towards log(1 - q))
@@ -365,19 +382,30 @@ def _psl_log_truncation(e0: float, q: float, remove: bool, d_far, bot, top, end,
             tmax = tau_end if towards else tau_end + dmax
             # (a lower bound on the exact gap: tau_end, dmax and log(1 - q) each within a few ulp)
             gap = (tmin - ylo) - 8 * _U * (np.abs(tau_end) + dmax + abs(ylo))
-            wmin = c * np.expm1(gap) / q * (1 - 1e-9)
-            dens = ((1 - q) * wmin ** -1.5 + q * wmin ** -0.5) if remove else wmin ** -1.5
-            M = C / q * np.exp(tmax) * dens * dmax
-            wr2 = (W / rho) ** 2
-            Rk = np.where(gap > 0, _GL5_CAUCHY * W * (wr2 * wr2 * wr2 * wr2 * wr2) * M, np.inf)
+            Rk = np.where(gap > 0, _cauchy(W, rho, _psl_sup(e0, q, remove, tmax, gap) * dmax), np.inf)
             take = Rk < best
             best, dbest = np.where(take, Rk, best), np.where(take, dmax, dbest)
         bad = ~(best < np.inf) | ~(d_far > 0)
         best = np.where(bad, np.inf, best * (1 + 1e-6))
-        RA = np.where(W > 0, best, 0.0)
-        RN = np.where(W > 0, best * np.expm1(np.abs(end) + dbest) * (1 + 1e-6), 0.0)
-        RB = np.where(W > 0, best * np.exp(dbest - end) * (1 + 1e-6), 0.0)
-    return RA, RN, RB
+    return _log_weights(best, W, end, dbest)
+
+
+def _proved_truncation(loss, lo, c0, c1):
+    """``(R_A, R_N, R_B)``, the proved truncation error of the 5-point rule on the panels ``[lo + c0, lo + c1]`` of
+    ``loss``'s density -- the subsampled Gaussian, the Gaussian, the Laplace loss, the subsampled Laplace and the
+    samplers' symmetric loss of those pairs -- or ``None`` (no proof: custom densities)."""
+    psg, psl, sym = getattr(loss, "psg_params", None), _psl_params(loss), _sym_remove(loss)
+    if psg is not None:
+        return _psg_truncation(psg, lo, c0, c1)
+    if psl is not None:
+        return _psl_truncation(*psl, lo, c0, c1)
+    if sym is not None:
+        return _sym_truncation(sym, lo, c0, c1)
+    if isinstance(loss, GaussianLoss):
+        return _gauss_truncation(loss.m, loss.s, lo, c0, c1)
+    if isinstance(loss, LaplaceLoss):
+        return _laplace_truncation(loss.e, lo, c0, c1)
+    return None
 
 
 def _panels(loss, lo, c0, c1):
@@ -393,11 +421,11 @@ def _panels(loss, lo, c0, c1):
         return _kernels._leaf.psg_panels(*(np.ascontiguousarray(a, dtype=np.float64) for a in (lo, c0, c1)),
                                          float(psg[0]), float(psg[1]), float(psg[2]), bool(psg[3]),
                                          *_GL5_RULE)
-    psl, sym = _psl_params(loss), _sym_remove(loss)
-    proved = psg is not None or psl is not None or sym is not None or isinstance(loss, (GaussianLoss, LaplaceLoss))
-    # (the symmetric loss's panels holding its kink at 0 have no proved bound: the 4-point rule for them)
-    if sym is not None and np.any((lo + c0 < 0) & (lo + c1 > 0)):
-        proved = False
+    # (the 5-point truncation error, proved where :func:`_proved_truncation` has it: the choices read it, and refine
+    # or take the log-distance rules where it is loose, near an end; NaN on a panel it does not cover -- the symmetric
+    # loss's kink at 0 -- and the 4-point rule runs for its estimate)
+    R = _proved_truncation(loss, lo, c0, c1)
+    proved = R is not None and not np.isnan(R[0]).any()
     half = 0.5 * (c1 - c0)
     res = []
     for gl in ((_GL5,) if proved else (_GL5, _GL4)):
@@ -417,19 +445,6 @@ def _panels(loss, lo, c0, c1):
                                  dtype=np.float64).reshape(y.shape) + 12 * _U
             es = [v.sum(axis=1) for v in _error_terms(fw, wn, wb, rel, np.abs(fw) * wb * (4 * _U * t))]
     (a5, n5, b5), (a4, n4, b4) = res[0], (res[1] if not proved else (None,) * 3)
-    # (the 5-point truncation error of the subsampled Gaussian, the Gaussian, the Laplace loss and the subsampled
-    # Laplace, proved: the choices read it, and refine or take the log-distance rules where it is loose, near an end)
-    if psg is not None:
-        R = _psg_truncation(psg, lo, c0, c1)
-    elif psl is not None:
-        R = _psl_truncation(*psl, lo, c0, c1)
-    elif sym is not None:
-        R = _sym_truncation(sym, lo, c0, c1)
-    elif isinstance(loss, GaussianLoss):
-        R = _gauss_truncation(loss.m, loss.s, lo, c0, c1)
-    elif proved:
-        R = _laplace_truncation(loss.e, lo, c0, c1)
-    else:
-        R = (0.0, 0.0, 0.0)
+    R = (0.0, 0.0, 0.0) if R is None else R
     err = lambda x5, x4, r: _rule_error(x5, x4, r) + 16 * _U * x5
     return a5, err(a5, a4, R[0]), n5, err(n5, n4, R[1]), b5, err(b5, b4, R[2]), es[0], es[1], es[2]
