@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from ..composition.budget import _BudgetError, _Budgets
-from ..composition.plan import _Leaf, _build_plan, _merge_order as _plan_merge_order
+from ..composition.plan import _Leaf, _Node, _Plan, _build_plan, _merge_order as _plan_merge_order
 from ..composition.roundoff import _ULD
 from ..composition.threads import _PARALLEL_MIN_US, _run_jobs, _run_shared
 from ..discretize import truncation_window
@@ -63,6 +63,11 @@ def leaf_mesh(parts, plan, eps_error: float, scale: float = 1.0, far: bool = Tru
     every coarser lattice of the plan, its atoms lie (their splits are then exact).  ``far``: several parts may
     take a spacing of their atoms far below the planner's mesh (:func:`fastpld.dominance.alignment.aligned_mesh`).
     """
+    # (a plan whose pass-through root :func:`_plan_at` dropped takes the mesh of the plan with it: the model's
+    # weights and the atoms' alignment were measured with that root's lattice, and without its re-discretisation the
+    # width is only narrower -- from the model's weight alone, Laplace(2) x 2^16 took a mesh 1.33x as coarse and
+    # missed its width, 1.6 times the width asked, composing twice)
+    plan = getattr(plan, "mesh_plan", plan)
     h1 = scale * math.sqrt(12.0 * eps_error / (_SHIFT_FACTOR * _model_weight(plan)))
     # (the coarsest lattice's ratio to the leaf's: the atoms are aligned on every lattice of the plan)
     R = max(dominance_meshes(plan, 1.0).values())
@@ -197,6 +202,11 @@ def _compose_arities(dir_parts, events, eps_error: float, delta_error: float, ba
 # Gaussians, Gaussian, 0.2-0.6x for pure and approximate DP (their leaves are a few buckets: a large first node is
 # cheap, a level less is not)
 _ARITY_RANGE = (40, 320)
+# ... and up to this many copies a single node (arity k, no re-discretisation; the least work from 40 copies on
+# anyway): at k = 500 0.83-0.90x the time of arity 50 on the Gaussian, Laplace and subsampled Gaussians, the same
+# for a subsampled Laplace; from ~640 copies on its one large node costs as much as the two levels' (0.93-1.07x at
+# k = 640, 0.81-1.18x at k = 1,000)
+_SINGLE_NODE_MAX = 512
 
 
 def _plan_work(count: int, arity: int) -> float:
@@ -226,7 +236,10 @@ def _plan_work(count: int, arity: int) -> float:
         conv += 1
         red += sum(1 for lv, _ in kids if lv != j)
         carry = j
-    kids = 1 + (carry is not None)  # the root (its own lattice): node_t's power and the carry
+    # the root (its own lattice): node_t's power and the carry.  (A root passing node_t through is node_t itself,
+    # :func:`_plan_at`, but counted as a node and a re-discretisation here: at k = 1e4 arity 100 -- two nodes, 100^2
+    # -- took 1.15x the time of 125 -- 125 and 80 copies -- whose work it would otherwise undercut)
+    kids = 1 + (carry is not None)
     red += kids
     conv += not (kids == 1 and rem == 1)
     return conv + 0.5 * red
@@ -279,6 +292,8 @@ def _least_work_arity(k: int) -> int:
     lo, hi = _ARITY_RANGE
     if k < lo:  # (one node below every arity of the range: the default's plan)
         return _DEFAULT_ARITY
+    if k <= _SINGLE_NODE_MAX:  # (one node, the plan's root: _plan_at)
+        return k
     return _least_work(k, lo, min(hi, k), _DEFAULT_ARITY)
 
 
@@ -615,8 +630,17 @@ _DEFER_GAP = 2.0
 
 
 def _plan_at(parts, merge, order, arity: int):
-    """A direction's recursive plan at ``arity`` (as :func:`_compose_dominance` builds it)."""
-    return _build_plan(parts, "recursive", arity, merge=merge, order=order, direct_max=_DIRECT_COPIES * arity ** 2)
+    """A direction's recursive plan at ``arity`` (as :func:`_compose_dominance` builds it).  A root that would pass
+    its one child through (``k = arity^t`` copies of one part) is that child: the root's own lattice would take a
+    re-discretisation -- a split and its charges -- of the composed PMF for nothing but a coarser final lattice.
+    The leaf's mesh stays the full plan's (:func:`leaf_mesh`), and so do the other groups' meshes
+    (:func:`dominance_meshes`: the same copies per group)."""
+    plan = _build_plan(parts, "recursive", arity, merge=merge, order=order, direct_max=_DIRECT_COPIES * arity ** 2)
+    kids = plan.root.children
+    if len(kids) == 1 and kids[0][1] == 1 and isinstance(kids[0][0], _Node):
+        full, plan = plan, _Plan(kids[0][0], plan.method, plan.params, plan.n_parts)
+        plan.mesh_plan = full  # (its leaf mesh: :func:`leaf_mesh`)
+    return plan
 
 
 def _retry_args(build, parts, arity: int, eps_error: float, scale: float, rest):
