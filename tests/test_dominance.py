@@ -1243,3 +1243,53 @@ def test_reversed_directions_only_where_every_part_is_a_reversed_pair():
     assert not _reversed_directions([(fastpld.PoissonSubsampledGaussian(1.0, 0.01, neighboring="remove"), 10)])
     assert not _reversed_directions([(fastpld.TruncatedPoissonSubsampled(g, 0.01, 10_000, 130), 10)])
     assert not _reversed_directions([])
+
+
+@pytest.mark.parametrize("backend", [b for b in ("native", "numpy") if b in _fft.available_backends()])
+@pytest.mark.parametrize("sigma,k,arity", [(4.0, 300, None), (12.0, 4096, 64), (6.0, 500, None)])
+def test_a_pass_through_root_is_its_child(backend, sigma, k, arity):
+    # k = arity^t copies (one node up to _SINGLE_NODE_MAX copies, arity 64 twice at 4096): the root would pass its
+    # one child through, re-discretised onto its own coarser lattice for nothing; the plan ends at that child, its
+    # leaf mesh and other lattices those of the full plan, and the answer still brackets the Gaussian's
+    from fastpld.composition.plan import _Node
+    from fastpld.dominance import planner
+
+    loss = fastpld.Gaussian(sigma).privacy_losses()["remove"]
+    a = arity or planner._least_work_arity(k)
+    plan = planner._plan_at([(loss, k)], None, None, a)
+    full = plan.mesh_plan
+    assert full.root.label == "root" and full.root.children == [(plan.root, 1)]
+    assert isinstance(plan.root, _Node) and plan.n_nodes == full.n_nodes - 1
+    h1 = planner.leaf_mesh([(loss, k)], plan, 0.01)
+    assert h1 == planner.leaf_mesh([(loss, k)], full, 0.01)
+    mp, mf = planner.dominance_meshes(plan, h1), planner.dominance_meshes(full, h1)
+    assert set(mp) < set(mf) and all(mp[g] == mf[g] for g in mp)
+    kw = {} if arity is None else {"arity": arity}
+    pld = fastpld.compose(fastpld.Gaussian(sigma), k, method="dominance", rel_error=1e-3, backend=backend, **kw)
+    assert pld.method == f"dominance(arity={a})"
+    kinds = [s.kind for s in pld.directions["remove"].stages]
+    assert kinds[-1] == f"x{a}" and "root" not in kinds
+    mu = math.sqrt(k) / sigma
+    for delta in (1e-3, 1e-5, 1e-7, 1e-9):
+        b = pld.epsilon(delta)
+        exact = gaussian_epsilon(delta, mu)
+        assert b.lower <= exact <= b.upper
+        if delta >= 1e-7:  # (the widths the planner checks: down to 100 delta_error)
+            assert b.upper - b.lower <= 1e-3 * exact
+    for eps in (0.0, 1.0, 3.0):
+        b = pld.delta(eps)
+        assert b.lower <= float(gaussian_delta(eps, mu)) <= b.upper
+
+
+def test_a_float64_node_whose_charge_exceeds_its_share_is_redone_in_long_double():
+    # one x100 node of PSG(0.1, 0.01) (a PLD ~700 wide): its plain float64 charge is predicted at ~4e-12, a quarter
+    # of its share of the round-off budget, and measures 1.6e-10, past delta_error; it is composed again in long
+    # double (before, float64 only: the composition was refused)
+    from fastpld.composition import node as node_mod
+
+    pld = fastpld.compose(fastpld.PoissonSubsampledGaussian(0.1, 0.01), 100, method="dominance", rel_error=1e-3)
+    st = pld.directions["remove"].stages[-1]
+    assert st.kind == "x100" and st.precision == "longdouble"
+    assert pld.directions["remove"].delta_spent <= 1e-10
+    plain = node_mod._predicted_fp_plain(1, 100, math.ceil(math.log2(st.buckets)))
+    assert plain < 1e-11  # (the prediction the float64-only choice rests on)
