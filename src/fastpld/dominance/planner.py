@@ -203,9 +203,9 @@ def _compose_arities(dir_parts, events, eps_error: float, delta_error: float, ba
 # cheap, a level less is not)
 _ARITY_RANGE = (40, 320)
 # ... and up to this many copies a single node (arity k, no re-discretisation; the least work from 40 copies on
-# anyway): at k = 500 0.83-0.90x the time of arity 50 on the Gaussian, Laplace and subsampled Gaussians, the same
-# for a subsampled Laplace; from ~640 copies on its one large node costs as much as the two levels' (0.93-1.07x at
-# k = 640, 0.81-1.18x at k = 1,000)
+# anyway): at k = 300-500 0.82-0.93x the time of the two levels on the Gaussian and subsampled Gaussians and
+# Laplaces, 0.45x on Laplace(3), 0.62x on pure DP; from ~640 copies on its one large node costs about as much as the
+# two levels' (0.93-1.07x at k = 640, 0.76-1.33x at k = 1,000 depending on the loss)
 _SINGLE_NODE_MAX = 512
 
 
