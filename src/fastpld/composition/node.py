@@ -270,9 +270,9 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
             f"composition needs an FFT of {N} buckets at mesh {h:.3g} (node {node.label}), more than "
             f"max_buckets={max_buckets}; increase eps_error or max_buckets", N)
     # precision: long double where the float64 round-off charge would not fit.  Nodes whose
-    # predicted float64 charge is small run in float64; those within the node's share of the
+    # predicted float64 charge is small run in float64, and those within the node's share of the
     # round-off budget (budgets.fp / nodes: leaves and re-discretisations charge ~u per copy)
-    # try float64 and are redone in long double only if the measured charge exceeds that share.
+    # try float64; either is redone in long double only if the measured charge exceeds that share.
     # (The precision only decides how much is charged; every node charges its own measured bound.)
     allowance = budgets.fp / n_objects
     node_allowance = budgets.fp / n_nodes if n_nodes else allowance
