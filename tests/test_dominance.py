@@ -688,9 +688,13 @@ def _eager_and_deferred(monkeypatch, mech, k, **kw):
     """The same composition with every dominated chain run at once, and with the add direction's deferred."""
     from fastpld.dominance import planner
 
-    deferred = fastpld.compose(mech, k, method="dominance", **kw)
+    with monkeypatch.context() as m:
+        # (the dominated chain alone deferred: the reversed direction's dominating chain too is tested below)
+        m.setattr(planner, "_DEFER_REVERSED", False)
+        deferred = fastpld.compose(mech, k, method="dominance", **kw)
     eager_of, coarse_of = planner._eager_direction, planner._coarse_factors
     with monkeypatch.context() as m:
+        m.setattr(planner, "_DEFER_REVERSED", False)
         m.setattr(planner, "_eager_direction", lambda *a: None)
         # (the same meshes: the other direction's coarser ones, as the deferred composition chose them)
         m.setattr(planner, "_coarse_factors", lambda dp, _, ee, re: coarse_of(dp, eager_of(dp, ee, re), ee, re))
@@ -1060,6 +1064,8 @@ def test_coarser_meshes_that_miss_the_width_are_dropped(monkeypatch):
     from fastpld.dominance import planner
 
     m = fastpld.PoissonSubsampledGaussian(1.0, 0.02)
+    # (the reversed direction's chains composed at once: deferred, they are checked when they run -- below)
+    monkeypatch.setattr(planner, "_DEFER_REVERSED", False)
     with monkeypatch.context() as mp:
         mp.setattr(planner, "_coarse_factors", lambda *a: {})
         plain = fastpld.compose(m, 300, rel_error=1e-3)
@@ -1140,7 +1146,7 @@ def test_query_tables_built_with_the_chains_are_the_answers_tables(monkeypatch):
     ids = {i for i, _ in built}
     for (side, name), d in chains.items():
         q = (pld._q if side == "up" else pld._ql)[name]
-        if side == "up" or name not in pld.lower_directions.deferred:
+        if name not in pld.directions.deferred and (side == "up" or name not in pld.lower_directions.deferred):
             assert isinstance(q, Recording) and id(d.pmf) in ids  # (the chain's own, not rebuilt after it)
         fresh = _Query(d.pmf, native=q.native)
         for a in ("p", "S1", "T", "dgrid", "neg_dgrid"):
@@ -1151,8 +1157,7 @@ def test_query_tables_built_with_the_chains_are_the_answers_tables(monkeypatch):
     # the answers read them: the same bounds as tables built afresh
     ask = D.DominancePLD.epsilon  # (not the kept answer's memo)
     eps = ask(pld, np.array([1e-3, 1e-6, 1e-9]))
-    for name in pld._q:
-        pld._q[name] = _Query(pld.directions[name].pmf, native=pld._q[name].native)
+    pld._q = {name: _Query(pld.directions[name].pmf, native=pld._q[name].native) for name in pld.directions}
     np.testing.assert_array_equal(np.array(eps), np.array(ask(pld, np.array([1e-3, 1e-6, 1e-9]))))
 
 

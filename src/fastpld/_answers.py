@@ -41,30 +41,39 @@ def _freeze(pld) -> int:
     # (the dominance certificate's second chain: its deferred directions are not run here, their arrays are made
     # read-only when they run, and they are counted as their dominating chain's: the same lattice)
     lower = getattr(pld, "lower_directions", {})
-    if hasattr(lower, "freeze"):
-        lower.freeze = True  # (first: a chain that finishes from here on makes its own arrays read-only)
+    upper = pld.directions
+    for chains in (lower, upper):
+        if hasattr(chains, "freeze"):
+            chains.freeze = True  # (first: a chain that finishes from here on makes its own arrays read-only)
     ready = getattr(lower, "ready", lambda name: True)
+    up_ready = getattr(upper, "ready", lambda name: True)
     names = [name for name in lower if ready(name)]
     later = [name for name in lower if name not in names]
+    up_names = [name for name in upper if up_ready(name)]
     done = [lower[name] for name in names]
     ql = getattr(pld, "_ql", {})
-    for d in (*pld.directions.values(), *done):
+    ups = [upper[name] for name in up_names]
+    for d in (*ups, *done):
         for a in (d.pmf.probs,):
             if isinstance(a, np.ndarray):
                 a.setflags(write=False)
-    queries = (*pld._q.values(), *(ql[name] for name in names))
+    queries = (*(pld._q[name] for name in up_names), *(ql[name] for name in names))
     for q in queries:
         for name in _QUERY_ARRAYS:
             a = getattr(q, name, None)
             if isinstance(a, np.ndarray):
                 a.setflags(write=False)
     # (the arrays are the PMFs' and the queries' tables: the stages' and certificates' scalars are not walked,
-    # ~340 objects and 0.5 ms per answer; a deferred chain is counted as its dominating chain's: the same lattice)
-    n = resources.array_bytes([d.pmf.probs for d in (*pld.directions.values(), *done)]
+    # ~340 objects and 0.5 ms per answer; a deferred chain is counted as its dominating chain's -- the same lattice
+    # --, and a deferred dominating chain as the largest one run: the reverse of its direction, on meshes as fine
+    # or coarser)
+    n = resources.array_bytes([d.pmf.probs for d in (*ups, *done)]
                               + [getattr(q, name, None) for q in queries for name in _QUERY_ARRAYS])
-    n += sum(resources.array_bytes([pld.directions[name].pmf.probs]
-                                   + [getattr(pld._q[name], a, None) for a in _QUERY_ARRAYS])
-             for name in later)
+    one = {name: resources.array_bytes([upper[name].pmf.probs] + [getattr(pld._q[name], a, None)
+                                                                  for a in _QUERY_ARRAYS]) for name in up_names}
+    big = max(one.values(), default=0)
+    n += sum(one.get(name, big) for name in later)
+    n += big * sum(1 for name in upper if name not in one)
     pld.__class__ = _kept(type(pld))
     pld._memo = {}
     return n

@@ -118,7 +118,9 @@ class _Query:
         # eps - v_J and of the bucket boundary J (a term p_j (1 - e^(eps - v_j)) of that size
         # may be misclassified); it matters at eps ~ 1000 on short grids
         err = 8 * _U * (np.abs(eps) + abs(self.v0) + self.h * self.n + 1.0)
-        pp = np.concatenate([[0.0], self.p, [0.0]])  # pp[j + 1] = p_j, zero outside the grid
+        pp = self.__dict__.get("_pp")
+        if pp is None:  # (kept: a copy of the whole grid per query otherwise)
+            pp = self._pp = np.concatenate([[0.0], self.p, [0.0]])  # pp[j + 1] = p_j, zero outside the grid
         near = pp[J] * (eps - self.values(J - 1) <= err) + pp[J + 1] * (vJ - eps <= err)
         pad = self.pad * self.S1[J] + err * (w * self.T[J] + near)
         return d, pad

@@ -71,5 +71,6 @@ def _run_chain(plan, meshes, budgets, backend, max_buckets, p_inf, upper, arity,
                                          split_fn=split_fn, position=1 if upper else -1)
     charges = (cert["truncation"] + cert["wrap"] + cert["roundoff"]) * (1 + 8 * _U)
     cert = {"truncation": cert["truncation"], "wrap": cert["wrap"], "roundoff": cert["roundoff"],
-            "log_mass": cert["log_mass"], "log_rel": cert["log_rel"], "bound": "upper" if upper else "lower"}
+            "log_mass": cert["log_mass"], "log_rel": cert["log_rel"], "tv_rel": cert["tv_rel"],
+            "bound": "upper" if upper else "lower"}
     return DirectionResult(final, p_inf, 0.0, charges, tuple(stages), cert, f"dominance(arity={arity})")

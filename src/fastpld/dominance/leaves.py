@@ -496,6 +496,11 @@ def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bo
     pmf = _with_anchor(GridPMF(p, _rounded(origin, 1), h, tv=tv, truncated=truncated, origin=origin), lat)
     # (the entries: a difference and a sum of two products, the sum, the normalisation)
     pmf.rel = 2 * (rel + 4 * _U) + (math.log2(n) + 8) * _U  # (np.sum is pairwise)
+    if not atoms:
+        # the same errors as total variation (execute: ``tv_rel``): the cells' masses within a_err of the exact
+        # ones (every cell's, the ones charged above too), twice that after the normalisation, and each entry's
+        # rounding relative to it, on masses that sum to 1 (a few u more)
+        pmf.tv_rel = (2 * float(np.sum(a_err)) / total + (math.log2(n) + 16) * _U) * (1 + 1e-6)
     _memo_put(memo, key, loss, pmf)
     return pmf
 

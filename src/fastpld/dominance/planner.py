@@ -17,7 +17,12 @@ from ..mechanisms import DiscreteLoss
 from ..mechanisms.base import ContinuousLoss
 from .alignment import aligned_mesh
 from .chains import _DeferredChain
-from .result import DominancePLD, _LazyChains, _REL_FLOOR
+from .deferred import _DeferredDirection, _deferred_chains, _retry_args
+from .directions import (  # noqa: F401  (_COARSE_MAX, _epsilon_guess: reached here by the tests and the api)
+    _COARSE_MAX, _DEFER_REVERSED, _coarse_factors, _eager_direction, _epsilon_guess, _normal_moments, _quantized,
+    _reversal_settles,
+)
+from .result import DominancePLD, _LazyChains, _REL_FLOOR, _reversed_directions
 
 # --------------------------------------------------------------------------------------
 # Plans and execution
@@ -116,12 +121,6 @@ _MERGE = 16
 def _dominated_p_inf(loss) -> float:
     """The mass at ``+inf`` of the loss the dominated chain composes for ``loss`` (:func:`dominated_leaf`'s)."""
     return float((getattr(loss, "dominated_loss", None) or loss).p_inf)
-
-
-def _quantized(scale: float) -> float:
-    """``scale`` rounded down to a power of 2^(1/8) (finer meshes by at most 9%): the answer's meshes then
-    do not depend on the last bits of the measured width, which differ between backends and SIMD levels."""
-    return 2.0 ** (math.floor(8.0 * math.log2(scale) + 1e-9) / 8.0)
 
 
 class _DoomedArity(_BudgetError):
@@ -359,41 +358,6 @@ def _model_scale(dir_parts) -> float | None:
     return _quantized(math.sqrt(_SCALE_MARGIN ** 2 / (_MODEL_C * (lam + 1.0))))
 
 
-def _normal_moments(dir_parts) -> list | None:
-    """Per direction, the mean and standard deviation of its composed loss (sums over its parts' copies), or
-    ``None`` where a loss has no finite moments."""
-    out = []
-    for _, parts in dir_parts:
-        try:
-            mu = sum(c * float(loss.mean()) for loss, c in parts)
-            sd = math.sqrt(sum(c * float(loss.std()) ** 2 for loss, c in parts))
-        except (NotImplementedError, AttributeError, TypeError, ValueError):
-            return None
-        if not (math.isfinite(mu) and math.isfinite(sd)):
-            return None
-        out.append((mu, sd))
-    return out
-
-
-def _predicted_epsilons(dir_parts) -> list | None:
-    """Per direction, a rough epsilon at delta ~1e-5: its composed loss's mean plus four standard deviations (the
-    normal approximation, :func:`_normal_moments`), or ``None`` where a loss has no moments."""
-    moments = _normal_moments(dir_parts)
-    return None if moments is None else [mu + 4 * sd for mu, sd in moments]
-
-
-def _relative_width(eps_error: float, rel_error: float | None, eps: float) -> float:
-    """The width asked, relative to a predicted epsilon ``eps``: ``rel_error``, else ``2 eps_error`` against it."""
-    return rel_error if rel_error is not None else 2.0 * eps_error / max(eps, 0.0, _REL_FLOOR)
-
-
-def _epsilon_guess(dir_parts) -> float:
-    """A rough epsilon at delta ~1e-5 for the planner's first meshes: the largest of
-    :func:`_predicted_epsilons` (1 where a loss has no moments)."""
-    e = _predicted_epsilons(dir_parts)
-    return 1.0 if e is None else max([0.0] + e)
-
-
 # an arity whose first node's predicted round-off floor (_first_node_floor) times this exceeds delta_error is
 # not tried where a larger one follows (the charge measured 6.3x and 8.5x the floor at q = 1e-4, sigma 0.5 x 1e7,
 # arities 256 and 100; skipping one that would have fitted costs time only: the larger arity is certified too)
@@ -461,10 +425,10 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
     far = [False]
 
     def attempt(scale, plans):
-        jobs = []
+        jobs, names = [], []
         memo = {}  # the leaves' grids and integrals, shared by the two chains of this attempt
         meshes_of = {}
-        deferred = {}
+        deferred, dds = {}, {}
         for name, parts, plan in plans:
             h1 = leaf_mesh(parts, plan, eps_error, scale * coarse.get(name, 1.0),
                            far=far[0] and eager in (None, name))
@@ -481,9 +445,17 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
             # allocation's epoch losses)
             args_lo = args[:5] + (-math.expm1(sum(c * math.log1p(-_dominated_p_inf(loss)) for loss, c in parts)),)
             defer = eager is not None and name != eager
+            if defer and reverse_eager:
+                # (both chains deferred: the eager direction's upper curve reversed bounds this one's, and it runs
+                # only where that bound does not settle the answer -- DominancePLD._deferred)
+                dds[name] = _DeferredDirection(name, functools.partial(
+                    _deferred_chains, plan, parts, eps_error, scale * coarse.get(name, 1.0), args[2:], args_lo[2:],
+                    arity, functools.partial(_plan_at, parts, *grouping[name])), memo)
+                continue
             # (the chains run at once build their answer's query tables where they run; a deferred one, when it runs)
             chains = [_DeferredChain((args if upper else args_lo) + (upper, arity), memo, tables=upper or not defer)
                       for upper in (True, False)]
+            names.append(name)
             if defer:
                 deferred[name] = chains.pop()
                 build = functools.partial(_plan_at, parts, *grouping[name])
@@ -494,7 +466,7 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
         # kernels release the GIL: 0.63x the time at q = 0.001 x 1e5, 1e6; small ones lose by the handover)
         doomed[0] = False
         leaves = (sum(_leaf_buckets(plan, meshes_of[name], budgets, backend.native, _SHARED_LEAF_BUCKETS)
-                      for name, _, plan in plans) if threads > 1 and len(plans) > 1 else 0.0)
+                      for name, _, plan in plans if name in names) if threads > 1 and len(plans) > 1 else 0.0)
         us = _PARALLEL_MIN_US if leaves >= _PARALLEL_LEAF_BUCKETS else 0.0
         if leaves >= _SHARED_LEAF_BUCKETS or (coarse and us > 0):
             # (the dominating chains first, then the dominated ones, each to the first thread free: the dominated
@@ -505,12 +477,17 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
                 out[i][k] = r
         else:
             out = _run_jobs([lambda c=c: [x() for x in c] for c in jobs], threads, us)
-        upper = {name: r[0] for (name, _, _), r in zip(plans, out)}
-        lower = {name: r[1] for (name, _, _), r in zip(plans, out) if name not in deferred}
-        queries = [{name: c[i].query for (name, _, _), c in zip(plans, jobs) if i < len(c)} for i in (0, 1)]
-        pld = DominancePLD(upper, _LazyChains(lower, deferred, upper), eps_error, delta_error, tuple(events),
+        order = [name for name, _, _ in plans]
+        upper = {name: r[0] for name, r in zip(names, out)}
+        lower = {name: r[1] for name, r in zip(names, out) if name not in deferred}
+        queries = [{name: c[i].query for name, c in zip(names, jobs) if i < len(c)} for i in (0, 1)]
+        deferred.update((name, dd.lower) for name, dd in dds.items())
+        pld = DominancePLD(_LazyChains(upper, {name: dd.upper for name, dd in dds.items()}, order),
+                           _LazyChains(lower, deferred, order), eps_error, delta_error, tuple(events),
                            backend.name, queries=queries)
         pld.rel_error = rel_error
+        for dd in dds.values():
+            dd.pld = pld
         return pld
 
     # the dominated chain of the direction epsilon is predicted to come from (the largest mu + 4 sd of the normal
@@ -522,6 +499,10 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
                 for name, parts, plan in plans]
 
     eager = _eager_direction(dir_parts, eps_error, rel_error)
+    # (the other direction the eager one's reverse: its chains deferred, DominancePLD._deferred)
+    reverse_eager = (eager is not None and _DEFER_REVERSED and len(dir_parts) == 2
+                     and {name for name, _ in dir_parts} == {"remove", "add"} and _reversed_directions(events)
+                     and _reversal_settles(dir_parts, eager, delta_error))
     # (the other directions' dominating chains on coarser meshes, where their predicted epsilons lie far enough
     # below: see _coarse_factors; dropped for good after a width that misses)
     coarse = _coarse_factors(dir_parts, eager, eps_error, rel_error)
@@ -613,6 +594,7 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
     if not excess <= 1.0:
         if math.isfinite(best[0]):
             best[1].lower_directions.release()  # (it may be answered after all: _narrowest_answer)
+            best[1].directions.release()
         what = f"rel_error={rel_error:g}" if rel_error is not None else f"eps_error={eps_error:g}"
         raise _WidthError(
             f"the dominance certificate did not reach {what}: its width is {excess:.3g} times the width asked "
@@ -620,13 +602,8 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
             f"accuracy, or eps_error for the coupling certificate",
             best[1] if math.isfinite(best[0]) else None)
     pld.lower_directions.release()  # (a deferred chain run later computes its own leaves: the same results)
+    pld.directions.release()
     return pld
-
-
-# the other directions' dominated chains are deferred where their predicted epsilon lies this many times the
-# relative width asked below the eager one's (the normal approximation's gap measured 1.5-5x smaller than the
-# true one on subsampled Gaussians; a deferred chain that is needed after all runs at once, costing time only)
-_DEFER_GAP = 2.0
 
 
 def _plan_at(parts, merge, order, arity: int):
@@ -641,75 +618,6 @@ def _plan_at(parts, merge, order, arity: int):
         full, plan = plan, _Plan(kids[0][0], plan.method, plan.params, plan.n_parts)
         plan.mesh_plan = full  # (its leaf mesh: :func:`leaf_mesh`)
     return plan
-
-
-def _retry_args(build, parts, arity: int, eps_error: float, scale: float, rest):
-    """The arguments of :func:`fastpld.dominance.chains._run_chain` for a deferred dominated chain at each arity of
-    ``_ARITIES`` above ``arity`` in turn (its plan and meshes as :func:`_compose_dominance`'s ``attempt`` makes them
-    at ``scale``; ``rest``: the other arguments, budgets to ``p_inf``)."""
-    for a in _ARITIES:
-        if a > arity:
-            plan = build(a)
-            yield ((plan, dominance_meshes(plan, leaf_mesh(parts, plan, eps_error, scale, far=False))) + tuple(rest)
-                   + (False, a))
-
-
-def _eager_direction(dir_parts, eps_error: float, rel_error: float | None):
-    """The direction whose dominated chain runs at once: where epsilon is predicted to come from (the largest
-    of :func:`_predicted_epsilons`, as :func:`_epsilon_guess`); ``None`` (all at once) for a single direction,
-    losses without moments, or directions whose predicted epsilons lie within ``_DEFER_GAP`` relative widths of
-    each other (the reference widths would need the other chains).  The relative width asked:
-    :func:`_relative_width` against the largest predicted epsilon."""
-    if len(dir_parts) < 2:
-        return None
-    e = _predicted_epsilons(dir_parts)
-    if e is None:
-        return None
-    i = max(range(len(e)), key=lambda j: e[j])
-    width_rel = _relative_width(eps_error, rel_error, e[i])
-    if not all(j == i or e[j] < e[i] * (1 - _DEFER_GAP * width_rel) for j in range(len(e))):
-        return None
-    return dir_parts[i][0]
-
-
-# the other directions' meshes are at most this many times the eager one's (measured with the dominated chain shared
-# out to the thread that ends its dominating chain first: x3 took PSG(1, 0.01) x 1e5 from 5.5 to 4.5 ms, PSG(0.8,
-# 0.001) x 1e5 from 13.9 to 9.4 ms, x2 less; on two threads the eager direction's two chains set the time once the
-# other's is short)
-_COARSE_MAX = 3.0
-# ... where the predicted gap is at least this many relative widths asked per unit of factor squared (a factor f
-# widens the direction's bounds ~f^2 times, to ~0.7 f^2 of the width asked: f^2 <= gap / (_COARSE_GAP w) keeps its
-# upper bound under the eager direction's lower bound with a margin of two, on a gap the normal approximation puts
-# 1.2-5x below the true one on subsampled Gaussians)
-_COARSE_GAP = 2.0
-
-
-def _coarse_factors(dir_parts, eager, eps_error: float, rel_error: float | None) -> dict:
-    """Per direction other than ``eager``: the factor (>= 1, at most ``_COARSE_MAX``, a power of 2^(1/8)) by which
-    its meshes may be coarser than the model's.  Its epsilon is predicted (:func:`_predicted_epsilons`, as
-    :func:`_eager_direction`) to lie a relative gap ``g`` below the eager direction's; its bounds widen ~f^2 times,
-    and with ``f^2 <= g / (_COARSE_GAP w)`` (``w`` the relative width asked) its upper bound stays below the eager
-    direction's lower bound, so the answer's bounds are the eager direction's: the same width, a cheaper chain.
-    Any meshes give certified bounds; a width that misses after all drops the factors (:func:`_compose_dominance`).
-    Where the directions meet (``delta(eps)`` near ``eps = 0``, the trade-off views) the coarser direction's bounds
-    can be the wider ones.  Empty without an eager direction."""
-    if eager is None:
-        return {}
-    eps = _predicted_epsilons(dir_parts)
-    if eps is None:
-        return {}
-    e = {name: x for (name, _), x in zip(dir_parts, eps)}
-    top = e[eager]
-    width_rel = _relative_width(eps_error, rel_error, top)
-    out = {}
-    for name, _ in dir_parts:
-        if name == eager or not top > 0:
-            continue
-        gap = 1.0 - e[name] / top
-        f2 = gap / (_COARSE_GAP * width_rel)
-        if f2 > 1.0 and math.isfinite(f2):
-            out[name] = _quantized(min(math.sqrt(f2), _COARSE_MAX))
-    return out
 
 
 def _leaf_buckets(plan, meshes, budgets, native, enough=1e5) -> float:

@@ -46,6 +46,25 @@ def _rel_factor(d) -> float:
     return math.exp(d.certificate["log_rel"]) * (1 + 16 * _U)
 
 
+def _rel_tv(d) -> float:
+    """The same rounding of ``d``'s masses as total variation, ``T e^(T + c)`` (``T``: the leaves' and splits' sum,
+    ``tv_rel``; ``e^(T + c)`` bounds the masses' growth through the nodes, ``c`` the chain's charges), rounded up;
+    ``inf`` where not known (results made before it was)."""
+    t = d.certificate.get("tv_rel")
+    if t is None:
+        return math.inf
+    return t * math.exp(t + d.delta_spent) * (1 + 16 * _U)
+
+
+def _upper_curve(d, du):
+    """A dominating chain's upper bound on its exact PMF's curve from ``du`` (its computed curve plus the queries'
+    pads): the smaller of its masses' rounding as a factor (``e^r``, tight where the curve is small) and as total
+    variation (``T``, tight where it is near 1: the reversed direction's bound reads it at ``-eps``), each plus the
+    chain's delta charges, clipped at 1."""
+    s = du + d.delta_spent
+    return np.minimum(1.0, np.minimum(_rel_factor(d) * s, (s + _rel_tv(d)) * (1 + 4 * _U)))
+
+
 def _reversed_directions(events) -> bool:
     """Whether every event's add pair is exactly its remove pair reversed (:meth:`SubsampledLoss.reverses`), so that
     the composed add pair is the composed remove pair reversed: ``delta_add(eps) = 1 - e^eps (1 - delta_remove(-eps))``
@@ -182,11 +201,41 @@ class DominancePLD(PrivacyLossDistribution):
     _LOWER_CHAIN = True
 
     def __init__(self, upper, lower, eps_error, delta_error, events, backend, queries=(None, None)):
-        super().__init__(upper, eps_error, delta_error, events, backend, queries[0])
+        if not isinstance(upper, _LazyChains):
+            upper = _LazyChains(upper, {}, upper)
+        # (the base class's tables for the directions composed at once; a deferred one's when it runs)
+        super().__init__({name: upper[name] for name in upper if upper.ready(name)}, eps_error, delta_error, events,
+                         backend, queries[0])
+        self.directions = upper
+        self._q = _LazyQueries(upper, backend == "native", self._q)
         if not isinstance(lower, _LazyChains):
             lower = _LazyChains(lower, {}, lower)
         self.lower_directions = lower
         self._ql = _LazyQueries(lower, backend == "native", queries[1])
+
+    def _deferred(self):
+        """``(E, D)``: the direction composed at once and its reverse, whose chains are deferred (docs/dominance.md,
+        "The reversed direction, deferred"); ``None`` where no dominating chain is deferred.  Fixed at
+        construction, so that the bounds' rules do not depend on which chains have run since."""
+        dd = self.directions.deferred
+        if len(dd) != 1 or len(self.directions) != 2 or not self._reversed():
+            return None
+        (d,) = dd
+        return next(name for name in self.directions if name != d), d
+
+    def _first_ready(self):
+        name = next((n for n in self.directions if n not in self.directions.deferred), None)
+        return self.directions[name if name is not None else next(iter(self.directions))]
+
+    @property
+    def stages(self) -> tuple:
+        """Stages of the plan of the first direction composed at once (see :class:`fastpld.curve.StageInfo`)."""
+        return self._first_ready().stages
+
+    @property
+    def method(self) -> str:
+        """Name of the plan of the first direction composed at once."""
+        return self._first_ready().method
 
     def _reversed(self) -> bool:
         """Whether the two directions are exact reverses of each other (:func:`_reversed_directions`)."""
@@ -251,30 +300,40 @@ class DominancePLD(PrivacyLossDistribution):
         """Largest ratio, over the reference deltas, of the width of ``epsilon(delta)`` between the two
         chains' curves alone to the width asked (:func:`_allowed_width`): the discretisation's share of
         the certified width, which the meshes control (the delta charges add to it where ``delta`` is
-        within a few orders of ``delta_error``; they are what ``delta_error`` buys, not the meshes')."""
+        within a few orders of ``delta_error``; they are what ``delta_error`` buys, not the meshes').
+        A deferred direction (:meth:`_deferred`) is not run here: the direction composed at once is measured
+        alone (its own width, which the answer's can only narrow where the reversal bound covers the other), and
+        the deferred one is measured when it runs (:meth:`_deferred_excess`)."""
         # (every reference delta at once per chain: the same arithmetic elementwise)
         d = np.array(_reference_deltas(self.delta_error), dtype=np.float64)
+        pair = self._deferred()
+        names = [pair[0]] if pair is not None else list(self.directions)
         live = np.ones(d.size, dtype=bool)  # (no finite epsilon where some direction's p_inf reaches d)
         up = np.full(d.size, -np.inf)
-        bases, ups = {}, {}
-        for name, dr in self.directions.items():
-            pinf = dr.p_inf
-            live &= d > pinf * (1 + 1e-9)
-            bases[name] = (d - pinf) / (1 - pinf) if pinf < 1 else np.zeros(d.size)
-            ups[name] = self._q[name].epsilon(bases[name])
+        ups = {}
+        for name in names:
+            dr = self.directions[name]
+            live &= d > dr.p_inf * (1 + 1e-9)
+            ups[name] = self._q[name].epsilon(self._ref_base(dr, d))
             up = np.maximum(up, ups[name])
+        if pair is not None:
+            lo = np.maximum(self._ref_lower(pair[0], d), 0.0)
+        else:
+            # (a vacuous lower bound, -inf, is epsilon >= 0: counted as 0)
+            lo = np.maximum(self._lower_max(lambda name: self._ref_lower(name, d), ups, d.shape), 0.0)
+        return self._excess(up, lo, live, eps_error, rel_error)
 
-        def lo_of(name):
-            # (the dominated chain's lost mass is the meshes' doing too: counted)
-            dl = self.lower_directions[name]
-            m = math.exp(dl.certificate["log_mass"])
-            pl = dl.p_inf
-            base = (d - pl) / (1 - pl) if pl < 1 else np.zeros(d.size)
-            with np.errstate(divide="ignore"):  # (all mass lost, m = 0: the lower curve is vacuous)
-                return self._ql[name].epsilon(np.minimum(base / m, 2.0))
+    def _ref_lower(self, name, d, dl=None, ql=None):
+        """The dominated chain's solution at the reference deltas ``d`` (its lost mass counted: the meshes' doing
+        too), as :meth:`_reference_excess` reads it."""
+        dl = self.lower_directions[name] if dl is None else dl
+        ql = self._ql[name] if ql is None else ql
+        m = math.exp(dl.certificate["log_mass"])
+        with np.errstate(divide="ignore"):  # (all mass lost, m = 0: the lower curve is vacuous)
+            return ql.epsilon(np.minimum(self._ref_base(dl, d) / m, 2.0))
 
-        # (a vacuous lower bound, -inf, is epsilon >= 0: counted as 0)
-        lo = np.maximum(self._lower_max(lo_of, ups, d.shape), 0.0)
+    @staticmethod
+    def _excess(up, lo, live, eps_error, rel_error) -> float:
         excess = 0.0
         for i in np.flatnonzero(live):
             if not math.isfinite(up[i]):
@@ -283,39 +342,168 @@ class DominancePLD(PrivacyLossDistribution):
                          / _allowed_width(eps_error, rel_error, float(lo[i])))
         return excess
 
+    def _deferred_excess(self, name, d_up, lo_fn) -> float:
+        """:meth:`_reference_excess` of the answer with the deferred direction ``name``'s dominating chain result
+        ``d_up`` (``lo_fn()``: its dominated chain's, run only if needed), read as :meth:`epsilon` reads them: the
+        width the answer's ``epsilon(delta)`` has at the reference deltas."""
+        d = np.array(_reference_deltas(self.delta_error), dtype=np.float64)
+        e = self._deferred()[0]
+        live = (d > self.directions[e].p_inf * (1 + 1e-9)) & (d > d_up.p_inf * (1 + 1e-9))
+        if not live.any():
+            return 0.0
+        dq = d[live]
+        q_up = _Query(d_up.pmf, self.backend == "native")
+        lo_cell = []
+
+        def lo_of():
+            if not lo_cell:
+                dl = lo_fn()
+                lo_cell.append((dl, _Query(dl.pmf, self.backend == "native")))
+            return lo_cell[0]
+
+        try:
+            _, _, run_up, need = self._epsilon_deferred(dq, np.zeros(dq.shape, dtype=bool), (d_up, q_up), lo_of)
+        except ValueError:  # (a delta too small for its charges: what the planner's own checks refuse)
+            return math.inf
+        # (the chains' curves alone, as _reference_excess reads them, where the answer reads them)
+        up = self._q[e].epsilon(self._ref_base(self.directions[e], dq))
+        if run_up.any():
+            up = np.where(run_up, np.maximum(up, q_up.epsilon(self._ref_base(d_up, dq))), up)
+        lo = self._ref_lower(e, dq)
+        if need.any():
+            lo = np.where(need, np.maximum(lo, self._ref_lower(name, dq, *lo_of())), lo)
+        return self._excess(up, np.maximum(lo, 0.0), np.ones(dq.shape, dtype=bool), self.eps_error,
+                            self.rel_error)
+
+    @staticmethod
+    def _ref_base(dr, d):
+        pinf = dr.p_inf
+        return (d - pinf) / (1 - pinf) if pinf < 1 else np.zeros(d.size)
+
+    def _up_delta(self, name, x, d=None, q=None):
+        """Direction ``name``'s upper bound on ``delta(x)`` (``d``, ``q``: its result and tables, if not the
+        answer's)."""
+        d = self.directions[name] if d is None else d
+        q = self._q[name] if q is None else q
+        pinf = d.p_inf
+        du, pu = q.delta(x)
+        return np.minimum(1.0, (pinf + (1 - pinf) * _upper_curve(d, du + pu)) * (1 + 8 * _U))
+
+    def _lo_delta(self, name, eps, dl=None, ql=None):
+        """Direction ``name``'s lower bound on ``delta(eps)`` from its dominated chain."""
+        dl = self.lower_directions[name] if dl is None else dl
+        ql = self._ql[name] if ql is None else ql
+        pinf = dl.p_inf
+        m = _kept_mass(dl)
+        dd, pl = ql.delta(eps)
+        return (pinf + (1 - pinf) * np.maximum(0.0, m * (dd - pl) - dl.delta_spent)) * (1 - 8 * _U)
+
     def delta(self, epsilon) -> Bounds:
         """Bounds on ``delta(epsilon)``; ``epsilon`` a float >= 0 or an array of them."""
         eps = V.query_array("epsilon", epsilon, lo=0.0)
         if np.isinf(eps).any():
             raise ValueError("epsilon must be finite")
+        pair = self._deferred()
+        if pair is not None:
+            # (the deferred direction D: its curve is at most R, the composed direction E's upper curve at -eps
+            # reversed; where R is at most E's lower bound, D changes neither bound and does not run.  Elsewhere
+            # it runs, and its upper bound is the smaller of its own and R: the same rule whether or not it ran
+            # for an earlier query.  E's own bound is not tightened by D's reversed, which would need D.)
+            e, dn = pair
+            up_e = self._up_delta(e, eps)
+            lo_e = self._lo_delta(e, eps)
+            r = _reversal_upper(self._up_delta(e, -eps), eps)
+            run = r > np.minimum(lo_e, up_e)
+            up_d = r
+            if run.any():
+                up_d = np.where(run, np.minimum(r, self._up_delta(dn, eps)), r)
+            up = np.maximum(up_e, up_d)
+            need = up_d > lo_e  # (only where it ran: elsewhere up_d = r <= lo_e)
+            lo = np.where(need, np.maximum(lo_e, self._lo_delta(dn, eps)), lo_e) if need.any() else lo_e
+            return self._sided(_pack(lo, 0.5 * (lo + up), up, np.ndim(epsilon) == 0), 0.0, 1.0)
 
-        def up_of(name, x):
-            d = self.directions[name]
-            pinf = d.p_inf
-            du, pu = self._q[name].delta(x)
-            f = _rel_factor(d)
-            return np.minimum(1.0, (pinf + (1 - pinf) * np.minimum(1.0, f * (du + pu + d.delta_spent))) * (1 + 8 * _U))
-
-        ups = {name: up_of(name, eps) for name in self.directions}
+        ups = {name: self._up_delta(name, eps) for name in self.directions}
         if self._reversed():
             # (each direction's pair is the other's reversed: its curve at eps is also at most the other's upper
             # curve at -eps, reversed; near eps = 0 that is the tighter one -- the total variation is the same
             # for both -- where one direction ran on coarser meshes)
             other = {"remove": "add", "add": "remove"}
-            ups = {name: np.minimum(u, _reversal_upper(up_of(other[name], -eps), eps)) for name, u in ups.items()}
+            ups = {name: np.minimum(u, _reversal_upper(self._up_delta(other[name], -eps), eps))
+                   for name, u in ups.items()}
         up = None
         for u in ups.values():
             up = u if up is None else np.maximum(up, u)
-
-        def lo_of(name):
-            dl = self.lower_directions[name]
-            pinf = dl.p_inf
-            m = _kept_mass(dl)
-            dd, pl = self._ql[name].delta(eps)
-            return (pinf + (1 - pinf) * np.maximum(0.0, m * (dd - pl) - dl.delta_spent)) * (1 - 8 * _U)
-
-        lo = self._lower_max(lo_of, ups, eps.shape)
+        lo = self._lower_max(lambda name: self._lo_delta(name, eps), ups, eps.shape)
         return self._sided(_pack(lo, 0.5 * (lo + up), up, np.ndim(epsilon) == 0), 0.0, 1.0)
+
+    def _eps_upper(self, name, dq, one, d=None, q=None, where=None):
+        """Direction ``name``'s upper bound on ``epsilon(dq)`` (``None`` where its ``p_inf`` is 1: epsilon 0),
+        raising where ``dq`` (the entries ``where``, all but ``one`` by default) cannot be certified."""
+        d = self.directions[name] if d is None else d
+        q = self._q[name] if q is None else q
+        check = ~one if where is None else where & ~one
+        pinf = d.p_inf
+        if (dq[check] <= pinf).any():
+            raise ValueError(
+                f"delta={float(np.min(dq[check])):.3g} is at or below the probability of an infinite privacy "
+                f"loss ({pinf:.3g}): no finite epsilon exists")
+        if pinf >= 1.0:
+            return None
+        base = (dq - pinf) / (1 - pinf)
+        # (the curve's bound at most base: the larger of the two forms' targets, _upper_curve)
+        x_up, u = q.upper_solution(np.maximum(base / _rel_factor(d), (base * (1 - 4 * _U) - _rel_tv(d)) * (1 - 4 * _U))
+                                   - d.delta_spent)
+        if (x_up[check] <= 0).any():
+            raise ValueError(
+                f"delta={float(np.min(dq[check])):.3g} is too small to certify: the composition spent a delta error "
+                f"of {d.delta_spent:.3g}; compose with a smaller delta_error")
+        return u
+
+    def _eps_lower(self, name, dq, dl=None, ql=None):
+        """Direction ``name``'s lower bound on ``epsilon(dq)`` from its dominated chain (``dl``, ``ql``: its result
+        and tables, if not the answer's)."""
+        dl = self.lower_directions[name] if dl is None else dl
+        ql = self._ql[name] if ql is None else ql
+        m = _kept_mass(dl)
+        pl = dl.p_inf  # (the dominated chain's own: at most the dominating one's, below dq where that is)
+        base = (dq - pl) / (1 - pl) if pl < 1 else np.zeros(dq.shape)
+        with np.errstate(divide="ignore", invalid="ignore"):  # (all mass lost, m = 0: the lower bound is vacuous)
+            x = (base + dl.delta_spent) / m
+            # (the suffix sums' rounding, relative to the tail mass at the solution: ql.lower_pad; the whole
+            # mass's pad, absolute, put 4 (n + 4) u ~ 3e-12 under delta 1e-12 on 7,000 buckets: epsilon 715.06
+            # against the exact 721.55 for Gaussian(1) x 1000)
+            return ql.lower_solution(x)
+
+    def _epsilon_deferred(self, dq, one, up_d=None, lo_d=None):
+        """``(lower, upper, run_up, need)`` of :meth:`epsilon` with a deferred direction (:meth:`_deferred`),
+        unclipped; ``run_up``, ``need``: where the deferred direction's upper and lower bounds are read.  The
+        deferred direction D's epsilon is at most E's upper bound where R, E's upper curve at ``-eps`` reversed,
+        is at most ``dq`` there (D's curve is at most R and non-increasing); it cannot raise the lower bound where
+        R is at most ``dq`` at E's lower bound.  Elsewhere D runs (``up_d``, ``lo_d()``: its results and tables
+        if not the answer's), the same rule whether or not it ran for an earlier query."""
+        e, dn = self._deferred()
+        u_e = self._eps_upper(e, dq, one)
+        up = np.zeros(dq.shape) if u_e is None else u_e
+        lo_e = np.zeros(dq.shape) if u_e is None else self._eps_lower(e, dq)
+
+        # (R at E's upper and lower bounds, in one call)
+        x = np.concatenate([up.reshape(-1), np.reshape(lo_e, -1)])
+        x = np.where(np.isfinite(x), np.maximum(x, 0.0), 0.0)
+        r = (_reversal_upper(self._up_delta(e, -x), x) > np.concatenate([dq.reshape(-1)] * 2)).reshape((2,) + dq.shape)
+        run_up = r[0] & ~one
+        run = run_up | (r[1] & ~one)
+        lo, need = lo_e, np.zeros(dq.shape, dtype=bool)
+        if run.any():
+            d, q = up_d if up_d is not None else (self.directions[dn], self._q[dn])
+            u_d = self._eps_upper(dn, dq, one, d, q, where=run)
+            if u_d is None:  # (p_inf = 1: epsilon 0)
+                u_d = np.zeros(dq.shape)
+            up = np.where(run_up, np.maximum(up, u_d), up)
+            need = run & (u_d > lo_e)
+            if need.any():
+                dl, ql = lo_d() if lo_d is not None else (self.lower_directions[dn], self._ql[dn])
+                lo = np.where(need, np.maximum(lo_e, self._eps_lower(dn, dq, dl, ql)), lo_e)
+        return lo, up, run_up, need
 
     def epsilon(self, delta) -> Bounds:
         """Bounds on ``epsilon(delta)`` (the smallest eps with ``delta(eps) <= delta``), clipped at 0.
@@ -325,44 +513,23 @@ class DominancePLD(PrivacyLossDistribution):
         """
         dq = V.query_array("delta", delta, lo=0.0, hi=1.0, lo_open=True)
         one = dq >= 1.0
-        up = None
-        ups, bases = {}, {}
-        for name, d in self.directions.items():
-            q = self._q[name]
-            pinf = d.p_inf
-            if (dq[~one] <= pinf).any():
-                raise ValueError(
-                    f"delta={float(np.min(dq[~one])):.3g} is at or below the probability of an infinite privacy "
-                    f"loss ({pinf:.3g}): no finite epsilon exists")
-            if pinf >= 1.0:
-                ups[name] = bases[name] = None
-                up = np.zeros(dq.shape) if up is None else up
-                continue
-            base = bases[name] = (dq - pinf) / (1 - pinf)
-            x_up, u = q.upper_solution(base / _rel_factor(d) - d.delta_spent)
-            if (x_up[~one] <= 0).any():
-                raise ValueError(
-                    f"delta={float(np.min(dq[~one])):.3g} is too small to certify: the composition spent a delta error "
-                    f"of {d.delta_spent:.3g}; compose with a smaller delta_error")
-            ups[name] = u
-            up = u if up is None else np.maximum(up, u)
+        if self._deferred() is not None:
+            lo, up, _, _ = self._epsilon_deferred(dq, one)
+        else:
+            ups = {}
+            up = None
+            for name in self.directions:
+                u = ups[name] = self._eps_upper(name, dq, one)
+                u = np.zeros(dq.shape) if u is None else u
+                up = u if up is None else np.maximum(up, u)
 
-        def lo_of(name):
-            if bases[name] is None:  # (p_inf = 1: epsilon 0)
-                return np.zeros(dq.shape)
-            dl, ql = self.lower_directions[name], self._ql[name]
-            m = _kept_mass(dl)
-            pl = dl.p_inf  # (the dominated chain's own: at most the dominating one's, below dq where that is)
-            base = (dq - pl) / (1 - pl) if pl < 1 else np.zeros(dq.shape)
-            with np.errstate(divide="ignore", invalid="ignore"):  # (all mass lost, m = 0: the lower bound is vacuous)
-                x = (base + dl.delta_spent) / m
-                # (the suffix sums' rounding, relative to the tail mass at the solution: ql.lower_pad; the whole
-                # mass's pad, absolute, put 4 (n + 4) u ~ 3e-12 under delta 1e-12 on 7,000 buckets: epsilon 715.06
-                # against the exact 721.55 for Gaussian(1) x 1000)
-                return ql.lower_solution(x)
+            def lo_of(name):
+                if ups[name] is None:  # (p_inf = 1: epsilon 0)
+                    return np.zeros(dq.shape)
+                return self._eps_lower(name, dq)
 
-        ups = {name: (np.zeros(dq.shape) if u is None else u) for name, u in ups.items()}
-        lo = self._lower_max(lo_of, ups, dq.shape, skip=one)
+            ups = {name: (np.zeros(dq.shape) if u is None else u) for name, u in ups.items()}
+            lo = self._lower_max(lo_of, ups, dq.shape, skip=one)
         lo = np.where(one, 0.0, np.maximum(lo, 0.0))
         up = np.where(one, 0.0, np.maximum(up, 0.0))
         lo = np.minimum(lo, up)
