@@ -196,3 +196,15 @@ def test_first_call_benchmark(tmp_path):
     assert a["answer"] == b["answer"] and 6.18 < a["answer"] < 6.20  # (epsilon ~6.187 at delta 1e-5)
     assert all(_finite(r["wall"]) and r["wall"] > 0 for r in res.values())
     assert _finite(a["import"]) and _finite(a["first"])
+
+
+def test_ab_versions_small(tmp_path):
+    # the same tree on both sides: the bounds agree bitwise, and the table and JSON are written
+    out = tmp_path / "ab.json"
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "ab_versions.py"), "--base",
+                        os.path.join(ROOT, "src"), "--rows", "2,0.05,30", "--rounds", "1", "--answers", "1",
+                        "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert "| 2, 0.05, 30 |" in p.stdout and "| yes |" in p.stdout
+    rows = json.loads(out.read_text())["rows"]
+    assert rows[0]["bounds_equal"] and len(rows[0]["base_ms"]) == 1

@@ -3,7 +3,8 @@
 Usage (from the repository root)::
 
     python tools/fingerprint.py --save /tmp/before.json     # before the change
-    python tools/fingerprint.py --check /tmp/before.json    # after it: lists every case that differs
+    python tools/fingerprint.py --check /tmp/before.json    # after it: lists every case that differs,
+                                                            # and how its bounds moved
 
 Each case composes one question (mechanisms, methods, backends, heterogeneous schedules, samplers,
 both certificates) and hashes every grid PMF of the result (masses, offset, mesh, charges) and the
@@ -88,17 +89,43 @@ def _hash_pld(pld) -> dict:
                 h.update(float(v).hex().encode())
     out = {"pmf": h.hexdigest()[:16], "method": pld.method, "buckets": int(pld.num_buckets)}
     q = hashlib.sha256()
+    bounds = []  # (the values too: --check compares the bounds of the cases that differ)
     for d in _DELTAS:
         try:
             b = pld.epsilon(float(d))
             q.update(repr([float(x).hex() for x in b]).encode())
+            bounds.append([float(b.lower), float(b.upper)])
         except ValueError as exc:
             q.update(str(exc).encode())
+            bounds.append(None)
     b = pld.delta(_EPS)
     for arr in b:
         q.update(np.ascontiguousarray(np.asarray(arr, dtype=np.float64)).tobytes())
+    bounds += [[float(lo), float(up)] for lo, up in zip(b.lower, b.upper)]
     out["queries"] = q.hexdigest()[:16]
+    out["bounds"] = bounds
     return out
+
+
+def _compare_bounds(old, new) -> str:
+    """How the bounds of a case that differs moved: whether every interval overlaps the old one, and the largest
+    relative moves of the lower and upper bounds and of the widths."""
+    a, b = old.get("bounds"), new.get("bounds")
+    if not a or not b or len(a) != len(b):
+        return "bounds not comparable"
+    overlap, lo, up, w = True, 0.0, 0.0, 1.0
+    for x, y in zip(a, b):
+        if x is None or y is None:
+            if (x is None) != (y is None):
+                return "a query answered by one version and refused by the other"
+            continue
+        overlap &= x[0] <= y[1] and y[0] <= x[1]
+        lo = max(lo, abs(y[0] - x[0]) / max(abs(x[0]), 1e-300))
+        up = max(up, abs(y[1] - x[1]) / max(abs(x[1]), 1e-300))
+        if x[1] > x[0]:
+            w = max(w, (y[1] - y[0]) / (x[1] - x[0]))
+    return (f"{'every interval overlaps' if overlap else 'AN INTERVAL DOES NOT OVERLAP'}; largest relative move "
+            f"of a lower bound {lo:.2g}, an upper bound {up:.2g}; widths at most {w:.3g}x")
 
 
 def fingerprints(only=None) -> dict:
@@ -131,7 +158,11 @@ def main(argv=None) -> int:
             old = json.load(f)
         bad = [k for k in res if old.get(k) != res[k]]
         for k in bad:
-            print(f"DIFFERS {k}: {old.get(k)} -> {res[k]}")
+            o, n = dict(old.get(k) or {}), dict(res[k])
+            moved = _compare_bounds(o, n) if "bounds" in o and "bounds" in n else ""
+            o.pop("bounds", None)
+            n.pop("bounds", None)
+            print(f"DIFFERS {k}: {o} -> {n}" + (f"\n    {moved}" if moved else ""))
         print(f"{len(res) - len(bad)} of {len(res)} cases bitwise unchanged")
         return 1 if bad else 0
     if not a.save:
