@@ -235,19 +235,22 @@ class _DominanceDirection:
     p_inf``, ``d_up`` and ``d_lo`` the chains' normalised grid PMFs' curves,
 
         delta <= p_inf + m e^r (d_up + c_up) <= p_inf + m (d_up + e^r c_up + e^r - 1),
+        delta <= p_inf + m (d_up + c_up + T),
         delta >= p_inf' + m' (M d_lo - c_lo) >= p_inf' + m' (d_lo - (1 - M) - c_lo)
 
     (``p_inf'`` and ``m' = 1 - p_inf'`` the dominated chain's, at most the dominating one's: a dominating
-    loss's mass at ``+inf`` may hold its rounding charges; ``r`` the dominating chain's relative rounding, ``M``
-    the mass the dominated chain kept, ``d <= 1``).  These are the coupling certificate's bounds with no epsilon
-    shift and delta charges ``e^r c_up + e^r - 1`` and ``c_lo + 1 - M``, so :class:`_Direction` bounds ``beta``
+    loss's mass at ``+inf`` may hold its rounding charges; ``r`` the dominating chain's relative rounding, ``T``
+    the same as total variation, ``M`` the mass the dominated chain kept, ``d <= 1``).  These are the coupling
+    certificate's bounds with no epsilon shift and delta charges ``min(e^r c_up + e^r - 1, c_up + T)`` and
+    ``c_lo + 1 - M``, so :class:`_Direction` bounds ``beta``
     (its lower bound from the first, its upper bound from the second) and the inverse curve alike.
     """
 
     def __init__(self, q_up, d_up, q_lo, d_lo):
-        from .dominance.result import _kept_mass, _rel_factor
+        from .dominance.result import _kept_mass, _rel_factor, _rel_tv
         f = _rel_factor(d_up)
-        ds_up = (f * float(d_up.delta_spent) + (f - 1.0)) * (1 + 8 * _U)
+        c = float(d_up.delta_spent)
+        ds_up = min(f * c + (f - 1.0), c + _rel_tv(d_up)) * (1 + 8 * _U)
         kept = _kept_mass(d_lo)
         ds_lo = (float(d_lo.delta_spent) + (1.0 - kept)) * (1 + 8 * _U)
         self.up = _Direction(q_up, _Charges(0.0, ds_up, float(d_up.p_inf)))

@@ -100,9 +100,11 @@ def _kept_mass(dl) -> float:
 
 
 class _LazyChains(Mapping):
-    """The dominated chains' results by direction, some of them deferred: a deferred chain (a callable) runs on
-    its first access, once (thread-safe), and is then kept.  Its result is the one an eager run gives (the same
-    deterministic computation on the same plan, meshes and budgets).  ``deferred`` names the directions deferred
+    """One kind of chain's results by direction (the dominating or the dominated chains), some of them deferred: a
+    deferred chain (a callable) runs on its first access, once (thread-safe), and is then kept.  Its result is the
+    one an eager run gives (the same deterministic computation on the same plan, meshes and budgets; a deferred
+    direction's both chains: :class:`fastpld.dominance.deferred._DeferredDirection`, its width checked when it
+    runs).  ``deferred`` names the directions deferred
     at construction; it stays fixed, so that the bounds' rules (:class:`DominancePLD`) do not depend on which
     chains have run since.  Pickling runs every chain first."""
 
@@ -181,14 +183,15 @@ class DominancePLD(PrivacyLossDistribution):
     Bounds per direction, with ``d`` the curve of a finite grid PMF and ``c`` its chain's delta
     charges (truncated tails, wrap-around, round-off: total variation):
 
-        delta(eps) <= p_inf + (1 - p_inf) e^r (d_up(eps) + c_up)
+        delta(eps) <= p_inf + (1 - p_inf) min(e^r (d_up(eps) + c_up), d_up(eps) + c_up + T)
         delta(eps) >= p_inf' + (1 - p_inf') (m d_lo(eps) - c_lo)
 
     where ``p_inf'`` is the dominated chain's mass at ``+inf`` (that of the losses it composes: a dominating
     loss's ``dominated_loss`` where it has one, whose ``p_inf`` may be below the dominating one's), ``m <= 1`` is
     the mass the dominated chain kept (its PMF is normalised for the FFTs) and
     ``r`` the relative rounding of the dominating chain's masses (leaves and re-discretisations:
-    entries within a factor ``e^(+-rel)`` of exact ones compose into such a factor on the curve).
+    entries within a factor ``e^(+-rel)`` of exact ones compose into such a factor on the curve), ``T`` the same
+    rounding as total variation (:func:`_rel_tv`).
     The estimate is the midpoint of the certified interval.
 
     A direction's dominated chain may be deferred (``lower`` a :class:`_LazyChains`): the lower bound is the
@@ -196,6 +199,10 @@ class DominancePLD(PrivacyLossDistribution):
     so at the arguments where its upper bound is at most the lower bound of the directions composed at once it
     cannot change the maximum and is not used.  It runs on the first query that needs it (where its upper bound
     is larger), and is then used there only: the same bounds whether or not it has run.
+
+    Where the two directions are each other's reverse, the other direction's dominating chain may be deferred too
+    (``directions`` a :class:`_LazyChains` with it in ``deferred``; :meth:`_deferred`): its curve is at most the
+    composed direction's upper curve at ``-eps`` reversed, and it runs only where that does not settle a bound.
     """
 
     _LOWER_CHAIN = True
