@@ -52,7 +52,7 @@ def _execute(plan, meshes, budgets, backend, max_buckets, eps_limit=None, leaf_f
     tv_leaf = 0.0  # (the leaves' share of tv_fp: their mass error bounds, named in a refusal)
     log_mass = 0.0  # (dominated leaves and splits may lose mass: log of the composed total, <= 0)
     log_rel = 0.0  # (dominating ones: relative rounding of their masses, a factor e^log_rel on the curve)
-    tv_rel = 0.0  # (... and the same errors as total variation: at most tv_rel e^tv_rel on the curve)
+    tv_rel = 0.0  # (... and the same errors as total variation: dominance.result._rel_tv)
     stages = []
     coarse, mixes = (_coarse_spec(plan, budgets) if leaf_fn is None else None), []
     for o in plan.order:
@@ -69,7 +69,7 @@ def _execute(plan, meshes, budgets, backend, max_buckets, eps_limit=None, leaf_f
             results[id(o)] = pmf
             log_mass += inst * math.log(getattr(pmf, "mass", 1.0))
             log_rel += inst * getattr(pmf, "rel", 0.0)
-            tv_rel += inst * _rel_tv(pmf)
+            tv_rel += inst * _rounding_tv(pmf)
             V += inst * pmf.coupling_range**2
             if pmf.mix:
                 mixes.append((inst, pmf.coupling_range, pmf.mix))
@@ -103,7 +103,7 @@ def _execute(plan, meshes, budgets, backend, max_buckets, eps_limit=None, leaf_f
                 copies = inst * m
                 log_mass += copies * math.log(getattr(rd, "mass", 1.0))
                 log_rel += copies * getattr(rd, "rel", 0.0)
-                tv_rel += copies * _rel_tv(rd)
+                tv_rel += copies * _rounding_tv(rd)
                 V += copies * rd.coupling_range**2
                 bias += copies * rd.bias
                 tv_fp += copies * rd.tv
@@ -149,11 +149,11 @@ def _execute(plan, meshes, budgets, backend, max_buckets, eps_limit=None, leaf_f
     return final, eps_spent, delta_spent, stages, cert
 
 
-def _rel_tv(pmf) -> float:
+def _rounding_tv(pmf) -> float:
     """The total variation of a dominating leaf's or split's relative rounding (``rel``: every entry within a factor
     ``e^(+-rel)`` of the exact one): its own bound ``tv_rel`` where it has one (a leaf's: the cells' absolute errors
     summed, docs/dominance.md, "The reversed direction, deferred"), else ``(e^rel - 1)`` times its mass (1 within
-    its own total variation: the chain's total is taken times ``e^tv_rel``)."""
+    its own total variation: :func:`fastpld.dominance.result._rel_tv` takes the chain's total times ``e^(T + c)``)."""
     tv = getattr(pmf, "tv_rel", None)
     if tv is not None:
         return tv

@@ -34,8 +34,8 @@ class _DeferredDirection:
         self._memo = memo
         self._lock = threading.Lock()
         self._up = None  # (the dominating chain's result, once run and checked)
-        self._lo = None  # (the dominated chain: a callable until run, then its result)
-        self._lo_done = False
+        self._lo_chain = None  # (the dominated chain on the same meshes, and its result once run)
+        self._lo = None
         self.pld = None
         self.upper = functools.partial(self._get, False)
         self.lower = functools.partial(self._get, True)
@@ -51,8 +51,8 @@ class _DeferredDirection:
                 self._run()
             if not lower:
                 return self._up
-            if not self._lo_done:
-                self._lo, self._lo_done = self._lo(), True
+            if self._lo is None:
+                self._lo = self._lo_chain()
             return self._lo
 
     def _run(self) -> None:
@@ -79,11 +79,8 @@ class _DeferredDirection:
                 break
             mult *= max(math.sqrt(_SCALE_MARGIN ** 2 / excess), 1.0 / _MAX_REFINE)
             chains = self._make(mult, None)
-        _, self._up, lo_chain, memo = best
-        if memo:
-            self._lo, self._lo_done = memo[0], True
-        else:
-            self._lo = lo_chain
+        _, self._up, self._lo_chain, memo = best
+        self._lo = memo[0] if memo else None  # (run by the width check already)
         self._memo = None
 
 

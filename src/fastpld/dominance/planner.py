@@ -430,6 +430,21 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
         meshes_of = {}
         deferred, dds = {}, {}
         for name, parts, plan in plans:
+            p_inf = -math.expm1(sum(c * math.log1p(-loss.p_inf) for loss, c in parts))
+            # (the dominated chain composes each loss's dominated counterpart where it has one, whose mass at +inf
+            # is its own: a dominating loss's may hold rounding charges, which are no lower bound -- random
+            # allocation's epoch losses)
+            p_inf_lo = -math.expm1(sum(c * math.log1p(-_dominated_p_inf(loss)) for loss, c in parts))
+            defer = eager is not None and name != eager
+            if defer and reverse_eager:
+                # (both chains deferred: the eager direction's upper curve reversed bounds this one's, and it runs
+                # only where that bound does not settle the answer -- DominancePLD._deferred; its meshes are made
+                # when it runs)
+                rest = (budgets, backend, max_buckets)
+                dds[name] = _DeferredDirection(name, functools.partial(
+                    _deferred_chains, plan, parts, eps_error, scale * coarse.get(name, 1.0), rest + (p_inf,),
+                    rest + (p_inf_lo,), arity, functools.partial(_plan_at, parts, *grouping[name])), memo)
+                continue
             h1 = leaf_mesh(parts, plan, eps_error, scale * coarse.get(name, 1.0),
                            far=far[0] and eager in (None, name))
             if (not meshes_of and doomed[0]
@@ -438,20 +453,8 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
                 raise _DoomedArity(f"arity {arity}: the first node's round-off is predicted not to fit "
                                    f"delta_error={delta_error:g}")
             meshes = meshes_of[name] = dominance_meshes(plan, h1)
-            p_inf = -math.expm1(sum(c * math.log1p(-loss.p_inf) for loss, c in parts))
             args = (plan, meshes, budgets, backend, max_buckets, p_inf)
-            # (the dominated chain composes each loss's dominated counterpart where it has one, whose mass at +inf
-            # is its own: a dominating loss's may hold rounding charges, which are no lower bound -- random
-            # allocation's epoch losses)
-            args_lo = args[:5] + (-math.expm1(sum(c * math.log1p(-_dominated_p_inf(loss)) for loss, c in parts)),)
-            defer = eager is not None and name != eager
-            if defer and reverse_eager:
-                # (both chains deferred: the eager direction's upper curve reversed bounds this one's, and it runs
-                # only where that bound does not settle the answer -- DominancePLD._deferred)
-                dds[name] = _DeferredDirection(name, functools.partial(
-                    _deferred_chains, plan, parts, eps_error, scale * coarse.get(name, 1.0), args[2:], args_lo[2:],
-                    arity, functools.partial(_plan_at, parts, *grouping[name])), memo)
-                continue
+            args_lo = args[:5] + (p_inf_lo,)
             # (the chains run at once build their answer's query tables where they run; a deferred one, when it runs)
             chains = [_DeferredChain((args if upper else args_lo) + (upper, arity), memo, tables=upper or not defer)
                       for upper in (True, False)]
@@ -466,7 +469,7 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
         # kernels release the GIL: 0.63x the time at q = 0.001 x 1e5, 1e6; small ones lose by the handover)
         doomed[0] = False
         leaves = (sum(_leaf_buckets(plan, meshes_of[name], budgets, backend.native, _SHARED_LEAF_BUCKETS)
-                      for name, _, plan in plans if name in names) if threads > 1 and len(plans) > 1 else 0.0)
+                      for name, _, plan in plans if name in meshes_of) if threads > 1 and len(plans) > 1 else 0.0)
         us = _PARALLEL_MIN_US if leaves >= _PARALLEL_LEAF_BUCKETS else 0.0
         if leaves >= _SHARED_LEAF_BUCKETS or (coarse and us > 0):
             # (the dominating chains first, then the dominated ones, each to the first thread free: the dominated
