@@ -646,6 +646,49 @@ def test_compiled_splits_agree_with_their_references(ratio):
         np.testing.assert_array_equal(c.probs, d.probs)
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_exact_connect_the_dots_shares(native):
+    # atoms on a lattice nested in the target (exact origins: every split of a chain of a loss without atoms) take
+    # their shares from their exact offsets r hin: each at least the exact connect-the-dots share (so the result
+    # dominates the input) and at most 12 u above it (mpmath at 50 digits), and the result sends no more mass up
+    # than the float path, which covers the positions' rounding; the compiled kernel and its numpy reference within
+    # the rounding the result claims
+    import mpmath
+    from fastpld.composition.roundoff import _dyadic_sum, _rounded
+    if native and D.splits._dom is None:
+        pytest.skip("the compiled core is not built")
+    rng = np.random.default_rng(17)
+    u = np.finfo(np.float64).eps / 2
+    mpmath.mp.dps = 50
+    for hin, R, n0, n in [(2.0 ** -11, 4, -1143, 2560), (3 * 2.0 ** -12, 7, 4081, 900), (2.0 ** -9, 1, -5, 40),
+                          (5 * 2.0 ** -14, 64, 0, 3000), (2.0 ** -8, 3, -700001, 500)]:
+        p = rng.random(n) ** 4
+        p[rng.random(n) < 0.1] = 0.0
+        p /= p.sum()
+        origin = _dyadic_sum([(n0, hin)])
+        pmf = GridPMF(p, _rounded(origin, 1), hin, origin=origin)
+        mesh = R * hin
+        got = D.splits._ctd_split(pmf, mesh, native)
+        assert got.offset == _rounded(_dyadic_sum([(n0 // R, mesh)]), 1)
+        ref = D.splits._ctd_split_exact_py(p, n0, R, hin, mesh)[0]
+        np.testing.assert_allclose(got.probs, ref, rtol=2 * got.rel, atol=1e-300)
+        # the shares sent up: at least the exact ones, at most 12 u more
+        r_idx = (n0 + np.arange(n)) % R
+        w_got = np.minimum(-np.expm1(-(np.arange(R) * hin)) / -math.expm1(-mesh) + 10 * u, 1.0)
+        den = -mpmath.expm1(-mpmath.mpf(mesh))
+        for r in sorted(set(r_idx.tolist())):
+            w = float(-mpmath.expm1(-r * mpmath.mpf(hin)) / den)
+            assert w <= w_got[r] <= w + 12 * u
+        # against the float path (no exact origin): at most as much mass at or above every point (its lattice may
+        # start a point lower)
+        flt = D.splits._ctd_split(GridPMF(p, pmf.offset, hin), mesh, native)
+        k = int(round((got.offset - flt.offset) / mesh))
+        a, b = np.cumsum(got.probs[::-1])[::-1], np.cumsum(flt.probs[::-1])[::-1]
+        for j in range(got.probs.size):
+            if 0 <= j + k < b.size:
+                assert a[j] <= b[j + k] * (1 + 1e-12) + 1e-300
+
+
 def test_the_dominated_chain_keeps_its_mass_at_a_support_end():
     # the subsampled Gaussian's add loss piles its mass at its top end -log(1 - q), where the balanced split's
     # last cells cannot balance: moved down keeping their A-mass (fact 4) they lose none (keeping the B-mass they

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import fastpld
-from fastpld import _kernels
+from fastpld import _kernels, _reference
 from fastpld import discretize as D
 from fastpld import mechanisms as M
 
@@ -260,6 +260,26 @@ def test_moments_16_point_part_is_bitwise_the_moments(sigma, remove):
                 assert i16 == (full[0], full[3])
     with pytest.raises(ValueError):
         _kernels._leaf.psg_moments(math.nan, 1.0, 0.01, v, sd, remove, x16, w16, x8, w8)
+
+
+@pytest.mark.parametrize("remove", [True, False])
+def test_whole_line_moments_skip_no_bit(remove):
+    # Over the whole line (the mean and variance the planner asks for) the compiled kernels evaluate only the panels
+    # within a panel of 16 sd of the components' centres: the integrals and their bounds are bitwise those of every
+    # panel (the same grid of panels, clipped to +-40 sd, as a finite interval at its ends evaluates them); the
+    # numpy reference evaluates every panel, within test_leaf's tolerance of the kernel
+    (x16, w16), (x8, w8) = _kernels._GL16, _kernels._GL8
+    for sigma in (0.2, 0.5, 1.0, 3.0, 5.0, 30.0, 1000.0):
+        v = 1 / sigma**2
+        sd, h = math.sqrt(v), v / 2
+        for q in (1e-6, 1e-3, 0.1, 0.5, 0.999):
+            ends = (-h - 40 * sd, h + 40 * sd)
+            whole = _kernels._leaf.psg_moments(-math.inf, math.inf, q, v, sd, remove, x16, w16, x8, w8)
+            every = _kernels._leaf.psg_moments(*ends, q, v, sd, remove, x16, w16, x8, w8)
+            assert whole == every
+            assert _kernels._leaf.psg_moments16(-math.inf, math.inf, q, v, sd, remove, x16, w16) == (every[0], every[3])
+            ref = _reference.psg_moments(-math.inf, math.inf, q, v, sd, remove, x16, w16, x8, w8)
+            assert ref == _reference.psg_moments(*ends, q, v, sd, remove, x16, w16, x8, w8)
 
 
 def test_ndtri_matches_scipy():

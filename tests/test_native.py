@@ -319,6 +319,30 @@ def test_query_kernels_match(pure):
 
 
 @needs_native
+def test_delta_query_kernel_matches(pure):
+    """The compiled ``_Query.delta`` against its numpy code: the same bracket at every eps -- grid values, between
+    them, beyond the ends, huge ones --, the curve within a small share of the pad (libm's exp against numpy's), the
+    pad within its own rounding; NaN refused; shapes as the numpy code returns them."""
+    plds = [fastpld.compose(fastpld.PoissonSubsampledGaussian(5.0, 0.1), 1000, rel_error=1e-3),
+            fastpld.compose(fastpld.PureDP(0.5), 40, backend="native")]
+    for pld in plds:
+        queries = list(pld._q.values()) + ([pld._ql[n] for n in pld._ql] if hasattr(pld, "_ql") else [])
+        for q in queries:
+            v = q.v0 + q.h * np.arange(q.n)
+            eps = np.concatenate([v[::5], v[::7] + 0.5 * q.h, v[::11] + 1e-15, v[::11] - 1e-15, -v[::9],
+                                  [v[0] - 1.0, v[-1] + 1.0, 0.0, -0.0, 1e300, -1e300, 5e-324]])
+            d, pad = q.delta(eps)
+            rd, rpad = pure(q.delta, eps)
+            np.testing.assert_array_less(np.abs(d - rd), 0.01 * rpad + 1e-300)
+            np.testing.assert_allclose(pad, rpad, rtol=1e-12, atol=1e-300)
+            assert np.shape(q.delta(np.float64(0.5))[0]) == () and q.delta(eps[:6].reshape(2, 3))[1].shape == (2, 3)
+    with pytest.raises(ValueError, match="NaN"):
+        _kernels._core.query_delta(q.p, q.S1, q.T, q.v0, q.h, q.pad, np.array([np.nan]), np.zeros(1), np.zeros(1))
+    with pytest.raises(ValueError, match="query_delta"):
+        _kernels._core.query_delta(q.p, q.S1[:-1], q.T, q.v0, q.h, q.pad, np.zeros(1), np.zeros(1), np.zeros(1))
+
+
+@needs_native
 def test_epsilon_query_kernels_match(pure):
     """The compiled epsilon query and bracket pad against the numpy code of curve._Query on composed PMFs: the
     same bracket (grid index) for every x -- exact ones, between them, the ends, beyond them, NaN -- and the

@@ -146,6 +146,45 @@ def ctd_split(const double[::1] p, double offset, double hin, double mesh):
     return out_arr, j0
 
 
+def ctd_split_exact(const double[::1] p, long long n0, long long R, double hin, double mesh):
+    """:func:`ctd_split` on an exactly nested lattice: atom ``i`` at exactly ``(n0 + i) hin``, the target mesh
+    ``mesh = R hin`` (``R <= 4096``); returns ``(out, j0)``.  An atom's offset in its cell is exactly ``r hin``
+    (``r = (n0 + i) mod R``), so its share sent up is one of ``R`` values, each computed once: ``-expm1(-r hin) /
+    den`` raised by ``10 u`` (the product ``r hin``, ``expm1`` and the division: a few roundings of a share at
+    most 1; no position error to cover).  Reference: :func:`fastpld.dominance.splits._ctd_split_exact_py` (the same
+    operations; the sums into each point in index order, as :func:`ctd_split`'s)."""
+    cdef Py_ssize_t n = p.shape[0], i, jj
+    cdef long long q, jf, r, j0, jl
+    cdef double den = -expm1(-mesh), w
+    if R < 1 or R > 4096:
+        raise ValueError("ctd_split_exact: R must lie in [1, 4096]")
+    ws_arr = np.empty(R, dtype=np.float64)
+    cdef double[::1] ws = ws_arr
+    for r in range(R):
+        w = -expm1(-(<double>r * hin)) / den + 10 * _U
+        ws[r] = w if w < 1.0 else 1.0
+    j0 = n0 // R if n0 >= 0 else -((-n0 + R - 1) // R)  # (floor division)
+    q = n0 + n - 1
+    jl = q // R if q >= 0 else -((-q + R - 1) // R)
+    out_arr = np.zeros(<Py_ssize_t>(jl - j0 + 2), dtype=np.float64)
+    cdef double[::1] out = out_arr
+    with nogil:
+        q = n0
+        jf = j0
+        r = n0 - j0 * R
+        for i in range(n):
+            if p[i] != 0.0:
+                jj = <Py_ssize_t>(jf - j0)
+                w = ws[r]
+                out[jj] += p[i] * (1 - w)
+                out[jj + 1] += p[i] * w
+            r += 1
+            if r == R:
+                r = 0
+                jf += 1
+    return out_arr, j0
+
+
 def dominated_prep(const double[::1] p, double offset, double hin, double mesh):
     """The atoms' lattice cells and offsets for the balanced split onto ``mesh * Z``: ``(j - j0, s, tv, j0, m)``.
     Reference: :func:`fastpld.dominance.splits._dominated_prep_py` (the same operations per atom)."""

@@ -227,6 +227,8 @@ def psg_moments(l_lo: float, l_hi: float, q: float, v: float, sd: float, remove:
         return 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
     npan = max(1, math.ceil((hi - lo) / min(sd, 1.0)))
     step = (hi - lo) / npan
+    # (every panel, also over the whole line where the compiled kernel skips the far ones, C psg_skip: numpy's
+    # pairwise sums over fewer panels would group the terms differently, a few ulp apart)
     a = lo + step * np.arange(npan, dtype=np.float64)
     b = np.append(a[1:], hi)
     mid, half = 0.5 * (a + b), 0.5 * (b - a)

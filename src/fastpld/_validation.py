@@ -145,6 +145,9 @@ def delta_error(value) -> float:
 def query_array(name: str, value, *, lo: float | None = None, hi: float | None = None,
                 lo_open: bool = False) -> np.ndarray:
     """Validate a scalar or array query argument; returns a float64 array."""
+    if type(value) is float and value == value and (lo is None or (value > lo if lo_open else value >= lo)) and (
+            hi is None or value <= hi):
+        return np.array(value)  # (a valid Python float, the common query: the checks below in Python, ~3x less)
     try:
         raw = np.asarray(value)
         # bools and complex numbers are not silently reinterpreted as real queries

@@ -360,6 +360,7 @@ def nbytes_of(obj, depth: int = 4, _seen=None) -> int:
         return int(base.nbytes)
     if depth <= 0 or isinstance(obj, (str, bytes, int, float, complex, bool, type(None))):
         return 0
+    # (snapshots: another thread may add to a loss object's dictionary while this walks it)
     if isinstance(obj, dict):
         items = list(obj.values())
     elif isinstance(obj, (tuple, list, set, frozenset)):
@@ -371,7 +372,15 @@ def nbytes_of(obj, depth: int = 4, _seen=None) -> int:
             v = getattr(obj, s, None)
             if v is not None:
                 items.append(v)
-    return sum([nbytes_of(v, depth - 1, _seen) for v in items if type(v) not in _NO_ARRAYS])
+    # (only the values that may hold arrays are walked: a loss object's floats, strings and tuples of floats are
+    # most of what it holds, and the walk ran twice an answer)
+    total = 0
+    for v in items:
+        t = type(v)
+        if t in _NO_ARRAYS or (t is tuple and all(type(x) in _NO_ARRAYS for x in v)):
+            continue
+        total += nbytes_of(v, depth - 1, _seen)
+    return total
 
 
 # --------------------------------------------------------------------------------------

@@ -49,8 +49,9 @@ def _chernoff_window(inputs, w, native=False):
             lo_n, hi_n, sp_n, Kp_n, sn_n, Kn_n = r
             # (a dozen points a side, as Python floats: the same roundings as numpy's elementwise K - s x; numpy's
             # where one is not finite, whose NaN minimum Python's min would not give)
-            fin = bool(np.isfinite(Kp_n).all() and np.isfinite(Kn_n).all())
-            up_n, dn_n = list(zip(Kp_n.tolist(), sp_n.tolist())), list(zip(Kn_n.tolist(), sn_n.tolist()))
+            kp, kn = Kp_n.tolist(), Kn_n.tolist()
+            fin = all(map(math.isfinite, kp)) and all(map(math.isfinite, kn))  # (two numpy reductions cost more)
+            up_n, dn_n = list(zip(kp, sp_n.tolist())), list(zip(kn, sn_n.tolist()))
 
             def tail_n(x, upper):
                 if fin:

@@ -41,7 +41,10 @@ def aligned_mesh(parts, R: float, h1: float, eps_model: float, far: bool = True)
     spacing of theirs down to ``R h1 / _ALIGN_FAR`` (the direction that sets the width: another one's finer
     meshes cost time and narrow nothing that is asked)."""
     if len(parts) == 1:
-        h = _one_part(parts[0][0], R, h1)
+        loss = parts[0][0]
+        if not isinstance(loss, DiscreteLoss) and len(getattr(loss, "atoms", ())) == 0:
+            return h1  # (no atoms to align: what the steps below return, without their small arrays)
+        h = _one_part(loss, R, h1)
         if h != h1:
             return h
         offsets = [_offsets(parts[0][0])]

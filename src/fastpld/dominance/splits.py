@@ -184,11 +184,40 @@ def _anchored(split, side: int):
     return run
 
 
+def _ctd_split_exact_py(p: np.ndarray, n0: int, R: int, hin: float, mesh: float):
+    """Reference of the compiled :func:`fastpld._dominance.ctd_split_exact`: ``(out, j0)`` for atoms at exactly
+    ``(n0 + i) hin`` and ``mesh = R hin``: each share sent up one of ``R`` values, raised by ``10 u``."""
+    r = np.arange(R, dtype=np.float64)
+    ws = np.minimum(-np.expm1(-(r * hin)) / -math.expm1(-mesh) + 10 * _U, 1.0)
+    q = n0 + np.arange(p.size, dtype=np.int64)
+    j = q // R
+    w = ws[q - j * R]
+    j0 = int(n0 // R)
+    out = np.zeros(int((n0 + p.size - 1) // R) - j0 + 2)
+    nz = p != 0
+    np.add.at(out, j[nz] - j0, p[nz] * (1 - w[nz]))
+    np.add.at(out, j[nz] - j0 + 1, p[nz] * w[nz])
+    return out, j0
+
+
+_EXACT_CTD_MAX_R = 4096  # (ctd_split_exact's table of shares: at most this many)
+
+
 def _ctd_split(pmf: GridPMF, mesh: float, native: bool = False) -> GridPMF:
     """Connect-the-dots re-discretisation onto the lattice ``mesh * Z`` (dominates ``pmf``); ``native``: the
-    compiled kernel (one pass), else its numpy reference."""
-    if native and _dom is not None:
-        p = np.ascontiguousarray(pmf.probs, dtype=np.float64)
+    compiled kernel (one pass), else its numpy reference.
+
+    Where ``pmf``'s exact positions lie on a lattice nested in the target (:func:`_exact_nesting`: the chains'
+    splits of a loss without atoms), the shares come from the exact offsets, ``R`` of them (``ctd_split_exact``: no
+    ``expm1`` per atom, and no allowance for the positions' rounding, which raised every share by ``~8 u |t|``)."""
+    p = np.ascontiguousarray(pmf.probs, dtype=np.float64)
+    nest = _exact_nesting(pmf, mesh)
+    if nest is not None and nest[1] <= _EXACT_CTD_MAX_R:
+        if native and _dom is not None:
+            out, j0 = _dom.ctd_split_exact(p, nest[0], nest[1], float(pmf.mesh), float(mesh))
+        else:
+            out, j0 = _ctd_split_exact_py(p, nest[0], nest[1], float(pmf.mesh), float(mesh))
+    elif native and _dom is not None:
         out, j0 = _dom.ctd_split(p, float(pmf.offset), float(pmf.mesh), float(mesh))
     else:
         out, j0 = _ctd_split_py(pmf, mesh)
