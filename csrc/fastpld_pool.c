@@ -69,11 +69,12 @@ static int class_of(size_t n)
     return lo;
 }
 
-static void *raw_block(size_t cap)
+/* a fresh block of cap bytes from the C heap (zeroed: calloc, which skips the zeroing of fresh pages) */
+static void *raw_block(size_t cap, int zero)
 {
     if (cap > SIZE_MAX - HEADER)
         return NULL;
-    header_t *h = (header_t *)malloc(HEADER + cap);
+    header_t *h = (header_t *)(zero ? calloc(1, HEADER + cap) : malloc(HEADER + cap));
     if (!h)
         return NULL;
     h->cap = cap;
@@ -81,9 +82,9 @@ static void *raw_block(size_t cap)
     return (char *)h + HEADER;
 }
 
-void *fpld_pool_malloc(void *ctx, size_t size)
+/* a block of at least size bytes: a cached one of its class if any (*reused = 1), else a fresh one */
+static void *get_block(size_t size, int zero, int *reused)
 {
-    (void)ctx;
     pthread_mutex_lock(&lock);
     if (!classes_ready)
         init_classes();
@@ -93,19 +94,30 @@ void *fpld_pool_malloc(void *ctx, size_t size)
         heads[k] = *(void **)p;
         cached -= class_cap[k];
         pthread_mutex_unlock(&lock);
+        *reused = 1;
         return p;
     }
     pthread_mutex_unlock(&lock);
-    return raw_block(k >= 0 ? class_cap[k] : (size ? size : 1));
+    *reused = 0;
+    return raw_block(k >= 0 ? class_cap[k] : (size ? size : 1), zero);
+}
+
+void *fpld_pool_malloc(void *ctx, size_t size)
+{
+    int reused;
+    (void)ctx;
+    return get_block(size, 0, &reused);
 }
 
 void *fpld_pool_calloc(void *ctx, size_t nelem, size_t elsize)
 {
+    int reused;
+    (void)ctx;
     if (elsize && nelem > SIZE_MAX / elsize)
         return NULL;
     size_t n = nelem * elsize;
-    void *p = fpld_pool_malloc(ctx, n);
-    if (p)
+    void *p = get_block(n, 1, &reused);
+    if (p && reused)
         memset(p, 0, n);
     return p;
 }
