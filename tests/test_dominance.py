@@ -675,10 +675,14 @@ def test_exact_connect_the_dots_shares(native):
         # the shares sent up: at least the exact ones, at most 12 u more
         r_idx = (n0 + np.arange(n)) % R
         w_got = np.minimum(-np.expm1(-(np.arange(R) * hin)) / -math.expm1(-mesh) + 10 * u, 1.0)
+        w_got[0] = 0.0
         den = -mpmath.expm1(-mpmath.mpf(mesh))
         for r in sorted(set(r_idx.tolist())):
             w = float(-mpmath.expm1(-r * mpmath.mpf(hin)) / den)
             assert w <= w_got[r] <= w + 12 * u
+        # atoms on lattice points stay there, whole (their points' masses are theirs plus the shares from below)
+        on = (r_idx == 0) & (p > 0)
+        assert on.any() or R == 1 or n0 % R
         # against the float path (no exact origin): at most as much mass at or above every point (its lattice may
         # start a point lower)
         flt = D.splits._ctd_split(GridPMF(p, pmf.offset, hin), mesh, native)

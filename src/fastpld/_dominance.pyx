@@ -149,9 +149,9 @@ def ctd_split(const double[::1] p, double offset, double hin, double mesh):
 def ctd_split_exact(const double[::1] p, long long n0, long long R, double hin, double mesh):
     """:func:`ctd_split` on an exactly nested lattice: atom ``i`` at exactly ``(n0 + i) hin``, the target mesh
     ``mesh = R hin`` (``R <= 4096``); returns ``(out, j0)``.  An atom's offset in its cell is exactly ``r hin``
-    (``r = (n0 + i) mod R``), so its share sent up is one of ``R`` values, each computed once: ``-expm1(-r hin) /
-    den`` raised by ``10 u`` (the product ``r hin``, ``expm1`` and the division: a few roundings of a share at
-    most 1; no position error to cover).  Reference: :func:`fastpld.dominance.splits._ctd_split_exact_py` (the same
+    (``r = (n0 + i) mod R``), so its share sent up is one of ``R`` values, each computed once: 0 for ``r = 0`` (an
+    atom on a lattice point stays on it), else ``-expm1(-r hin) / den`` raised by ``10 u`` (the product ``r hin``,
+    ``expm1`` and the division: a few roundings of a share at most 1; no position error to cover).  Reference: :func:`fastpld.dominance.splits._ctd_split_exact_py` (the same
     operations; the sums into each point in index order, as :func:`ctd_split`'s)."""
     cdef Py_ssize_t n = p.shape[0], i, jj
     cdef long long q, jf, r, j0, jl
@@ -160,7 +160,8 @@ def ctd_split_exact(const double[::1] p, long long n0, long long R, double hin, 
         raise ValueError("ctd_split_exact: R must lie in [1, 4096]")
     ws_arr = np.empty(R, dtype=np.float64)
     cdef double[::1] ws = ws_arr
-    for r in range(R):
+    ws[0] = 0.0  # (an atom on a lattice point stays there: its share is exactly 0, no rounding to cover)
+    for r in range(1, R):
         w = -expm1(-(<double>r * hin)) / den + 10 * _U
         ws[r] = w if w < 1.0 else 1.0
     j0 = n0 // R if n0 >= 0 else -((-n0 + R - 1) // R)  # (floor division)

@@ -186,9 +186,10 @@ def _anchored(split, side: int):
 
 def _ctd_split_exact_py(p: np.ndarray, n0: int, R: int, hin: float, mesh: float):
     """Reference of the compiled :func:`fastpld._dominance.ctd_split_exact`: ``(out, j0)`` for atoms at exactly
-    ``(n0 + i) hin`` and ``mesh = R hin``: each share sent up one of ``R`` values, raised by ``10 u``."""
+    ``(n0 + i) hin`` and ``mesh = R hin``: each share sent up one of ``R`` values, raised by ``10 u`` (0 on a point)."""
     r = np.arange(R, dtype=np.float64)
     ws = np.minimum(-np.expm1(-(r * hin)) / -math.expm1(-mesh) + 10 * _U, 1.0)
+    ws[0] = 0.0  # (an atom on a lattice point stays on it: exactly)
     q = n0 + np.arange(p.size, dtype=np.int64)
     j = q // R
     w = ws[q - j * R]
