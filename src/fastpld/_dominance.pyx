@@ -151,8 +151,9 @@ def ctd_split_exact(const double[::1] p, long long n0, long long R, double hin, 
     ``mesh = R hin`` (``R <= 4096``); returns ``(out, j0)``.  An atom's offset in its cell is exactly ``r hin``
     (``r = (n0 + i) mod R``), so its share sent up is one of ``R`` values, each computed once: 0 for ``r = 0`` (an
     atom on a lattice point stays on it), else ``-expm1(-r hin) / den`` raised by ``10 u`` (the product ``r hin``,
-    ``expm1`` and the division: a few roundings of a share at most 1; no position error to cover).  Reference: :func:`fastpld.dominance.splits._ctd_split_exact_py` (the same
-    operations; the sums into each point in index order, as :func:`ctd_split`'s)."""
+    ``expm1`` and the division: a few roundings of a share at most 1; no position error to cover).  Reference:
+    :func:`fastpld.dominance.splits._ctd_split_exact_py` (the same operations; the sums into each point in index
+    order, as :func:`ctd_split`'s)."""
     cdef Py_ssize_t n = p.shape[0], i, jj
     cdef long long q, jf, r, j0, jl
     cdef double den = -expm1(-mesh), w
