@@ -446,6 +446,16 @@ static void fpld_query_d(const double *p, ptrdiff_t n, double v0, double h, cons
     *pad_out = padc * S1[J] + err * (w * T[J] + near);
 }
 
+int fpld_query_delta(const double *p, ptrdiff_t n, double v0, double h, const double *S1, const double *T,
+                     double padc, const double *eps, ptrdiff_t m, double *d, double *pad)
+{
+    if (n < 1)
+        return FPLD_EINVAL;
+    for (ptrdiff_t i = 0; i < m; ++i)
+        fpld_query_d(p, n, v0, h, S1, T, padc, eps[i], &d[i], &pad[i]);
+    return FPLD_OK;
+}
+
 int fpld_delta_bounds(const double *p, ptrdiff_t n, double v0, double h, const double *S1, const double *T,
                       double padc, double es, double ds, double pinf, const double *eps, ptrdiff_t m,
                       double *lo, double *est, double *up)

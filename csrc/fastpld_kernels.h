@@ -105,6 +105,12 @@ int fpld_gauss_pair_moments(double v, double sd, double q, int remove, const dou
 int fpld_chernoff_quantiles(const double *kp, const double *kn, const double *s, ptrdiff_t n, double c,
                             double lt, double *lo, double *up);
 
+/* curve._Query.delta at m points: d(eps[i]) = sum_{v_j > eps[i]} p_j (1 - e^(eps[i] - v_j)) into d[i] and its
+ * round-off pad into pad[i] (the same operations in the same order; the grid and tables as for
+ * fpld_delta_bounds, which evaluates the same function at eps -+ es). */
+int fpld_query_delta(const double *p, ptrdiff_t n, double v0, double h, const double *S1, const double *T,
+                     double padc, const double *eps, ptrdiff_t m, double *d, double *pad);
+
 /* Certified delta bounds of one direction at m query points (curve.PrivacyLossDistribution.delta
  * with curve._Query.delta inlined; same operations in the same order).  The grid PMF p (n > 0
  * entries at v0 + j h) has the tables S1, T of fpld_query_tables and round-off pad coefficient

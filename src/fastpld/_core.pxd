@@ -36,6 +36,8 @@ cdef extern from "fastpld_kernels.h" nogil:
                                   const int64_t *orders, Py_ssize_t n, double *out, double *terms)
     int fpld_chernoff_quantiles(const double *kp, const double *kn, const double *s, Py_ssize_t n, double c,
                                 double lt, double *lo, double *up)
+    int fpld_query_delta(const double *p, Py_ssize_t n, double v0, double h, const double *S1, const double *T,
+                         double padc, const double *eps, Py_ssize_t m, double *d, double *pad)
     int fpld_delta_bounds(const double *p, Py_ssize_t n, double v0, double h, const double *S1, const double *T,
                           double padc, double es, double ds, double pinf, const double *eps, Py_ssize_t m,
                           double *lo, double *est, double *up)

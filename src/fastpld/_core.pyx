@@ -21,7 +21,6 @@ cdef extern from "fastpld_npops.h" nogil:
     # numpy.maximum and numpy.minimum on doubles (a NaN argument the result), shared with the other kernels
     double np_maximum(double a, double b)
     double np_minimum(double a, double b)
-    double np_clip(double x, double lo, double hi)
 
 cdef double _TWO_PI = 2.0 * 3.141592653589793  # the float64 value numpy uses (2 * np.pi)
 # long double nodes reduce phases by a long double 2 pi (composition.series._TWO_PI_LD): a float64 2 pi
@@ -147,35 +146,20 @@ def query_epsilon(const double[::1] neg_dgrid, const double[::1] S1, const doubl
 
 def query_delta(const double[::1] p, const double[::1] S1, const double[::1] T, double v0, double h, double pad,
                 const double[::1] eps, double[::1] d_out, double[::1] pad_out):
-    """:meth:`fastpld.curve._Query.delta` at every ``eps``: ``d`` into ``d_out`` and its pad into ``pad_out`` (its
-    numpy code is the reference: the same operations in the same order per element; ``exp`` is the C library's).
-    ``p``: the query's masses (``n`` of them), ``S1`` and ``T`` its tables (``n + 1``)."""
+    """:meth:`fastpld.curve._Query.delta` at every ``eps``: ``d`` into ``d_out`` and its pad into ``pad_out``
+    (``fpld_query_delta``: its numpy code is the reference, the same operations in the same order per element;
+    ``exp`` is the C library's).  ``p``: the query's masses (``n`` of them), ``S1`` and ``T`` its tables (``n + 1``)."""
     cdef Py_ssize_t n = p.shape[0], m = eps.shape[0], i
-    cdef long long J
-    cdef double e, t, vJ, w, d, err, near, pj, pj1
+    cdef int status = FPLD_OK
     if n < 1 or S1.shape[0] != n + 1 or T.shape[0] != n + 1 or d_out.shape[0] != m or pad_out.shape[0] != m:
         raise ValueError("query_delta: need n >= 1 masses, S1 and T of n + 1 and outputs of len(eps)")
     for i in range(m):
         if eps[i] != eps[i]:
             raise ValueError("query_delta: eps is NaN")
-    with nogil:
-        for i in range(m):
-            e = eps[i]
-            # J = first index with v_J > eps, as np.clip(np.floor(...), -1, n).astype(int64) + 1, then min(J, n)
-            t = np_clip(floor((e - v0) / h), -1.0, <double>n)
-            J = <long long>t + 1
-            if J > n:
-                J = n
-            vJ = v0 + h * <double>J
-            w = exp(np_minimum(e - vJ, 0.0))
-            d = np_maximum(S1[J] - w * T[J], 0.0)
-            err = 8 * _U53 * (fabs(e) + fabs(v0) + h * <double>n + 1.0)
-            # (pp[J] = p[J - 1] and pp[J + 1] = p[J], zero outside the grid)
-            pj = p[J - 1] if J >= 1 else 0.0
-            pj1 = p[J] if J < n else 0.0
-            near = pj * (1.0 if e - (v0 + h * <double>(J - 1)) <= err else 0.0) + pj1 * (1.0 if vJ - e <= err else 0.0)
-            d_out[i] = d
-            pad_out[i] = pad * S1[J] + err * (w * T[J] + near)
+    if m:
+        with nogil:
+            status = fpld_query_delta(&p[0], n, v0, h, &S1[0], &T[0], pad, &eps[0], m, &d_out[0], &pad_out[0])
+    _check(status, "query_delta")
     return d_out, pad_out
 
 
