@@ -100,8 +100,8 @@ def test_a_deferred_direction_whose_width_misses_is_composed_again_on_finer_mesh
     seen = []
     real = DominancePLD._deferred_excess
 
-    def record(self, name, d_up, lo_fn):
-        x = real(self, name, d_up, lo_fn)
+    def record(self, name, d_up, lo_fn, tables=None):
+        x = real(self, name, d_up, lo_fn, tables)
         seen.append((d_up.stages[0].mesh, x if seen else 5.0))
         return seen[-1][1]
 
@@ -122,6 +122,30 @@ def test_a_deferred_direction_whose_width_misses_is_composed_again_on_finer_mesh
     w = (a.upper - a.lower)[:3]
     assert np.all(w <= 1e-3 * a.lower[:3]) and np.all(w <= 1.2 * (b.upper - b.lower)[:3])
     assert np.all(a.lower <= b.upper) and np.all(b.lower <= a.upper)
+
+
+def test_a_deferred_directions_tables_are_built_once(monkeypatch):
+    # its width check builds query tables for the results it reads; the answer keeps those for the results it
+    # keeps, and builds none again on its first read of the deferred direction
+    from fastpld.dominance import result
+
+    built = []
+    real = result._Query
+
+    class Counted(real):
+        def __init__(self, pmf, native=False):
+            built.append(id(pmf))
+            super().__init__(pmf, native)
+
+    monkeypatch.setattr(result, "_Query", Counted)
+    fastpld.clear_caches()
+    pld = fastpld.compose(fastpld.PoissonSubsampledGaussian(1.0, 0.02), 300, method="dominance", rel_error=1e-3)
+    assert pld.directions.deferred == {"add"} and not built
+    pld.delta(np.linspace(0.0, 1.0, 11))  # (near epsilon 0: the add direction runs, both its chains)
+    pld.epsilon(np.array([1e-3, 1e-9]))
+    up, lo = pld.directions["add"], pld.lower_directions["add"]
+    assert built.count(id(up.pmf)) == 1 and built.count(id(lo.pmf)) == 1
+    assert isinstance(pld._q["add"], Counted) and isinstance(pld._ql["add"], Counted)
 
 
 def test_a_deferred_direction_whose_charges_do_not_fit_retries_at_larger_arities(monkeypatch):

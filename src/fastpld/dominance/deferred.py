@@ -72,16 +72,22 @@ class _DeferredDirection:
                     memo.append(lo_chain())
                 return memo[0]
 
-            excess = self.pld._deferred_excess(self.name, up, lo_fn)
+            tables = {}
+            excess = self.pld._deferred_excess(self.name, up, lo_fn, tables)
             if best is None or excess < best[0]:
-                best = (excess, up, lo_chain, memo)
+                best = (excess, up, lo_chain, memo, tables)
             if excess <= 1.0 or not math.isfinite(excess) or i == _RESCALES:
                 break
             mult *= max(math.sqrt(_SCALE_MARGIN ** 2 / excess), 1.0 / _MAX_REFINE)
             chains = self._make(mult, None)
-        _, self._up, self._lo_chain, memo = best
+        _, self._up, self._lo_chain, memo, tables = best
         self._lo = memo[0] if memo else None  # (run by the width check already)
         self._memo = None
+        # (the width check's query tables are the answer's for these results: not built again on its first read)
+        if "up" in tables:
+            self.pld._q.keep(self.name, tables["up"])
+        if "lo" in tables:
+            self.pld._ql.keep(self.name, tables["lo"])
 
 
 def _retry_args(build, parts, arity: int, eps_error: float, scale: float, rest, upper: bool = False):

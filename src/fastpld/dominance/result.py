@@ -164,6 +164,11 @@ class _LazyQueries(Mapping):
             q = self._q.setdefault(name, _Query(self._chains[name].pmf, self._native))
         return q
 
+    def keep(self, name, q) -> None:
+        """Take ``q`` as direction ``name``'s tables (built for its result by a deferred direction's width check:
+        :meth:`DominancePLD._deferred_excess`), unless some are already kept."""
+        self._q.setdefault(name, q)
+
     def __iter__(self):
         return iter(self._chains)
 
@@ -349,10 +354,12 @@ class DominancePLD(PrivacyLossDistribution):
                          / _allowed_width(eps_error, rel_error, float(lo[i])))
         return excess
 
-    def _deferred_excess(self, name, d_up, lo_fn) -> float:
+    def _deferred_excess(self, name, d_up, lo_fn, tables=None) -> float:
         """:meth:`_reference_excess` of the answer with the deferred direction ``name``'s dominating chain result
         ``d_up`` (``lo_fn()``: its dominated chain's, run only if needed), read as :meth:`epsilon` reads them: the
-        width the answer's ``epsilon(delta)`` has at the reference deltas."""
+        width the answer's ``epsilon(delta)`` has at the reference deltas.  ``tables``: a dict that receives the
+        query tables built for the results (``"up"``, and ``"lo"`` where the dominated chain ran), for the answer to
+        keep if it keeps these results (:meth:`_LazyQueries.keep`)."""
         d = np.array(_reference_deltas(self.delta_error), dtype=np.float64)
         e = self._deferred()[0]
         live = (d > self.directions[e].p_inf * (1 + 1e-9)) & (d > d_up.p_inf * (1 + 1e-9))
@@ -361,11 +368,15 @@ class DominancePLD(PrivacyLossDistribution):
         dq = d[live]
         q_up = _Query(d_up.pmf, self.backend == "native")
         lo_cell = []
+        if tables is not None:
+            tables["up"] = q_up
 
         def lo_of():
             if not lo_cell:
                 dl = lo_fn()
                 lo_cell.append((dl, _Query(dl.pmf, self.backend == "native")))
+                if tables is not None:
+                    tables["lo"] = lo_cell[0][1]
             return lo_cell[0]
 
         try:
