@@ -2,12 +2,12 @@
  *
  * Why: an answer's arrays (leaf PMFs, node outputs, query tables, temporaries) are freed when it is evicted,
  * a few hundred kilobytes to megabytes at the top of the C heap, which glibc then gives back to the kernel
- * (M_TRIM_THRESHOLD, 128 KiB); the next composition maps it again, a page fault per 4 KiB touched (45 an answer of
- * PSG(5, 0.1) x 1e3, 580 of PSG(0.8, 0.001) x 1e5; ~8% of their time on this machine).  Blocks of POOL_MIN bytes or
+ * (M_TRIM_THRESHOLD, 128 KiB); the next composition maps it again, a page fault per 4 KiB touched (measured in
+ * docs/performance.md, thirtieth session).  Blocks of POOL_MIN bytes or
  * more are kept on free lists per size class when freed, up to a cap of cached bytes, and handed out again: memory
  * already mapped.  Smaller blocks and blocks past the cap go to malloc and free as before.
  *
- * Every block carries a 16-byte header (its capacity and a tag) before the pointer handed out, so a free
+ * Every block carries a 16-byte header (its capacity, and padding) before the pointer handed out, so a free
  * needs no size from its caller, and the pointer keeps malloc's 16-byte alignment.  One mutex guards the lists
  * (numpy allocates and frees under the GIL; the lock makes the pool safe without it).  Contents are never read:
  * a pooled block is as uninitialised as a fresh one (calloc zeroes it). */
@@ -24,11 +24,10 @@
 #define POOL_MAX ((size_t)1 << 30)        /* larger blocks: never pooled */
 #define NCLASS 64                          /* classes POOL_MIN 2^(k/4), k < NCLASS: past 2^30 */
 #define HEADER 16
-#define TAG ((uint64_t)0x66706c64706f6f6cULL) /* "fpldpool" */
 
 typedef struct {
     uint64_t cap; /* usable bytes after the header */
-    uint64_t tag;
+    uint64_t pad; /* (keeps the pointer handed out at malloc's 16-byte alignment) */
 } header_t;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -78,7 +77,6 @@ static void *raw_block(size_t cap, int zero)
     if (!h)
         return NULL;
     h->cap = cap;
-    h->tag = TAG;
     return (char *)h + HEADER;
 }
 
@@ -140,7 +138,6 @@ void fpld_pool_free(void *ctx, void *ptr, size_t size)
         return;
     }
     pthread_mutex_unlock(&lock);
-    h->tag = 0;
     free(h);
 }
 
@@ -193,9 +190,7 @@ void fpld_pool_set_limit(size_t n)
         while (drop[k]) {
             void *p = drop[k];
             drop[k] = *(void **)p;
-            header_t *h = (header_t *)((char *)p - HEADER);
-            h->tag = 0;
-            free(h);
+            free((char *)p - HEADER);
         }
     }
 }
