@@ -35,13 +35,14 @@ from collections import OrderedDict
 
 import numpy as np
 
-if os.environ.get("FASTPLD_PURE_PYTHON", "") not in ("1", "true", "yes"):
-    try:  # (the arrays' memory pool, compiled; without it numpy's own allocator)
-        from . import _pool
+from . import _kernels
+
+_pool = None
+if _kernels._core is not None:  # (the compiled build, FASTPLD_PURE_PYTHON unset: else numpy's own allocator)
+    try:  # (the arrays' memory pool)
+        from . import _pool  # type: ignore[no-redef]
     except ImportError:  # pragma: no cover - depends on the build
         _pool = None
-else:
-    _pool = None
 
 __all__ = ["set_cache_limit", "cache_limit", "clear_caches", "cache_info", "set_thread_limit", "thread_limit",
            "DEFAULT_CACHE_BYTES"]
@@ -578,8 +579,8 @@ class compute_slot:
 def _pool_enter():
     """While this thread composes, numpy's arrays come from the pool (``fastpld._pool``): an answer's arrays freed
     when it is evicted are kept for the next composition, up to :func:`_pool_limit` bytes, instead of going back to
-    the C heap, whose top glibc returns to the kernel and maps again page by page (45 page faults an answer of
-    PSG(5, 0.1) x 1e3, 580 of PSG(0.8, 0.001) x 1e5: 5-10% of their time).  Returns the allocator replaced."""
+    the C heap, whose top glibc returns to the kernel and maps again page by page (docs/design.md, section 8).
+    Returns the allocator replaced."""
     if _pool is None:
         return None
     if _state.get("pool_limit") is None:
