@@ -894,9 +894,9 @@ int fpld_gauss_pair_moments(double v, double sd, double q, int remove, const dou
  * restrict-qualified buffers, so that the loops vectorise; the complex products by the textbook
  * formula (ac - bd, ad + bc) as in the numpy reference. */
 int fpld_power_direct(const double *X, ptrdiff_t F, int64_t m, double *P, double *B, double *D, double g,
-                      int first, double *work, double rdead, ptrdiff_t *K)
+                      int first, double *work, double rdead, ptrdiff_t *K, ptrdiff_t klow, double rho)
 {
-    if (F < 1 || m < 1 || *K < 0 || *K > F)
+    if (F < 1 || m < 1 || *K < 0 || *K > F || klow < 0 || !(rho >= 0 && rho <= 1))
         return FPLD_EINVAL;
     double *restrict xr = work, *restrict xi = work + F, *restrict yr = work + 2 * F,
            *restrict yi = work + 3 * F, *restrict rg = work + 4 * F, *restrict b = work + 5 * F;
@@ -920,12 +920,19 @@ int fpld_power_direct(const double *X, ptrdiff_t F, int64_t m, double *P, double
             --n;
         *K = n;
     }
-    if (first)
-        for (ptrdiff_t k = 0; k < n; ++k)
+    /* (below klow the forward error is rho g: fpld_low_dft's frequencies) */
+    ptrdiff_t kl = klow < n ? klow : n;
+    if (first) {
+        for (ptrdiff_t k = 0; k < kl; ++k)
+            Do[k] = dm / rg[k] * rho;
+        for (ptrdiff_t k = kl; k < n; ++k)
             Do[k] = dm / rg[k];
-    else
-        for (ptrdiff_t k = 0; k < n; ++k)
+    } else {
+        for (ptrdiff_t k = 0; k < kl; ++k)
+            Do[k] = Do[k] + dm / rg[k] * rho;
+        for (ptrdiff_t k = kl; k < n; ++k)
             Do[k] = Do[k] + dm / rg[k];
+    }
     int have_y = 0;
     for (int64_t e = m;;) {
         if (e & 1) {
@@ -968,6 +975,53 @@ int fpld_power_direct(const double *X, ptrdiff_t F, int64_t m, double *P, double
             P[2 * k + 1] = pr * yi[k] + pi * yr[k];
             Bo[k] = Bo[k] * b[k];
         }
+    }
+    return FPLD_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * The low frequencies of an input spectrum, summed directly (composition.lowdft).  A node's power amplifies the
+ * forward FFT's error g ~ 12 u log2 N m-fold where |X| ~ 1; these few frequencies are recomputed here to within a
+ * few u (the bound is the caller's: composition.lowdft.low_dft_error).
+ * --------------------------------------------------------------------------------------------------------------- */
+#define LOWDFT_BLOCK 64
+
+int fpld_low_dft(const double *p, ptrdiff_t n, int64_t cen, int64_t N, const double *c, const double *s, double m,
+                 double g, double tau, ptrdiff_t kmax, double *X, ptrdiff_t *K)
+{
+    if (n < 1 || N < 2 || N > ((int64_t)1 << 31) || kmax < 1 || !(m >= 1) || !(g >= 0) || !(tau >= 0))
+        return FPLD_EINVAL;
+    ptrdiff_t F = (ptrdiff_t)(N / 2 + 1), kend = kmax < F ? kmax : F, k = 1;
+    /* the prefix: past it the FFT's own error, m g (|X| + g)^(m - 1) per frequency, is at most tau */
+    while (k < kend) {
+        double r = sqrt(X[2 * k] * X[2 * k] + X[2 * k + 1] * X[2 * k + 1]);
+        if (m * g * pow(r + g, m - 1.0) <= tau)
+            break;
+        ++k;
+    }
+    *K = k;
+    int64_t c0 = (-cen) % N;
+    if (c0 < 0)
+        c0 += N;
+    for (ptrdiff_t f = 0; f < k; ++f) {
+        int64_t step = (int64_t)f % N, r = (c0 * step) % N; /* (< 2^62: N <= 2^31) */
+        long double re = 0.0L, im = 0.0L;
+        for (ptrdiff_t a = 0; a < n; a += LOWDFT_BLOCK) {
+            ptrdiff_t b = a + LOWDFT_BLOCK < n ? a + LOWDFT_BLOCK : n;
+            long double br = 0.0L, bi = 0.0L;
+            for (ptrdiff_t j = a; j < b; ++j) {
+                long double pj = (long double)p[j];
+                br += pj * (long double)c[r];
+                bi -= pj * (long double)s[r];
+                r += step;
+                if (r >= N)
+                    r -= N;
+            }
+            re += br;
+            im += bi;
+        }
+        X[2 * f] = (double)re;
+        X[2 * f + 1] = (double)im;
     }
     return FPLD_OK;
 }

@@ -523,7 +523,10 @@ def test_backends_agree(name, make, k, method):
 
     Round-off-level entries (below the certified error floor) are trimmed differently by
     different FFT implementations, so the PMFs are compared on their common value grid; the
-    trimming charge does not depend on the noise, so the bounds agree.
+    trimming charge does not depend on the noise, so the bounds agree.  Far in the tails (delta ~1e-7) the
+    float64 nodes' round-off, which differs between FFT implementations, can exceed 1e-9 of the value: there the
+    two agree within the round-off both charge (each PMF lies within its charge, in total variation, of the exact
+    composition), an epsilon within that charge over the curve's slope.
     """
     a = fastpld.compose(make(), k, method=method, backend="native")
     b = fastpld.compose(make(), k, method=method, backend="numpy")
@@ -544,15 +547,22 @@ def test_backends_agree(name, make, k, method):
         xb[shift - lo:shift - lo + pb.probs.size] = pb.probs
         assert np.abs(xa - xb).sum() <= 1e-9
         assert a.directions[d].eps_spent == pytest.approx(b.directions[d].eps_spent, rel=1e-9, abs=0)
+    fp = sum(x.directions[d].certificate.get("roundoff", 0.0) for x in (a, b) for d in x.directions)
+    assert fp < 1e-9
+
+    def close(x, y, atol, tail, tail_tol):  # (the tails' entries -- delta below 1e-6 -- within tail_tol)
+        x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+        assert np.all(np.abs(x - y) <= np.where(tail, np.maximum(atol, tail_tol), atol) + 1e-9 * np.abs(y)), (x, y)
+
     eps = np.array([0.25, 0.5, 1.0, 2.0])
     da, db = a.delta(eps), b.delta(eps)
-    _close(da.estimate, db.estimate, rtol=1e-9, atol=1e-15)
-    _close(da.lower, db.lower, rtol=1e-9, atol=1e-15)
-    _close(da.upper, db.upper, rtol=1e-9, atol=1e-15)
+    for x, y in ((da.estimate, db.estimate), (da.lower, db.lower), (da.upper, db.upper)):
+        close(x, y, 1e-15, np.asarray(y) < 1e-6, fp)
     ea, eb = a.epsilon([1e-5, 1e-7]), b.epsilon([1e-5, 1e-7])
-    _close(ea.estimate, eb.estimate, rtol=1e-9, atol=1e-12)
-    _close(ea.lower, eb.lower, rtol=1e-9, atol=1e-12)
-    _close(ea.upper, eb.upper, rtol=1e-9, atol=1e-12)
+    for x, y in ((ea.estimate, eb.estimate), (ea.lower, eb.lower), (ea.upper, eb.upper)):
+        # (the curve's slope there, at least half its secant's over +-1e-3 at these epsilons)
+        sl = np.abs(np.diff(a.delta(np.stack([np.asarray(x) + 1e-3, np.asarray(x) - 1e-3])).estimate, axis=0))[0]
+        close(x, y, 1e-12, np.array([False, True]), fp / (0.5 * sl / 2e-3))
 
 
 @needs_native

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from fastpld import _fft
+from fastpld import _fft, _lowdft
 from fastpld.discretize import GridPMF
 from oracles import exact_power, node_tv
 from fastpld.composition import budget, node as node_mod, precision as precision_mod, roundoff, series
@@ -23,8 +23,10 @@ from fastpld.composition import budget, node as node_mod, precision as precision
 @pytest.fixture(autouse=True)
 def _series_not_lattice(monkeypatch):
     # few-atom inputs would take direct DFTs and the lattice spectra (docs/roundoff.md 3e-3f, checked in
-    # test_small_dft.py); this module checks the low-frequency series, so they keep the FFT path
+    # test_small_dft.py), and float64 nodes of narrow inputs their low frequencies summed directly (3i, checked in
+    # test_lowdft.py); this module checks the low-frequency series, so they keep the FFT path and the series
     monkeypatch.setattr(precision_mod, "_DFT_MAX_N", 0)
+    monkeypatch.setattr(_lowdft, "plan", lambda ins, N: None)
 
 
 def _node(p, m, dtype_budget, backend):

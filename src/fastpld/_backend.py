@@ -35,7 +35,7 @@ class Backend:
         return np.abs(self.rfft(buf, n), out=out)
 
     def convolve(self, ins, N, dtype, u, ser=None, low=None, dead_log=800.0, fwd_dtype=None, direct=False, dft=None,
-                 lat=None, raw=False, inv64=None):
+                 lat=None, raw=False, inv64=None, low_dft=None):
         """A node's power ``irfft(prod_c X_c^m_c)`` of its inputs ``ins`` (``(probs, centre_index, m)``) and its
         round-off bound: ``(out, l1, linf)``.  The arguments are described at
         :meth:`fastpld._native.NativeBackend.convolve`; every backend computes the same bound."""
@@ -68,11 +68,12 @@ class NumpyBackend(Backend):
         return _same_precision(X, np.fft.irfft(X, n))
 
     def convolve(self, ins, N, dtype, u, ser=None, low=None, dead_log=800.0, fwd_dtype=None, direct=False, dft=None,
-                 lat=None, raw=False, inv64=None):
+                 lat=None, raw=False, inv64=None, low_dft=None):
         # the reference code shares the round-off model of the composition (imported on first use: the
         # composition package imports this module)
         from .composition.powers import numpy_convolve
-        return numpy_convolve(self, ins, N, dtype, u, ser, low, dead_log, fwd_dtype, direct, dft, lat, raw, inv64)
+        return numpy_convolve(self, ins, N, dtype, u, ser, low, dead_log, fwd_dtype, direct, dft, lat, raw, inv64,
+                              low_dft)
 
     def finish_node(self, out, shift, floor, trim, N):
         from .composition.powers import numpy_finish_node

@@ -879,11 +879,13 @@ def lattice_power(const real_out[::1] L, const real_out[::1] Phi, const unsigned
 # direct powers (float64 nodes without the low-frequency series): products instead of polar form
 # ---------------------------------------------------------------------------------------
 def power_direct(const double complex[::1] X, Py_ssize_t m, double complex[::1] P, double[::1] B, double[::1] D,
-                 double g, bint first, double[::1] work=None, double rdead=0.0, K=None):
+                 double g, bint first, double[::1] work=None, double rdead=0.0, K=None, Py_ssize_t klow=0,
+                 double rho=1.0):
     """Accumulate one input spectrum of a float64 node: ``P *= X^m`` (binary powering),
-    ``B *= (|X| + g)^m``, ``D += m / (|X| + g)`` (``first``: assign instead), on the frequencies
+    ``B *= (|X| + g)^m``, ``D += rho_k m / (|X| + g)`` (``first``: assign instead), on the frequencies
     ``[0, K)`` (default: all); returns the new ``K``: with ``rdead > 0`` the prefix ends after the
-    last frequency where ``|X| >= rdead`` (the caller zeroes and charges the rest).
+    last frequency where ``|X| >= rdead`` (the caller zeroes and charges the rest).  ``rho_k = rho`` below
+    ``klow`` (frequencies whose forward error is ``rho g``: :func:`low_dft`'s), else 1.
 
     With ``M`` the total power, ``|P - prod X^m| <= ((1 + sqrt(5) u)^(M - 1) - 1) prod |X|^m``
     (every addition chain for ``x^m`` accumulates ``m - 1`` relative roundings); the caller's
@@ -898,9 +900,25 @@ def power_direct(const double complex[::1] X, Py_ssize_t m, double complex[::1] 
         raise ValueError("power_direct: invalid argument")
     with nogil:
         status = fpld_power_direct(<const double *> &X[0], F, m, <double *> &P[0], &B[0], &D[0], g, first,
-                                   &work[0], rdead, &k)
+                                   &work[0], rdead, &k, klow, rho)
     _check(status, "power_direct")
     return k
+
+
+def low_dft(const double[::1] p, cnp.int64_t cen, cnp.int64_t N, const double[::1] c, const double[::1] s, double m,
+            double g, double tau, Py_ssize_t kmax, double complex[::1] X):
+    """Overwrite the forward FFT's output ``X`` (``N // 2 + 1`` values) at the frequencies ``k < K`` by the directly
+    summed spectrum of ``p`` placed at ``(j - cen) mod N`` (long double products and sums, the float64 tables
+    ``c, s`` of ``cos, sin(2 pi r / N)``); ``K``, returned: the first ``k >= 1`` where ``m g (|X_k| + g)^(m - 1) <=
+    tau``, at most ``kmax`` (C ``fpld_low_dft``; reference ``fastpld._reference.low_dft``)."""
+    cdef int status
+    cdef Py_ssize_t K = 0
+    if (p.shape[0] < 1 or c.shape[0] != N or s.shape[0] != N or X.shape[0] != N // 2 + 1 or kmax < 1):
+        raise ValueError("low_dft: invalid argument")
+    with nogil:
+        status = fpld_low_dft(&p[0], p.shape[0], cen, N, &c[0], &s[0], m, g, tau, kmax, <double *> &X[0], &K)
+    _check(status, "low_dft")
+    return K
 
 
 def power_direct_ld(const long double[::1] X, Py_ssize_t m, long double[::1] P, double[::1] B, double[::1] D,

@@ -371,6 +371,17 @@ def small_dft(q: np.ndarray, steps: np.ndarray, N: int, out: np.ndarray) -> np.n
     return _reference.small_dft(q, steps, N, out)
 
 
+def low_dft(p: np.ndarray, cen: int, N: int, c: np.ndarray, s: np.ndarray, m: float, g: float, tau: float, kmax: int,
+            X: np.ndarray, native: bool = True) -> int:
+    """The first ``K`` values of the forward spectrum ``X`` of ``p`` (placed at ``(j - cen) mod N``) summed directly
+    in long double from the tables ``c, s`` of ``cos, sin(2 pi r / N)``; ``K``, returned, from 1 where the FFT's
+    amplified error ``m g (|X_k| + g)^(m - 1)`` is at most ``tau``, at most ``kmax``
+    (:mod:`fastpld.composition.lowdft`)."""
+    if native and _core is not None:
+        return _core.low_dft(p, int(cen), int(N), c, s, float(m), float(g), float(tau), int(kmax), X)
+    return _reference.low_dft(p, int(cen), int(N), c, s, float(m), float(g), float(tau), int(kmax), X)
+
+
 def table_sum(w: np.ndarray, steps: np.ndarray, tab: np.ndarray, F: int) -> np.ndarray:
     """``out[k] = sum_j w_j tab[(k steps_j) mod N]`` for ``k < F`` (``N = len(tab)``), in ``w``'s precision."""
     w = np.ascontiguousarray(w)
@@ -483,10 +494,10 @@ def lattice_power(L, Phi, Q, dL, dP, up, u, N, Pc):
     return _compiled("lattice_power")(L, Phi, Q, dL, dP, up, u, N, Pc)
 
 
-def power_direct(X, m, P, B, D, g, first, work=None, rdead=0.0, K=None):
-    """``_core.power_direct``: one input spectrum of a float64 node's direct power; reference:
-    ``composition.powers._direct_power``."""
-    return _compiled("power_direct")(X, m, P, B, D, g, first, work, rdead, K)
+def power_direct(X, m, P, B, D, g, first, work=None, rdead=0.0, K=None, klow=0, rho=1.0):
+    """``_core.power_direct``: one input spectrum of a float64 node's direct power (forward error ``rho g`` below
+    ``klow``: :mod:`fastpld.composition.lowdft`); reference: ``composition.powers._direct_power``."""
+    return _compiled("power_direct")(X, m, P, B, D, g, first, work, rdead, K, klow, rho)
 
 
 def power_direct_ld(X, m, P, B, D, g, first, rdead=0.0, K=None):

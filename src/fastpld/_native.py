@@ -25,7 +25,7 @@ import sys
 import threading
 import numpy as np
 
-from . import _kernels, resources
+from . import _kernels, _lowdft, resources
 from ._backend import Backend
 from ._fft_error import _MIXED_RATIO, _fwd_error, _inverse64_l1, _low_e2
 
@@ -159,7 +159,7 @@ class NativeBackend(Backend):
         return fft.output_array * dt(1.0 / n)
 
     def convolve(self, ins, N, dtype, u, ser=None, low=None, dead_log=800.0, fwd_dtype=None, direct=False, dft=None,
-                 lat=None, raw=False, inv64=None):
+                 lat=None, raw=False, inv64=None, low_dft=None):
         """``irfft(prod_c rfft(fold(p_c))^m_c)`` and its round-off bound ``(out, l1, linf)``.
 
         ``ins``: list of ``(probs, centre_index, m)``.  Same arithmetic as the reference
@@ -182,6 +182,8 @@ class NativeBackend(Backend):
         ``inv64``: for a long double node with ``direct``, a test ``inv64(l1) -> bool`` of the bound ``l1`` it would
         have with a float64 inverse FFT (:func:`fastpld._fft_error._inverse64_l1`); where it passes, the
         long double power is rounded to complex128 and transformed in float64 (``out`` is then float64).
+        ``low_dft``: for a float64 node with ``direct``, per input the most low frequencies to sum directly
+        (:func:`fastpld.composition.lowdft.plan`; 0: none), charged their own bound there.
         """
         dt = np.dtype(dtype)
         if _kernels._core is None and (lat is not None or direct):
@@ -189,14 +191,14 @@ class NativeBackend(Backend):
             # only compiled kernels, so their numpy references; the output scaled, see finish_node)
             from .composition.powers import numpy_convolve
             return numpy_convolve(self, ins, N, dtype, u, ser, low, dead_log, fwd_dtype, direct, dft, lat,
-                                  inv64=inv64)
+                                  inv64=inv64, low_dft=low_dft)
         if _kernels._core is None:
             raw = False
         if lat is not None:
             return self._convolve_lattice(lat, N, dt, u, raw)
         fdt = dt if (fwd_dtype is None or dft is not None) else np.dtype(fwd_dtype)
         if direct:
-            return self._convolve_direct(ins, N, u, dead_log, dft, raw, dt, inv64)
+            return self._convolve_direct(ins, N, u, dead_log, dft, raw, dt, inv64, low_dft)
         fwd = _plan(N, fdt, True)
         inv = _plan(N, dt, False)
         F = N // 2 + 1
@@ -262,7 +264,8 @@ class NativeBackend(Backend):
         l1 = math.sqrt(e2sq) + 12.0 * u * math.ceil(math.log2(max(N, 2))) * math.sqrt(p2sq)
         return out, l1, l1 / math.sqrt(N)
 
-    def _convolve_direct(self, ins, N, u, dead_log=800.0, dft=None, raw=False, dt=np.dtype(np.float64), inv64=None):
+    def _convolve_direct(self, ins, N, u, dead_log=800.0, dft=None, raw=False, dt=np.dtype(np.float64), inv64=None,
+                         low_dft=None):
         """``convolve`` of a node without the series by direct powers (reference: composition.powers._direct_power),
         in float64 or long double (``dt``).
 
@@ -288,7 +291,11 @@ class NativeBackend(Backend):
                 K = _kernels.power_direct_ld(fwd.output_array.view(np.longdouble), int(m), P.view(np.longdouble),
                                              B, D, g, c == 0, rdead, K)
             else:
-                K = _kernels.power_direct(fwd.output_array, int(m), P, B, D, g, c == 0, work, rdead, K)
+                klow, rho = 0, 1.0
+                if low_dft is not None and low_dft[c]:
+                    # (its first frequencies summed directly, within rho g: composition.lowdft)
+                    klow, rho = _lowdft.spectrum(fwd.output_array, p, cen, N, m, g, low_dft[c], msum, True)
+                K = _kernels.power_direct(fwd.output_array, int(m), P, B, D, g, c == 0, work, rdead, K, klow, rho)
         P[K:] = 0
         e2sq, p2sq = _kernels.power_direct_bound(B, D, g, msum, u, N, K)
         dead = (F - K) * max(2e-300, 2.0 * math.exp(10.0 - dead_log)) if K < F else 0.0

@@ -352,6 +352,26 @@ def small_dft(q: np.ndarray, steps: np.ndarray, N: int, out: np.ndarray) -> np.n
     return out
 
 
+def low_dft(p: np.ndarray, cen: int, N: int, c: np.ndarray, s: np.ndarray, m: float, g: float, tau: float, kmax: int,
+            X: np.ndarray) -> int:
+    """``X[k]`` for ``k < K`` replaced by ``sum_j p_j (c_r - i s_r)``, ``r = k (j - cen) mod N``, the products and
+    sums in long double (numpy's pairwise sums); ``K`` the first ``k >= 1`` where ``m g (|X_k| + g)^(m - 1) <= tau``,
+    at most ``kmax`` (``_core.low_dft``)."""
+    ld = np.longdouble
+    F = N // 2 + 1
+    kend = min(kmax, F)
+    xr, xi = X.real[1:kend], X.imag[1:kend]
+    with np.errstate(under="ignore"):
+        small = np.flatnonzero(m * g * (np.sqrt(xr * xr + xi * xi) + g) ** (m - 1.0) <= tau)
+    K = int(small[0]) + 1 if small.size else max(kend, 1)
+    pl = np.asarray(p, dtype=np.float64).astype(ld)
+    j = np.arange(p.size, dtype=np.int64) - int(cen)
+    for f in range(K):
+        r = (j * f) % N
+        X[f] = complex(float(np.sum(pl * c[r].astype(ld))), float(-np.sum(pl * s[r].astype(ld))))
+    return K
+
+
 def table_sum(w: np.ndarray, steps: np.ndarray, tab: np.ndarray, F: int, out: np.ndarray) -> np.ndarray:
     """``out[k] = sum_j w_j tab[(k steps_j) mod N]`` for ``k < F`` (``_core.table_sum``)."""
     N = tab.size

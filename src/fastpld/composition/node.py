@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from .. import _fft, _kernels
+from .. import _fft, _kernels, _lowdft
 from .._limits import BucketLimitError
 from ..discretize import GridPMF
 from .lattice import _lattice_spectrum
@@ -249,7 +249,7 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     if len(ins) == 1 and ins[0][2] == 1:
         p, cen, m = ins[0]
         info = {"N": p.size, "wrap": 0.0, "fp": 0.0, "dtype": p.dtype, "pos_err": 0.0, "window": (0, p.size - 1),
-                "series": 0, "dft": False, "lattice": False}
+                "series": 0, "dft": False, "lattice": False, "lowdft": False}
         return GridPMF(p, inputs[0][0].offset, h, origin=inputs[0][0].origin, anchor=inputs[0][0].anchor), info
     lo_full = -sum(m * cen for _, cen, m in ins)
     lo, hi, tail = _chernoff_window(ins, w_per, backend.native)
@@ -292,14 +292,19 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     split_any = len(ins) == 1 and mmax >= 8 and not dft_ok
     pred_ld = _predicted_fp_plain(inst, msum, lg, _ULD)
     split_ok = split_any and _SPLIT_FACTOR * pred_ld > budgets.delta
+    # a float64 try whose large powers need accurate low frequencies: where few of them matter (a narrow input, a
+    # moderate power) they are summed directly, cheaper than the series' moments (docs/roundoff.md, section 3i)
+    lowp = (_lowdft.plan(ins, N) if est64 > 0.25 * allowance and mmax >= 8 and not dft_ok and not split_ok
+            else None)
     bulk64 = None
     if est64 <= 0.25 * allowance:
         dtypes = (np.float64,)
-    # (a float64 try is predicted by the series' charge only where the series, the DFTs or the split can run,
-    # else by the plain one (measured at 1.6x its prediction on x125 nodes of subsampled Gaussian leaves): a
-    # node of inputs too wide for the series whose plain charge does not fit goes to long double at once)
-    elif (_predicted_fp_series(inst, msum, lg, mmax, _has_atoms(node)) if (series_ok(N) or dft_ok or split_ok)
-          else est64) <= node_allowance:
+    # (a float64 try is predicted by the series' charge only where the series, the direct low frequencies, the DFTs
+    # or the split can run, else by the plain one (measured at 1.6x its prediction on x125 nodes of subsampled
+    # Gaussian leaves): a node of inputs too wide for the series whose plain charge does not fit goes to long
+    # double at once)
+    elif (_predicted_fp_series(inst, msum, lg, mmax, _has_atoms(node))
+          if (series_ok(N) or lowp is not None or dft_ok or split_ok) else est64) <= node_allowance:
         dtypes = (np.float64, np.longdouble)
     else:
         dtypes = (np.longdouble,)
@@ -337,7 +342,9 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
         # (a long double node whose plain charge is small anyway and that takes no float64 forward FFTs gains
         # nothing from the series but a smaller charge: 0.36 ms a node at 50 x 5,832 buckets, skipped)
         ld_plain = dtype is np.longdouble and msum < _MIXED_MIN_POWER and pred_ld <= 0.25 * allowance
-        ser = _series_spectrum(ins, N, dtype, backend.native) if use_series and not want_lat and not ld_plain else None
+        low_here = dtype is np.float64 and lowp is not None and bulk64 is None and not want_lat
+        ser = (_series_spectrum(ins, N, dtype, backend.native)
+               if use_series and not want_lat and not ld_plain and not low_here else None)
         split = False
         if dtype is np.float64 and bulk64 is not None:
             ser = _split_series_spectrum(ins, N, dtype, backend, 12.0 * u * lg, backend.native, bulk=bulk64)
@@ -392,8 +399,10 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
         # _INV64_SHARE of the node's allowance (docs/roundoff.md, section 3h): ~0.1 of a long double inverse's time
         inv64 = ((lambda l1: inst * _node_tv(l1, N, _U64) <= _INV64_SHARE * node_allowance)
                  if direct and dtype is np.longdouble and _INV64_SHARE > 0 else None)
+        used_low = low_here and direct
         out, fp_l1, fp_linf = backend.convolve(ins, N, dtype, u, ser=ser, low=low, dead_log=dead_log, fwd_dtype=fdt,
-                                               direct=direct, dft=dft, lat=lat, raw=True, inv64=inv64)
+                                               direct=direct, dft=dft, lat=lat, raw=True, inv64=inv64,
+                                               low_dft=lowp if used_low else None)
         u_out = _U64 if out.dtype == np.float64 else u  # (the output's precision: its normalisation's rounding)
         if ser is not None:  # the series' common scale, removed by the normalisation below
             fp_l1 *= 1 + 2 * ser[6]
@@ -437,7 +446,8 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
         offset = base_val + (c + a) * h
         pos_err = _dyadic_error(exact, offset)
     info = {"N": N, "wrap": wrap, "fp": tv_fp, "dtype": dtype, "window": (c, c + N - 1), "pos_err": pos_err,
-            "series": ser[0] if ser is not None else 0, "dft": dft is not None, "lattice": lat is not None}
+            "series": ser[0] if ser is not None else 0, "dft": dft is not None, "lattice": lat is not None,
+            "lowdft": used_low}
     return GridPMF(lin, offset, h, origin=origin, anchor=_anchor_sum(inputs) if position else None), info
 
 

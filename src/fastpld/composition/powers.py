@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from .. import _kernels
+from .. import _kernels, _lowdft
 from .._fft_error import _MIXED_RATIO, _fwd_error, _inverse64_l1, _low_e2
 from .lattice import _lattice_amp
 from .roundoff import _fp_fft_bound
@@ -82,7 +82,7 @@ def _numpy_power(backend, ins, N, dtype, fdt, u, ser, low, g_extra, dft=None):
     return fp_l1, fp_linf, out
 
 
-def _direct_power(backend, ins, N, u, dft=None, dtype=np.float64, inv64=None):
+def _direct_power(backend, ins, N, u, dft=None, dtype=np.float64, inv64=None, low_dft=None):
     """Reference (numpy backend) of the direct powers of a node without the series, float64 or long double
     (``dtype``; ``NativeBackend.convolve(direct=True)``, same arithmetic): ``(l1, linf, out)``.
 
@@ -100,12 +100,19 @@ def _direct_power(backend, ins, N, u, dft=None, dtype=np.float64, inv64=None):
     term) at a fraction of its cost (docs/roundoff.md, section 3d).
 
     ``inv64``: as ``NativeBackend.convolve``'s (a long double node's test of its bound with a float64 inverse FFT).
+    ``low_dft``: per input of a float64 node, the most low frequencies summed directly (:mod:`fastpld._lowdft`):
+    there its forward error is ``g_c = rho_c g`` instead of ``g``, and the forward term is ``B sum_c g_c m_c /
+    (|X~_c| + g)`` (``B`` and the denominators keep ``g``: ``(|X~| + g_c)^(m - 1) <= (|X~| + g)^m / (|X~| + g)``).
     """
     g, _ = _fwd_error(ins, N, dtype, u, None, dft)
     P = B = D = None
     msum = 0
     for i, (p, cen, m) in enumerate(ins):
         X = _spectrum(backend, p, cen, N, dtype, None if dft is None else dft[i])
+        klow, rho = 0, 1.0
+        if low_dft is not None and low_dft[i]:
+            X = np.array(X, dtype=np.complex128)
+            klow, rho = _lowdft.spectrum(X, p, cen, N, m, g, low_dft[i], sum(mm for _, _, mm in ins), False)
         # (|X| in float64, also of a long double X: relative error <= 3 u64, inside the 1e-9 inflation)
         xr, xi = X.real.astype(np.float64), X.imag.astype(np.float64)
         r = np.sqrt(xr * xr + xi * xi)
@@ -123,6 +130,7 @@ def _direct_power(backend, ins, N, u, dft=None, dtype=np.float64, inv64=None):
             x = x * x
             rg = rg * rg
         d = m / (r + g)
+        d[:klow] *= rho
         P, B, D = (y, b, d) if P is None else (P * y, B * b, D + d)
         msum += int(m)
     with np.errstate(under="ignore"):
@@ -145,7 +153,7 @@ def _direct_power(backend, ins, N, u, dft=None, dtype=np.float64, inv64=None):
 
 
 def numpy_convolve(backend, ins, N, dtype, u, ser=None, low=None, dead_log=800.0, fwd_dtype=None, direct=False,
-                   dft=None, lat=None, raw=False, inv64=None):
+                   dft=None, lat=None, raw=False, inv64=None, low_dft=None):
     """The numpy backend's node power (:meth:`fastpld._backend.NumpyBackend.convolve`), the reference of
     ``NativeBackend.convolve`` with the same arguments: ``(out, l1, linf)``.
 
@@ -157,7 +165,7 @@ def numpy_convolve(backend, ins, N, dtype, u, ser=None, low=None, dead_log=800.0
     if lat is not None:
         l1, linf, out = _lattice_power_numpy(backend, lat, N, dtype, u)
     elif direct:
-        l1, linf, out = _direct_power(backend, ins, N, u, dft, dtype, inv64)
+        l1, linf, out = _direct_power(backend, ins, N, u, dft, dtype, inv64, low_dft)
     else:
         fdt = dtype if fwd_dtype is None else fwd_dtype
         l1, linf, out = _numpy_power(backend, ins, N, dtype, fdt, u, ser, low, ser[5] if ser is not None else 0.0, dft)

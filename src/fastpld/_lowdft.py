@@ -1,0 +1,112 @@
+"""The low frequencies of a float64 node's input spectra, summed directly (docs/roundoff.md, section 3i).
+
+Shared, as :mod:`fastpld._fft_error`, by the native backend's node and the numpy backend's reference.
+
+A node raises each input spectrum ``X`` to the power ``m``; the forward FFT computes ``X`` to within
+``g = 12 u ceil(log2 N)``, and where ``|X| ~ 1`` the power amplifies that ``m``-fold.  The low-frequency series
+(:mod:`fastpld.composition.series`) recomputes those frequencies from the input's moments: ``(R + 3) n`` long
+double products for an input of ``n`` buckets, whatever the number of frequencies they serve.  A narrow input
+raised to a moderate power needs few of them: where ``m g |X|^(m - 1)`` still matters ``|X|^m`` is not
+negligible, about ten frequencies for the x50 node of a subsampled Gaussian's leaf.  There each value is summed
+directly here, ``K n`` long double products from the float64 table of the FFT length's cosines and sines, to
+within a few ``u`` (:func:`low_dft_error`), and the node's direct power charges that bound at those frequencies
+instead of ``g`` (``NativeBackend.convolve(..., low_dft=...)``, reference
+:func:`fastpld.composition.powers._direct_power`).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import _kernels, resources
+from ._dft_tables import DFT_TABLE_ERR, dft_table
+
+_U64 = float(np.finfo(np.float64).eps) / 2
+_ULD = float(np.finfo(np.longdouble).eps) / 2  # (composition.roundoff's)
+
+# the frequencies summed directly: those where the FFT's amplified error m g (|X| + g)^(m - 1) exceeds this share
+# of the summed values' own charge at frequency 0 (m g_low plus the power's rounding), so that what the FFT's
+# error adds past them is small against what the node is charged anyway
+_TAU_SHARE = 0.1
+# ... at most this share of a forward FFT's work (N log2 N) per input; a wider input or a larger power takes the
+# series (or long double) instead
+_COST_SHARE = 0.5
+_BLOCK = 64  # terms per long double block sum (C LOWDFT_BLOCK)
+_MIN_POWER = 8  # (as the series: smaller powers amplify the FFT's error too little to matter)
+
+
+def low_dft_error(n: int) -> float:
+    """The bound on ``|X~_k - X_k|`` of a directly summed spectrum value of an input of ``n`` buckets with
+    ``||p||_1 <= 1.01`` (the node's inputs are normalised PMFs, as :func:`fastpld._fft_error._fwd_error` takes
+    them).  Per component: the float64 table entries within ``u64 + DFT_TABLE_ERR uld`` of the exact ones (the
+    long double ones rounded); each product ``p_j t`` rounded in long double and at most ``L = 64 + ceil(n / 64) +
+    ceil(log2 n) + 8`` long double additions per term (blocks of 64, then the blocks' sums; numpy's pairwise sum in
+    the reference makes fewer), ``gamma_(L + 1)`` of ``sum |p_j t|``; the result rounded to float64, ``u64`` of its
+    size.  The complex modulus is at most ``sqrt 2`` times the componentwise bound."""
+    n = max(int(n), 1)
+    L = _BLOCK + -(-n // _BLOCK) + math.ceil(math.log2(n + 1)) + 8
+    gam = (L + 1) * _ULD / (1 - (L + 1) * _ULD)
+    per = (_U64 + DFT_TABLE_ERR * _ULD) + gam + _U64 * (1 + gam)
+    return math.sqrt(2.0) * per * 1.01 * (1 + 1e-9)
+
+
+def plan(ins, N: int):
+    """Per input ``(p, cen, m)`` of a float64 node of FFT length ``N``: the largest number of low frequencies to sum
+    directly (0: none), or ``None`` where some input's would cost more than ``_COST_SHARE`` of a forward FFT (or
+    no input needs them).  The count is estimated from the input's variance (``|X_k| ~ e^(-theta_k^2 var / 2)``);
+    the kernel stops where the FFT's own values suffice (:func:`spectrum`), so a loose estimate only moves the
+    cost, never the bound."""
+    lg = math.ceil(math.log2(max(N, 2)))
+    g = 12.0 * _U64 * lg
+    msum = sum(m for _, _, m in ins)
+    out = []
+    for p, cen, m in ins:
+        p = np.asarray(p)
+        if m < _MIN_POWER or p.dtype != np.float64:
+            out.append(0)
+            continue
+        n = p.size
+        kmax = int(_COST_SHARE * N * lg / n)
+        tau = _tau(m, n, msum)
+        x = math.log(m * g / tau)
+        if x <= 0:
+            out.append(0)
+            continue
+        var = float(_kernels.pmf_moments(p, cen)[2])
+        k_est = (math.ceil(math.sqrt(2 * x / ((m - 1) * var)) * N / (2 * math.pi)) + 1) if var > 0 else N
+        if k_est > kmax:
+            return None
+        out.append(min(kmax, N // 2 + 1, max(2 * k_est, 8)))  # (room for a spectrum that decays slower)
+    return tuple(out) if any(out) else None
+
+
+def _tau(m, n, msum) -> float:
+    return _TAU_SHARE * (m * low_dft_error(n) + 4.01 * (msum - 1) * _U64)
+
+
+def _table(N: int, native: bool):
+    """The float64 cosines and sines of ``2 pi r / N``: :func:`fastpld._dft_tables.dft_table`'s, kept with the
+    calling thread's FFT plans where ``native`` (the length's twiddles, as the plans keep theirs: kept by
+    ``clear_caches(keep_plans=True)``)."""
+    if not native:
+        return dft_table(N, np.float64)
+    ws = resources.workspace()
+    key = ("lowdft", int(N))
+    t = ws.get(key)
+    if t is None:
+        t = dft_table(N, np.float64)
+        ws.put(key, t, 16 * int(N))
+    return t
+
+
+def spectrum(X, p, cen: int, N: int, m: int, g: float, kmax: int, msum: int, native: bool):
+    """Overwrite the forward spectrum ``X`` (``N // 2 + 1`` complex values) of ``p`` placed at ``(j - cen) mod N``
+    at its first ``K`` frequencies by the directly summed values: ``K`` from 1 where ``m g (|X_k| + g)^(m - 1)`` is
+    at most ``tau`` (:func:`_tau`), at most ``kmax``.  Returns ``(K, rho)``: the values there are within
+    ``rho g`` of the exact ones (:func:`low_dft_error`)."""
+    c, s = _table(N, native)
+    p = np.ascontiguousarray(p, dtype=np.float64)
+    tau = _tau(m, p.size, msum)
+    K = _kernels.low_dft(p, cen, N, c, s, m, g, tau, kmax, X, native)
+    return K, min(1.0, low_dft_error(p.size) / g)

@@ -1,0 +1,175 @@
+"""The directly summed low frequencies of float64 nodes (fastpld._lowdft, docs/roundoff.md section 3i).
+
+The summed values against exact DFTs (mpmath, 40 digits) within their stated bound, on the kernel and its numpy
+reference; the frequency count against its rule; the direct power's forward term at those frequencies; and whole
+nodes against exact powers (integer arithmetic, ``oracles.exact_power``): the measured distance within the charge,
+the charge far below the plain FFT's.
+"""
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import mpmath
+import numpy as np
+import pytest
+
+from fastpld import _fft, _kernels, _lowdft
+from fastpld._dft_tables import dft_table
+from fastpld.composition import budget, node as node_mod, precision as precision_mod, roundoff
+from fastpld.discretize import GridPMF
+from oracles import exact_power, node_tv
+
+NATIVE = "native" in _fft.available_backends()
+IMPLS = [True, False] if NATIVE else [False]
+
+
+def _exact_dft(p, cen, N, K):
+    mpmath.mp.dps = 40
+    out = []
+    for f in range(K):
+        acc = mpmath.mpc(0)
+        for j, x in enumerate(p):
+            if x:
+                acc += mpmath.mpf(float(x)) * mpmath.expj(-2 * mpmath.pi * f * ((j - cen) % N) / N)
+        out.append(acc)
+    return out
+
+
+def _placed(p, cen, N):
+    buf = np.zeros(N)
+    np.add.at(buf, (np.arange(p.size) - cen) % N, p)
+    return np.fft.rfft(buf)
+
+
+# (n, N, cen, m): odd and composite lengths, a centre outside the input, an input longer than N (folded)
+SPECTRA = [(461, 2560, 230, 50), (300, 1001, -7, 20), (90, 243, 95, 125), (700, 512, 350, 8), (37, 4096, 0, 400)]
+
+
+@pytest.mark.parametrize("native", IMPLS)
+@pytest.mark.parametrize("n,N,cen,m", SPECTRA)
+def test_low_dft_within_its_bound(native, n, N, cen, m):
+    rng = np.random.default_rng(n + N)
+    x = np.linspace(-3, 3, n)
+    p = np.exp(-x * x / 2) * (1 + 0.5 * rng.random(n))
+    p[rng.random(n) < 0.1] = 0.0
+    p /= p.sum()
+    X = _placed(p, cen, N)
+    g = 12 * roundoff._U64 * math.ceil(math.log2(N))
+    c, s = dft_table(N, np.float64)
+    tau = _lowdft._tau(m, n, m)
+    K = _kernels.low_dft(p, cen, N, c, s, m, g, tau, 24, X, native)
+    assert 1 <= K <= min(24, N // 2 + 1)
+    # K: the first frequency from 1 where the FFT's amplified error is at most tau (the FFT's values past it)
+    r = np.abs(_placed(p, cen, N))
+    amp = m * g * (r + g) ** (m - 1)
+    expect = next((k for k in range(1, min(24, N // 2 + 1)) if amp[k] <= tau), min(24, N // 2 + 1))
+    assert abs(K - expect) <= 1 and (K == expect or abs(amp[min(K, expect)] - tau) < 1e-3 * tau)
+    bound = _lowdft.low_dft_error(n)
+    exact = _exact_dft(p, cen, N, K)
+    err = max(abs(complex(X[f]) - complex(exact[f])) for f in range(K))
+    assert err <= bound, (err, bound)
+    # the FFT's own values stand past K; the summed ones are far closer than the FFT's bound g
+    assert bound < g / 3
+
+
+@pytest.mark.skipif(not NATIVE, reason="native backend not built")
+def test_low_dft_kernel_matches_reference():
+    rng = np.random.default_rng(3)
+    for n, N, cen, m in SPECTRA:
+        p = rng.random(n) ** 4
+        p /= p.sum()
+        X0 = _placed(p, cen, N)
+        g = 12 * roundoff._U64 * math.ceil(math.log2(N))
+        c, s = dft_table(N, np.float64)
+        a, b = X0.copy(), X0.copy()
+        ka = _kernels.low_dft(p, cen, N, c, s, m, g, 0.0, 16, a, True)
+        kb = _kernels.low_dft(p, cen, N, c, s, m, g, 0.0, 16, b, False)
+        assert ka == kb == min(16, N // 2 + 1)  # (tau 0: every frequency up to kmax)
+        assert np.max(np.abs(a[:ka] - b[:kb])) <= 2 * _lowdft.low_dft_error(n)
+        assert np.array_equal(a[ka:], X0[ka:])  # (the FFT's values past K untouched)
+    with pytest.raises(ValueError):
+        _kernels._core.low_dft(np.ones(3), 0, 16, np.ones(16), np.ones(15), 8.0, 1e-15, 0.0, 4,
+                               np.zeros(9, complex))
+
+
+@pytest.mark.skipif(not NATIVE, reason="native backend not built")
+def test_power_direct_low_frequencies_weighted():
+    """Below ``klow`` the forward term's weight is ``rho m / (|X| + g)`` (the summed values' bound ``rho g``),
+    on the first input (assigned) and on later ones (added); the power itself is unchanged."""
+    rng = np.random.default_rng(7)
+    F = 33
+    X = rng.random(F) + 1j * rng.random(F)
+    g, m = 1e-14, 9
+    out = {}
+    for klow, rho in ((0, 1.0), (5, 0.25)):
+        P = np.empty(F, complex)
+        B, D = np.empty(F), np.empty(F)
+        _kernels.power_direct(X, m, P, B, D, g, True, klow=klow, rho=rho)
+        _kernels.power_direct(X, 3, P, B, D, g, False, klow=klow, rho=rho)
+        out[klow] = (P.copy(), B.copy(), D.copy())
+    P0, B0, D0 = out[0]
+    P1, B1, D1 = out[5]
+    assert np.array_equal(P0, P1) and np.array_equal(B0, B1) and np.array_equal(D0[5:], D1[5:])
+    want = 0.25 * (m + 3) / (np.abs(X[:5]) + g)
+    np.testing.assert_allclose(D1[:5], want, rtol=1e-14)
+    with pytest.raises(ValueError):
+        _kernels.power_direct(X, m, P, B, D, g, True, klow=2, rho=1.5)
+
+
+def _node(p, m, fp_budget, backend):
+    pmf = GridPMF(np.asarray(p, dtype=np.float64), 0.0, 1.0)
+    budgets = budget._Budgets(eps=0.1, delta=1.0, eta=0.0, trunc=0.0, wrap=1e-30, fp=fp_budget)
+    return node_mod._run_node(SimpleNamespace(label="test"), [(pmf, m)], 1, budgets, 1, _fft.resolve(backend),
+                              1 << 22)
+
+
+def _bump(n, skew):
+    x = np.linspace(-4, 4, n)
+    p = np.exp(-x * x / 2) * (1 + skew * np.tanh(x))
+    return p / p.sum()
+
+
+# (more than 32 buckets each: fewer take direct DFTs at every frequency, docs/roundoff.md 3e)
+# (and a round-off budget the plain FFT's charge exceeds, the summed frequencies' does not: the power's own rounding,
+# 4 M u, grows with it)
+NODES = [(_bump(40, 0.0), 200, 1e-12), (_bump(60, 0.6), 64, 1e-12), (_bump(45, -0.4), 600, 1e-11)]
+
+
+@pytest.fixture(scope="module")
+def exact_nodes():
+    return {i: exact_power(p, m) for i, (p, m, _) in enumerate(NODES)}
+
+
+@pytest.mark.parametrize("backend", ["numpy", "native"])
+@pytest.mark.parametrize("case", range(len(NODES)))
+def test_lowdft_node_within_its_charge(exact_nodes, case, backend, monkeypatch):
+    if backend not in _fft.available_backends():
+        pytest.skip("native backend not built")
+    p, m, fp_budget = NODES[case]
+    out, info = _node(p, m, fp_budget, backend)
+    # (the plain FFT's charge would not fit the budget: the node sums its low frequencies, in float64)
+    assert info["lowdft"] and info["series"] == 0 and np.dtype(info["dtype"]) == np.float64
+    tv = node_tv(out, exact_nodes[case])
+    assert tv <= info["fp"] + info["wrap"], (tv, info)
+    plain = precision_mod._predicted_fp_plain(1, m, math.ceil(math.log2(info["N"])))
+    assert info["fp"] < plain / 4, (info["fp"], plain)
+    # ... where the same node on the FFT's values alone is charged its m-fold amplification
+    monkeypatch.setattr(_lowdft, "plan", lambda ins, N: None)
+    monkeypatch.setattr(node_mod, "_series_spectrum", lambda *a, **k: None)
+    out2, info2 = _node(p, m, 1.0, backend)  # (a budget every charge fits: float64, plain)
+    assert not info2["lowdft"] and np.dtype(info2["dtype"]) == np.float64
+    assert node_tv(out2, exact_nodes[case]) <= info2["fp"] + info2["wrap"]
+    assert info["fp"] < info2["fp"] / 3, (info["fp"], info2["fp"])
+
+
+def test_lowdft_plan_defers_to_the_series_for_wide_inputs():
+    """An input whose low frequencies would cost more than half a forward FFT is left to the series: a wide input
+    with a narrow peak (a slowly decaying spectrum: many frequencies matter), not a wide bump (few do)."""
+    x = np.arange(3000) - 1500.0
+    p = np.exp(-x * x / 8) + 1e-9
+    p /= p.sum()
+    assert _lowdft.plan([(p, 1500, 50)], 4096) is None
+    k = _lowdft.plan([(_bump(3000, 0.0), 1500, 50)], 4096)
+    assert k is not None and 2 <= k[0] <= 0.5 * 4096 * 12 / 3000
+    assert _lowdft.plan([(_bump(3000, 0.0), 1500, 4)], 4096) is None  # (a small power: nothing to sum)
