@@ -275,6 +275,19 @@ def test_compiled_chernoff_window_matches_search(monkeypatch):
 
 
 @needs_native
+def test_chernoff_tail_matches_numpy():
+    """The compiled tail bound is the numpy expression's, bit for bit, with infinite and NaN log-MGF values too."""
+    rng = np.random.default_rng(4)
+    for K in (rng.normal(size=9) * 30, np.array([np.inf, -3.0, 2.0]), np.array([1.0, np.nan, -50.0]),
+              np.array([-np.inf, 4.0]), np.array([700.0, 800.0])):
+        s = rng.random(K.size) + 0.1
+        for x in (-1e6, -3.0, 0.0, 2.5, 40.0, 1e6):
+            with np.errstate(invalid="ignore"):
+                want = float(min(1.0, math.exp(min(0.0, float((K - s * x).min())))))
+            assert _kernels._core.chernoff_tail(K, s, x) == want
+
+
+@needs_native
 @pytest.mark.parametrize("sigma,q", [(216.31, 0.2), (1.0, 0.01), (0.5, 0.5)])
 def test_native_moments_match(sigma, q):
     """The native leaf ladder's compiled moments equal the numpy quadrature (and are cached apart)."""

@@ -429,6 +429,27 @@ def chernoff_window(list ps, list cens, list ms, const double[::1] srel, const d
     return int(lo), int(hi), out[:npn], out[k:k + npn], out[2 * k:2 * k + nnn], out[3 * k:3 * k + nnn]
 
 
+def chernoff_tail(const double[::1] K, const double[::1] s, double x):
+    """``min(1, exp(min(0, min_i (K_i - s_i x))))``: one side's Chernoff bound at ``x`` from the log-MGF values ``K``
+    at ``s`` of :func:`chernoff_window` (``composition.node._chernoff_window``'s, the same operations; a NaN term
+    gives 1, as numpy's NaN minimum does there)."""
+    cdef Py_ssize_t i, n = K.shape[0]
+    cdef double e = INFINITY, t, r
+    cdef bint nan = False
+    if n == 0 or s.shape[0] != n:
+        raise ValueError("chernoff_tail: invalid argument")
+    for i in range(n):
+        t = K[i] - s[i] * x
+        if t != t:
+            nan = True
+        elif t < e:
+            e = t
+    if nan or not e < 0.0:  # (Python's min(0.0, e): 0 unless e < 0)
+        e = 0.0
+    r = exp(e)
+    return r if r < 1.0 else 1.0
+
+
 # ---------------------------------------------------------------------------------------
 # fused kernels (double and long double)
 # ---------------------------------------------------------------------------------------

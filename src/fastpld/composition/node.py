@@ -47,19 +47,10 @@ def _chernoff_window(inputs, w, native=False):
                                      [m for _, _, m in inputs], _S_REL, _S_REFINE, w)
         if r is not None:
             lo_n, hi_n, sp_n, Kp_n, sn_n, Kn_n = r
-            # (a dozen points a side, as Python floats: the same roundings as numpy's elementwise K - s x; numpy's
-            # where one is not finite, whose NaN minimum Python's min would not give)
-            kp, kn = Kp_n.tolist(), Kn_n.tolist()
-            fin = all(map(math.isfinite, kp)) and all(map(math.isfinite, kn))  # (two numpy reductions cost more)
-            up_n, dn_n = list(zip(kp, sp_n.tolist())), list(zip(kn, sn_n.tolist()))
+            ctail = _kernels._core.chernoff_tail  # (the numpy tail below, compiled: the same operations)
 
             def tail_n(x, upper):
-                if fin:
-                    x = float(x)
-                    e = min([k - s * x for k, s in (up_n if upper else dn_n)])
-                else:
-                    e = float((Kp_n - sp_n * x if upper else Kn_n - sn_n * x).min())
-                return float(min(1.0, math.exp(min(0.0, e))))
+                return ctail(Kp_n, sp_n, x) if upper else ctail(Kn_n, sn_n, x)
 
             return lo_n, hi_n, tail_n
     sd2 = 0.0
