@@ -1003,25 +1003,40 @@ int fpld_low_dft(const double *p, ptrdiff_t n, int64_t cen, int64_t N, const dou
     int64_t c0 = (-cen) % N;
     if (c0 < 0)
         c0 += N;
-    for (ptrdiff_t f = 0; f < k; ++f) {
-        int64_t step = (int64_t)f % N, r = (c0 * step) % N; /* (< 2^62: N <= 2^31) */
-        long double re = 0.0L, im = 0.0L;
+    /* two frequencies at a time: four independent long double sums the FPU overlaps (each the same sequence of
+     * roundings as alone) */
+    for (ptrdiff_t f = 0; f < k; f += 2) {
+        int two = f + 1 < k;
+        int64_t s0 = (int64_t)f % N, s1 = (int64_t)(f + 1) % N;
+        int64_t r0 = (c0 * s0) % N, r1 = two ? (c0 * s1) % N : 0; /* (< 2^62: N <= 2^31) */
+        long double re0 = 0.0L, im0 = 0.0L, re1 = 0.0L, im1 = 0.0L;
         for (ptrdiff_t a = 0; a < n; a += LOWDFT_BLOCK) {
             ptrdiff_t b = a + LOWDFT_BLOCK < n ? a + LOWDFT_BLOCK : n;
-            long double br = 0.0L, bi = 0.0L;
+            long double br0 = 0.0L, bi0 = 0.0L, br1 = 0.0L, bi1 = 0.0L;
             for (ptrdiff_t j = a; j < b; ++j) {
                 long double pj = (long double)p[j];
-                br += pj * (long double)c[r];
-                bi -= pj * (long double)s[r];
-                r += step;
-                if (r >= N)
-                    r -= N;
+                br0 += pj * (long double)c[r0];
+                bi0 -= pj * (long double)s[r0];
+                br1 += pj * (long double)c[r1];
+                bi1 -= pj * (long double)s[r1];
+                r0 += s0;
+                if (r0 >= N)
+                    r0 -= N;
+                r1 += s1;
+                if (r1 >= N)
+                    r1 -= N;
             }
-            re += br;
-            im += bi;
+            re0 += br0;
+            im0 += bi0;
+            re1 += br1;
+            im1 += bi1;
         }
-        X[2 * f] = (double)re;
-        X[2 * f + 1] = (double)im;
+        X[2 * f] = (double)re0;
+        X[2 * f + 1] = (double)im0;
+        if (two) {
+            X[2 * f + 2] = (double)re1;
+            X[2 * f + 3] = (double)im1;
+        }
     }
     return FPLD_OK;
 }
