@@ -81,6 +81,18 @@ def plan(ins, N: int):
     return tuple(out) if any(out) else None
 
 
+def predicted_charge(inst: int, ins, N: int) -> float:
+    """The round-off a float64 node's direct power with its low frequencies summed is predicted to charge over its
+    ``inst`` instances, in the form of :func:`fastpld.composition.precision._predicted_fp_series`: the inverse FFT's
+    ``~3 g`` and, near frequency 0, the summed values' ``M g_low`` and the power's own rounding ``4.01 (M - 1) u``,
+    doubled.  (That rounding grows with the power ``M``, where the series' does not: its node prefers the series
+    where this is much larger.)"""
+    g = 12.0 * _U64 * math.ceil(math.log2(max(N, 2)))
+    msum = sum(m for _, _, m in ins)
+    gl = max(low_dft_error(np.asarray(p).size) for p, _, _ in ins)
+    return inst * (2.0 * (3.0 * g + msum * gl + 4.01 * (msum - 1) * _U64) + 4 * _U64)
+
+
 def _tau(m, n, msum) -> float:
     return _TAU_SHARE * (m * low_dft_error(n) + 4.01 * (msum - 1) * _U64)
 
