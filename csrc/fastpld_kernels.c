@@ -893,11 +893,60 @@ int fpld_gauss_pair_moments(double v, double sd, double q, int remove, const dou
  * to 0 there and charges it, see _native.convolve).  Array passes (one per bit of m) over
  * restrict-qualified buffers, so that the loops vectorise; the complex products by the textbook
  * formula (ac - bd, ad + bc) as in the numpy reference. */
-int fpld_power_direct(const double *X, ptrdiff_t F, int64_t m, double *P, double *B, double *D, double g,
-                      int first, double *work, double rdead, ptrdiff_t *K, ptrdiff_t klow, double rho)
+/* y = x^m in long double (binary powering, textbook complex products: the float64 kernel's chain) */
+static void power_ld(long double xr, long double xi, int64_t m, long double *yr_out, long double *yi_out)
 {
-    if (F < 1 || m < 1 || *K < 0 || *K > F || klow < 0 || !(rho >= 0 && rho <= 1))
+    long double yr = 1.0L, yi = 0.0L, t;
+    int have = 0;
+    for (int64_t e = m;;) {
+        if (e & 1) {
+            if (!have) {
+                yr = xr;
+                yi = xi;
+                have = 1;
+            } else {
+                t = yr * xr - yi * xi;
+                yi = yr * xi + yi * xr;
+                yr = t;
+            }
+        }
+        e >>= 1;
+        if (!e)
+            break;
+        t = xr * xr - xi * xi;
+        xi = 2.0L * xr * xi;
+        xr = t;
+    }
+    *yr_out = yr;
+    *yi_out = yi;
+}
+
+int fpld_power_direct(const double *X, ptrdiff_t F, int64_t m, double *P, double *B, double *D, double g,
+                      int first, double *work, double rdead, ptrdiff_t *K, ptrdiff_t klow, double rho,
+                      const long double *XL)
+{
+    if (F < 1 || m < 1 || *K < 0 || *K > F || klow < 0 || klow > F || !(rho >= 0 && rho <= 1))
         return FPLD_EINVAL;
+    /* the low frequencies' products in long double first (P's values there before this input's), put back after the
+     * float64 pass below has overwritten them */
+    double *low = NULL;
+    ptrdiff_t nl = XL ? (klow < *K ? klow : *K) : 0;
+    if (nl > 0) {
+        low = (double *)malloc(sizeof(double) * 2 * (size_t)nl);
+        if (!low)
+            return FPLD_ENOMEM;
+        for (ptrdiff_t k = 0; k < nl; ++k) {
+            long double yr, yi;
+            power_ld(XL[2 * k], XL[2 * k + 1], m, &yr, &yi);
+            if (!first) {
+                long double pr = (long double)P[2 * k], pi = (long double)P[2 * k + 1], t = pr * yr - pi * yi;
+                yi = pr * yi + pi * yr;
+                yr = t;
+            }
+            low[2 * k] = (double)yr;
+            low[2 * k + 1] = (double)yi;
+        }
+    }
     double *restrict xr = work, *restrict xi = work + F, *restrict yr = work + 2 * F,
            *restrict yi = work + 3 * F, *restrict rg = work + 4 * F, *restrict b = work + 5 * F;
     double *restrict Bo = B, *restrict Do = D;
@@ -976,6 +1025,13 @@ int fpld_power_direct(const double *X, ptrdiff_t F, int64_t m, double *P, double
             Bo[k] = Bo[k] * b[k];
         }
     }
+    if (low) {
+        for (ptrdiff_t k = 0; k < nl && k < n; ++k) {
+            P[2 * k] = low[2 * k];
+            P[2 * k + 1] = low[2 * k + 1];
+        }
+        free(low);
+    }
     return FPLD_OK;
 }
 
@@ -987,7 +1043,7 @@ int fpld_power_direct(const double *X, ptrdiff_t F, int64_t m, double *P, double
 #define LOWDFT_BLOCK 64
 
 int fpld_low_dft(const double *p, ptrdiff_t n, int64_t cen, int64_t N, const double *c, const double *s, double m,
-                 double g, double tau, ptrdiff_t kmax, double *X, ptrdiff_t *K)
+                 double g, double tau, ptrdiff_t kmax, double *X, long double *XL, ptrdiff_t *K)
 {
     if (n < 1 || N < 2 || N > ((int64_t)1 << 31) || kmax < 1 || !(m >= 1) || !(g >= 0) || !(tau >= 0))
         return FPLD_EINVAL;
@@ -1033,9 +1089,17 @@ int fpld_low_dft(const double *p, ptrdiff_t n, int64_t cen, int64_t N, const dou
         }
         X[2 * f] = (double)re0;
         X[2 * f + 1] = (double)im0;
+        if (XL) {
+            XL[2 * f] = re0;
+            XL[2 * f + 1] = im0;
+        }
         if (two) {
             X[2 * f + 2] = (double)re1;
             X[2 * f + 3] = (double)im1;
+            if (XL) {
+                XL[2 * f + 2] = re1;
+                XL[2 * f + 3] = im1;
+            }
         }
     }
     return FPLD_OK;

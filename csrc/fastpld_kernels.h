@@ -136,18 +136,22 @@ int fpld_chernoff_window(const double *const *ps, const ptrdiff_t *ns, const dou
 /* P (*)= X^m, B (*)= (|X| + g)^m, D (+)= rho_k m / (|X| + g) for a float64 node's direct powers
  * (compose._direct_power) on the frequencies [0, *K), cut after the last one with |X| >= rdead if
  * rdead > 0; rho_k = rho below klow (frequencies whose error bound is rho g: fpld_low_dft's), else 1;
- * X, P interleaved complex of length F; work >= 6 F doubles. */
+ * X, P interleaved complex of length F; work >= 6 F doubles.  XL (or NULL): fpld_low_dft's long double values
+ * below klow, whose powers are then taken in long double (binary powering, textbook products) and multiplied into
+ * P in long double, rounded once per input. */
 int fpld_power_direct(const double *X, ptrdiff_t F, int64_t m, double *P, double *B, double *D, double g,
-                      int first, double *work, double rdead, ptrdiff_t *K, ptrdiff_t klow, double rho);
+                      int first, double *work, double rdead, ptrdiff_t *K, ptrdiff_t klow, double rho,
+                      const long double *XL);
 
 /* The low frequencies of a float64 node's input spectrum summed directly (composition.lowdft; numpy reference
  * fastpld._reference.low_dft): X (interleaved re, im, the forward FFT's output of p placed at (j - cen) mod N)
  * is overwritten at k < *K by sum_j p_j (c_r - i s_r), r = k (j - cen) mod N, the products and sums in long double
- * (blocks of 64 terms, then the blocks' sums), from the float64 tables c, s of cos, sin(2 pi r / N).  *K: the first
+ * (blocks of 64 terms, then the blocks' sums), from the float64 tables c, s of cos, sin(2 pi r / N); the sums also
+ * into XL (interleaved, 2 kmax long doubles; NULL: not kept) before their rounding.  *K: the first
  * k >= 1 where m g (|X_k| + g)^(m - 1) <= tau (the FFT's error there, amplified by the power: small enough),
  * at most kmax and N / 2 + 1.  Error bound: fastpld.composition.lowdft.low_dft_error. */
 int fpld_low_dft(const double *p, ptrdiff_t n, int64_t cen, int64_t N, const double *c, const double *s, double m,
-                 double g, double tau, ptrdiff_t kmax, double *X, ptrdiff_t *K);
+                 double g, double tau, ptrdiff_t kmax, double *X, long double *XL, ptrdiff_t *K);
 
 #ifdef __cplusplus
 }

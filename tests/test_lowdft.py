@@ -36,6 +36,12 @@ def _exact_dft(p, cen, N, K):
     return out
 
 
+def _mpf_ld(x):
+    """A long double as an mpmath number, exactly (two float64 parts)."""
+    hi = float(x)
+    return mpmath.mpf(hi) + mpmath.mpf(float(x - np.longdouble(hi)))
+
+
 def _placed(p, cen, N):
     buf = np.zeros(N)
     np.add.at(buf, (np.arange(p.size) - cen) % N, p)
@@ -58,7 +64,8 @@ def test_low_dft_within_its_bound(native, n, N, cen, m):
     g = 12 * roundoff._U64 * math.ceil(math.log2(N))
     c, s = dft_table(N, np.float64)
     tau = _lowdft._tau(m, n, m)
-    K = _kernels.low_dft(p, cen, N, c, s, m, g, tau, 24, X, native)
+    XL = np.zeros(48, dtype=np.longdouble)
+    K = _kernels.low_dft(p, cen, N, c, s, m, g, tau, 24, X, native, XL)
     assert 1 <= K <= min(24, N // 2 + 1)
     # K: the first frequency from 1 where the FFT's amplified error is at most tau (the FFT's values past it)
     r = np.abs(_placed(p, cen, N))
@@ -67,8 +74,12 @@ def test_low_dft_within_its_bound(native, n, N, cen, m):
     assert abs(K - expect) <= 1 and (K == expect or abs(amp[min(K, expect)] - tau) < 1e-3 * tau)
     bound = _lowdft.low_dft_error(n)
     exact = _exact_dft(p, cen, N, K)
-    err = max(abs(complex(X[f]) - complex(exact[f])) for f in range(K))
+    mpmath.mp.dps = 40
+    # (the long double sums within the bound; their float64 roundings in X within u64 of them more)
+    err = max(float(abs(mpmath.mpc(_mpf_ld(XL[2 * f]), _mpf_ld(XL[2 * f + 1])) - exact[f])) for f in range(K))
     assert err <= bound, (err, bound)
+    err64 = max(abs(complex(X[f]) - complex(exact[f])) - roundoff._U64 * abs(X[f]) for f in range(K))
+    assert err64 <= bound, (err64, bound)
     # the FFT's own values stand past K; the summed ones are far closer than the FFT's bound g
     assert bound < g / 3
 
@@ -115,6 +126,26 @@ def test_power_direct_low_frequencies_weighted():
     np.testing.assert_allclose(D1[:5], want, rtol=1e-14)
     with pytest.raises(ValueError):
         _kernels.power_direct(X, m, P, B, D, g, True, klow=2, rho=1.5)
+    # with the long double values XL: below klow the powers in long double, the product in long double, rounded
+    # once per input (the reference's arithmetic); above it the float64 kernel's
+    ld = np.clongdouble
+    xl = X[:5].astype(ld) * (1 + np.longdouble(2.0) ** -60)
+    XL = np.empty(10, dtype=np.longdouble)
+    XL[0::2], XL[1::2] = xl.real, xl.imag
+    P2 = np.empty(F, complex)
+    _kernels.power_direct(X, m, P2, B, D, g, True, klow=5, rho=0.25, XL=XL)
+    _kernels.power_direct(X, 3, P2, B, D, g, False, klow=5, rho=0.25, XL=XL)
+    first = (xl ** m).astype(complex)  # (numpy's power of a complex long double: equal to long double accuracy)
+    want = (first.astype(ld) * xl ** 3).astype(complex)
+    np.testing.assert_allclose(P2[:5], want, rtol=1e-15)
+    assert np.array_equal(P2[5:], P0[5:])
+    # the bound: below klow the products' rounding is c1_low
+    se_a, _ = _kernels.power_direct_bound(B, D, g, m + 3, roundoff._U64, 2 * (F - 1), -1, 0, 0.0)
+    se_b, _ = _kernels.power_direct_bound(B, D, g, m + 3, roundoff._U64, 2 * (F - 1), -1, 5, 0.0)
+    c1 = 4.01 * (m + 2) * roundoff._U64
+    amp = lambda c: (g * D[:5] + c) * B[:5] * (1 + 1e-9) + (m + 3) * 1e-300
+    w = np.array([1.0, 2, 2, 2, 2])
+    assert se_a - se_b == pytest.approx(float(np.sum(w * (amp(c1) ** 2 - amp(0.0) ** 2))), rel=1e-9)
 
 
 def _node(p, m, fp_budget, backend):

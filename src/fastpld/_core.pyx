@@ -901,12 +901,14 @@ def lattice_power(const real_out[::1] L, const real_out[::1] Phi, const unsigned
 # ---------------------------------------------------------------------------------------
 def power_direct(const double complex[::1] X, Py_ssize_t m, double complex[::1] P, double[::1] B, double[::1] D,
                  double g, bint first, double[::1] work=None, double rdead=0.0, K=None, Py_ssize_t klow=0,
-                 double rho=1.0):
+                 double rho=1.0, const long double[::1] XL=None):
     """Accumulate one input spectrum of a float64 node: ``P *= X^m`` (binary powering),
     ``B *= (|X| + g)^m``, ``D += rho_k m / (|X| + g)`` (``first``: assign instead), on the frequencies
     ``[0, K)`` (default: all); returns the new ``K``: with ``rdead > 0`` the prefix ends after the
     last frequency where ``|X| >= rdead`` (the caller zeroes and charges the rest).  ``rho_k = rho`` below
-    ``klow`` (frequencies whose forward error is ``rho g``: :func:`low_dft`'s), else 1.
+    ``klow`` (frequencies whose forward error is ``rho g``: :func:`low_dft`'s), else 1.  ``XL``: :func:`low_dft`'s long
+    double values (``2 klow`` entries, interleaved), whose powers below ``klow`` are taken in long double and
+    multiplied into ``P`` in long double, rounded once (the bound's ``c1_low``, :func:`power_direct_bound`).
 
     With ``M`` the total power, ``|P - prod X^m| <= ((1 + sqrt(5) u)^(M - 1) - 1) prod |X|^m``
     (every addition chain for ``x^m`` accumulates ``m - 1`` relative roundings); the caller's
@@ -917,27 +919,39 @@ def power_direct(const double complex[::1] X, Py_ssize_t m, double complex[::1] 
     cdef Py_ssize_t k = F if K is None else K
     if work is None:
         work = np.empty(6 * F + 1)
+    cdef const long double *xl = NULL
     if P.shape[0] != F or B.shape[0] != F or D.shape[0] != F or work.shape[0] < 6 * F or F < 1:
         raise ValueError("power_direct: invalid argument")
+    if XL is not None:
+        if XL.shape[0] < 2 * klow:
+            raise ValueError("power_direct: invalid argument")
+        if klow > 0:
+            xl = &XL[0]
     with nogil:
         status = fpld_power_direct(<const double *> &X[0], F, m, <double *> &P[0], &B[0], &D[0], g, first,
-                                   &work[0], rdead, &k, klow, rho)
+                                   &work[0], rdead, &k, klow, rho, xl)
     _check(status, "power_direct")
     return k
 
 
 def low_dft(const double[::1] p, cnp.int64_t cen, cnp.int64_t N, const double[::1] c, const double[::1] s, double m,
-            double g, double tau, Py_ssize_t kmax, double complex[::1] X):
+            double g, double tau, Py_ssize_t kmax, double complex[::1] X, long double[::1] XL=None):
     """Overwrite the forward FFT's output ``X`` (``N // 2 + 1`` values) at the frequencies ``k < K`` by the directly
     summed spectrum of ``p`` placed at ``(j - cen) mod N`` (long double products and sums, the float64 tables
     ``c, s`` of ``cos, sin(2 pi r / N)``); ``K``, returned: the first ``k >= 1`` where ``m g (|X_k| + g)^(m - 1) <=
-    tau``, at most ``kmax`` (C ``fpld_low_dft``; reference ``fastpld._reference.low_dft``)."""
+    tau``, at most ``kmax`` (C ``fpld_low_dft``; reference ``fastpld._reference.low_dft``).  ``XL`` (``2 kmax`` long
+    doubles, or ``None``) receives the sums before their rounding, interleaved."""
     cdef int status
     cdef Py_ssize_t K = 0
+    cdef long double *xl = NULL
     if (p.shape[0] < 1 or c.shape[0] != N or s.shape[0] != N or X.shape[0] != N // 2 + 1 or kmax < 1):
         raise ValueError("low_dft: invalid argument")
+    if XL is not None:
+        if XL.shape[0] < 2 * kmax:
+            raise ValueError("low_dft: invalid argument")
+        xl = &XL[0]
     with nogil:
-        status = fpld_low_dft(&p[0], p.shape[0], cen, N, &c[0], &s[0], m, g, tau, kmax, <double *> &X[0], &K)
+        status = fpld_low_dft(&p[0], p.shape[0], cen, N, &c[0], &s[0], m, g, tau, kmax, <double *> &X[0], xl, &K)
     _check(status, "low_dft")
     return K
 
@@ -1018,19 +1032,20 @@ def power_direct_ld(const long double[::1] X, Py_ssize_t m, long double[::1] P, 
 
 
 def power_direct_bound(const double[::1] B, const double[::1] D, double g, double msum, double u, Py_ssize_t N,
-                       Py_ssize_t K=-1):
+                       Py_ssize_t K=-1, Py_ssize_t klow=0, double c1_low=0.0):
     """``(sum_k w_k amp_k^2, sum_k w_k B_k^2)`` for the direct powers (composition.powers._direct_power):
     ``amp = (g D B + 4.01 (M - 1) u B) (1 + 1e-9) + M 1e-300`` (forward error propagated through
     the product; the products' rounding; the bound's own rounding and underflow), over the
-    first ``K`` frequencies (default: all)."""
+    first ``K`` frequencies (default: all); below ``klow`` the products' rounding is ``c1_low B`` instead (powers
+    in long double, :func:`power_direct`'s ``XL``)."""
     cdef Py_ssize_t F = B.shape[0] if K < 0 else K, k
     cdef Py_ssize_t Fall = N // 2 + 1
     cdef double se2 = 0.0, sp2 = 0.0, amp, w, c1 = 4.01 * (msum - 1.0) * u, infl = 1.0 + 1e-9, tiny = msum * 1e-300
-    if D.shape[0] < F or B.shape[0] < F:
+    if D.shape[0] < F or B.shape[0] < F or klow < 0:
         raise ValueError("power_direct_bound: invalid argument")
     with nogil:
         for k in range(F):
-            amp = (g * D[k] + c1) * B[k] * infl + tiny
+            amp = (g * D[k] + (c1_low if k < klow else c1)) * B[k] * infl + tiny
             w = 1.0 if (k == 0 or (N % 2 == 0 and k == Fall - 1)) else 2.0
             se2 = se2 + w * amp * amp
             sp2 = sp2 + w * B[k] * B[k]

@@ -372,14 +372,14 @@ def small_dft(q: np.ndarray, steps: np.ndarray, N: int, out: np.ndarray) -> np.n
 
 
 def low_dft(p: np.ndarray, cen: int, N: int, c: np.ndarray, s: np.ndarray, m: float, g: float, tau: float, kmax: int,
-            X: np.ndarray, native: bool = True) -> int:
+            X: np.ndarray, native: bool = True, XL: np.ndarray | None = None) -> int:
     """The first ``K`` values of the forward spectrum ``X`` of ``p`` (placed at ``(j - cen) mod N``) summed directly
     in long double from the tables ``c, s`` of ``cos, sin(2 pi r / N)``; ``K``, returned, from 1 where the FFT's
     amplified error ``m g (|X_k| + g)^(m - 1)`` is at most ``tau``, at most ``kmax``
-    (:mod:`fastpld.composition.lowdft`)."""
+    (:mod:`fastpld._lowdft`); ``XL`` (``2 kmax`` long doubles) receives the sums before their rounding."""
     if native and _core is not None:
-        return _core.low_dft(p, int(cen), int(N), c, s, float(m), float(g), float(tau), int(kmax), X)
-    return _reference.low_dft(p, int(cen), int(N), c, s, float(m), float(g), float(tau), int(kmax), X)
+        return _core.low_dft(p, int(cen), int(N), c, s, float(m), float(g), float(tau), int(kmax), X, XL)
+    return _reference.low_dft(p, int(cen), int(N), c, s, float(m), float(g), float(tau), int(kmax), X, XL)
 
 
 def table_sum(w: np.ndarray, steps: np.ndarray, tab: np.ndarray, F: int) -> np.ndarray:
@@ -494,10 +494,11 @@ def lattice_power(L, Phi, Q, dL, dP, up, u, N, Pc):
     return _compiled("lattice_power")(L, Phi, Q, dL, dP, up, u, N, Pc)
 
 
-def power_direct(X, m, P, B, D, g, first, work=None, rdead=0.0, K=None, klow=0, rho=1.0):
+def power_direct(X, m, P, B, D, g, first, work=None, rdead=0.0, K=None, klow=0, rho=1.0, XL=None):
     """``_core.power_direct``: one input spectrum of a float64 node's direct power (forward error ``rho g`` below
-    ``klow``: :mod:`fastpld.composition.lowdft`); reference: ``composition.powers._direct_power``."""
-    return _compiled("power_direct")(X, m, P, B, D, g, first, work, rdead, K, klow, rho)
+    ``klow``, and there the powers of ``XL`` in long double: :mod:`fastpld._lowdft`); reference:
+    ``composition.powers._direct_power``."""
+    return _compiled("power_direct")(X, m, P, B, D, g, first, work, rdead, K, klow, rho, XL)
 
 
 def power_direct_ld(X, m, P, B, D, g, first, rdead=0.0, K=None):
@@ -506,10 +507,10 @@ def power_direct_ld(X, m, P, B, D, g, first, rdead=0.0, K=None):
     return _compiled("power_direct_ld")(X, m, P, B, D, g, first, rdead, K)
 
 
-def power_direct_bound(B, D, g, msum, u, N, K=-1):
-    """``_core.power_direct_bound``: the round-off sums of the direct powers; reference:
-    ``composition.powers._direct_power``."""
-    return _compiled("power_direct_bound")(B, D, g, msum, u, N, K)
+def power_direct_bound(B, D, g, msum, u, N, K=-1, klow=0, c1_low=0.0):
+    """``_core.power_direct_bound``: the round-off sums of the direct powers (the products' rounding ``c1_low`` below
+    ``klow``); reference: ``composition.powers._direct_power``."""
+    return _compiled("power_direct_bound")(B, D, g, msum, u, N, K, klow, c1_low)
 
 
 def lattice_terms(*args):

@@ -9,8 +9,8 @@ double products for an input of ``n`` buckets, whatever the number of frequencie
 raised to a moderate power needs few of them: where ``m g |X|^(m - 1)`` still matters ``|X|^m`` is not
 negligible, about ten frequencies for the x50 node of a subsampled Gaussian's leaf.  There each value is summed
 directly here, ``K n`` long double products from the float64 table of the FFT length's cosines and sines, to
-within a few ``u`` (:func:`low_dft_error`), and the node's direct power charges that bound at those frequencies
-instead of ``g`` (``NativeBackend.convolve(..., low_dft=...)``, reference
+within ``~1.5 u`` (:func:`low_dft_error`); the node's direct power takes their powers in long double and charges
+that bound at those frequencies instead of ``g`` (``NativeBackend.convolve(..., low_dft=...)``, reference
 :func:`fastpld.composition.powers._direct_power`).
 """
 from __future__ import annotations
@@ -37,18 +37,27 @@ _MIN_POWER = 8  # (as the series: smaller powers amplify the FFT's error too lit
 
 
 def low_dft_error(n: int) -> float:
-    """The bound on ``|X~_k - X_k|`` of a directly summed spectrum value of an input of ``n`` buckets with
-    ``||p||_1 <= 1.01`` (the node's inputs are normalised PMFs, as :func:`fastpld._fft_error._fwd_error` takes
-    them).  Per component: the float64 table entries within ``u64 + DFT_TABLE_ERR uld`` of the exact ones (the
-    long double ones rounded); each product ``p_j t`` rounded in long double and at most ``L = 64 + ceil(n / 64) +
-    ceil(log2 n) + 8`` long double additions per term (blocks of 64, then the blocks' sums; numpy's pairwise sum in
-    the reference makes fewer), ``gamma_(L + 1)`` of ``sum |p_j t|``; the result rounded to float64, ``u64`` of its
-    size.  The complex modulus is at most ``sqrt 2`` times the componentwise bound."""
+    """The bound on ``|X~_k - X_k|`` of a directly summed spectrum value (the long double sum, before its rounding:
+    the value whose power the node takes) of an input of ``n`` buckets with ``||p||_1 <= 1.01`` (the node's inputs
+    are normalised PMFs, as :func:`fastpld._fft_error._fwd_error` takes them).  Per component: the float64 table
+    entries within ``u64 + DFT_TABLE_ERR uld`` of the exact ones (the long double ones rounded); each product
+    ``p_j t`` rounded in long double and at most ``L = 64 + ceil(n / 64) + ceil(log2 n) + 8`` long double additions
+    per term (blocks of 64, then the blocks' sums; numpy's pairwise sum in the reference makes fewer),
+    ``gamma_(L + 1)`` of ``sum |p_j t|``.  The complex modulus is at most ``sqrt 2`` times the componentwise
+    bound."""
     n = max(int(n), 1)
     L = _BLOCK + -(-n // _BLOCK) + math.ceil(math.log2(n + 1)) + 8
     gam = (L + 1) * _ULD / (1 - (L + 1) * _ULD)
-    per = (_U64 + DFT_TABLE_ERR * _ULD) + gam + _U64 * (1 + gam)
+    per = (_U64 + DFT_TABLE_ERR * _ULD) + gam
     return math.sqrt(2.0) * per * 1.01 * (1 + 1e-9)
+
+
+def power_rounding(msum: int, C: int) -> float:
+    """The relative rounding of a node's product ``prod_c X_c^m_c`` at the frequencies where every input's value is
+    summed directly: each power in long double by binary powering (``m_c - 1`` textbook complex products, ``sqrt(5)
+    uld`` each) and multiplied into the float64 product in long double (one product more), rounded to float64 once
+    per input (``u64``): at most ``4.01 (M + C) uld + 1.01 C u64`` of ``prod |X~_c|^m_c`` (for ``M uld`` tiny)."""
+    return 4.01 * (msum + C) * _ULD + 1.01 * C * _U64
 
 
 def plan(ins, N: int):
@@ -84,13 +93,13 @@ def plan(ins, N: int):
 def predicted_charge(inst: int, ins, N: int) -> float:
     """The round-off a float64 node's direct power with its low frequencies summed is predicted to charge over its
     ``inst`` instances, in the form of :func:`fastpld.composition.precision._predicted_fp_series`: the inverse FFT's
-    ``~3 g`` and, near frequency 0, the summed values' ``M g_low`` and the power's own rounding ``4.01 (M - 1) u``,
-    doubled.  (That rounding grows with the power ``M``, where the series' does not: its node prefers the series
+    ``~3 g`` and, near frequency 0, the summed values' ``M g_low`` and the power's rounding (:func:`power_rounding`),
+    doubled.  (``M g_low`` grows with the power ``M``, where the series' error does not: its node prefers the series
     where this is much larger.)"""
     g = 12.0 * _U64 * math.ceil(math.log2(max(N, 2)))
     msum = sum(m for _, _, m in ins)
     gl = max(low_dft_error(np.asarray(p).size) for p, _, _ in ins)
-    return inst * (2.0 * (3.0 * g + msum * gl + 4.01 * (msum - 1) * _U64) + 4 * _U64)
+    return inst * (2.0 * (3.0 * g + msum * gl + power_rounding(msum, len(ins))) + 4 * _U64)
 
 
 def _tau(m, n, msum) -> float:
@@ -114,11 +123,13 @@ def _table(N: int, native: bool):
 
 def spectrum(X, p, cen: int, N: int, m: int, g: float, kmax: int, msum: int, native: bool):
     """Overwrite the forward spectrum ``X`` (``N // 2 + 1`` complex values) of ``p`` placed at ``(j - cen) mod N``
-    at its first ``K`` frequencies by the directly summed values: ``K`` from 1 where ``m g (|X_k| + g)^(m - 1)`` is
-    at most ``tau`` (:func:`_tau`), at most ``kmax``.  Returns ``(K, rho)``: the values there are within
-    ``rho g`` of the exact ones (:func:`low_dft_error`)."""
+    at its first ``K`` frequencies by the directly summed values (rounded): ``K`` from 1 where ``m g (|X_k| +
+    g)^(m - 1)`` is at most ``tau`` (:func:`_tau`), at most ``kmax``.  Returns ``(K, rho, XL)``: ``XL`` the long
+    double sums (interleaved), within ``rho g`` of the exact values (:func:`low_dft_error`); ``X`` holds them
+    rounded, within ``u64`` more (``|X|`` for the power's bound)."""
     c, s = _table(N, native)
     p = np.ascontiguousarray(p, dtype=np.float64)
     tau = _tau(m, p.size, msum)
-    K = _kernels.low_dft(p, cen, N, c, s, m, g, tau, kmax, X, native)
-    return K, min(1.0, low_dft_error(p.size) / g)
+    XL = np.empty(2 * int(kmax), dtype=np.longdouble)
+    K = _kernels.low_dft(p, cen, N, c, s, m, g, tau, kmax, X, native, XL)
+    return K, min(1.0, low_dft_error(p.size) / g), XL

@@ -284,6 +284,7 @@ class NativeBackend(Backend):
         msum = float(sum(m for _, _, m in ins))
         skip = msum * (g + 1e-10) < 10 and dead_log >= 40.0
         K = F
+        klow_all = None  # (the frequencies where every input's value was summed directly: powers in long double)
         for c, (p, cen, m) in enumerate(ins):
             _forward(fwd, p, cen, N, None if dft is None else dft[c])
             rdead = max(math.exp(-dead_log / m) - g, 0.0) if skip else 0.0
@@ -291,13 +292,16 @@ class NativeBackend(Backend):
                 K = _kernels.power_direct_ld(fwd.output_array.view(np.longdouble), int(m), P.view(np.longdouble),
                                              B, D, g, c == 0, rdead, K)
             else:
-                klow, rho = 0, 1.0
+                klow, rho, XL = 0, 1.0, None
                 if low_dft is not None and low_dft[c]:
-                    # (its first frequencies summed directly, within rho g: composition.lowdft)
-                    klow, rho = _lowdft.spectrum(fwd.output_array, p, cen, N, m, g, low_dft[c], msum, True)
-                K = _kernels.power_direct(fwd.output_array, int(m), P, B, D, g, c == 0, work, rdead, K, klow, rho)
+                    # (its first frequencies summed directly, within rho g, their powers in long double: _lowdft)
+                    klow, rho, XL = _lowdft.spectrum(fwd.output_array, p, cen, N, m, g, low_dft[c], msum, True)
+                klow_all = klow if klow_all is None else min(klow_all, klow)
+                K = _kernels.power_direct(fwd.output_array, int(m), P, B, D, g, c == 0, work, rdead, K, klow, rho,
+                                          XL)
         P[K:] = 0
-        e2sq, p2sq = _kernels.power_direct_bound(B, D, g, msum, u, N, K)
+        e2sq, p2sq = _kernels.power_direct_bound(B, D, g, msum, u, N, K, klow_all or 0,
+                                                 _lowdft.power_rounding(msum, len(ins)))
         dead = (F - K) * max(2e-300, 2.0 * math.exp(10.0 - dead_log)) if K < F else 0.0
         e2, p2 = math.sqrt(e2sq) + dead, math.sqrt(p2sq) + dead
         if ld and inv64 is not None:

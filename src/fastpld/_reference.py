@@ -353,7 +353,7 @@ def small_dft(q: np.ndarray, steps: np.ndarray, N: int, out: np.ndarray) -> np.n
 
 
 def low_dft(p: np.ndarray, cen: int, N: int, c: np.ndarray, s: np.ndarray, m: float, g: float, tau: float, kmax: int,
-            X: np.ndarray) -> int:
+            X: np.ndarray, XL: np.ndarray | None = None) -> int:
     """``X[k]`` for ``k < K`` replaced by ``sum_j p_j (c_r - i s_r)``, ``r = k (j - cen) mod N``, the products and
     sums in long double (numpy's pairwise sums); ``K`` the first ``k >= 1`` where ``m g (|X_k| + g)^(m - 1) <= tau``,
     at most ``kmax`` (``_core.low_dft``)."""
@@ -368,7 +368,10 @@ def low_dft(p: np.ndarray, cen: int, N: int, c: np.ndarray, s: np.ndarray, m: fl
     j = np.arange(p.size, dtype=np.int64) - int(cen)
     for f in range(K):
         r = (j * f) % N
-        X[f] = complex(float(np.sum(pl * c[r].astype(ld))), float(-np.sum(pl * s[r].astype(ld))))
+        re, im = np.sum(pl * c[r].astype(ld)), -np.sum(pl * s[r].astype(ld))
+        X[f] = complex(float(re), float(im))
+        if XL is not None:
+            XL[2 * f], XL[2 * f + 1] = re, im
     return K
 
 

@@ -149,8 +149,8 @@ _SPLIT_RETRY = 0.75
 _SPLIT64_MIN_N = 1 << 15
 
 # the directly summed low frequencies (docs/roundoff.md, 3i) where their predicted charge is at most this many times
-# the series' (the x50 nodes of subsampled Gaussian leaves: 0.4x; a x1000 node: 15x)
-_LOWDFT_CHARGE = 2.0
+# the series' (the x50 nodes of subsampled Gaussian leaves: 0.25x; a GLW plan's x1000 node: 3.7x, measured 5x)
+_LOWDFT_CHARGE = 1.0
 
 _DIRECT_MAX_POWER = 1 << 20  # direct powers' bound assumes M u <= 1e-10 (see powers._direct_power)
 # a long double node's direct power takes a float64 inverse FFT where its charge with it is at most this share of the
@@ -289,8 +289,8 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     split_ok = split_any and _SPLIT_FACTOR * pred_ld > budgets.delta
     # a float64 try whose large powers need accurate low frequencies: where few of them matter (a narrow input, a
     # moderate power) they are summed directly, cheaper than the series' moments (docs/roundoff.md, section 3i)
-    # (not where the direct power's own rounding, 4 u per copy, makes its charge much larger than the series':
-    # single large powers, x1000 of a GLW plan, charged 1.6e-12 against 8e-14)
+    # (not where its charge is predicted larger than the series': the summed values' error, ~1.5 u, grows M-fold,
+    # the series' does not -- a GLW plan's single x1000 node, charged 4e-13 against 8e-14)
     lowp = (_lowdft.plan(ins, N) if est64 > 0.25 * allowance and mmax >= 8 and not dft_ok and not split_ok
             and _lowdft.predicted_charge(inst, ins, N)
             <= _LOWDFT_CHARGE * _predicted_fp_series(inst, msum, lg, mmax, _has_atoms(node)) else None)

@@ -107,12 +107,14 @@ def _direct_power(backend, ins, N, u, dft=None, dtype=np.float64, inv64=None, lo
     g, _ = _fwd_error(ins, N, dtype, u, None, dft)
     P = B = D = None
     msum = 0
+    klow_all = None
     for i, (p, cen, m) in enumerate(ins):
         X = _spectrum(backend, p, cen, N, dtype, None if dft is None else dft[i])
-        klow, rho = 0, 1.0
+        klow, rho, XL = 0, 1.0, None
         if low_dft is not None and low_dft[i]:
             X = np.array(X, dtype=np.complex128)
-            klow, rho = _lowdft.spectrum(X, p, cen, N, m, g, low_dft[i], sum(mm for _, _, mm in ins), False)
+            klow, rho, XL = _lowdft.spectrum(X, p, cen, N, m, g, low_dft[i], sum(mm for _, _, mm in ins), False)
+        klow_all = klow if klow_all is None else min(klow_all, klow)
         # (|X| in float64, also of a long double X: relative error <= 3 u64, inside the 1e-9 inflation)
         xr, xi = X.real.astype(np.float64), X.imag.astype(np.float64)
         r = np.sqrt(xr * xr + xi * xi)
@@ -131,10 +133,26 @@ def _direct_power(backend, ins, N, u, dft=None, dtype=np.float64, inv64=None, lo
             rg = rg * rg
         d = m / (r + g)
         d[:klow] *= rho
-        P, B, D = (y, b, d) if P is None else (P * y, B * b, D + d)
+        newP = y if P is None else P * y
+        if klow:
+            # (the summed values' powers in long double, multiplied into the product in long double: _core's)
+            ld = np.clongdouble
+            xl = XL[0:2 * klow:2].astype(ld) + 1j * XL[1:2 * klow:2].astype(ld)
+            yl, e, have = np.ones(klow, dtype=ld), int(m), False
+            while True:
+                if e & 1:
+                    yl, have = (yl * xl if have else xl.copy()), True
+                e >>= 1
+                if not e:
+                    break
+                xl = xl * xl
+            newP[:klow] = (yl if P is None else P[:klow].astype(ld) * yl).astype(np.complex128)
+        P, B, D = (newP, b, d) if P is None else (newP, B * b, D + d)
         msum += int(m)
+    c1 = np.full(B.shape, 4.01 * (msum - 1) * u)
+    c1[:klow_all or 0] = _lowdft.power_rounding(msum, len(ins))
     with np.errstate(under="ignore"):
-        amp = (g * D + 4.01 * (msum - 1) * u) * B * (1 + 1e-9) + msum * 1e-300
+        amp = (g * D + c1) * B * (1 + 1e-9) + msum * 1e-300
         w = np.full(amp.shape, 2.0)
         w[0] = 1.0
         if N % 2 == 0:
