@@ -19,8 +19,11 @@ accuracy against dp_accounting's ``calibrate_dp_mechanism`` at the coarsest grid
 
 Every run builds its accountant from scratch: fastpld's answers, losses and tables are cleared before each run
 (``clear_caches(keep_plans=True)``: its FFT plans are kept, as numpy's and scipy's FFTs, which dp_accounting and
-prv_accountant use, keep theirs; ``--clear-plans`` clears those too); times are the median of ``--repeat`` runs, interleaved across accountants.  The machine's speed drifts: read the
-ratios, not the absolute times.  Writes ``benchmarks/results/frontier.json`` and prints a markdown table.
+prv_accountant use, keep theirs; ``--clear-plans`` clears those too).  Times are medians of ``--repeat`` runs; the
+ratio's two (fastpld dominance and dp_accounting at its grid) from runs alternating between them after untimed
+warm-up runs of each (:func:`_alternate`; the JSON keeps each one's back-to-back median, fastpld's without warm-up,
+as ``time_alone``).  The machine's speed drifts: read the ratios, not the absolute times.  Writes
+``benchmarks/results/frontier.json`` and prints a markdown table.
 
     python benchmarks/bench_frontier.py [--quick] [--repeat 3] [--out benchmarks/results]
 """
@@ -92,6 +95,27 @@ def _median(f, repeat):
     return statistics.median(r[0] for r in runs), runs[-1][1]
 
 
+WARMUP_RUNS, WARMUP_SECONDS = 3, 0.3  # (untimed runs before the alternating ones: up to 3, stopping after 0.3 s)
+
+
+def _alternate(fa, fb, repeat):
+    """Medians of ``repeat`` runs of ``fa`` and ``fb`` alternating (a, b, a, b, ...), after untimed warm-up runs of
+    each (Python specialises a function's bytecode after its first calls, and the allocators and CPU caches fill:
+    fastpld's first answers in a process take ~1.5x the steady state's time): the machine's drift and the caches
+    each leaves to the other fall on both alike."""
+    for f in (fa, fb):
+        t0 = time.perf_counter()
+        for _ in range(WARMUP_RUNS):
+            f()
+            if time.perf_counter() - t0 > WARMUP_SECONDS:
+                break
+    ta, tb = [], []
+    for _ in range(repeat):
+        ta.append(fa()[0])
+        tb.append(fb()[0])
+    return statistics.median(ta), statistics.median(tb)
+
+
 def run(workloads, rels, repeat, glw_kmax=100_000):
     rows = []
     for q, sigma, k in workloads:
@@ -144,6 +168,12 @@ def run(workloads, rels, repeat, glw_kmax=100_000):
                     t, eps = _median(lambda: _dpa(q, sigma, k, grid), repeat)
                     row["dp_accounting"] = {"time": t, "grid": grid, "upper": eps,
                                             "excess": (eps - truth_lo) / truth_lo}
+                    # the ratio's two times: alternating, after warm-up runs of each (the medians above, each
+                    # accountant's runs back to back and fastpld's without warm-up, kept as time_alone)
+                    row["dominance"]["time_alone"], row["dp_accounting"]["time_alone"] = row["dominance"]["time"], t
+                    row["dominance"]["time"], row["dp_accounting"]["time"] = _alternate(
+                        lambda: _fastpld(q, sigma, k, None, "dominance", rel_error=r),
+                        lambda: _dpa(q, sigma, k, grid), repeat)
                     break
             if k > glw_kmax:
                 row["glw"] = {"refused": f"not run above k = {glw_kmax:g} (--glw-kmax)"}
