@@ -183,7 +183,7 @@ class NativeBackend(Backend):
         have with a float64 inverse FFT (:func:`fastpld._fft_error._inverse64_l1`); where it passes, the
         long double power is rounded to complex128 and transformed in float64 (``out`` is then float64).
         ``low_dft``: for a float64 node with ``direct``, per input the most low frequencies to sum directly
-        (:func:`fastpld.composition.lowdft.plan`; 0: none), charged their own bound there.
+        (:func:`fastpld._lowdft.plan`; 0: none), charged their own bound there.
         """
         dt = np.dtype(dtype)
         if _kernels._core is None and (lat is not None or direct):
