@@ -214,3 +214,27 @@ def test_large_powers_keep_the_series(backend):
         pytest.skip("native backend not built")
     out, info = _node(_bump(40, 0.0), 1000, 1e-11, backend)
     assert not info["lowdft"] and info["series"] > 0
+
+
+@pytest.mark.parametrize("backend", ["numpy", "native"])
+def test_composition_with_low_frequencies_brackets_the_gaussian(backend, monkeypatch):
+    """A whole composition whose nodes sum their low frequencies (Gaussian(20) x 1000, dominance at the default
+    accuracy): its certified intervals contain the analytic Gaussian's delta(eps) and epsilon(delta)."""
+    if backend not in _fft.available_backends():
+        pytest.skip("native backend not built")
+    import fastpld
+    from oracles import gaussian_delta, gaussian_epsilon
+    calls = []
+    orig = _lowdft.spectrum
+    monkeypatch.setattr(_lowdft, "spectrum", lambda *a, **k: calls.append(1) or orig(*a, **k))
+    fastpld.clear_caches()
+    pld = fastpld.compose(fastpld.Gaussian(20.0), 1000, backend=backend)
+    assert calls  # (the path under test ran)
+    mu = math.sqrt(1000) / 20.0
+    eps = np.array([0.25, 1.0, 3.0, 6.0])
+    b = pld.delta(eps)
+    exact = gaussian_delta(eps, mu)
+    assert np.all(b.lower <= exact) and np.all(exact <= b.upper)
+    for d in (1e-3, 1e-6, 1e-9):
+        e = pld.epsilon(d)
+        assert e.lower <= gaussian_epsilon(d, mu) <= e.upper
