@@ -893,34 +893,6 @@ int fpld_gauss_pair_moments(double v, double sd, double q, int remove, const dou
  * to 0 there and charges it, see _native.convolve).  Array passes (one per bit of m) over
  * restrict-qualified buffers, so that the loops vectorise; the complex products by the textbook
  * formula (ac - bd, ad + bc) as in the numpy reference. */
-/* y = x^m in long double (binary powering, textbook complex products: the float64 kernel's chain) */
-static void power_ld(long double xr, long double xi, int64_t m, long double *yr_out, long double *yi_out)
-{
-    long double yr = 1.0L, yi = 0.0L, t;
-    int have = 0;
-    for (int64_t e = m;;) {
-        if (e & 1) {
-            if (!have) {
-                yr = xr;
-                yi = xi;
-                have = 1;
-            } else {
-                t = yr * xr - yi * xi;
-                yi = yr * xi + yi * xr;
-                yr = t;
-            }
-        }
-        e >>= 1;
-        if (!e)
-            break;
-        t = xr * xr - xi * xi;
-        xi = 2.0L * xr * xi;
-        xr = t;
-    }
-    *yr_out = yr;
-    *yi_out = yi;
-}
-
 int fpld_power_direct(const double *X, ptrdiff_t F, int64_t m, double *P, double *B, double *D, double g,
                       int first, double *work, double rdead, ptrdiff_t *K, ptrdiff_t klow, double rho,
                       const long double *XL)
@@ -937,7 +909,8 @@ int fpld_power_direct(const double *X, ptrdiff_t F, int64_t m, double *P, double
             return FPLD_ENOMEM;
         for (ptrdiff_t k = 0; k < nl; ++k) {
             long double yr, yi;
-            power_ld(XL[2 * k], XL[2 * k + 1], m, &yr, &yi);
+            double b_unused;
+            fpld_power_ld(XL[2 * k], XL[2 * k + 1], 1.0, m, &yr, &yi, &b_unused);
             if (!first) {
                 long double pr = (long double)P[2 * k], pi = (long double)P[2 * k + 1], t = pr * yr - pi * yi;
                 yi = pr * yi + pi * yr;

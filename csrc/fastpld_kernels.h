@@ -38,6 +38,41 @@ static inline void fpld_sincosl(long double x, long double *s, long double *c) {
 #endif
 }
 
+/* y = x^m in long double and b = rg^m in double, by the same binary powering (textbook complex products): the long
+ * double node's power (_core.power_direct_ld) and the float64 node's summed low frequencies (fpld_power_direct) */
+static inline void fpld_power_ld(long double xr, long double xi, double rg, int64_t m, long double *yr_out,
+                                 long double *yi_out, double *b_out)
+{
+    long double yr = 0.0L, yi = 0.0L, t;
+    double b = 1.0;
+    int have = 0;
+    for (int64_t e = m;;) {
+        if (e & 1) {
+            if (!have) {
+                yr = xr;
+                yi = xi;
+                b = rg;
+                have = 1;
+            } else {
+                t = yr * xr - yi * xi;
+                yi = yr * xi + yi * xr;
+                yr = t;
+                b = b * rg;
+            }
+        }
+        e >>= 1;
+        if (!e)
+            break;
+        t = xr * xr - xi * xi;
+        xi = 2 * xr * xi;
+        xr = t;
+        rg = rg * rg;
+    }
+    *yr_out = yr;
+    *yi_out = yi;
+    *b_out = b;
+}
+
 #define FPLD_OK 0
 #define FPLD_EINVAL 1   /* an argument is out of its domain */
 #define FPLD_ENOMASS 2  /* no positive mass where some is required */

@@ -52,5 +52,7 @@ cdef extern from "fastpld_kernels.h" nogil:
     int fpld_power_direct(const double *X, Py_ssize_t F, int64_t m, double *P, double *B, double *D, double g,
                           int first, double *work, double rdead, Py_ssize_t *K, Py_ssize_t klow, double rho,
                           const long double *XL)
+    void fpld_power_ld(long double xr, long double xi, double rg, int64_t m, long double *yr_out,
+                       long double *yi_out, double *b_out)
     int fpld_low_dft(const double *p, Py_ssize_t n, int64_t cen, int64_t N, const double *c, const double *s,
                      double m, double g, double tau, Py_ssize_t kmax, double *X, long double *XL, Py_ssize_t *K)

@@ -966,10 +966,8 @@ def power_direct_ld(const long double[::1] X, Py_ssize_t m, long double[::1] P, 
     and ``sincosl`` cost most of a long double node's power).  Returns the new ``K`` as :func:`power_direct`."""
     cdef Py_ssize_t F = X.shape[0] // 2
     cdef Py_ssize_t n = F if K is None else K, k
-    cdef long double xr, xi, yr, yi, t, pr, pim
+    cdef long double xr, xi, yr, yi, pr, pim
     cdef double rg, b, dm = <double>m, lim, a, c
-    cdef Py_ssize_t e
-    cdef bint have
     if (F < 1 or X.shape[0] != 2 * F or P.shape[0] != 2 * F or B.shape[0] != F or D.shape[0] != F or m < 1
             or n < 0 or n > F):
         raise ValueError("power_direct_ld: invalid argument")
@@ -994,30 +992,7 @@ def power_direct_ld(const long double[::1] X, Py_ssize_t m, long double[::1] P, 
                 D[k] = dm / rg
             else:
                 D[k] = D[k] + dm / rg
-            have = False
-            yr = 0
-            yi = 0
-            b = 1.0
-            e = m
-            while True:
-                if e & 1:
-                    if not have:
-                        yr = xr
-                        yi = xi
-                        b = rg
-                        have = True
-                    else:
-                        t = yr * xr - yi * xi
-                        yi = yr * xi + yi * xr
-                        yr = t
-                        b = b * rg
-                e >>= 1
-                if e == 0:
-                    break
-                t = xr * xr - xi * xi
-                xi = 2 * xr * xi
-                xr = t
-                rg = rg * rg
+            fpld_power_ld(xr, xi, rg, m, &yr, &yi, &b)
             if first:
                 P[2 * k] = yr
                 P[2 * k + 1] = yi
