@@ -24,6 +24,18 @@ def gaussian_epsilon(delta, mu):
     return optimize.brentq(f, 0.0, hi, xtol=1e-13, rtol=1e-13)
 
 
+def assert_brackets_gaussian(pld, mu, eps, deltas):
+    """``pld``'s certified intervals contain the mu-GDP curve's ``delta(eps)`` at every ``eps`` and its ``epsilon``
+    at every delta of ``deltas``."""
+    eps = np.asarray(eps, dtype=np.float64)
+    b = pld.delta(eps)
+    exact = gaussian_delta(eps, mu)
+    assert np.all(b.lower <= exact) and np.all(exact <= b.upper), (b, exact)
+    for delta in deltas:
+        e = pld.epsilon(delta)
+        assert e.lower <= gaussian_epsilon(delta, mu) <= e.upper, (delta, e)
+
+
 def pure_dp_delta(eps, eps0, k):
     """k-fold eps0-DP (binary randomized response), Kairouz-Oh-Viswanath, summed in log space."""
     i = np.arange(k + 1)

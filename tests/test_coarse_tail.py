@@ -9,7 +9,7 @@ import fastpld
 from fastpld import mechanisms as M
 from fastpld.discretize import _coarse_cells, discretize_loss, tail_mix_log_mgf, truncation_window
 from fastpld.mechanisms.tails import _generic_window
-from oracles import gaussian_delta, gaussian_epsilon
+from oracles import assert_brackets_gaussian
 from fastpld.composition import budget, execute
 
 
@@ -92,13 +92,7 @@ def test_heterogeneous_gaussians_with_coarse_tails_against_gdp(monkeypatch):
     cert = pld.directions["remove"].certificate
     assert cert["coarse_leaves"] > 0 and 0 < cert["coarse_tail_eps"] <= 0.011 * 0.05
     mu = math.sqrt(float(np.sum(25 / sig**2)))
-    eps = np.array([0.0, 0.5, 1.0, 2.0, 3.0])
-    b = pld.delta(eps)
-    exact = gaussian_delta(eps, mu)
-    assert np.all(b.lower <= exact) and np.all(exact <= b.upper)
-    for delta in (1e-3, 1e-6, 1e-9):
-        e = pld.epsilon(delta)
-        assert e.lower <= gaussian_epsilon(delta, mu) <= e.upper
+    assert_brackets_gaussian(pld, mu, [0.0, 0.5, 1.0, 2.0, 3.0], (1e-3, 1e-6, 1e-9))
     assert pld.eps_spent <= pld.eps_error
 
 

@@ -223,18 +223,11 @@ def test_composition_with_low_frequencies_brackets_the_gaussian(backend, monkeyp
     if backend not in _fft.available_backends():
         pytest.skip("native backend not built")
     import fastpld
-    from oracles import gaussian_delta, gaussian_epsilon
+    from oracles import assert_brackets_gaussian
     calls = []
     orig = _lowdft.spectrum
     monkeypatch.setattr(_lowdft, "spectrum", lambda *a, **k: calls.append(1) or orig(*a, **k))
     fastpld.clear_caches()
     pld = fastpld.compose(fastpld.Gaussian(20.0), 1000, backend=backend)
     assert calls  # (the path under test ran)
-    mu = math.sqrt(1000) / 20.0
-    eps = np.array([0.25, 1.0, 3.0, 6.0])
-    b = pld.delta(eps)
-    exact = gaussian_delta(eps, mu)
-    assert np.all(b.lower <= exact) and np.all(exact <= b.upper)
-    for d in (1e-3, 1e-6, 1e-9):
-        e = pld.epsilon(d)
-        assert e.lower <= gaussian_epsilon(d, mu) <= e.upper
+    assert_brackets_gaussian(pld, math.sqrt(1000) / 20.0, [0.25, 1.0, 3.0, 6.0], (1e-3, 1e-6, 1e-9))

@@ -103,6 +103,8 @@ def predicted_charge(inst: int, ins, N: int) -> float:
 
 
 def _tau(m, n, msum) -> float:
+    # (with the float64 products' rounding 4.01 (M - 1) u, not the long double ones' power_rounding the summed
+    # frequencies are charged: a larger tau, fewer frequencies summed; any tau gives a valid bound)
     return _TAU_SHARE * (m * low_dft_error(n) + 4.01 * (msum - 1) * _U64)
 
 

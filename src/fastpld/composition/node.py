@@ -291,9 +291,9 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     # moderate power) they are summed directly, cheaper than the series' moments (docs/roundoff.md, section 3i)
     # (not where its charge is predicted larger than the series': the summed values' error, ~1.5 u, grows M-fold,
     # the series' does not -- a GLW plan's single x1000 node, charged 4e-13 against 8e-14)
+    pred_series = _predicted_fp_series(inst, msum, lg, mmax, _has_atoms(node)) if est64 > 0.25 * allowance else None
     lowp = (_lowdft.plan(ins, N) if est64 > 0.25 * allowance and mmax >= 8 and not dft_ok and not split_ok
-            and _lowdft.predicted_charge(inst, ins, N)
-            <= _LOWDFT_CHARGE * _predicted_fp_series(inst, msum, lg, mmax, _has_atoms(node)) else None)
+            and _lowdft.predicted_charge(inst, ins, N) <= _LOWDFT_CHARGE * pred_series else None)
     bulk64 = None
     if est64 <= 0.25 * allowance:
         dtypes = (np.float64,)
@@ -301,8 +301,7 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     # or the split can run, else by the plain one (measured at 1.6x its prediction on x125 nodes of subsampled
     # Gaussian leaves): a node of inputs too wide for the series whose plain charge does not fit goes to long
     # double at once)
-    elif (_predicted_fp_series(inst, msum, lg, mmax, _has_atoms(node))
-          if (series_ok(N) or lowp is not None or dft_ok or split_ok) else est64) <= node_allowance:
+    elif (pred_series if (series_ok(N) or lowp is not None or dft_ok or split_ok) else est64) <= node_allowance:
         dtypes = (np.float64, np.longdouble)
     else:
         dtypes = (np.longdouble,)

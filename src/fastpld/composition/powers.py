@@ -82,6 +82,20 @@ def _numpy_power(backend, ins, N, dtype, fdt, u, ser, low, g_extra, dft=None):
     return fp_l1, fp_linf, out
 
 
+def _binary_power(x, m):
+    """``x^m`` elementwise by binary powering (the compiled kernels' addition chain; the first factor taken as 1 times
+    it, exactly), in ``x``'s precision."""
+    y = np.ones_like(x)
+    e = int(m)
+    while True:
+        if e & 1:
+            y = y * x
+        e >>= 1
+        if not e:
+            return y
+        x = x * x
+
+
 def _direct_power(backend, ins, N, u, dft=None, dtype=np.float64, inv64=None, low_dft=None):
     """Reference (numpy backend) of the direct powers of a node without the series, float64 or long double
     (``dtype``; ``NativeBackend.convolve(direct=True)``, same arithmetic): ``(l1, linf, out)``.
@@ -118,34 +132,14 @@ def _direct_power(backend, ins, N, u, dft=None, dtype=np.float64, inv64=None, lo
         # (|X| in float64, also of a long double X: relative error <= 3 u64, inside the 1e-9 inflation)
         xr, xi = X.real.astype(np.float64), X.imag.astype(np.float64)
         r = np.sqrt(xr * xr + xi * xi)
-        x, rg = X, r + g
-        y = np.ones_like(X)
-        b = np.ones_like(r)
-        e = int(m)
-        while True:
-            if e & 1:
-                y = y * x
-                b = b * rg
-            e >>= 1
-            if not e:
-                break
-            x = x * x
-            rg = rg * rg
+        y, b = _binary_power(X, m), _binary_power(r + g, m)
         d = m / (r + g)
         d[:klow] *= rho
         newP = y if P is None else P * y
         if klow:
             # (the summed values' powers in long double, multiplied into the product in long double: _core's)
             ld = np.clongdouble
-            xl = XL[0:2 * klow:2].astype(ld) + 1j * XL[1:2 * klow:2].astype(ld)
-            yl, e, have = np.ones(klow, dtype=ld), int(m), False
-            while True:
-                if e & 1:
-                    yl, have = (yl * xl if have else xl.copy()), True
-                e >>= 1
-                if not e:
-                    break
-                xl = xl * xl
+            yl = _binary_power(XL[0:2 * klow:2].astype(ld) + 1j * XL[1:2 * klow:2].astype(ld), m)
             newP[:klow] = (yl if P is None else P[:klow].astype(ld) * yl).astype(np.complex128)
         P, B, D = (newP, b, d) if P is None else (newP, B * b, D + d)
         msum += int(m)
