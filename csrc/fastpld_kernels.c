@@ -1009,9 +1009,9 @@ int fpld_power_direct(const double *X, ptrdiff_t F, int64_t m, double *P, double
 }
 
 /* ---------------------------------------------------------------------------------------------------------------
- * The low frequencies of an input spectrum, summed directly (composition.lowdft).  A node's power amplifies the
+ * The low frequencies of an input spectrum, summed directly (fastpld._lowdft).  A node's power amplifies the
  * forward FFT's error g ~ 12 u log2 N m-fold where |X| ~ 1; these few frequencies are recomputed here to within a
- * few u (the bound is the caller's: composition.lowdft.low_dft_error).
+ * few u (the bound is the caller's: fastpld._lowdft.low_dft_error).
  * --------------------------------------------------------------------------------------------------------------- */
 #define LOWDFT_BLOCK 64
 

@@ -178,13 +178,13 @@ int fpld_power_direct(const double *X, ptrdiff_t F, int64_t m, double *P, double
                       int first, double *work, double rdead, ptrdiff_t *K, ptrdiff_t klow, double rho,
                       const long double *XL);
 
-/* The low frequencies of a float64 node's input spectrum summed directly (composition.lowdft; numpy reference
+/* The low frequencies of a float64 node's input spectrum summed directly (fastpld._lowdft; numpy reference
  * fastpld._reference.low_dft): X (interleaved re, im, the forward FFT's output of p placed at (j - cen) mod N)
  * is overwritten at k < *K by sum_j p_j (c_r - i s_r), r = k (j - cen) mod N, the products and sums in long double
  * (blocks of 64 terms, then the blocks' sums), from the float64 tables c, s of cos, sin(2 pi r / N); the sums also
  * into XL (interleaved, 2 kmax long doubles; NULL: not kept) before their rounding.  *K: the first
  * k >= 1 where m g (|X_k| + g)^(m - 1) <= tau (the FFT's error there, amplified by the power: small enough),
- * at most kmax and N / 2 + 1.  Error bound: fastpld.composition.lowdft.low_dft_error. */
+ * at most kmax and N / 2 + 1.  Error bound: fastpld._lowdft.low_dft_error. */
 int fpld_low_dft(const double *p, ptrdiff_t n, int64_t cen, int64_t N, const double *c, const double *s, double m,
                  double g, double tau, ptrdiff_t kmax, double *X, long double *XL, ptrdiff_t *K);
 
