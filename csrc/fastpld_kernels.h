@@ -188,6 +188,12 @@ int fpld_power_direct(const double *X, ptrdiff_t F, int64_t m, double *P, double
 int fpld_low_dft(const double *p, ptrdiff_t n, int64_t cen, int64_t N, const double *c, const double *s, double m,
                  double g, double tau, ptrdiff_t kmax, double *X, long double *XL, ptrdiff_t *K);
 
+/* One value of that spectrum in float64, sum_j p_j (c_r - i s_r) with r = k (j - cen) mod N over the non-zero p_j, into
+ * out[0], out[1] (fastpld._lowdft.plan's check of the frequencies it would sum; numpy reference
+ * fastpld._reference.dft_at). */
+int fpld_dft_at(const double *p, ptrdiff_t n, int64_t cen, int64_t N, const double *c, const double *s, int64_t k,
+                double *out);
+
 #ifdef __cplusplus
 }
 #endif

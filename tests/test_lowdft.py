@@ -52,14 +52,21 @@ def _placed(p, cen, N):
 SPECTRA = [(461, 2560, 230, 50), (300, 1001, -7, 20), (90, 243, 95, 125), (700, 512, 350, 8), (37, 4096, 0, 400)]
 
 
-@pytest.mark.parametrize("native", IMPLS)
-@pytest.mark.parametrize("n,N,cen,m", SPECTRA)
-def test_low_dft_within_its_bound(native, n, N, cen, m):
+def _spectrum_input(n, N, zeros):
+    """A bump of ``n`` points, a share ``zeros`` of them 0 (0.7: a leaf's thin-tail cells, the compiled sums' sparse
+    path; 0.1: its dense one)."""
     rng = np.random.default_rng(n + N)
     x = np.linspace(-3, 3, n)
     p = np.exp(-x * x / 2) * (1 + 0.5 * rng.random(n))
-    p[rng.random(n) < 0.1] = 0.0
-    p /= p.sum()
+    p[rng.random(n) < zeros] = 0.0
+    return p / p.sum()
+
+
+@pytest.mark.parametrize("native", IMPLS)
+@pytest.mark.parametrize("zeros", [0.1, 0.7])
+@pytest.mark.parametrize("n,N,cen,m", SPECTRA)
+def test_low_dft_within_its_bound(native, n, N, cen, m, zeros):
+    p = _spectrum_input(n, N, zeros)
     X = _placed(p, cen, N)
     g = 12 * roundoff._U64 * math.ceil(math.log2(N))
     c, s = dft_table(N, np.float64)
@@ -186,13 +193,51 @@ def test_lowdft_node_within_its_charge(exact_nodes, case, backend, monkeypatch):
     plain = precision_mod._predicted_fp_plain(1, m, math.ceil(math.log2(info["N"])))
     assert info["fp"] < plain / 4, (info["fp"], plain)
     # ... where the same node on the FFT's values alone is charged its m-fold amplification
-    monkeypatch.setattr(_lowdft, "plan", lambda ins, N: None)
+    monkeypatch.setattr(_lowdft, "plan", lambda *a, **k: None)
     monkeypatch.setattr(node_mod, "_series_spectrum", lambda *a, **k: None)
     out2, info2 = _node(p, m, 1.0, backend)  # (a budget every charge fits: float64, plain)
     assert not info2["lowdft"] and np.dtype(info2["dtype"]) == np.float64
     assert node_tv(out2, exact_nodes[case]) <= info2["fp"] + info2["wrap"]
     assert info["fp"] < info2["fp"] / 3, (info["fp"], info2["fp"])
 
+
+
+def _blocked_sums(p, cen, N, c, s, K):
+    """The compiled sums' arithmetic, emulated in long double scalars: per frequency, blocks of 64 indices summed in
+    index order (every term, zeros too), then the blocks' sums in order."""
+    ld = np.longdouble
+    out = []
+    for f in range(K):
+        re = im = ld(0)
+        for a in range(0, p.size, 64):
+            br = bi = ld(0)
+            for j in range(a, min(a + 64, p.size)):
+                r = ((j - cen) * f) % N
+                br += ld(p[j]) * ld(c[r])
+                bi -= ld(p[j]) * ld(s[r])
+            re += br
+            im += bi
+        out.append((re, im))
+    return out
+
+
+@pytest.mark.skipif(not NATIVE, reason="native backend not built")
+@pytest.mark.parametrize("n,N,cen,m", SPECTRA)
+def test_sparse_low_dft_is_the_dense_sums(n, N, cen, m):
+    """The kernel's sparse path (at most three quarters of the entries non-zero) sums only the non-zero terms, in the
+    dense loop's blocks and order: bitwise its sums (a zero term adds nothing), whichever path runs."""
+    c, s = dft_table(N, np.float64)
+    g = 12 * roundoff._U64 * math.ceil(math.log2(N))
+    for zeros in (0.7, 0.1):
+        p = _spectrum_input(n, N, zeros)
+        X = _placed(p, cen, N)
+        XL = np.zeros(16, dtype=np.longdouble)
+        K = _kernels.low_dft(p, cen, N, c, s, m, g, 0.0, 8, X, True, XL)  # (tau 0: all 8 frequencies)
+        assert K == min(8, N // 2 + 1)
+        want = _blocked_sums(p, cen, N, c, s, K)
+        for f, (re, im) in enumerate(want):
+            assert XL[2 * f] == re and XL[2 * f + 1] == im, (zeros, f, XL[2 * f], re, XL[2 * f + 1], im)
+            assert X[f] == complex(float(re), float(im))
 
 def test_lowdft_plan_defers_to_the_series_for_wide_inputs():
     """An input whose low frequencies would cost more than half a forward FFT is left to the series: a wide input
@@ -231,3 +276,87 @@ def test_composition_with_low_frequencies_brackets_the_gaussian(backend, monkeyp
     pld = fastpld.compose(fastpld.Gaussian(20.0), 1000, backend=backend)
     assert calls  # (the path under test ran)
     assert_brackets_gaussian(pld, math.sqrt(1000) / 20.0, [0.25, 1.0, 3.0, 6.0], (1e-3, 1e-6, 1e-9))
+
+
+@pytest.mark.parametrize("native", IMPLS)
+def test_dft_at_is_the_spectrum(native):
+    """One value of the placed input's spectrum in float64 (the plan's check), against numpy's FFT."""
+    p = _spectrum_input(700, 2048, 0.7)
+    c, s = dft_table(2048, np.float64)
+    X = _placed(p, 350, 2048)
+    for k in (0, 1, 17, 300, 1024):
+        assert abs(_kernels.dft_at(p, 350, 2048, c, s, k, native) - X[k]) <= 1e-14
+
+
+def _thin_tails(n, bulk_sd, every):
+    """A narrow bulk (``bulk_sd`` points) in wide tails holding mass only every ``every`` points: a leaf's thin-tail
+    cells, whose variance the tails inflate while the spectrum decays as slowly as the bulk's."""
+    x = np.arange(n) - n // 2
+    p = np.exp(-0.5 * (x / bulk_sd) ** 2)
+    tail = (np.abs(x) > 6 * bulk_sd) & (x % every == 0)
+    p[tail] = 2e-3 * np.exp(-np.abs(x[tail]) / (n / 6))
+    p[(np.abs(x) > 6 * bulk_sd) & ~tail] = 0.0
+    return p / p.sum()
+
+
+def test_lowdft_plan_checks_the_spectrum_past_its_count(monkeypatch):
+    """The count estimated from the variance is checked at the first frequency past it: an input whose bulk is
+    narrower than its variance says (its spectrum still near 1 there) gets none, where the cost cap -- counted in
+    non-zero entries -- alone would have let it sum too few frequencies."""
+    p = _thin_tails(4001, 3.0, 32)
+    assert np.count_nonzero(p) < p.size / 4
+    N = 8192
+    assert _lowdft.plan([(p, 2000, 50)], N) is None
+    monkeypatch.setattr(_lowdft, "_CHECK_SLACK", math.inf)
+    k = _lowdft.plan([(p, 2000, 50)], N)
+    assert k is not None and k[0] < 0.5 * N * 13 / np.count_nonzero(p)
+
+
+def _psg_leaf_node(sigma, q, m, inst):
+    """A dominating leaf of PSG(sigma, q)'s remove loss at the mesh the dominance planner takes at the default
+    accuracy for m x inst copies, and the budgets of its chain (delta_error 1e-10)."""
+    import fastpld
+    from fastpld.dominance import leaves, planner
+    fastpld.clear_caches()
+    pld = fastpld.compose(fastpld.PoissonSubsampledGaussian(sigma, q), m * inst, rel_error=1e-3)
+    h = pld.directions["remove"].stages[0].mesh
+    loss = fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses()["remove"]
+    leaf = leaves.ctd_leaf(loss, h, 1e-15, native=NATIVE, copies=m * inst)
+    budgets = budget._Budgets(eps=0.1, delta=1e-10, eta=1e-10, trunc=3e-11, wrap=3e-11, fp=4e-11)
+    return leaf, budgets
+
+
+@pytest.mark.parametrize("backend", ["numpy", "native"])
+def test_lowdft_takes_a_node_headed_for_long_double(backend, monkeypatch):
+    """The x50 node of PSG(0.7, 0.01) x 1e3's leaf (thin-tail cells: a fifth of its points hold mass) is too wide
+    for the series, and its plain float64 charge does not fit: long double, unless its low frequencies are summed.
+    Summed over the non-zero entries they are cheap, and the node runs in float64, charged near its prediction; its
+    output within both charges of the long double node's.  Where the charge would exceed twice its prediction, the
+    node runs in long double after all."""
+    if backend not in _fft.available_backends():
+        pytest.skip("native backend not built")
+    leaf, budgets = _psg_leaf_node(0.7, 0.01, 50, 20)
+    assert np.count_nonzero(leaf.probs) < leaf.probs.size / 3
+    run = lambda: node_mod._run_node(SimpleNamespace(label="x50", children=()), [(leaf, 50)], 20, budgets, 2,  # noqa
+                                     _fft.resolve(backend), 1 << 22, n_nodes=2)
+    out, info = run()
+    assert info["lowdft"] and np.dtype(info["dtype"]) == np.float64, info
+    p = np.asarray(leaf.probs)
+    pred = _lowdft.predicted_charge(20, [(p, int(round(_kernels.mean_index(p, False))), 50)], info["N"])
+    assert 20 * info["fp"] <= node_mod._LOWDFT_HOLD * pred
+    # the long double node, as without the summed frequencies
+    monkeypatch.setattr(_lowdft, "plan", lambda *a, **k: None)
+    ref, info_ld = run()
+    assert np.dtype(info_ld["dtype"]) == np.longdouble, info_ld
+    a, b = np.asarray(out.probs, dtype=np.float64), np.asarray(ref.probs, dtype=np.float64)
+    shift = int(round((out.offset - ref.offset) / out.mesh))
+    lo, hi = min(0, shift), max(a.size + shift, b.size)
+    A, B = np.zeros(hi - lo), np.zeros(hi - lo)
+    A[shift - lo: shift - lo + a.size], B[-lo: -lo + b.size] = a, b
+    assert np.abs(A - B).sum() <= 2 * (info["fp"] + info["wrap"] + info_ld["fp"] + info_ld["wrap"])
+    # a prediction the measured charge exceeds twice: long double after all
+    monkeypatch.undo()
+    monkeypatch.setattr(_lowdft, "predicted_charge", lambda inst, ins, N: 20 * info["fp"] / 4)
+    _, info_held = run()
+    assert np.dtype(info_held["dtype"]) == np.longdouble, info_held
+

@@ -56,3 +56,5 @@ cdef extern from "fastpld_kernels.h" nogil:
                        long double *yi_out, double *b_out)
     int fpld_low_dft(const double *p, Py_ssize_t n, int64_t cen, int64_t N, const double *c, const double *s,
                      double m, double g, double tau, Py_ssize_t kmax, double *X, long double *XL, Py_ssize_t *K)
+    int fpld_dft_at(const double *p, Py_ssize_t n, int64_t cen, int64_t N, const double *c, const double *s,
+                    int64_t k, double *out)

@@ -151,6 +151,9 @@ _SPLIT64_MIN_N = 1 << 15
 # the directly summed low frequencies (docs/roundoff.md, 3i) where their predicted charge is at most this many times
 # the series' (the x50 nodes of subsampled Gaussian leaves: 0.25x; a GLW plan's x1000 node: 3.7x, measured 5x)
 _LOWDFT_CHARGE = 1.0
+# ... and where they alone make a float64 try of a node headed for long double, its measured charge at most this many
+# times the prediction (measured 0.85-1.4x on the x50, x100 and x125 nodes of subsampled Gaussian leaves)
+_LOWDFT_HOLD = 2.0
 
 _DIRECT_MAX_POWER = 1 << 20  # direct powers' bound assumes M u <= 1e-10 (see powers._direct_power)
 # a long double node's direct power takes a float64 inverse FFT where its charge with it is at most this share of the
@@ -292,8 +295,14 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     # (not where its charge is predicted larger than the series': the summed values' error, ~1.5 u, grows M-fold,
     # the series' does not -- a GLW plan's single x1000 node, charged 4e-13 against 8e-14)
     pred_series = _predicted_fp_series(inst, msum, lg, mmax, _has_atoms(node)) if est64 > 0.25 * allowance else None
-    lowp = (_lowdft.plan(ins, N) if est64 > 0.25 * allowance and mmax >= 8 and not dft_ok and not split_ok
-            and _lowdft.predicted_charge(inst, ins, N) <= _LOWDFT_CHARGE * pred_series else None)
+    pred_low = (_lowdft.predicted_charge(inst, ins, N) if est64 > 0.25 * allowance and mmax >= 8 and not dft_ok
+                and not split_ok else None)
+    lowp = _lowdft.plan(ins, N, backend.native) if pred_low is not None and pred_low <= _LOWDFT_CHARGE * pred_series else None
+    # (a float64 try that only the summed frequencies make: without them the node would run in long double at once.
+    # Its measured charge must be near its prediction, else long double after all: a spectrum that decays slower
+    # than the plan's check saw would be charged its amplified FFT error there -- a Gaussian subsampled without
+    # replacement, before that check, 5-8x the prediction, epsilon at delta 1e-9 1.95x wider)
+    low_for_ld = lowp is not None and est64 > node_allowance and not (series_ok(N) or dft_ok or split_ok)
     bulk64 = None
     if est64 <= 0.25 * allowance:
         dtypes = (np.float64,)
@@ -409,7 +418,9 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
             retry = True  # (the split's bound where the plain one took most of delta_error)
             tries = [np.longdouble]
             continue
-        if dtype is np.longdouble or inst * _node_tv(fp_l1, N, u) <= node_allowance:
+        charge = inst * _node_tv(fp_l1, N, u)
+        if dtype is np.longdouble or (charge <= node_allowance
+                                      and not (used_low and low_for_ld and charge > _LOWDFT_HOLD * pred_low)):
             break
         if not tries:
             # (a node predicted far below its share, float64 only, whose measured charge exceeds the share: long
