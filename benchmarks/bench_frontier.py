@@ -26,6 +26,7 @@ as ``time_alone``).  The machine's speed drifts: read the ratios, not the absolu
 ``benchmarks/results/frontier.json`` and prints a markdown table.
 
     python benchmarks/bench_frontier.py [--quick] [--repeat 3] [--out benchmarks/results]
+    python benchmarks/bench_frontier.py --workloads '0.1,1.0,1e3;0.02,1.0,5e3' --rels 1e-3 --glw-kmax 0 --no-calibration
 """
 from __future__ import annotations
 
@@ -274,6 +275,8 @@ def main(argv=None):
     ap.add_argument("--rels", default="1e-3,1e-4", help="relative accuracies, comma-separated")
     ap.add_argument("--kmax", type=float, default=1e7, help="skip workloads with more steps")
     ap.add_argument("--kmin", type=float, default=0, help="skip workloads with fewer steps")
+    ap.add_argument("--workloads", default=None,
+                    help="other workloads than the panel: 'q,sigma,k;q,sigma,k;...' (e.g. '0.1,1.0,1e3;0.02,1.0,5e3')")
     ap.add_argument("--no-calibration", action="store_true", help="skip the calibration comparison")
     ap.add_argument("--glw-kmax", type=float, default=1e5, help="run GLW only up to this many steps (it takes minutes)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
@@ -284,6 +287,12 @@ def main(argv=None):
     KEEP_PLANS = not a.clear_plans
     workloads, rels = (QUICK, [1e-2]) if a.quick else (WORKLOADS, [float(r) for r in a.rels.split(",")])
     print(HEADER, flush=True)
+    if a.workloads:
+        try:
+            workloads = [(float(q), float(sg), int(float(k)))
+                         for q, sg, k in (w.split(",") for w in a.workloads.split(";"))]
+        except ValueError:
+            ap.error(f"--workloads: 'q,sigma,k' triples separated by ';', got {a.workloads!r}")
     workloads = [w for w in workloads if a.kmin <= w[2] <= a.kmax]
     rows = run(workloads, rels, 1 if a.quick else a.repeat, a.glw_kmax)
     cal = None if a.quick or a.no_calibration else calibration(a.repeat)
