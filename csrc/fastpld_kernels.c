@@ -1015,6 +1015,26 @@ int fpld_power_direct(const double *X, ptrdiff_t F, int64_t m, double *P, double
  * --------------------------------------------------------------------------------------------------------------- */
 #define LOWDFT_BLOCK 64
 
+/* fpld_low_dft's sums of frequencies f and (two) f + 1 into X, rounded, and XL (unless NULL) */
+static inline void low_dft_store(double *X, long double *XL, ptrdiff_t f, int two, long double re0, long double im0,
+                                 long double re1, long double im1)
+{
+    X[2 * f] = (double)re0;
+    X[2 * f + 1] = (double)im0;
+    if (XL) {
+        XL[2 * f] = re0;
+        XL[2 * f + 1] = im0;
+    }
+    if (two) {
+        X[2 * f + 2] = (double)re1;
+        X[2 * f + 3] = (double)im1;
+        if (XL) {
+            XL[2 * f + 2] = re1;
+            XL[2 * f + 3] = im1;
+        }
+    }
+}
+
 /* fpld_low_dft's sums over the non-zero entries of p alone (a leaf's thin-tail cells leave most of its points
  * empty: 15-40% of them hold mass at the subsampled Gaussian's x50 and x100 nodes): the same blocks of LOWDFT_BLOCK
  * indices, each summed over its non-zero terms in index order, so every sum is bitwise the dense loop's (a zero
@@ -1073,20 +1093,7 @@ static int low_dft_sparse(const double *p, ptrdiff_t n, ptrdiff_t nnz, int64_t c
             re1 += br1;
             im1 += bi1;
         }
-        X[2 * f] = (double)re0;
-        X[2 * f + 1] = (double)im0;
-        if (XL) {
-            XL[2 * f] = re0;
-            XL[2 * f + 1] = im0;
-        }
-        if (two) {
-            X[2 * f + 2] = (double)re1;
-            X[2 * f + 3] = (double)im1;
-            if (XL) {
-                XL[2 * f + 2] = re1;
-                XL[2 * f + 3] = im1;
-            }
-        }
+        low_dft_store(X, XL, f, two, re0, im0, re1, im1);
     }
     free(t);
     free(pv);
@@ -1144,20 +1151,7 @@ int fpld_low_dft(const double *p, ptrdiff_t n, int64_t cen, int64_t N, const dou
             re1 += br1;
             im1 += bi1;
         }
-        X[2 * f] = (double)re0;
-        X[2 * f + 1] = (double)im0;
-        if (XL) {
-            XL[2 * f] = re0;
-            XL[2 * f + 1] = im0;
-        }
-        if (two) {
-            X[2 * f + 2] = (double)re1;
-            X[2 * f + 3] = (double)im1;
-            if (XL) {
-                XL[2 * f + 2] = re1;
-                XL[2 * f + 3] = im1;
-            }
-        }
+        low_dft_store(X, XL, f, two, re0, im0, re1, im1);
     }
     return FPLD_OK;
 }
