@@ -956,7 +956,6 @@ def low_dft(const double[::1] p, cnp.int64_t cen, cnp.int64_t N, const double[::
     return K
 
 
-
 def dft_at(const double[::1] p, cnp.int64_t cen, cnp.int64_t N, const double[::1] c, const double[::1] s,
            cnp.int64_t k):
     """``sum_j p_j (c_r - i s_r)``, ``r = k (j - cen) mod N``, over the non-zero ``p_j`` in float64 (C ``fpld_dft_at``;
@@ -969,6 +968,7 @@ def dft_at(const double[::1] p, cnp.int64_t cen, cnp.int64_t N, const double[::1
         status = fpld_dft_at(&p[0], p.shape[0], cen, N, &c[0], &s[0], k, out)
     _check(status, "dft_at")
     return complex(out[0], out[1])
+
 
 def power_direct_ld(const long double[::1] X, Py_ssize_t m, long double[::1] P, double[::1] B, double[::1] D,
                     double g, bint first, double rdead=0.0, K=None):

@@ -382,13 +382,13 @@ def low_dft(p: np.ndarray, cen: int, N: int, c: np.ndarray, s: np.ndarray, m: fl
     return _reference.low_dft(p, int(cen), int(N), c, s, float(m), float(g), float(tau), int(kmax), X, XL)
 
 
-
 def dft_at(p: np.ndarray, cen: int, N: int, c: np.ndarray, s: np.ndarray, k: int, native: bool = True) -> complex:
     """One value ``sum_j p_j (c_r - i s_r)``, ``r = k (j - cen) mod N``, of :func:`low_dft`'s spectrum, in float64."""
     p = np.ascontiguousarray(p, dtype=np.float64)
     if native and _core is not None:
         return _core.dft_at(p, int(cen), int(N), c, s, int(k))
     return _reference.dft_at(p, int(cen), int(N), c, s, int(k))
+
 
 def table_sum(w: np.ndarray, steps: np.ndarray, tab: np.ndarray, F: int) -> np.ndarray:
     """``out[k] = sum_j w_j tab[(k steps_j) mod N]`` for ``k < F`` (``N = len(tab)``), in ``w``'s precision."""

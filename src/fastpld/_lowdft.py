@@ -71,8 +71,9 @@ def plan(ins, N: int, native: bool = True):
     estimated from the input's variance (``|X_k| ~ e^(-theta_k^2 var / 2)``) and checked at the first frequency
     past it (:func:`fastpld._kernels.dft_at`, within ``_CHECK_SLACK``): a narrow bulk in wide tails decays slower
     than its variance says, and the FFT's amplified error at the frequencies left would be charged (the leaf of a
-    Gaussian subsampled without replacement: 5-8x the prediction), so its count is none.  The kernel stops where the FFT's own values
-    suffice (:func:`spectrum`); the estimate only moves the cost and the charge, never the bound's validity."""
+    Gaussian subsampled without replacement: 5-8x the prediction), so its count is none.  The kernel stops where
+    the FFT's own values suffice (:func:`spectrum`); the estimate only moves the cost and the charge, never the
+    bound's validity."""
     lg = math.ceil(math.log2(max(N, 2)))
     g = 12.0 * _U64 * lg
     msum = sum(m for _, _, m in ins)

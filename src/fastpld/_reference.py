@@ -375,12 +375,12 @@ def low_dft(p: np.ndarray, cen: int, N: int, c: np.ndarray, s: np.ndarray, m: fl
     return K
 
 
-
 def dft_at(p: np.ndarray, cen: int, N: int, c: np.ndarray, s: np.ndarray, k: int) -> complex:
     """``sum_j p_j (c_r - i s_r)``, ``r = k (j - cen) mod N``, in float64 (``_core.dft_at``)."""
     j = np.flatnonzero(p)
     r = ((j - int(cen)) * int(k)) % N
     return complex(float(np.dot(p[j], c[r])), -float(np.dot(p[j], s[r])))
+
 
 def table_sum(w: np.ndarray, steps: np.ndarray, tab: np.ndarray, F: int, out: np.ndarray) -> np.ndarray:
     """``out[k] = sum_j w_j tab[(k steps_j) mod N]`` for ``k < F`` (``_core.table_sum``)."""

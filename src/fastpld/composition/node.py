@@ -297,7 +297,8 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     pred_series = _predicted_fp_series(inst, msum, lg, mmax, _has_atoms(node)) if est64 > 0.25 * allowance else None
     pred_low = (_lowdft.predicted_charge(inst, ins, N) if est64 > 0.25 * allowance and mmax >= 8 and not dft_ok
                 and not split_ok else None)
-    lowp = _lowdft.plan(ins, N, backend.native) if pred_low is not None and pred_low <= _LOWDFT_CHARGE * pred_series else None
+    lowp = (_lowdft.plan(ins, N, backend.native) if pred_low is not None and pred_low <= _LOWDFT_CHARGE * pred_series
+            else None)
     # (a float64 try that only the summed frequencies make: without them the node would run in long double at once.
     # Its measured charge must be near its prediction, else long double after all: a spectrum that decays slower
     # than the plan's check saw would be charged its amplified FFT error there -- a Gaussian subsampled without
