@@ -316,7 +316,7 @@ def _psg_leaf_node(sigma, q, m, inst):
     """A dominating leaf of PSG(sigma, q)'s remove loss at the mesh the dominance planner takes at the default
     accuracy for m x inst copies, and the budgets of its chain (delta_error 1e-10)."""
     import fastpld
-    from fastpld.dominance import leaves, planner
+    from fastpld.dominance import leaves
     fastpld.clear_caches()
     pld = fastpld.compose(fastpld.PoissonSubsampledGaussian(sigma, q), m * inst, rel_error=1e-3)
     h = pld.directions["remove"].stages[0].mesh
