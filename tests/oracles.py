@@ -49,6 +49,43 @@ def pure_dp_delta(eps, eps0, k):
     return float(np.exp(special.logsumexp(terms)))
 
 
+
+def psg_delta(eps, sigma, q):
+    """One Poisson-subsampled Gaussian step's ``delta(eps)`` (add/remove neighbours: the larger of the two
+    directions), from the normal CDFs at the loss's inverse: ``Y > eps`` exactly where the Gaussian sample ``w``
+    passes ``sigma^2 log((e^(+-eps) - 1 + q) / q) + 1/2`` (tests/test_overflow_sweep.py has it in mpmath)."""
+    s2, ee = sigma * sigma, math.exp(eps)
+    if ee > 1 - q:  # remove: w ~ (1 - q) N(0, s^2) + q N(1, s^2) against N(0, s^2)
+        w = s2 * math.log((ee - 1 + q) / q) + 0.5
+        dr = (1 - q) * norm.sf(w / sigma) + q * norm.sf((w - 1) / sigma) - ee * norm.sf(w / sigma)
+    else:
+        dr = 1 - ee
+    em = math.exp(-eps)
+    da = 0.0
+    if em > 1 - q:  # add: w ~ N(0, s^2) against the mixture, Y > eps where w is below the threshold
+        w = s2 * math.log((em - 1 + q) / q) + 0.5
+        da = norm.cdf(w / sigma) - ee * ((1 - q) * norm.cdf(w / sigma) + q * norm.cdf((w - 1) / sigma))
+    return max(dr, da, 0.0)
+
+
+def epsilon_of(delta_fn, delta, hi=1.0):
+    """The smallest ``eps >= 0`` with ``delta_fn(eps) <= delta`` (``delta_fn`` non-increasing), by bisection to the
+    float resolution: the bracket's upper end, where ``delta_fn`` is at most ``delta``."""
+    if delta_fn(0.0) <= delta:
+        return 0.0
+    while delta_fn(hi) > delta:
+        hi *= 2
+    lo = 0.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if not lo < mid < hi:
+            break
+        if delta_fn(mid) > delta:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
 def exact_power(p, m, bits=320, dtype=np.float64):
     """Normalised coefficients of ``(sum_i p_i x^i)^m`` to ~2^-300 (exact integer arithmetic).
 
