@@ -286,13 +286,13 @@ def main(argv=None):
     global KEEP_PLANS
     KEEP_PLANS = not a.clear_plans
     workloads, rels = (QUICK, [1e-2]) if a.quick else (WORKLOADS, [float(r) for r in a.rels.split(",")])
-    print(HEADER, flush=True)
     if a.workloads:
         try:
             workloads = [(float(q), float(sg), int(float(k)))
                          for q, sg, k in (w.split(",") for w in a.workloads.split(";"))]
         except ValueError:
             ap.error(f"--workloads: 'q,sigma,k' triples separated by ';', got {a.workloads!r}")
+    print(HEADER, flush=True)
     workloads = [w for w in workloads if a.kmin <= w[2] <= a.kmax]
     rows = run(workloads, rels, 1 if a.quick else a.repeat, a.glw_kmax)
     cal = None if a.quick or a.no_calibration else calibration(a.repeat)

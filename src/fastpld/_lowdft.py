@@ -8,8 +8,9 @@ A node raises each input spectrum ``X`` to the power ``m``; the forward FFT comp
 double products for an input of ``n`` buckets, whatever the number of frequencies they serve.  A narrow input
 raised to a moderate power needs few of them: where ``m g |X|^(m - 1)`` still matters ``|X|^m`` is not
 negligible, about ten frequencies for the x50 node of a subsampled Gaussian's leaf.  There each value is summed
-directly here, ``K n`` long double products from the float64 table of the FFT length's cosines and sines, to
-within ``~1.5 u`` (:func:`low_dft_error`); the node's direct power takes their powers in long double and charges
+directly here, ``K`` long double products per non-zero entry (a leaf's thin-tail cells leave most of its points
+empty) from the float64 table of the FFT length's cosines and sines, to within ``~1.5 u``
+(:func:`low_dft_error`); the node's direct power takes their powers in long double and charges
 that bound at those frequencies instead of ``g`` (``NativeBackend.convolve(..., low_dft=...)``, reference
 :func:`fastpld.composition.powers._direct_power`).
 """
