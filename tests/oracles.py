@@ -50,6 +50,49 @@ def pure_dp_delta(eps, eps0, k):
 
 
 
+def approx_dp_delta(eps, eps0, d0, k):
+    """k-fold (eps0, d0)-DP's worst case (:class:`fastpld.ApproxDP`: pure eps0 randomized response, and with
+    probability d0 an infinite loss): no infinite loss in any copy w.p. (1 - d0)^k, then the binomial curve."""
+    keep = math.exp(k * math.log1p(-d0))
+    return -math.expm1(k * math.log1p(-d0)) + keep * pure_dp_delta(eps, eps0, k)
+
+
+def rr_delta(eps, eps0, c, k):
+    """k-fold c-ary randomized response (loss +eps0, -eps0, 0 w.p. e^eps0, 1, c - 2 over e^eps0 + c - 1), the
+    trinomial law of the numbers of +eps0 and -eps0 copies summed in log space (c = 2: :func:`pure_dp_delta`)."""
+    if c == 2:
+        return pure_dp_delta(eps, eps0, k)
+    lz = math.log(c - 2) - math.log(math.exp(eps0) + c - 1)
+    la = eps0 - math.log(math.exp(eps0) + c - 1)
+    lb = -math.log(math.exp(eps0) + c - 1)
+    i = np.arange(k + 1)[:, None]  # copies at +eps0
+    j = np.arange(k + 1)[None, :]  # copies at -eps0
+    ok = (i + j <= k) & ((i - j) * eps0 > eps)
+    r = np.maximum(k - i - j, 0)
+    a = (special.gammaln(k + 1) - special.gammaln(i + 1) - special.gammaln(j + 1) - special.gammaln(r + 1)
+         + i * la + j * lb + r * lz)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(ok, a + np.log(-np.expm1(np.minimum(eps - (i - j) * eps0, 0.0))), -np.inf)
+    return float(np.exp(special.logsumexp(terms))) if ok.any() else 0.0
+
+
+def gauss_pure_delta(eps, mu, eps0, k):
+    """mu-GDP composed with k-fold eps0-DP: the composed curve is linear in each factor's, ``delta(eps) = E[
+    delta_G(eps - Y)]`` over the pure part's binomial loss ``Y = (k - 2 i) eps0`` (``delta_G`` the mu-GDP curve,
+    whose formula holds at negative arguments too)."""
+    i = np.arange(k + 1)
+    lw = (special.gammaln(k + 1) - special.gammaln(i + 1) - special.gammaln(k - i + 1)
+          - (k - i) * np.logaddexp(0.0, -eps0) - i * np.logaddexp(0.0, eps0))
+    d = gaussian_delta(eps - (k - 2 * i) * eps0, mu)
+    return float(np.sum(np.exp(lw) * d))
+
+
+def laplace_delta(eps, eps0):
+    """One Laplace mechanism's curve, ``eps0`` its sensitivity over its scale: ``1 - e^((eps - eps0) / 2)`` on
+    ``[0, eps0]``, 0 above."""
+    return -math.expm1((eps - eps0) / 2) if eps < eps0 else 0.0
+
+
 def psg_delta(eps, sigma, q):
     """One Poisson-subsampled Gaussian step's ``delta(eps)`` (add/remove neighbours: the larger of the two
     directions), from the normal CDFs at the loss's inverse: ``Y > eps`` exactly where the Gaussian sample ``w``

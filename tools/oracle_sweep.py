@@ -5,8 +5,11 @@ Usage (from the repository root)::
     python tools/oracle_sweep.py --seconds 300 --seed 1
 
 Draws, until ``--seconds`` have passed: a Gaussian composed ``k`` times and a heterogeneous list of Gaussians (the
-analytic mu-GDP curve), pure DP composed ``k`` times (the binomial formula), and one Poisson-subsampled Gaussian
-step (its closed form), each at a random accuracy (``rel_error`` 1e-2 .. 1e-4 or the default), and asks ``epsilon`` at
+analytic mu-GDP curve), pure DP composed ``k`` times (the binomial formula), c-ary randomized response (the trinomial
+one), approximate DP (the binomial formula past the infinite losses), Gaussians composed with pure DP (the mu-GDP curve
+averaged over the binomial loss: the composed curve is linear in each factor's), one Laplace mechanism and one
+Poisson-subsampled Gaussian step (their closed forms), each at a random accuracy (``rel_error`` 1e-2 .. 1e-4 or the
+default), and asks ``epsilon`` at
 three random deltas in 1e-10 .. 1e-2 and ``delta`` at 0.7, 1 and 1.3 times the exact epsilon.  An interval that
 misses the oracle by more than its own rounding (1e-12 relative, and 2e-12 absolute for delta: the binomial sum's
 own rounding near 1) is printed; the exit status is 1 if any did.  The oracles are the tests' (``tests/oracles.py``).
@@ -29,7 +32,7 @@ import oracles as O  # noqa: E402
 def _draw(rng):
     """``(description, composed answer, exact delta(eps), exact epsilon(delta))`` of one random question, or
     ``None`` for a draw outside the oracles' range."""
-    kind = rng.choice(["gauss", "hetero", "pure", "psg1"])
+    kind = rng.choice(["gauss", "hetero", "pure", "psg1", "rr", "approx", "gauss_pure", "laplace1"])
     rel = rng.choice([1e-2, 1e-3, 1e-4, None])
     acc = {"rel_error": rel} if rel else {}
     if kind == "gauss":
@@ -52,6 +55,32 @@ def _draw(rng):
         pld = F.compose(F.PureDP(e0), k, **acc)
         fd = lambda e: O.pure_dp_delta(e, e0, k)  # noqa: E731
         return f"PureDP({e0:.6g}) x {k}, rel_error={rel}", pld, fd, lambda d: O.epsilon_of(fd, d)
+    if kind == "rr":
+        # (k up to 500: the trinomial sum's log-gamma terms keep ~1e-13 of relative accuracy there)
+        k, c = int(10 ** rng.uniform(0, 2.7)), rng.randint(3, 10)
+        e0 = 10 ** rng.uniform(-2, 0.5)
+        pld = F.compose(F.RandomizedResponse(e0, c), k, **acc)
+        fd = lambda e: O.rr_delta(e, e0, c, k)  # noqa: E731
+        return f"RandomizedResponse({e0:.6g}, {c}) x {k}, rel_error={rel}", pld, fd, lambda d: O.epsilon_of(fd, d)
+    if kind == "approx":
+        k = int(10 ** rng.uniform(0, 3))
+        e0, d0 = 10 ** rng.uniform(-2.5, 0.5), 10 ** rng.uniform(-12, -6)
+        pld = F.compose(F.ApproxDP(e0, d0), k, **acc)
+        fd = lambda e: O.approx_dp_delta(e, e0, d0, k)  # noqa: E731
+        return f"ApproxDP({e0:.6g}, {d0:.3g}) x {k}, rel_error={rel}", pld, fd, lambda d: O.epsilon_of(fd, d)
+    if kind == "gauss_pure":
+        kg, kp = int(10 ** rng.uniform(0, 4)), int(10 ** rng.uniform(0, 3))
+        mu, e0 = 10 ** rng.uniform(-1, 0.7), 10 ** rng.uniform(-2.5, 0)
+        sigma = math.sqrt(kg) / mu
+        pld = F.compose([(F.Gaussian(sigma), kg), (F.PureDP(e0), kp)], **acc)
+        fd = lambda e: O.gauss_pure_delta(e, mu, e0, kp)  # noqa: E731
+        return (f"Gaussian({sigma:.6g}) x {kg} with PureDP({e0:.6g}) x {kp}, rel_error={rel}", pld, fd,
+                lambda d: O.epsilon_of(fd, d))
+    if kind == "laplace1":
+        b = 10 ** rng.uniform(-1, 1.5)
+        pld = F.compose(F.Laplace(b), 1, **acc)
+        fd = lambda e: O.laplace_delta(e, 1.0 / b)  # noqa: E731
+        return f"Laplace({b:.6g}) x 1, rel_error={rel}", pld, fd, lambda d: O.epsilon_of(fd, d)
     sigma, q = 10 ** rng.uniform(-0.3, 1), 10 ** rng.uniform(-3, -0.3)
     pld = F.compose(F.PoissonSubsampledGaussian(sigma, q), 1, **acc)
     fd = lambda e: O.psg_delta(e, sigma, q)  # noqa: E731
