@@ -297,8 +297,12 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     pred_series = _predicted_fp_series(inst, msum, lg, mmax, _has_atoms(node)) if est64 > 0.25 * allowance else None
     pred_low = (_lowdft.predicted_charge(inst, ins, N) if est64 > 0.25 * allowance and mmax >= 8 and not dft_ok
                 and not split_ok else None)
-    lowp = (_lowdft.plan(ins, N, backend.native) if pred_low is not None and pred_low <= _LOWDFT_CHARGE * pred_series
-            else None)
+    # (not where both float64 predictions exceed the node's share: it runs in long double whatever the plan says, and
+    # the plan's variance and check frequency cost 20-50 us a node on the wide leaves of q = 0.01 x 1e5 and
+    # q = 0.001 x 1e6, whose first nodes stay long double)
+    lowp = (_lowdft.plan(ins, N, backend.native)
+            if pred_low is not None and pred_low <= _LOWDFT_CHARGE * pred_series
+            and (est64 <= node_allowance or pred_series <= node_allowance) else None)
     # (a float64 try that only the summed frequencies make: without them the node would run in long double at once.
     # Its measured charge must be near its prediction, else long double after all: a spectrum that decays slower
     # than the plan's check saw would be charged its amplified FFT error there -- a Gaussian subsampled without
