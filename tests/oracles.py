@@ -87,6 +87,38 @@ def gauss_pure_delta(eps, mu, eps0, k):
     return float(np.sum(np.exp(lw) * d))
 
 
+def psl_delta(eps, scale, q):
+    """One Poisson-subsampled Laplace step's ``delta(eps)`` (sensitivity 1, add/remove neighbours: the larger of the
+    two directions).  The loss is monotone in the sample ``y`` through ``g(y) = (|y| - |y - 1|) / b`` (-1/b up to 0,
+    linear to 1/b at 1), so each direction's event ``Y > eps`` is a half-line of ``y`` whose end solves
+    ``g(y) = log r``, and its masses are Laplace tails."""
+    b = scale
+
+    def sf(y, mu):  # P[Laplace(mu, b) > y]
+        return 0.5 * math.exp(-(y - mu) / b) if y >= mu else 1.0 - 0.5 * math.exp((y - mu) / b)
+
+    ee = math.exp(eps)
+    # remove: P = (1 - q) Lap(0) + q Lap(1) against Q = Lap(0); Y > eps where g(y) > log r
+    r = (ee - (1 - q)) / q
+    if r <= 0 or math.log(r) < -1.0 / b:
+        dr = 1.0 - ee
+    elif math.log(r) >= 1.0 / b:
+        dr = 0.0
+    else:
+        ys = (1.0 + b * math.log(r)) / 2.0
+        dr = (1 - q) * sf(ys, 0.0) + q * sf(ys, 1.0) - ee * sf(ys, 0.0)
+    # add: P = Lap(0) against Q = (1 - q) Lap(0) + q Lap(1); Y > eps where g(y) < log r'
+    r2 = (math.exp(-eps) - (1 - q)) / q
+    if r2 <= 0 or math.log(r2) <= -1.0 / b:
+        da = 0.0
+    elif math.log(r2) > 1.0 / b:
+        da = 1.0 - ee
+    else:
+        ys = (1.0 + b * math.log(r2)) / 2.0
+        da = (1 - sf(ys, 0.0)) - ee * ((1 - q) * (1 - sf(ys, 0.0)) + q * (1 - sf(ys, 1.0)))
+    return max(dr, da, 0.0)
+
+
 def laplace_delta(eps, eps0):
     """One Laplace mechanism's curve, ``eps0`` its sensitivity over its scale: ``1 - e^((eps - eps0) / 2)`` on
     ``[0, eps0]``, 0 above."""

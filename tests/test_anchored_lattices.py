@@ -156,3 +156,21 @@ def test_pinned_meshes_refine_by_the_factor_asked():
     that stopped at the first mesh that changed took M one step at a time (excess 6.1, 2.8, 3.9, 1.35, 1.07:
     refused); it now lowers the scale until a mesh is the factor asked finer."""
     dominance_epsilon(fastpld.PoissonSubsampled(fastpld.Laplace(1.5495120848029782), 0.0011600459504776176), 2)
+
+
+@pytest.mark.parametrize("b,q", [(0.45984816563892483, 0.0010601576685362428), (0.9740383255889438, 0.0017817766563036261),
+                                 (0.39253365292847736, 0.008642991326064829)])
+@pytest.mark.parametrize("rel", [1e-2, 1e-3])
+def test_a_support_between_two_atoms_takes_two_leaf_intervals(b, q, rel):
+    """A subsampled Laplace step, its support a few ulp-free atoms' spacing wide, below the planner's mesh: the mesh
+    aligned on its two atoms (the support's ends) was the whole spacing, so one leaf cell held both ends, whose
+    integration rules each bound the density near one end only -- an infinite error bound, and a refusal that blamed a
+    CustomCDF.  The leaf now takes two intervals at least; the answer brackets the closed form
+    (``tests/oracles.psl_delta``)."""
+    from oracles import epsilon_of, psl_delta
+    pld = fastpld.compose(fastpld.PoissonSubsampledLaplace(b, q), 1, rel_error=rel)
+    for delta in (1e-3, 1e-6, 1e-9):
+        e = pld.epsilon(delta)
+        exact = epsilon_of(lambda x: psl_delta(x, b, q), delta)
+        assert e.lower - 1e-12 <= exact <= e.upper + 1e-12, (delta, e, exact)
+        assert e.upper - e.lower <= rel * max(e.lower, 0.01) * (1 + 1e-9)

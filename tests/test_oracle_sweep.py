@@ -1,8 +1,8 @@
 """The randomised oracle sweep (``tools/oracle_sweep.py``): a few seconds of random compositions whose certified
 intervals must hold the exact curves, and the closed forms it uses against independent high-precision ones: the
 subsampled Gaussian step's against the 50-digit one of ``test_overflow_sweep``; randomized response's and approximate
-DP's against multinomial enumeration; the Gaussian composed with pure DP and the Laplace mechanism against
-quadrature."""
+DP's against multinomial enumeration; the Gaussian composed with pure DP and the (subsampled) Laplace mechanism
+against quadrature."""
 import os
 import subprocess
 import sys
@@ -10,7 +10,7 @@ import sys
 import mpmath
 import pytest
 
-from oracles import approx_dp_delta, epsilon_of, gauss_pure_delta, laplace_delta, psg_delta, rr_delta
+from oracles import approx_dp_delta, epsilon_of, gauss_pure_delta, laplace_delta, psg_delta, psl_delta, rr_delta
 from test_overflow_sweep import _psg_delta
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -86,6 +86,33 @@ def test_laplace_delta_is_the_exact_curve(eps, scale):
         cut = min(max((1 - eps * b) / 2, 0), 1)  # (where the loss crosses eps: the integrand jumps there)
         exact = mpmath.quad(f, [-mpmath.inf, 0, cut, 1])
     assert laplace_delta(eps, 1.0 / scale) == pytest.approx(float(exact), rel=1e-9, abs=1e-15)
+
+
+@pytest.mark.parametrize("eps,scale,q", [(0.01, 1.0, 0.1), (0.1, 0.5, 0.3), (0.5, 0.3, 0.5), (0.05, 2.0, 0.2),
+                                         (0.0, 1.0, 0.05), (1.0, 0.2, 0.4)])
+def test_psl_delta_is_the_exact_curve(eps, scale, q):
+    """Against both directions' hockey-stick integrals of the Laplace densities (sensitivity 1), split at 0, 1 and
+    where the loss crosses ``eps``."""
+    with mpmath.workdps(30):
+        b, qq = mpmath.mpf(scale), mpmath.mpf(q)
+        f0 = lambda y: mpmath.e ** (-abs(y) / b) / (2 * b)  # noqa: E731
+        f1 = lambda y: mpmath.e ** (-abs(y - 1) / b) / (2 * b)  # noqa: E731
+        mix = lambda y: (1 - qq) * f0(y) + qq * f1(y)  # noqa: E731
+
+        def hockey(P, Q):
+            loss = lambda y: mpmath.log(P(y) / Q(y))  # noqa: E731
+            cuts = [-mpmath.inf, 0]
+            lo, hi = mpmath.mpf(0), mpmath.mpf(1)  # (the loss is monotone on [0, 1]: bisect for its crossing)
+            if (loss(lo) - eps) * (loss(hi) - eps) < 0:
+                for _ in range(200):
+                    mid = (lo + hi) / 2
+                    lo, hi = (lo, mid) if (loss(mid) - eps) * (loss(hi) - eps) > 0 else (mid, hi)
+                cuts.append(lo)
+            f = lambda y: (P(y) - mpmath.e ** eps * Q(y)) if loss(y) > eps else 0  # noqa: E731
+            return mpmath.quad(f, cuts + [1, mpmath.inf])
+
+        exact = max(hockey(mix, f0), hockey(f0, mix), 0)
+    assert psl_delta(eps, scale, q) == pytest.approx(float(exact), rel=1e-9, abs=1e-15)
 
 
 def test_oracle_sweep_short_run():

@@ -7,8 +7,8 @@ Usage (from the repository root)::
 Draws, until ``--seconds`` have passed: a Gaussian composed ``k`` times and a heterogeneous list of Gaussians (the
 analytic mu-GDP curve), pure DP composed ``k`` times (the binomial formula), c-ary randomized response (the trinomial
 one), approximate DP (the binomial formula past the infinite losses), Gaussians composed with pure DP (the mu-GDP curve
-averaged over the binomial loss: the composed curve is linear in each factor's), one Laplace mechanism and one
-Poisson-subsampled Gaussian step (their closed forms), each at a random accuracy (``rel_error`` 1e-2 .. 1e-4 or the
+averaged over the binomial loss: the composed curve is linear in each factor's), one Laplace mechanism, one
+Poisson-subsampled Laplace step and one Poisson-subsampled Gaussian step (their closed forms), each at a random accuracy (``rel_error`` 1e-2 .. 1e-4 or the
 default), and asks ``epsilon`` at
 three random deltas in 1e-10 .. 1e-2 and ``delta`` at 0.7, 1 and 1.3 times the exact epsilon.  An interval that
 misses the oracle by more than its own rounding (1e-12 relative, and 2e-12 absolute for delta: the binomial sum's
@@ -32,7 +32,7 @@ import oracles as O  # noqa: E402
 def _draw(rng):
     """``(description, composed answer, exact delta(eps), exact epsilon(delta))`` of one random question, or
     ``None`` for a draw outside the oracles' range."""
-    kind = rng.choice(["gauss", "hetero", "pure", "psg1", "rr", "approx", "gauss_pure", "laplace1"])
+    kind = rng.choice(["gauss", "hetero", "pure", "psg1", "rr", "approx", "gauss_pure", "laplace1", "psl1"])
     rel = rng.choice([1e-2, 1e-3, 1e-4, None])
     acc = {"rel_error": rel} if rel else {}
     if kind == "gauss":
@@ -76,6 +76,11 @@ def _draw(rng):
         fd = lambda e: O.gauss_pure_delta(e, mu, e0, kp)  # noqa: E731
         return (f"Gaussian({sigma:.6g}) x {kg} with PureDP({e0:.6g}) x {kp}, rel_error={rel}", pld, fd,
                 lambda d: O.epsilon_of(fd, d))
+    if kind == "psl1":
+        b, q = 10 ** rng.uniform(-1, 1), 10 ** rng.uniform(-3, -0.3)
+        pld = F.compose(F.PoissonSubsampledLaplace(b, q), 1, **acc)
+        fd = lambda e: O.psl_delta(e, b, q)  # noqa: E731
+        return f"PoissonSubsampledLaplace({b:.6g}, {q:.6g}) x 1, rel_error={rel}", pld, fd, lambda d: O.epsilon_of(fd, d)
     if kind == "laplace1":
         b = 10 ** rng.uniform(-1, 1.5)
         pld = F.compose(F.Laplace(b), 1, **acc)
