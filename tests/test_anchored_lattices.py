@@ -174,3 +174,33 @@ def test_a_support_between_two_atoms_takes_two_leaf_intervals(b, q, rel):
         exact = epsilon_of(lambda x: psl_delta(x, b, q), delta)
         assert e.lower - 1e-12 <= exact <= e.upper + 1e-12, (delta, e, exact)
         assert e.upper - e.lower <= rel * max(e.lower, 0.01) * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("rel", [1e-2, 1e-3])
+def test_a_cell_holding_both_support_ends_is_integrated_in_halves(rel):
+    """A subsampled Laplace of a support narrower than the mesh, beside a subsampled Gaussian (the meshes aligned
+    for both parts, so the Laplace's support fell in one leaf cell): each end's rules bound the density near their
+    own end only, and the cell's bound was infinite (rel_error 1e-2: a refusal blaming a CustomCDF) or NaN (the add
+    direction: 'the window holds no probability mass').  Such a cell is integrated in two halves now: its integrals
+    agree with sixteen sub-cells' within their bounds, and the composition answers within the width asked."""
+    from fastpld.composition.api import _direction_parts
+    from fastpld.dominance import leaves
+    psl = fastpld.PoissonSubsampledLaplace(0.3443973433322327, 0.0012135239199821395)
+    for name, parts in _direction_parts([(psl, 2)]).items():
+        loss = parts[0][0]
+        s_lo, s_hi = loss.support
+        h = 1.05 * (s_hi - s_lo)
+        a, a_err, n, n_err, b, b_err = (float(x[1]) for x in leaves._integrals(loss, np.array([s_lo - h, s_lo, s_lo + h]),
+                                                                              h, 0.0))
+        assert math.isfinite(a_err) and math.isfinite(n_err) and math.isfinite(b_err), name
+        w = (s_hi - s_lo) / 16
+        lo16 = s_lo + w * np.arange(16)
+        sub = leaves._integrals(loss, lo16, w, 0.0)
+        a16, b16 = float(np.sum(sub[0])), float(np.sum(sub[4] * np.exp(s_lo - lo16)))
+        slack = float(np.sum(sub[1]) + np.sum(sub[5]))
+        assert abs(a - a16) <= a_err + slack and abs(b - b16) <= b_err + slack, name
+        assert abs(n - (a16 - b16)) <= n_err + 2 * slack + 1e-15, name
+    pld = fastpld.compose([(psl, 2), (fastpld.PoissonSubsampledGaussian(5.147577533973027, 0.051689290405689134), 1)],
+                          rel_error=rel)
+    e = pld.epsilon(1e-5)
+    assert 0 < e.lower <= e.upper <= e.lower * (1 + rel)

@@ -204,6 +204,31 @@ def _negligible(tail: float, cells: int) -> float:
     return _NEGLIGIBLE_SHARE * tail / max(cells, 1)
 
 
+def _both_ends(loss, lo, h, tiny, anchor, both, s_lo, s_hi):
+    """:func:`_integrals` where the cells ``both`` hold the whole support, both its ends (a subsampled Laplace's,
+    narrower than the mesh): each end's rules bound the density near that end only (reaching the other one from
+    its distance, their bound was infinite, and a step was refused), so such a cell is integrated in two halves
+    split at the support's midpoint ``m``, one end in each, and their integrals combined: ``a = a1 + a2``,
+    ``b = b1 + c b2`` and ``n = n1 + (a2 - c b2)`` with ``c = e^(lo - m)`` (the second half's weights are taken from
+    ``m``), the errors added, with ``8 u`` of the sums for their rounding and ``c``'s (``exp`` within an ulp, ``lo - m``
+    rounded)."""
+    out = [np.array(x, dtype=np.float64) for x in _integrals(loss, lo, h, tiny, anchor, whole=False)]
+    lb = lo[both]
+    hb = h[both] if np.ndim(h) else np.full(both.size, float(h))
+    m = 0.5 * (s_lo + s_hi)
+    a1, e1a, n1, e1n, b1, e1b = _integrals(loss, lb, m - lb, 0.5 * tiny, anchor, whole=False)
+    a2, e2a, _, _, b2, e2b = _integrals(loss, np.full(both.size, m), lb + hb - m, 0.5 * tiny, None, whole=False)
+    c = np.exp(lb - m)
+    ce = c * (1 + 4 * _U)  # (an upper bound on c, for the errors)
+    out[0][both] = a1 + a2
+    out[1][both] = e1a + e2a + 8 * _U * (a1 + a2)
+    out[4][both] = b1 + c * b2
+    out[5][both] = e1b + ce * e2b + 8 * _U * (b1 + ce * b2)
+    out[2][both] = n1 + (a2 - c * b2)
+    out[3][both] = e1n + e2a + ce * e2b + 8 * _U * (np.abs(n1) + a2 + ce * b2)
+    return tuple(out)
+
+
 def _log_errors(i5, i4, R, rest):
     """The error bounds of the log-distance rules' three integrals ``i5`` (``i4``: the 4-point rule's, or ``None``;
     ``R``: the proved truncation bounds): the rules' truncation (:func:`rules._rule_error`), their sums' rounding
@@ -211,7 +236,7 @@ def _log_errors(i5, i4, R, rest):
     return tuple(_rule_error(x5, x4, r) + 16 * _U * x5 + rest for x5, x4, r in zip(i5, i4, R))
 
 
-def _integrals(loss, lo, h, tiny: float = 0.0, anchor: float | None = None):
+def _integrals(loss, lo, h, tiny: float = 0.0, anchor: float | None = None, whole: bool = True):
     """Per interval ``(lo_j, lo_j + h]`` of the continuous part: the masses ``int f``,
     ``int (1 - e^(lo_j - y)) f`` and ``int e^(lo_j - y) f`` by 5-point rules, and error
     bounds of each (the truncation error's proved bound for the subsampled Gaussian, the Gaussian, the Laplace and the
@@ -252,6 +277,10 @@ def _integrals(loss, lo, h, tiny: float = 0.0, anchor: float | None = None):
             float(s_lo), float(s_hi), float(psg[0]), float(psg[1]), float(psg[2]), bool(psg[3]),
             float(loss.cdf_rel_error), float(_NEAR_END), _REFINE_REL, _U_STEP, _U_STEP_NEAR, _U_DEPTH, _U_REFINE,
             _REL_CAP, _REFINE_MAX_PANELS, *_GL5_RULE, math.nan if anchor is None else float(anchor))
+    if whole and math.isfinite(s_lo) and math.isfinite(s_hi):
+        both = np.flatnonzero((lo <= s_lo) & (lo + h >= s_hi))
+        if both.size:
+            return _both_ends(loss, lo, h, tiny, anchor, both, s_lo, s_hi)
     c0 = np.clip(lo, s_lo, s_hi) - lo
     c1 = np.clip(lo + h, s_lo, s_hi) - lo
     c1 = np.maximum(c1, c0)
@@ -279,9 +308,10 @@ def _integrals(loss, lo, h, tiny: float = 0.0, anchor: float | None = None):
         # (but not a cell holding the other end and not this one, whose own side's rules bound it: on a support two
         # cells wide the first cell is also within a mesh of the upper end, and these rules, reaching the lower end
         # from the upper one's distance, bound it by infinity -- a subsampled Laplace step refused.  A cell holding
-        # both ends takes both sides' rules, the last one's kept: alignment.aligned_mesh gives such a support two)
+        # both ends, which the lower end's rules took, takes the upper end's where their bound is the smaller: a
+        # subsampled Laplace whose support is narrower than the mesh, beside a subsampled Gaussian, was refused so)
         holds_lo, holds_hi = lo <= s_lo, lo + h >= s_hi
-        at_end &= ~((holds_hi & ~holds_lo) if side == 0 else (holds_lo & ~holds_hi))
+        at_end &= ~((holds_hi & ~holds_lo) if side == 0 else (holds_lo & (~holds_hi | done)))
         fails = (a_err > _REFINE_REL * a) | (n_err > _REFINE_REL * a * nscale) | (b_err > _REFINE_REL * b)
         bad = np.flatnonzero(near_end & (c1 > c0) & (at_end | (a_err > tiny)) & fails)
         if bad.size == 0:
