@@ -177,15 +177,18 @@ def test_a_support_between_two_atoms_takes_two_leaf_intervals(b, q, rel):
 
 
 @pytest.mark.parametrize("rel", [1e-2, 1e-3])
-def test_a_cell_holding_both_support_ends_is_integrated_in_halves(rel):
+@pytest.mark.parametrize("psl,psg", [((0.3443973433322327, 0.0012135239199821395), (5.147577533973027, 0.051689290405689134, 1)),
+                                     ((0.6427008818344618, 0.005694757980511306), (7.98249346729303, 0.0454480044034196, 373))])
+def test_a_cell_holding_both_support_ends_is_integrated_in_halves(rel, psl, psg):
     """A subsampled Laplace of a support narrower than the mesh, beside a subsampled Gaussian (the meshes aligned
     for both parts, so the Laplace's support fell in one leaf cell): each end's rules bound the density near their
     own end only, and the cell's bound was infinite (rel_error 1e-2: a refusal blaming a CustomCDF) or NaN (the add
-    direction: 'the window holds no probability mass').  Such a cell is integrated in two halves now: its integrals
-    agree with sixteen sub-cells' within their bounds, and the composition answers within the width asked."""
+    direction: 'the window holds no probability mass'; the second pair's cell ends a few ulps short of the upper
+    end).  Such a cell is integrated in two halves now: its integrals agree with sixteen sub-cells' within their
+    bounds, and the composition answers within the width asked."""
     from fastpld.composition.api import _direction_parts
     from fastpld.dominance import leaves
-    psl = fastpld.PoissonSubsampledLaplace(0.3443973433322327, 0.0012135239199821395)
+    psl = fastpld.PoissonSubsampledLaplace(*psl)
     for name, parts in _direction_parts([(psl, 2)]).items():
         loss = parts[0][0]
         s_lo, s_hi = loss.support
@@ -200,7 +203,6 @@ def test_a_cell_holding_both_support_ends_is_integrated_in_halves(rel):
         slack = float(np.sum(sub[1]) + np.sum(sub[5]))
         assert abs(a - a16) <= a_err + slack and abs(b - b16) <= b_err + slack, name
         assert abs(n - (a16 - b16)) <= n_err + 2 * slack + 1e-15, name
-    pld = fastpld.compose([(psl, 2), (fastpld.PoissonSubsampledGaussian(5.147577533973027, 0.051689290405689134), 1)],
-                          rel_error=rel)
+    pld = fastpld.compose([(psl, 2), (fastpld.PoissonSubsampledGaussian(psg[0], psg[1]), psg[2])], rel_error=rel)
     e = pld.epsilon(1e-5)
     assert 0 < e.lower <= e.upper <= e.lower * (1 + rel)

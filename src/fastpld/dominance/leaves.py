@@ -278,7 +278,10 @@ def _integrals(loss, lo, h, tiny: float = 0.0, anchor: float | None = None, whol
             float(loss.cdf_rel_error), float(_NEAR_END), _REFINE_REL, _U_STEP, _U_STEP_NEAR, _U_DEPTH, _U_REFINE,
             _REL_CAP, _REFINE_MAX_PANELS, *_GL5_RULE, math.nan if anchor is None else float(anchor))
     if whole and math.isfinite(s_lo) and math.isfinite(s_hi):
-        both = np.flatnonzero((lo <= s_lo) & (lo + h >= s_hi))
+        # (within the lattice points' rounding of the ends: a cell ending a few ulps short of the upper end is still
+        # the cell that holds the support, the sliver beyond in the next one)
+        tol = 8 * _U * (abs(s_lo) + abs(s_hi) + float(np.max(h)))
+        both = np.flatnonzero((lo <= s_lo + tol) & (lo + h >= s_hi - tol))
         if both.size:
             return _both_ends(loss, lo, h, tiny, anchor, both, s_lo, s_hi)
     c0 = np.clip(lo, s_lo, s_hi) - lo
