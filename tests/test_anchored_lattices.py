@@ -206,3 +206,15 @@ def test_a_cell_holding_both_support_ends_is_integrated_in_halves(rel, psl, psg)
     pld = fastpld.compose([(psl, 2), (fastpld.PoissonSubsampledGaussian(psg[0], psg[1]), psg[2])], rel_error=rel)
     e = pld.epsilon(1e-5)
     assert 0 < e.lower <= e.upper <= e.lower * (1 + rel)
+    # (and it brackets dp_accounting's pessimistic and optimistic estimates at a fine grid)
+    pytest.importorskip("dp_accounting")
+    from dp_accounting.pld import privacy_loss_distribution as pldlib
+    peer = {}
+    for pess in (True, False):
+        lap = pldlib.from_laplace_mechanism(psl.scale, sensitivity=1.0, sampling_prob=psl.sampling_probability,
+                                            value_discretization_interval=2e-5, pessimistic_estimate=pess,
+                                            use_connect_dots=pess).self_compose(2)
+        gau = pldlib.from_gaussian_mechanism(psg[0], sampling_prob=psg[1], value_discretization_interval=2e-5,
+                                             pessimistic_estimate=pess, use_connect_dots=pess).self_compose(psg[2])
+        peer[pess] = lap.compose(gau).get_epsilon_for_delta(1e-5)
+    assert e.lower <= peer[True] + 1e-12 and peer[False] - 1e-12 <= e.upper, (e, peer)
