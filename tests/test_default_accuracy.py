@@ -309,3 +309,17 @@ def test_default_fallback_meets_the_width_at_small_epsilons():
     # (two certificates: the dominance one, asked explicitly -- and asked again finer -- must meet it)
     d = fastpld.compose(mix, rel_error=1e-3).epsilon(1e-5)
     assert d.lower <= r.upper and r.lower <= d.upper
+
+
+def test_the_default_asks_a_missed_width_again_finer_before_a_coarse_rung():
+    """PSG(0.296, 1.66e-4) x 39 at delta 5.8e-4 (from a random calibration): the dominance certificate missed the
+    width asked 1.85-fold after its rescalings, the coupling rungs within 0.1% of epsilon needed FFTs past 2^20
+    buckets, and the default answered at eps_error 0.01 -- 1.8% of epsilon wide where 0.1% is promised.  The
+    dominance certificate asked ten times finer comes before the coarser rungs now, and answers within it."""
+    pld = fastpld.compose(fastpld.PoissonSubsampledGaussian(0.29639357328457766, 0.0001659902662441039), 39)
+    b = pld.epsilon(0.0005769069549652286)
+    assert pld.method.startswith("dominance")
+    assert b.upper - b.lower <= 1e-3 * b.lower
+    ref = fastpld.compose(fastpld.PoissonSubsampledGaussian(0.29639357328457766, 0.0001659902662441039), 39,
+                          eps_error=0.01, method="coupling").epsilon(0.0005769069549652286)
+    assert ref.lower <= b.upper and b.lower <= ref.upper

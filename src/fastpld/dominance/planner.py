@@ -147,13 +147,16 @@ _RETRY_FACTOR = 10.0
 
 def compose_dominance(dir_parts, events, eps_error: float, delta_error: float, backend, arity: int | None,
                       max_buckets: int, threads: int, rel_error: float | None = None,
-                      retry: bool = True) -> "DominancePLD":
+                      retry: bool = True, finer_only: bool = False) -> "DominancePLD":
     """Both chains (dominating, dominated) for every direction (``dir_parts``: the grouped parts of
     ``events`` per direction); see :func:`fastpld.compose`.  ``rel_error``: the accuracy asked is
     relative (the certified width of ``epsilon(delta)`` at most ``rel_error`` times it, see
     :func:`_allowed_width`); ``eps_error`` is then only the planner's first guess.  A relative accuracy whose
-    width is missed is asked once more ``_RETRY_FACTOR`` times finer (at least ``_RETRY_MIN_REL``; ``retry``)."""
+    width is missed is asked once more ``_RETRY_FACTOR`` times finer (at least ``_RETRY_MIN_REL``; ``retry``).
+    ``finer_only``: that second one alone (the caller saw the first miss)."""
     try:
+        if finer_only:
+            raise _WidthError("the first accuracy's width missed (the caller's)")
         return _compose_arities(dir_parts, events, eps_error, delta_error, backend, arity, max_buckets, threads,
                                 rel_error)
     except _WidthError as exc:
