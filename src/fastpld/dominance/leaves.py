@@ -210,22 +210,24 @@ def _both_ends(loss, lo, h, tiny, anchor, both, s_lo, s_hi):
     its distance, their bound was infinite, and a step was refused), so such a cell is integrated in two halves
     split at the support's midpoint ``m``, one end in each, and their integrals combined: ``a = a1 + a2``,
     ``b = b1 + c b2`` and ``n = n1 + (a2 - c b2)`` with ``c = e^(lo - m)`` (the second half's weights are taken from
-    ``m``), the errors added, with ``8 u`` of the sums for their rounding and ``c``'s (``exp`` within an ulp, ``lo - m``
-    rounded)."""
-    out = [np.array(x, dtype=np.float64) for x in _integrals(loss, lo, h, tiny, anchor, whole=False)]
+    ``m``), the errors added: ``c``'s relative error ``crel`` (``exp`` within an ulp, and ``lo - m`` rounded: ``u |lo - m|``
+    in the exponent) times ``c b2``, and ``4 u`` of the terms for the three roundings at most of each combination."""
+    with np.errstate(all="ignore"):  # (the cells ``both`` are computed whole here too, to no avail: replaced below)
+        out = [np.array(x, dtype=np.float64) for x in _integrals(loss, lo, h, tiny, anchor, whole=False)]
     lb = lo[both]
     hb = h[both] if np.ndim(h) else np.full(both.size, float(h))
     m = 0.5 * (s_lo + s_hi)
     a1, e1a, n1, e1n, b1, e1b = _integrals(loss, lb, m - lb, 0.5 * tiny, anchor, whole=False)
     a2, e2a, _, _, b2, e2b = _integrals(loss, np.full(both.size, m), lb + hb - m, 0.5 * tiny, None, whole=False)
     c = np.exp(lb - m)
-    ce = c * (1 + 4 * _U)  # (an upper bound on c, for the errors)
+    crel = 4 * _U + _U * np.abs(lb - m)
+    ce = c * (1 + crel)  # (an upper bound on the exact c)
     out[0][both] = a1 + a2
-    out[1][both] = e1a + e2a + 8 * _U * (a1 + a2)
+    out[1][both] = e1a + e2a + 4 * _U * (a1 + a2)
     out[4][both] = b1 + c * b2
-    out[5][both] = e1b + ce * e2b + 8 * _U * (b1 + ce * b2)
+    out[5][both] = e1b + ce * e2b + crel * ce * b2 + 4 * _U * (b1 + ce * b2)
     out[2][both] = n1 + (a2 - c * b2)
-    out[3][both] = e1n + e2a + ce * e2b + 8 * _U * (np.abs(n1) + a2 + ce * b2)
+    out[3][both] = e1n + e2a + ce * e2b + crel * ce * b2 + 4 * _U * (np.abs(n1) + a2 + ce * b2)
     return tuple(out)
 
 
