@@ -16,10 +16,8 @@ own rounding near 1) is printed; the exit status is 1 if any did.  The oracles a
 """
 from __future__ import annotations
 
-import argparse
 import math
 import os
-import random
 import sys
 import time
 
@@ -27,6 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import fastpld as F  # noqa: E402
 import oracles as O  # noqa: E402
+from _sweep import start  # noqa: E402
 
 
 def _draw(rng):
@@ -93,12 +92,7 @@ def _draw(rng):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=300.0)
-    ap.add_argument("--seed", type=int, default=1)
-    a = ap.parse_args(argv)
-    rng = random.Random(a.seed)
-    t0 = time.perf_counter()
+    a, rng, t0 = start(__doc__, argv)
     n = misses = refused = 0
     while time.perf_counter() - t0 < a.seconds:
         deltas = [10 ** rng.uniform(-10, -2) for _ in range(3)]

@@ -23,15 +23,14 @@ exception other than ``ValueError``.  ``tools/oracle_sweep.py`` checks the mecha
 """
 from __future__ import annotations
 
-import argparse
 import math
-import random
 import sys
 import time
 import traceback
 import warnings
 
 import fastpld as F
+from _sweep import start
 
 DELTAS = (1e-2, 1e-5, 1e-8)
 _REL = 1e-9  # (the queries' own rounding, relative, in the cross-checks)
@@ -104,12 +103,7 @@ def _check(pld):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=300.0)
-    ap.add_argument("--seed", type=int, default=1)
-    a = ap.parse_args(argv)
-    rng = random.Random(a.seed)
-    t0 = time.perf_counter()
+    a, rng, t0 = start(__doc__, argv)
     n = bad = 0
     refusals: dict = {}
     while time.perf_counter() - t0 < a.seconds:
