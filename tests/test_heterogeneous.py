@@ -75,3 +75,22 @@ def test_heterogeneous_subsampled_matches_flat_plan():
 def test_bad_schedules_refused(bad):
     with pytest.raises(ValueError):
         fastpld.compose(bad)
+
+
+def test_a_degenerate_candidate_plan_is_skipped_not_the_composition_refused():
+    """Three subsampled Gaussians, one of them composed once (from tools/robustness_sweep.py): the add direction
+    borrowed the remove direction's recursive x256 plan, whose meshes for its own losses put a group at 5e-105, and the
+    grid's reach check refused the whole composition ('the mechanism's epsilon ... is too large').  A reach refusal
+    is a size limit now (``BucketLimitError``): the direction then ranks its own plans, and the planner takes the next
+    candidate where one is degenerate; the coupling certificate answers, overlapping the dominance certificate's
+    interval."""
+    ev = [(fastpld.PoissonSubsampledGaussian(0.5220994599750354, 0.16252716370125472), 1074),
+          (fastpld.PoissonSubsampledGaussian(2.618592647326738, 0.0005875688027907391), 1),
+          (fastpld.PoissonSubsampledGaussian(6.681370058781485, 0.013685542758960422), 384)]
+    for threads in (1, 2):
+        c = fastpld.compose(ev, eps_error=0.01, method="coupling", threads=threads).epsilon(1e-5)
+        assert c.lower <= c.upper <= c.lower + 0.05
+    d = fastpld.compose(ev).epsilon(1e-5)
+    assert d.lower <= c.upper and c.lower <= d.upper
+    with pytest.raises(ValueError, match="beyond the grid"):  # (a loss no grid reaches is still refused, by name)
+        fastpld.compose(fastpld.PureDP(1e300), 3, eps_error=0.01)

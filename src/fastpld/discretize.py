@@ -208,13 +208,15 @@ _MAX_INDEX = {"continuous": 2.0**52, "discrete": 2.0**52}
 
 
 def _check_reach(lo: float, hi: float, h: float, lattice: float, kind: str) -> None:
-    """Refuse losses whose values lie beyond the grid's reach (e.g. ``PureDP(1e300)``), by name."""
+    """Refuse losses whose values lie beyond the grid's reach (e.g. ``PureDP(1e300)``), by name: a
+    :class:`BucketLimitError` (the grid would need that many points), so that a planner takes its next candidate
+    plan (a degenerate candidate's mesh of 5e-105 refused a heterogeneous composition that others certify)."""
     reach = max(abs(lo - lattice), abs(hi - lattice)) / h
     if not reach < _MAX_INDEX[kind]:
-        raise ValueError(
+        raise BucketLimitError(
             f"the privacy loss reaches {max(abs(lo), abs(hi)):.4g}, beyond the grid of mesh {h:.3g} "
             f"(|value| / mesh must stay below {_MAX_INDEX[kind]:.4g}): the mechanism's epsilon, or its "
-            "sensitivity over its noise, is too large to account for; reduce it or increase eps_error"
+            "sensitivity over its noise, is too large to account for; reduce it or increase eps_error", reach
         )
 
 
