@@ -313,10 +313,9 @@ def _integrals(loss, lo, h, tiny: float = 0.0, anchor: float | None = None, whol
         # (but not a cell holding the other end and not this one, whose own side's rules bound it: on a support two
         # cells wide the first cell is also within a mesh of the upper end, and these rules, reaching the lower end
         # from the upper one's distance, bound it by infinity -- a subsampled Laplace step refused.  A cell holding
-        # both ends, which the lower end's rules took, takes the upper end's where their bound is the smaller: a
-        # subsampled Laplace whose support is narrower than the mesh, beside a subsampled Gaussian, was refused so)
+        # both ends is integrated in halves, _both_ends)
         holds_lo, holds_hi = lo <= s_lo, lo + h >= s_hi
-        at_end &= ~((holds_hi & ~holds_lo) if side == 0 else (holds_lo & (~holds_hi | done)))
+        at_end &= ~((holds_hi & ~holds_lo) if side == 0 else (holds_lo & ~holds_hi))
         fails = (a_err > _REFINE_REL * a) | (n_err > _REFINE_REL * a * nscale) | (b_err > _REFINE_REL * b)
         bad = np.flatnonzero(near_end & (c1 > c0) & (at_end | (a_err > tiny)) & fails)
         if bad.size == 0:
