@@ -210,7 +210,7 @@ def _compose_default(dir_parts, events, delta_err, arity, max_buckets, threads, 
     refuses (its charges do not fit delta_error, a lattice too large, a loss it cannot bound, a width it
     cannot reach) the cheapest coupling plan at the first of :func:`_fallback_eps_errors` it certifies; where the
     width was missed and the rungs within the accuracy asked are refused, the dominance certificate asked
-    ``_RETRY_FACTOR`` times finer comes before the coarser rungs."""
+    ``_RETRY_FACTOR`` times finer (:func:`fastpld.dominance.planner.compose_finer`) comes before the coarser rungs."""
     try:
         # (not asked again finer where the width is missed: the coupling certificate's answer is quicker --
         # PS(RR(0.42, 3), 0.31) x 40,688: 0.6 s and 0.048% wide, against 8.2 s and 4.7e-7 of epsilon at 1e-4)
@@ -220,7 +220,7 @@ def _compose_default(dir_parts, events, delta_err, arity, max_buckets, threads, 
         narrowest = _narrowest_answer(refused, dir_parts)
         if narrowest is not None:
             return narrowest
-        from ..dominance.planner import _WidthError, _epsilon_guess, compose_dominance
+        from ..dominance.planner import _WidthError, _epsilon_guess, compose_finer
         from ..dominance.result import _REL_FLOOR
         ladder = _fallback_eps_errors(dir_parts, rel_error)
         # (a width the dominance meshes missed is asked again finer before a rung coarser than the accuracy asked:
@@ -232,8 +232,8 @@ def _compose_default(dir_parts, events, delta_err, arity, max_buckets, threads, 
             if finer and ee > within:
                 finer = False
                 try:
-                    return compose_dominance(dir_parts, events, V.DEFAULT_EPS_ERROR, delta_err, be, arity, max_buckets,
-                                             threads, rel_error, finer_only=True)
+                    return compose_finer(dir_parts, events, V.DEFAULT_EPS_ERROR, delta_err, be, arity, max_buckets,
+                                         threads, rel_error)
                 except ValueError:
                     pass
             # (the finer rungs only where they stay cheap: at most _FALLBACK_BUCKETS per FFT)

@@ -147,28 +147,36 @@ _RETRY_FACTOR = 10.0
 
 def compose_dominance(dir_parts, events, eps_error: float, delta_error: float, backend, arity: int | None,
                       max_buckets: int, threads: int, rel_error: float | None = None,
-                      retry: bool = True, finer_only: bool = False) -> "DominancePLD":
+                      retry: bool = True) -> "DominancePLD":
     """Both chains (dominating, dominated) for every direction (``dir_parts``: the grouped parts of
     ``events`` per direction); see :func:`fastpld.compose`.  ``rel_error``: the accuracy asked is
     relative (the certified width of ``epsilon(delta)`` at most ``rel_error`` times it, see
     :func:`_allowed_width`); ``eps_error`` is then only the planner's first guess.  A relative accuracy whose
-    width is missed is asked once more ``_RETRY_FACTOR`` times finer (at least ``_RETRY_MIN_REL``; ``retry``).
-    ``finer_only``: that second one alone (the caller saw the first miss)."""
+    width is missed is asked once more ``_RETRY_FACTOR`` times finer (at least ``_RETRY_MIN_REL``; ``retry``:
+    :func:`compose_finer`)."""
     try:
-        if finer_only:
-            raise _WidthError("the first accuracy's width missed (the caller's)")
         return _compose_arities(dir_parts, events, eps_error, delta_error, backend, arity, max_buckets, threads,
                                 rel_error)
     except _WidthError as exc:
-        if not retry or rel_error is None or rel_error < _RETRY_MIN_REL:
+        if not retry or rel_error is None:
             raise
         try:
-            pld = _compose_arities(dir_parts, events, eps_error, delta_error, backend, arity, max_buckets, threads,
-                                   rel_error / _RETRY_FACTOR)
+            return compose_finer(dir_parts, events, eps_error, delta_error, backend, arity, max_buckets, threads,
+                                 rel_error)
         except ValueError:  # (a refusal of the finer one too -- its FFTs, its charges: the first one's says more)
             raise exc from None
-        pld.rel_error = rel_error
-        return pld
+
+
+def compose_finer(dir_parts, events, eps_error: float, delta_error: float, backend, arity: int | None,
+                  max_buckets: int, threads: int, rel_error: float) -> "DominancePLD":
+    """:func:`compose_dominance` at ``rel_error`` over ``_RETRY_FACTOR``, where ``rel_error``'s width was missed
+    (refused, a :class:`_WidthError`, below ``_RETRY_MIN_REL``): the answer reports ``rel_error``."""
+    if rel_error < _RETRY_MIN_REL:
+        raise _WidthError(f"rel_error={rel_error:g} is not asked again finer (below {_RETRY_MIN_REL:g})")
+    pld = _compose_arities(dir_parts, events, eps_error, delta_error, backend, arity, max_buckets, threads,
+                           rel_error / _RETRY_FACTOR)
+    pld.rel_error = rel_error
+    return pld
 
 
 def _compose_arities(dir_parts, events, eps_error: float, delta_error: float, backend, arity: int | None,
