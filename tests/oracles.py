@@ -36,18 +36,22 @@ def assert_brackets_gaussian(pld, mu, eps, deltas):
         assert e.lower <= gaussian_epsilon(delta, mu) <= e.upper, (delta, e)
 
 
-def pure_dp_delta(eps, eps0, k):
-    """k-fold eps0-DP (binary randomized response), Kairouz-Oh-Viswanath, summed in log space."""
+def _binomial_logs(eps0, k):
+    """``(i, log C(k, i), log p, log q)`` of binary randomized response's loss law: ``p = e^eps0 / (1 + e^eps0)`` the
+    probability of the loss ``+eps0``, ``q = 1 - p``, ``i = 0..k`` the copies at ``-eps0``."""
     i = np.arange(k + 1)
     lc = special.gammaln(k + 1) - special.gammaln(i + 1) - special.gammaln(k - i + 1)
-    lp = -np.logaddexp(0.0, -eps0)
-    lq = -np.logaddexp(0.0, eps0)
+    return i, lc, -np.logaddexp(0.0, -eps0), -np.logaddexp(0.0, eps0)
+
+
+def pure_dp_delta(eps, eps0, k):
+    """k-fold eps0-DP (binary randomized response), Kairouz-Oh-Viswanath, summed in log space."""
+    i, lc, lp, lq = _binomial_logs(eps0, k)
     a = lc + (k - i) * lp + i * lq
     b = lc + eps + i * lp + (k - i) * lq
     with np.errstate(divide="ignore"):
         terms = np.where(a > b, a + np.log(-np.expm1(np.minimum(b - a, 0.0))), -np.inf)
     return float(np.exp(special.logsumexp(terms)))
-
 
 
 def approx_dp_delta(eps, eps0, d0, k):
@@ -80,11 +84,9 @@ def gauss_pure_delta(eps, mu, eps0, k):
     """mu-GDP composed with k-fold eps0-DP: the composed curve is linear in each factor's, ``delta(eps) = E[
     delta_G(eps - Y)]`` over the pure part's binomial loss ``Y = (k - 2 i) eps0`` (``delta_G`` the mu-GDP curve,
     whose formula holds at negative arguments too)."""
-    i = np.arange(k + 1)
-    lw = (special.gammaln(k + 1) - special.gammaln(i + 1) - special.gammaln(k - i + 1)
-          - (k - i) * np.logaddexp(0.0, -eps0) - i * np.logaddexp(0.0, eps0))
+    i, lc, lp, lq = _binomial_logs(eps0, k)
     d = gaussian_delta(eps - (k - 2 * i) * eps0, mu)
-    return float(np.sum(np.exp(lw) * d))
+    return float(np.sum(np.exp(lc + (k - i) * lp + i * lq) * d))
 
 
 def psl_delta(eps, scale, q):
@@ -160,6 +162,7 @@ def epsilon_of(delta_fn, delta, hi=1.0):
         else:
             hi = mid
     return hi
+
 
 def exact_power(p, m, bits=320, dtype=np.float64):
     """Normalised coefficients of ``(sum_i p_i x^i)^m`` to ~2^-300 (exact integer arithmetic).
