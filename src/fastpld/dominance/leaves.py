@@ -524,10 +524,10 @@ def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bo
     e, atoms, truncated, (starts, sizes), (a, a_err, nu, nu_err, _, _), origin, lat = _leaf_data(
         loss, h, tail, max_buckets, native, memo, cells)
     n = e.size
-    p, total, rel, err = _ctd_masses(loss, e, atoms, starts, sizes, a, a_err, nu, nu_err, h, tail)
+    p, total, rel, err = _ctd_masses(loss, e, atoms, starts, sizes, a, a_err, nu, nu_err, h, tail, _rel_cap(copies))
     if not total > 0:
         raise ValueError("the discretisation window holds no probability mass; the mechanism parameters are degenerate")
-    _check_window(total, truncated, err, loss)
+    _check_window(total, truncated, err + rel * total, loss)  # (the errors charged as a factor too: at most rel each)
     if not math.isfinite(err):
         raise ValueError("the dominance certificate cannot bound this mechanism's density (pdf_error is infinite "
                          "where the leaf integrates it: a CustomCDF without pdf, whose numerical derivative nothing "
@@ -555,20 +555,32 @@ def _native_masses() -> bool:
 _CELL_SIZES = np.arange(_BLOCKS[0] + 1, dtype=np.int64)
 
 
-def _ctd_masses(loss, e, atoms, starts, sizes, a, a_err, nu, nu_err, h: float, tail: float):
+def _rel_cap(copies: int | None) -> float:
+    """The largest relative error of a leaf's mass charged as a factor on the curve (above it: as total variation),
+    for a leaf of ``copies`` copies: ``_REL_CAP``, or ``_REL_TOTAL / copies`` where larger.  The factor ``e^(copies
+    rel)`` the leaf puts on the composed curve then stays below ``e^_REL_TOTAL``; the same error as total variation
+    costs ``2 copies rel`` times the cell's mass in delta, absolute: a subsampled Laplace of scale ~0.1 holds half
+    its mass within ~1e-6 of its lower end, where the density's rounding alone is ~5e-11 of it (relative ~1.0-2.5e-10
+    above _REL_CAP), and its compositions of a few copies were refused at delta_error 1e-10 for that charge."""
+    return max(_REL_CAP, _REL_TOTAL / max(int(copies or 1), 1))
+
+
+def _ctd_masses(loss, e, atoms, starts, sizes, a, a_err, nu, nu_err, h: float, tail: float, cap: float = None):
     """The connect-the-dots leaf's masses on its lattice ``e`` from its cells' integrals: ``(p, total, rel, err)``,
     ``p`` divided by its sum ``total`` (where positive), ``rel`` the masses' relative error charged as a factor
-    and ``err`` their error charged as total variation (see :func:`ctd_leaf`).  A loss without atoms in one
+    and ``err`` their error charged as total variation (see :func:`ctd_leaf`; ``cap``: :func:`_rel_cap`, default
+    ``_REL_CAP``).  A loss without atoms in one
     compiled call without the GIL (``_dominance.ctd_cells``: the same operations and numpy's pairwise sums, the
     same bits); the numpy code below is its reference (and that of every loss with atoms)."""
     n = e.size
     den = -math.expm1(-h)
+    cap = _REL_CAP if cap is None else cap
     if not atoms and _native_masses():
         # (the chord's denominators as the numpy code rounds them: numpy's expm1 for cells of several intervals,
         # libm's for one; numpy's SIMD expm1 rounds each element alike wherever it sits in the array)
         dens = -np.expm1(-h * _CELL_SIZES)
         dens[1] = den
-        return _splits._dom.ctd_cells(a, a_err, nu, nu_err, starts, sizes, n, dens, _U, _REL_CAP,
+        return _splits._dom.ctd_cells(a, a_err, nu, nu_err, starts, sizes, n, dens, _U, cap,
                                       _negligible(tail, starts.size))
     # (a cell of m intervals: its chord between its end points.  Its denominator 1 - e^-(m h) within 4 ulp of libm's
     # expm1 (8 u, as every maths-library call is taken here) and u from m h; the sum, the division and the product u
@@ -578,20 +590,20 @@ def _ctd_masses(loss, e, atoms, starts, sizes, a, a_err, nu, nu_err, h: float, t
     p[starts] += a - up
     p[starts + sizes] += up
     # the masses' errors: relative (a factor e^(+-rel) on every mass, which composes into a factor on
-    # the curve: charged as such) where they are below _REL_CAP, total variation elsewhere (the
+    # the curve: charged as such) where they are below the cap, total variation elsewhere (the
     # far tails, where the rules' relative error grows)
     with np.errstate(divide="ignore", invalid="ignore"):
         r = np.where(a > 0, a_err / a, np.inf)
-    small = (r <= _REL_CAP) & (a_err > _negligible(tail, starts.size))
+    small = (r <= cap) & (a_err > _negligible(tail, starts.size))
     rel = float(r[small].max()) if small.any() else 0.0
     err = float(a_err[~small].sum())
     if atoms:
-        # (the atoms' errors likewise: relative where below _REL_CAP -- a large atom's, charged as total variation
+        # (the atoms' errors likewise: relative where below the cap -- a large atom's, charged as total variation
         # in every copy, outgrew delta_error over 1,000 copies of fixed-size batches -- total variation elsewhere)
         m, m_err = _atom_masses(loss, atoms)
         with np.errstate(divide="ignore", invalid="ignore"):
             ra = np.where(m > 0, m_err / m, np.inf)
-        as_rel = ra <= _REL_CAP
+        as_rel = ra <= cap
         if as_rel.any():
             rel = max(rel, float(ra[as_rel].max()))
         err += float(m_err[~as_rel].sum())
@@ -701,7 +713,8 @@ _U_STEP_NEAR = _U_STEP / 4  # their width for intervals clear of the end
 _U_DEPTH = 45.0  # the deepest they go (in log(distance), below the interval's far edge)
 _U_REFINE = 2  # at most this many refinements (panels a quarter as wide each) where their rules' bound is large
 _NEAR_END = 256  # intervals within this many meshes of a support end may take them
-_REL_CAP = 1e-10  # a leaf mass's relative error above this is charged as total variation instead
+_REL_CAP = 1e-10  # a leaf mass's relative error above this is charged as total variation instead ...
+_REL_TOTAL = 1e-7  # ... or above this over the leaf's copies where that is larger (_rel_cap)
 _NEGLIGIBLE_SHARE = 0.01  # of the truncation allowance: the cells' errors charged as total variation
 _REFINE_REL = 1e-13  # an interval whose rules' error bounds are larger (relative) is integrated on finer panels
 _REFINE_MAX_PANELS = 1 << 21  # at most this many finer panels per refinement level (~0.1 GB, ~0.2 s)
