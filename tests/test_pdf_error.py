@@ -127,11 +127,14 @@ def test_a_custom_cdf_without_density_is_left_to_the_coupling_certificate():
     exact = fastpld.compose(fastpld.Gaussian(1 / mu), 100, method="dominance", rel_error=1e-4).epsilon(1e-5)
     b = fastpld.compose(bare, 100).epsilon(1e-5)
     assert b.lower <= exact.upper and exact.lower <= b.upper
-    # (the density is charged its declared accuracy at every point the leaf integrates: at the default 1e-10 that is
-    # more than delta_error over 100 copies; declared as accurate as scipy's normal density is, it is certified)
+    # (the density is charged its declared accuracy at every point the leaf integrates: at the default 1e-10 over 100
+    # copies, as a factor on the curve -- leaves._rel_cap: as total variation it was more than delta_error, refused
+    # --; declared as accurate as scipy's normal density is, too)
     pdf = lambda t: norm.pdf(t, mu * mu / 2, mu)  # noqa: E731
-    with pytest.raises(ValueError):
-        fastpld.compose(fastpld.CustomCDF(cdf, lm, pdf=pdf, **kw), 100, method="dominance", rel_error=1e-3)
-    dense = fastpld.CustomCDF(cdf, lm, pdf=pdf, cdf_rel_error=1e-13, **kw)
-    d = fastpld.compose(dense, 100, method="dominance", rel_error=1e-3).epsilon(1e-5)
-    assert d.lower <= exact.upper and exact.lower <= d.upper
+    for dense in (fastpld.CustomCDF(cdf, lm, pdf=pdf, **kw), fastpld.CustomCDF(cdf, lm, pdf=pdf, cdf_rel_error=1e-13, **kw)):
+        d = fastpld.compose(dense, 100, method="dominance", rel_error=1e-3).epsilon(1e-5)
+        assert d.lower <= exact.upper and exact.lower <= d.upper
+    # (and declared 1e-6 accurate, a factor past the cap, it is refused: its mass error bounds as total variation)
+    with pytest.raises(ValueError, match="mass error bounds"):
+        fastpld.compose(fastpld.CustomCDF(cdf, lm, pdf=pdf, cdf_rel_error=1e-6, **kw), 100, method="dominance",
+                        rel_error=1e-3)

@@ -525,9 +525,13 @@ def ctd_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, native: bo
         loss, h, tail, max_buckets, native, memo, cells)
     n = e.size
     p, total, rel, err = _ctd_masses(loss, e, atoms, starts, sizes, a, a_err, nu, nu_err, h, tail, _rel_cap(copies))
+    if not total > 0 and not truncated < 1.0:
+        raise ValueError("the discretisation window holds no probability mass; the mechanism parameters are degenerate")
+    # (the errors charged as a factor too: at most rel each.  A window whose CDF holds mass where the cells hold none
+    # -- a near-atom within ulps of a support end, PSG(1e-3, 0.01)'s add direction -- is refused here, saying so)
+    _check_window(total, truncated, err + rel * total, loss)
     if not total > 0:
         raise ValueError("the discretisation window holds no probability mass; the mechanism parameters are degenerate")
-    _check_window(total, truncated, err + rel * total, loss)  # (the errors charged as a factor too: at most rel each)
     if not math.isfinite(err):
         raise ValueError("the dominance certificate cannot bound this mechanism's density (pdf_error is infinite "
                          "where the leaf integrates it: a CustomCDF without pdf, whose numerical derivative nothing "
