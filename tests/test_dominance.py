@@ -1179,6 +1179,7 @@ def test_query_tables_built_with_the_chains_are_the_answers_tables(monkeypatch):
 
     monkeypatch.setattr(chains, "_Query", Recording)
     monkeypatch.setattr(planner, "_PARALLEL_LEAF_BUCKETS", 0)  # (the directions on two threads)
+    monkeypatch.setattr(planner, "_PARALLEL_ONE_DIRECTION", 0)  # (... and one direction's two chains)
     for _ in range(10):
         # (a worker runs a direction only where a compute slot is free at that moment -- by design, under load a
         # composition runs on its own thread --, and once, in a CI run's baseline-dispatch step, this composition

@@ -95,14 +95,19 @@ def _eager_direction(dir_parts, eps_error: float, rel_error: float | None):
 
 # the other directions' meshes are at most this many times the eager one's (measured with the dominated chain shared
 # out to the thread that ends its dominating chain first: x3 took PSG(1, 0.01) x 1e5 from 5.5 to 4.5 ms, PSG(0.8,
-# 0.001) x 1e5 from 13.9 to 9.4 ms, x2 less; on two threads the eager direction's two chains set the time once the
-# other's is short)
-_COARSE_MAX = 3.0
+# 0.001) x 1e5 from 13.9 to 9.4 ms, x2 less; x3.7 from 3.29 to 3.13 ms (x5.2, its gap's, 3.05), the add chain 1.08
+# -> 0.94 ms; on two threads the eager direction's two chains set the time once the other's is short; where the
+# directions meet, delta(eps) near eps = 0 and the trade-off views, the factor squared widens the bounds)
+_COARSE_MAX = 4.0
 # ... where the predicted gap is at least this many relative widths asked per unit of factor squared (a factor f
 # widens the direction's bounds ~f^2 times, to ~0.7 f^2 of the width asked: f^2 <= gap / (_COARSE_GAP w) keeps its
-# upper bound under the eager direction's lower bound with a margin of two, on a gap the normal approximation puts
-# 1.2-5x below the true one on subsampled Gaussians)
-_COARSE_GAP = 2.0
+# upper bound under the eager direction's lower bound, on a gap the normal approximation puts 1.2-5x below the true
+# one on subsampled Gaussians: PSG(1, 0.01) x 1e5's add direction, predicted 3.0% below, has its upper bound 4.0% below
+# the remove direction's lower bound at delta 1e-5 with f = 5.2, 3.3-4.9% at 1e-3 .. 1e-9.  A miss is measured
+# by the width check, which then composes every direction on the model's meshes)
+_COARSE_GAP = 1.0
+
+
 def _coarse_factors(dir_parts, eager, eps_error: float, rel_error: float | None) -> dict:
     """Per direction other than ``eager``: the factor (>= 1, at most ``_COARSE_MAX``, a power of 2^(1/8)) by which
     its meshes may be coarser than the model's.  Its epsilon is predicted (:func:`_predicted_epsilons`, as

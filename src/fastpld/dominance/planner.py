@@ -102,6 +102,11 @@ _MODEL_C = 0.55
 # the leaves' integrals compiled without the GIL and the other direction's chain coarser: 8,000 -> 3,000 took
 # PSG(1, 0.01) x 1e4 from 3.85 to 3.40 ms, PSG(5, 0.1) x 1e3 from 2.50 to 2.39; 1,000 lost 1.1x on PSG(2, 0.05) x 300)
 _PARALLEL_LEAF_BUCKETS = 3000
+# ... but where one direction runs (the others deferred) its two chains on two threads from this many only: its
+# dominated chain waits on the dominating one's leaf integrals, and the GIL between the kernels (alternating in one
+# process, medians of 7 x 4: PSG(1, 0.01) x 1e4, 5,486 leaf buckets, 1.78 against 2.03 ms on one thread, 3,036:
+# 1.53 against 1.74; from ~8,000 two threads win: 7,774 2.04 against 2.35, 14,274 4.11 against 5.51)
+_PARALLEL_ONE_DIRECTION = 7000
 # ... and from this many, the chains are shared out as the threads come free (the dominated chain to whichever
 # finishes its dominating chain first) instead of one job per direction: with the leaves' integrals compiled
 # without the GIL and the FFT plans kept, 0.93x and 0.96x the time at q = 0.001 (x 1e5 and 1e6, 50,000-75,000 leaf
@@ -481,7 +486,7 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
         doomed[0] = False
         leaves = (sum(_leaf_buckets(plan, meshes_of[name], budgets, backend.native, _SHARED_LEAF_BUCKETS)
                       for name, _, plan in plans if name in meshes_of) if threads > 1 and len(plans) > 1 else 0.0)
-        us = _PARALLEL_MIN_US if leaves >= _PARALLEL_LEAF_BUCKETS else 0.0
+        us = _PARALLEL_MIN_US if leaves >= (_PARALLEL_LEAF_BUCKETS if len(jobs) > 1 else _PARALLEL_ONE_DIRECTION) else 0.0
         if leaves >= _SHARED_LEAF_BUCKETS or (coarse and us > 0):
             # (the dominating chains first, then the dominated ones, each to the first thread free: the dominated
             # chain to the coarser direction's thread, whose dominating chain ends first)
