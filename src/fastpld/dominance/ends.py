@@ -13,6 +13,8 @@ _U = np.finfo(np.float64).eps / 2  # unit roundoff
 
 def _psg_end(loss) -> float | None:
     """The subsampled Gaussian's end ``log(1 - q)`` (:func:`_exact_end`'s), else None."""
+    if getattr(loss, "psg_params", None) is None:
+        return None
     for side, end in enumerate(getattr(loss, "support", ())):
         if math.isfinite(end) and _exact_end(loss, side):
             return float(end)
@@ -31,13 +33,24 @@ def _anchor_end(loss, a0: float, b0: float) -> float:
 
 def _end_shift(loss, lat: float) -> float:
     """The charge (per copy, as total variation) of a lattice anchored at the end ``log(1 - q)``
-    (:func:`_anchor_end`), else 0.  The leaf's integrals are those of the computed model, whose end is the float
+    (:func:`_anchor_end`), or of a subsampled Laplace's ends (:func:`_psl_end`, whatever ``lat``), else 0.  The leaf's integrals are those of the computed model, whose end is the float
     ``s = log1p(-q)``, the lattice point: none of its mass crosses that cell end, and none is charged there.  The
     exact loss lies within ``16 u |s|`` of the model near the end (``s`` within ``8 u |s|`` of the exact end, log1p
     within 4 ulp, and the map from ``L`` moves with it): a shift of the loss by at most ``r`` per copy moves the
     composed curve by at most ``k r e^(k r)`` (``|d delta / d eps| <= 1``), for either bound.  With ``k r <= 1e-5``
     (:func:`_anchored_shift` checks it) that is ``r (1 + 1e-5)`` a copy."""
+    if _psl_end(loss, 0) or _psl_end(loss, 1):
+        # (a subsampled Laplace's ends, integrated at exact distances from the float ends: the loss evaluated there is
+        # within end_shift of the exact one, wherever the lattice is anchored -- on its heaviest atom, an end)
+        return loss.end_shift() * (1 + 1e-5)
     return 16 * _U * abs(lat) * (1 + 1e-5) if lat != 0.0 and lat == _psg_end(loss) else 0.0
+
+
+def _psl_end(loss, side: int) -> bool:
+    """Whether the support end on ``side`` is one a subsampled loss evaluates at exact distances from
+    (:meth:`fastpld.mechanisms.SubsampledLoss.from_end`: the subsampled Laplace's)."""
+    m = getattr(loss, "end_map", None)
+    return getattr(loss, "psg_params", None) is None and m is not None and m(side) is not None
 
 
 def _end_tail(loss, t, side: int):
@@ -58,9 +71,12 @@ def _end_tail(loss, t, side: int):
 def _exact_end(loss, side: int) -> bool:
     """Whether the support end on ``side`` is a subsampled Gaussian's ``log(1 - q)`` end, whose density and tails
     :func:`_psg_from_end` gives at exact distances from it (the points ``end +- d`` round to within an ulp of the
-    end's magnitude: all of ``d`` below ~1e-18, where a small sigma puts most of the mass)."""
+    end's magnitude: all of ``d`` below ~1e-18, where a small sigma puts most of the mass), or a subsampled
+    Laplace's end (:func:`_psl_end`)."""
     psg = getattr(loss, "psg_params", None)
-    return psg is not None and side == (0 if psg[3] else 1)
+    if psg is None:
+        return _psl_end(loss, side)  # (the subsampled Laplace's ends: SubsampledLoss.from_end)
+    return side == (0 if psg[3] else 1)
 
 
 def _psg_from_end(psg, d, tail: bool, delta=None):
@@ -100,6 +116,12 @@ def _end_tail_at(loss, s_end: float, d, side: int):
     error: at the exact distances where :func:`_exact_end` (:func:`_psg_from_end`), else at the rounded points
     (``16 cdf_rel_error``)."""
     d = np.asarray(d, dtype=np.float64)
+    if _psl_end(loss, side):
+        _, _, val, rel, ok = loss.from_end(d, side)
+        if ok.all():
+            return val, rel
+        far = _end_tail(loss, s_end + (d if side == 0 else -d), side)
+        return np.where(ok, val, far), np.where(ok, rel, 16 * loss.cdf_rel_error)
     if _exact_end(loss, side):
         psg = loss.psg_params
         near = d < -math.log1p(-psg[0])

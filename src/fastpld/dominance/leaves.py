@@ -15,7 +15,7 @@ from ..discretize import GridPMF, truncation_window
 from ..mechanisms import ContinuousLoss, DiscreteLoss
 from ..samplers import MixtureLoss
 from . import splits as _splits
-from .ends import _anchor_end, _anchored_shift, _end_shift, _end_tail_at, _exact_end
+from .ends import _anchor_end, _anchored_shift, _end_shift, _end_tail_at, _exact_end, _psl_end
 from .atoms import _atom_places, _check_size, _discrete_leaf, _with_anchor
 from .masses import _atom_masses, _cdf_sf
 from .rules import _GL5_RULE, _U_STEP, _log_panels, _panels, _rule_error
@@ -89,7 +89,7 @@ def _compute_leaf_data(loss, h: float, tail: float, max_buckets: int, native: bo
     else:
         starts, sizes = np.arange(e.size - 1, dtype=np.int64), np.ones(e.size - 1, dtype=np.int64)
     ints = _integrals(loss, e[starts], h * sizes, _negligible(tail, starts.size),
-                      anchor=lat if _end_shift(loss, lat) else None)
+                      anchor=lat if _end_shift(loss, lat) and lat in getattr(loss, "support", ()) else None)
     return e, atoms, truncated, (starts, sizes), _outside_exact(loss, ints, starts, sizes, h, origin), origin, lat
 
 
@@ -435,6 +435,14 @@ def _integrals(loss, lo, h, tiny: float = 0.0, anchor: float | None = None, whol
             at_anchor = 0
         elif abs(ends[-1] - anchor) <= (4 * _U) * (abs(anchor) + w_last):
             at_anchor = ends.size - 1
+        else:
+            # (a subsampled Laplace's: its heaviest atom, an end of its support, inside the window -- which holds the
+            # atom -- and integrated at exact distances from it, SubsampledLoss.from_end: the same, its neighbour
+            # beyond the end empty; charged there, the density of the near-atom next to it times the point's
+            # rounding was 1.6e-10 of the cell's mass)
+            near = np.flatnonzero(np.abs(ends - anchor) <= (4 * _U) * (abs(anchor) + np.max(h)))
+            if near.size == 1 and _psl_end(loss, 0 if anchor == s_lo else 1) and anchor in (s_lo, s_hi):
+                at_anchor = int(near[0])
         if at_anchor is not None:
             ends[at_anchor] = anchor
     if lo.size:

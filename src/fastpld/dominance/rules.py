@@ -15,7 +15,7 @@ from .. import _kernels
 from ..mechanisms.losses import GaussianLoss, LaplaceLoss
 from ..mechanisms.pairs import _LaplacePair
 from ..mechanisms.subsampled import SubsampledLoss, SymmetricSubsampledLoss
-from .ends import _psg_from_end
+from .ends import _psg_from_end, _psl_end
 
 _U = np.finfo(np.float64).eps / 2  # unit roundoff
 
@@ -88,6 +88,13 @@ def _log_panels(loss, lo, end, d_far, ulo, side: int, step=None):
             with np.errstate(all="ignore"):
                 rel = np.asarray(loss.pdf_error(y.ravel(), (d * rd + _U * (np.abs(t) + np.abs(y))).ravel()),
                                  dtype=np.float64).reshape(t.shape)
+        if psl is not None and _psl_end(loss, side):
+            # (a subsampled Laplace's end: at the distance d itself, SubsampledLoss.from_end -- near the end the rounded
+            # point leaves its density known to ~5e-11 only)
+            fn, reln, _, _, ok = loss.from_end(d, side, delta=d * rd if five else 0.0)
+            f = np.where(ok, fn, f)
+            if five:
+                rel = np.where(ok, reln, rel)
         if psg is not None:
             # (at the distance d itself where the point is below log(1 - q)'s magnitude: see _exact_end)
             near = (y if psg[3] else -y) < 0

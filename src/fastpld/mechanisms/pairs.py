@@ -185,6 +185,24 @@ class _LaplacePair(_BasePair):
         # E_P[e^{lam L}] = E_Q[e^{(lam - 1) L}]
         return self._q.log_mgf(np.asarray(lam, dtype=np.float64) - 1.0)
 
+    def from_end(self, z, lower: bool):
+        """``(pdf_P, pdf_Q, end_mass_P, end_mass_Q)`` at ``l = -e + z`` (``lower``, ``z >= 0``) or ``l = e + z``
+        (``z <= 0``), from the offset ``z`` itself: near an end ``l`` rounds to within ``u e`` of it, which is all of a
+        small offset (a subsampled Laplace's loss near its end, :meth:`fastpld.mechanisms.SubsampledLoss.from_end`).
+        The masses are the continuous ones between ``l`` and that end.  Each is a constant times ``exp(+-z / 2)`` or
+        ``expm1(+-z / 2)``: within ``(|z| / 2) r + 17 u`` (densities) and ``(1 + |z| / 2) r + 17 u`` (masses) of
+        itself relative, ``r`` the relative error of ``z``."""
+        z = np.asarray(z, dtype=np.float64)
+        ee = math.exp(-self.e)
+        if lower:
+            # (P: e^(-(l + e) / 2) / 4, mass below -expm1(-(l + e) / 2) / 2; Q: e^((l - e) / 2) / 4, mass below
+            # e^-e expm1((l + e) / 2) / 2)
+            return (0.25 * np.exp(-z / 2), 0.25 * ee * np.exp(z / 2), -0.5 * np.expm1(-z / 2),
+                    0.5 * ee * np.expm1(z / 2))
+        # (above: P's density e^-e e^(-z / 2) / 4, mass e^-e expm1(-z / 2) / 2; Q's e^(z / 2) / 4, mass
+        # -expm1(z / 2) / 2)
+        return (0.25 * ee * np.exp(-z / 2), 0.25 * np.exp(z / 2), 0.5 * ee * np.expm1(-z / 2), -0.5 * np.expm1(z / 2))
+
     def expect(self, f, under):
         # atoms at -e and +e, density e^{-/+(l + -/+ e)/2} / 4 on (-e, e) (sign by P/Q)
         e = self.e
