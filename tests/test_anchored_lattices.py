@@ -303,6 +303,21 @@ def test_a_subsampled_laplace_is_evaluated_at_exact_distances_from_its_ends(b, q
     assert fastpld.PoissonSubsampledLaplace(b, q).privacy_losses()["remove"].end_shift() < 1e-13
 
 
+def test_the_float_ends_are_charged_to_the_leaves_that_evaluate_from_them():
+    """A leaf whose rules evaluate a subsampled Laplace from its float ends (alone, or as a part of a mixture: a
+    truncated Poisson batch) charges the model's shift from the exact loss per copy (``ends._end_shift``); the
+    subsampled Gaussian's end is charged where its lattice is anchored there only, as before."""
+    from fastpld.composition.api import _direction_parts
+    from fastpld.dominance import ends
+    lap = fastpld.Laplace(1.0)
+    for m in (fastpld.PoissonSubsampledLaplace(0.5, 0.01), fastpld.TruncatedPoissonSubsampled(lap, 0.01, 10_000, 130)):
+        for parts in _direction_parts([(m, 2)]).values():
+            r = ends._end_shift(parts[0][0], 0.0)
+            assert 0 < r < 1e-14, (m, r)
+    for parts in _direction_parts([(fastpld.PoissonSubsampledGaussian(1.0, 0.01), 2)]).values():
+        assert ends._end_shift(parts[0][0], 0.0) == 0.0
+
+
 @pytest.mark.parametrize("b,q,k", [(0.10021574686863234, 0.0006840647039242508, 898),
                                    (0.10408864221192476, 0.0034120433342114268, 1364)])
 def test_a_near_atom_composed_a_thousand_times(b, q, k):

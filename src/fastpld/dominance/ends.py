@@ -39,11 +39,20 @@ def _end_shift(loss, lat: float) -> float:
     within 4 ulp, and the map from ``L`` moves with it): a shift of the loss by at most ``r`` per copy moves the
     composed curve by at most ``k r e^(k r)`` (``|d delta / d eps| <= 1``), for either bound.  With ``k r <= 1e-5``
     (:func:`_anchored_shift` checks it) that is ``r (1 + 1e-5)`` a copy."""
-    if _psl_end(loss, 0) or _psl_end(loss, 1):
-        # (a subsampled Laplace's ends, integrated at exact distances from the float ends: the loss evaluated there is
-        # within end_shift of the exact one, wherever the lattice is anchored -- on its heaviest atom, an end)
-        return loss.end_shift() * (1 + 1e-5)
+    r = _from_end_shift(loss)
+    if r:
+        # (a subsampled Laplace's ends, or a mixture's parts', integrated at exact distances from the float ends: the
+        # loss evaluated there is within end_shift of the exact one, wherever the lattice is anchored)
+        return r * (1 + 1e-5)
     return 16 * _U * abs(lat) * (1 + 1e-5) if lat != 0.0 and lat == _psg_end(loss) else 0.0
+
+
+def _from_end_shift(loss) -> float:
+    """The largest :meth:`~fastpld.mechanisms.SubsampledLoss.end_shift` of ``loss`` or of a mixture's parts
+    (:class:`fastpld.samplers.MixtureLoss`, integrated part by part) whose ends are :func:`_psl_end`'s, else 0."""
+    if _psl_end(loss, 0) or _psl_end(loss, 1):
+        return loss.end_shift()
+    return max((_from_end_shift(part) for part in getattr(loss, "parts", ())), default=0.0)
 
 
 def _psl_end(loss, side: int) -> bool:
