@@ -153,7 +153,7 @@ def _mixed_node_windows(plan, single, keys, height, wrap_tail, stack, native):
                 agg[id(o)] = (kp, kn, lo_s, hi_s)
                 tail = wrap_tail / max(plan.instances[id(o)], 1)
                 w = _window_from_grids(kp, kn, lo_s, hi_s, tail, native)
-                if not (math.isfinite(w[0]) and math.isfinite(w[1])):
+                if not (math.isfinite(w[0]) and math.isfinite(w[1]) and w[0] <= w[1]):
                     w = _est_window(_leaf_parts(o), tail, native)
                 out[id(o)] = w
             continue
@@ -215,7 +215,10 @@ def _mixed_node_windows(plan, single, keys, height, wrap_tail, stack, native):
             lo_b = -math.inf if math.isnan(lo_b) else lo_b
             up_b = math.inf if math.isnan(up_b) else up_b
             w = (max(lo_b, sups[b][0]), min(up_b, sups[b][1]))
-            if not (math.isfinite(w[0]) and math.isfinite(w[1])):
+            # (a quantile past the other side's support -- the summed grids of a part composed once, whose loss is
+            # ~1e-4 wide, beside parts thousands of times wider -- inverts the window: a negative width, a mesh
+            # of 1e-105 for its group, and every candidate plan refused blaming the mechanism's epsilon)
+            if not (math.isfinite(w[0]) and math.isfinite(w[1]) and w[0] <= w[1]):
                 w = _est_window(_leaf_parts(o), tails[b], native)
             out[id(o)] = w
     return out
