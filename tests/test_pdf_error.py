@@ -131,7 +131,8 @@ def test_a_custom_cdf_without_density_is_left_to_the_coupling_certificate():
     # copies, as a factor on the curve -- leaves._rel_cap: as total variation it was more than delta_error, refused
     # --; declared as accurate as scipy's normal density is, too)
     pdf = lambda t: norm.pdf(t, mu * mu / 2, mu)  # noqa: E731
-    for dense in (fastpld.CustomCDF(cdf, lm, pdf=pdf, **kw), fastpld.CustomCDF(cdf, lm, pdf=pdf, cdf_rel_error=1e-13, **kw)):
+    for dense in (fastpld.CustomCDF(cdf, lm, pdf=pdf, **kw),
+                  fastpld.CustomCDF(cdf, lm, pdf=pdf, cdf_rel_error=1e-13, **kw)):
         d = fastpld.compose(dense, 100, method="dominance", rel_error=1e-3).epsilon(1e-5)
         assert d.lower <= exact.upper and exact.lower <= d.upper
     # (and declared 1e-6 accurate, a factor past the cap, it is refused: its mass error bounds as total variation)

@@ -33,12 +33,13 @@ def _anchor_end(loss, a0: float, b0: float) -> float:
 
 def _end_shift(loss, lat: float) -> float:
     """The charge (per copy, as total variation) of a lattice anchored at the end ``log(1 - q)``
-    (:func:`_anchor_end`), or of a subsampled Laplace's ends (:func:`_psl_end`, whatever ``lat``), else 0.  The leaf's integrals are those of the computed model, whose end is the float
-    ``s = log1p(-q)``, the lattice point: none of its mass crosses that cell end, and none is charged there.  The
-    exact loss lies within ``16 u |s|`` of the model near the end (``s`` within ``8 u |s|`` of the exact end, log1p
-    within 4 ulp, and the map from ``L`` moves with it): a shift of the loss by at most ``r`` per copy moves the
-    composed curve by at most ``k r e^(k r)`` (``|d delta / d eps| <= 1``), for either bound.  With ``k r <= 1e-5``
-    (:func:`_anchored_shift` checks it) that is ``r (1 + 1e-5)`` a copy."""
+    (:func:`_anchor_end`), or of a subsampled Laplace's ends (:func:`_psl_end`, whatever ``lat``), else 0.  The
+    leaf's integrals are those of the computed model, whose end is the float ``s = log1p(-q)``, the lattice point:
+    none of its mass crosses that cell end, and none is charged there.  The exact loss lies within ``16 u |s|`` of
+    the model near the end (``s`` within ``8 u |s|`` of the exact end, log1p within 4 ulp, and the map from ``L``
+    moves with it): a shift of the loss by at most ``r`` per copy moves the composed curve by at most ``k r e^(k r)``
+    (``|d delta / d eps| <= 1``), for either bound.  With ``k r <= 1e-5`` (:func:`_anchored_shift` checks it) that is
+    ``r (1 + 1e-5)`` a copy."""
     r = _from_end_shift(loss)
     if r:
         # (a subsampled Laplace's ends, or a mixture's parts', integrated at exact distances from the float ends: the

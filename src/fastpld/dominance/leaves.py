@@ -577,7 +577,8 @@ def _rel_cap(copies: int | None) -> float:
     return max(_REL_CAP, _REL_TOTAL / max(int(copies or 1), 1))
 
 
-def _ctd_masses(loss, e, atoms, starts, sizes, a, a_err, nu, nu_err, h: float, tail: float, cap: float = None):
+def _ctd_masses(loss, e, atoms, starts, sizes, a, a_err, nu, nu_err, h: float, tail: float,
+                cap: float | None = None):
     """The connect-the-dots leaf's masses on its lattice ``e`` from its cells' integrals: ``(p, total, rel, err)``,
     ``p`` divided by its sum ``total`` (where positive), ``rel`` the masses' relative error charged as a factor
     and ``err`` their error charged as total variation (see :func:`ctd_leaf`; ``cap``: :func:`_rel_cap`, default

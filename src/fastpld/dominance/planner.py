@@ -486,7 +486,8 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
         doomed[0] = False
         leaves = (sum(_leaf_buckets(plan, meshes_of[name], budgets, backend.native, _SHARED_LEAF_BUCKETS)
                       for name, _, plan in plans if name in meshes_of) if threads > 1 and len(plans) > 1 else 0.0)
-        us = _PARALLEL_MIN_US if leaves >= (_PARALLEL_LEAF_BUCKETS if len(jobs) > 1 else _PARALLEL_ONE_DIRECTION) else 0.0
+        least = _PARALLEL_LEAF_BUCKETS if len(jobs) > 1 else _PARALLEL_ONE_DIRECTION
+        us = _PARALLEL_MIN_US if leaves >= least else 0.0
         if leaves >= _SHARED_LEAF_BUCKETS or (coarse and us > 0):
             # (the dominating chains first, then the dominated ones, each to the first thread free: the dominated
             # chain to the coarser direction's thread, whose dominating chain ends first)

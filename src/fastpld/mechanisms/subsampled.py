@@ -172,7 +172,7 @@ class SubsampledLoss(ContinuousLoss):
 
         Errors (relative; libm within 4 ulp, ``8 u``): ``c`` within ``u (|s - Le| + 9)``; ``expm1`` ``8 u`` and the
         shift ``delta`` of ``d``, ``delta e^d / |expm1(d)|``; ``x`` their sum and ``u``; ``z`` ``kappa`` times that plus
-        ``8 u`` (``kappa = |x| / ((1 + x) |z|)``, at most 1.39 for ``x >= -1/2``); the pair's values as it states;
+        ``8 u`` (``kappa = |x| / ((1 + x) |z|)``, at most 1.45 for ``x >= -1/2``); the pair's values as it states;
         ``dL/dy`` ``c``'s, ``exp``'s ``8 u + delta``, ``1 + x``'s ``(|x| r_x + u) / (1 + x)`` and ``2 u``; the mixture
         ``3 u``, the product ``u``."""
         sgn, lower, le, s = self.end_map(side)
