@@ -220,13 +220,13 @@ def _compose_default(dir_parts, events, delta_err, arity, max_buckets, threads, 
         narrowest = _narrowest_answer(refused, dir_parts)
         if narrowest is not None:
             return narrowest
-        from ..dominance.planner import _WidthError, _epsilon_guess, compose_finer
-        from ..dominance.result import _REL_FLOOR
-        ladder = _fallback_eps_errors(dir_parts, rel_error)
+        from ..dominance.planner import _WidthError, compose_finer
+        width = _asked_width(dir_parts, rel_error)
+        ladder = _fallback_eps_errors(dir_parts, rel_error, width)
         # (a width the dominance meshes missed is asked again finer before a rung coarser than the accuracy asked:
         # PSG(0.296, 1.66e-4) x 39 missed it 1.85-fold, its finer rungs needed FFTs past 2^20 buckets, and the
         # default answered 0.01 wide, 1.8% of epsilon where 0.1% was asked; finer, the dominance certificate answers)
-        within = rel_error * max(_epsilon_guess(dir_parts), _REL_FLOOR) / 2
+        within = width / 2
         finer = isinstance(refused, _WidthError)
         for i, ee in enumerate(ladder):
             if finer and ee > within:
@@ -319,16 +319,24 @@ _FALLBACK_RUNG = 1e-4
 _FALLBACK_BUCKETS = 1 << 20  # the largest FFT of the fallback's rungs but the last (its time ~0.1-1 s)
 
 
-def _fallback_eps_errors(dir_parts, rel_error: float) -> list:
-    """The coupling certificate's ``eps_error``s where the default accuracy's dominance composition is
-    refused, tried in turn while refused (all but the last within FFTs of 2^20 buckets; round-off):
-    the same relative accuracy against a rough epsilon (the composed loss's mean plus four standard
-    deviations, :func:`fastpld.dominance.planner._epsilon_guess`, at least 0.01 as ``rel_error`` is read), a
-    quarter of it for the guess's error (at least 1e-6), then 1e-4, ``DEFAULT_EPS_ERROR`` (0.01) and 0.1 where
-    larger."""
+def _asked_width(dir_parts, rel_error: float) -> float:
+    """The certified width ``rel_error`` asks of ``epsilon(delta)`` against a rough epsilon (the composed loss's mean
+    plus four standard deviations, :func:`fastpld.dominance.planner._epsilon_guess`, at least ``_REL_FLOOR`` as
+    ``rel_error`` is read)."""
     from ..dominance.planner import _epsilon_guess
     from ..dominance.result import _REL_FLOOR
-    first = max(_FALLBACK_FLOOR, rel_error * max(_epsilon_guess(dir_parts), _REL_FLOOR) / 4)
+    return rel_error * max(_epsilon_guess(dir_parts), _REL_FLOOR)
+
+
+def _fallback_eps_errors(dir_parts, rel_error: float, width: float | None = None) -> list:
+    """The coupling certificate's ``eps_error``s where the default accuracy's dominance composition is
+    refused, tried in turn while refused (all but the last within FFTs of 2^20 buckets; round-off):
+    the same relative accuracy against a rough epsilon (``width``, :func:`_asked_width`, computed where not given),
+    a quarter of it for the guess's error (at least 1e-6), then 1e-4, ``DEFAULT_EPS_ERROR`` (0.01) and 0.1 where
+    larger."""
+    if width is None:
+        width = _asked_width(dir_parts, rel_error)
+    first = max(_FALLBACK_FLOOR, width / 4)
     return _eps_ladder(first, (_FALLBACK_RUNG, V.DEFAULT_EPS_ERROR, 0.1))
 
 
