@@ -15,7 +15,7 @@ from ..discretize import GridPMF, truncation_window
 from ..mechanisms import ContinuousLoss, DiscreteLoss
 from ..samplers import MixtureLoss
 from . import splits as _splits
-from .ends import _anchor_end, _anchored_shift, _end_shift, _end_tail_at, _exact_end, _psl_end
+from .ends import _anchor_end, _anchored_shift, _end_shift, _end_tail_at, _exact_end
 from .atoms import _atom_places, _check_size, _discrete_leaf, _with_anchor
 from .masses import _atom_masses, _cdf_sf
 from .rules import _GL5_RULE, _U_STEP, _log_panels, _panels, _rule_error
@@ -436,12 +436,12 @@ def _integrals(loss, lo, h, tiny: float = 0.0, anchor: float | None = None, whol
         elif abs(ends[-1] - anchor) <= (4 * _U) * (abs(anchor) + w_last):
             at_anchor = ends.size - 1
         else:
-            # (a subsampled Laplace's: its heaviest atom, an end of its support, inside the window -- which holds the
-            # atom -- and integrated at exact distances from it, SubsampledLoss.from_end: the same, its neighbour
-            # beyond the end empty; charged there, the density of the near-atom next to it times the point's
-            # rounding was 1.6e-10 of the cell's mass)
+            # (an end integrated at exact distances from it inside the window: a subsampled Laplace's heaviest atom,
+            # which the window holds, SubsampledLoss.from_end -- the same, its neighbour beyond the end empty; charged
+            # there, the density of the near-atom next to it times the point's rounding was 1.6e-10 of the cell's
+            # mass.  The subsampled Gaussian's end, anchored, is always the first or last point)
             near = np.flatnonzero(np.abs(ends - anchor) <= (4 * _U) * (abs(anchor) + np.max(h)))
-            if near.size == 1 and _psl_end(loss, 0 if anchor == s_lo else 1) and anchor in (s_lo, s_hi):
+            if near.size == 1 and anchor in (s_lo, s_hi) and _exact_end(loss, 0 if anchor == s_lo else 1):
                 at_anchor = int(near[0])
         if at_anchor is not None:
             ends[at_anchor] = anchor
