@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import fastpld
+from fastpld import _lowdft
 from fastpld.composition import execute, node as node_mod, precision
 from fastpld.discretize import discretize_loss, truncation_window
 from oracles import gaussian_delta, gaussian_epsilon
@@ -104,7 +105,10 @@ def test_node_roundoff_dominated(monkeypatch, name):
 def test_whole_composition_float64_vs_long_double(monkeypatch, name):
     mech, count, kw = WORKLOADS[name]
     p64 = fastpld.compose(mech, count, backend="numpy", **kw)
-    monkeypatch.setattr(precision, "_U64", 1.0)  # every node's float64 charge "does not fit": all nodes in long double
+    # every node's float64 charge "does not fit" (the plain, series and summed-frequency predictions): all nodes in
+    # long double
+    monkeypatch.setattr(precision, "_U64", 1.0)
+    monkeypatch.setattr(_lowdft, "_U64", 1.0)
     pld = fastpld.compose(mech, count, backend="numpy", **kw)
     monkeypatch.undo()
     assert all(s.precision == "longdouble" for s in pld.stages if s.kind != "leaf")

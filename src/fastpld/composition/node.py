@@ -297,12 +297,15 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     pred_series = _predicted_fp_series(inst, msum, lg, mmax, _has_atoms(node)) if est64 > 0.25 * allowance else None
     pred_low = (_lowdft.predicted_charge(inst, ins, N) if est64 > 0.25 * allowance and mmax >= 8 and not dft_ok
                 and not split_ok else None)
-    # (not where both float64 predictions exceed the node's share: it runs in long double whatever the plan says, and
+    # (not where every float64 prediction exceeds the node's share: it runs in long double whatever the plan says, and
     # the plan's variance and check frequency cost 20-50 us a node on the wide leaves of q = 0.01 x 1e5 and
-    # q = 0.001 x 1e6, whose first nodes stay long double)
+    # q = 0.001 x 1e6, whose first nodes stay long double.  Where only the summed frequencies' prediction fits, the
+    # node tries float64 with them: PSG(1, 0.01) x 1e5's second x50 node, 40 instances, predicted 4.9e-12 against
+    # the series' 1.9e-11 and a share of 1.3e-11, charged 2.6e-12 in float64 (1.8e-12 in long double), its long
+    # double forward FFT and power 0.13 ms more)
     lowp = (_lowdft.plan(ins, N, backend.native)
             if pred_low is not None and pred_low <= _LOWDFT_CHARGE * pred_series
-            and (est64 <= node_allowance or pred_series <= node_allowance) else None)
+            and min(est64, pred_series, pred_low) <= node_allowance else None)
     # (a float64 try that only the summed frequencies make: without them the node would run in long double at once.
     # Its measured charge must be near its prediction, else long double after all: a spectrum that decays slower
     # than the plan's check saw would be charged its amplified FFT error there -- a Gaussian subsampled without
@@ -311,11 +314,12 @@ def _run_node(node, inputs, inst, budgets, n_objects, backend, max_buckets, n_no
     bulk64 = None
     if est64 <= 0.25 * allowance:
         dtypes = (np.float64,)
-    # (a float64 try is predicted by the series' charge only where the series, the direct low frequencies, the DFTs
-    # or the split can run, else by the plain one (measured at 1.6x its prediction on x125 nodes of subsampled
-    # Gaussian leaves): a node of inputs too wide for the series whose plain charge does not fit goes to long
-    # double at once)
-    elif (pred_series if (series_ok(N) or lowp is not None or dft_ok or split_ok) else est64) <= node_allowance:
+    # (a float64 try is predicted by the summed frequencies' charge where they have a plan, else by the
+    # series' where the series, the DFTs or the split can run, else by the plain one (measured at 1.6x its
+    # prediction on x125 nodes of subsampled Gaussian leaves): a node of inputs too wide for the series whose plain
+    # charge does not fit goes to long double at once)
+    elif (pred_low if lowp is not None
+          else pred_series if (series_ok(N) or dft_ok or split_ok) else est64) <= node_allowance:
         dtypes = (np.float64, np.longdouble)
     else:
         dtypes = (np.longdouble,)
