@@ -47,65 +47,85 @@ def psg_eval(const double[::1] t, double q, double v, double sd, bint remove, bi
     return (F if want_cdf else None), (S if want_cdf else None), (P if want_pdf else None)
 
 
+cdef inline bint _tail_below(const double[::1] e, Py_ssize_t i, bint upper, double tau, double q, double v,
+                             double sd, bint remove) noexcept nogil:
+    """Whether the survival function (``upper``) or the CDF at ``e[i]`` is at most ``tau``, both finite
+    (``fpld_psg_eval`` at that point alone: the same value as in a pass over many)."""
+    cdef double x = e[i], F = 0.0, S = 0.0
+    if fpld_psg_eval(&x, 1, q, v, sd, remove, &F, &S, NULL) != 0:
+        return False
+    return (S if upper else F) <= tau and isfinite(F) and isfinite(S)
+
+
 def psg_tail_cells(const double[::1] e, double q, double v, double sd, bint remove, double share,
                    Py_ssize_t big, Py_ssize_t small):
     """``(starts, sizes)`` of the leaf's cells (reference: ``fastpld.dominance.leaves._tail_blocks``' scan for
-    other losses, the same evaluations and comparisons): the CDF and survival function at every ``small``-th
-    edge of the lattice ``e`` (``fpld_psg_eval``); blocks of ``M`` intervals (``M = big``, then ``small``; ``big``
-    a multiple of ``small``) aligned on multiples of ``M`` whose outer mass (survival function at the lower
-    edge, CDF at the upper) is at most ``share / M^2`` become one cell where all their intervals are still
-    cells of one; the rest are cells of one interval."""
-    cdef Py_ssize_t n = e.shape[0] - 1, nq, i, b, nb, M, step, j, count = 0, r
-    cdef double tau, up, down
+    other losses, the same evaluations and comparisons): blocks of ``M`` intervals of the lattice ``e`` (``M =
+    big``, then ``small``; ``big`` a multiple of ``small``) aligned on multiples of ``M`` whose outer mass
+    (survival function at the lower edge, CDF at the upper, ``fpld_psg_eval``) is at most ``share / M^2`` become
+    one cell where all their intervals are still cells of one; the rest are cells of one interval.
+
+    The CDF rises and the survival function falls along the lattice, so the blocks whose CDF is small are a
+    prefix and those whose survival function is small a suffix: each boundary is found by bisection, ~2 log2 of
+    the blocks' evaluations instead of one per block (the scan's ``n / small``: 0.12 ms of a 7,452-point leaf,
+    on the chain's path).  Where rounding made the computed values not monotone next to ``share / M^2`` the
+    cells could differ from the scan's there; any cells give a valid leaf (their error is second order)."""
+    cdef Py_ssize_t n = e.shape[0] - 1, nb, M, j, count = 0, r, lo, hi, mid, b, pfx, sfx
+    cdef double tau
     cdef bint ok
-    cdef int status = 0
-    if n < 0 or small < 1 or big < small or big % small:
+    if n < 0 or small < 1 or big < small or big % small or not (0 < q < 1 and v > 0 and sd > 0):
         raise ValueError("psg_tail_cells: invalid argument")
     size = np.ones(max(n, 0), dtype=np.int64)
     cdef int64_t[::1] sz = size
     if n // small < 3:
         return np.arange(n, dtype=np.int64), size
-    nq = n // small + 1
-    pts = np.empty(nq)
-    F = np.empty(nq)
-    S = np.empty(nq)
-    cdef double[::1] pv = pts, fv = F, sv = S
     starts = np.empty(n, dtype=np.int64)
     sizes = np.empty(n, dtype=np.int64)
     cdef int64_t[::1] st = starts, so = sizes
     with nogil:
-        for i in range(nq):
-            pv[i] = e[i * small]
-        status = fpld_psg_eval(&pv[0], nq, q, v, sd, remove, &fv[0], &sv[0], NULL)
-        if status == 0:
-            for r in range(2):
-                M = big if r == 0 else small
-                nb = n // M
-                if nb < 3:
+        for r in range(2):
+            M = big if r == 0 else small
+            nb = n // M
+            if nb < 3:
+                continue
+            tau = share / <double>(M * M)
+            # the prefix: blocks whose CDF at the upper edge is at most tau
+            lo = 0
+            hi = nb
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if _tail_below(e, (mid + 1) * M, False, tau, q, v, sd, remove):
+                    lo = mid + 1
+                else:
+                    hi = mid
+            pfx = lo
+            # the suffix: blocks whose survival function at the lower edge is at most tau
+            lo = pfx
+            hi = nb
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if _tail_below(e, mid * M, True, tau, q, v, sd, remove):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            sfx = lo
+            for b in range(nb):
+                if pfx <= b < sfx:
                     continue
-                tau = share / <double>(M * M)
-                step = M // small
-                for b in range(nb):
-                    up = sv[b * step]
-                    down = fv[(b + 1) * step]
-                    if not ((up <= tau or down <= tau) and isfinite(up) and isfinite(down)):
-                        continue
-                    ok = True
+                ok = True
+                for j in range(b * M, (b + 1) * M):
+                    if sz[j] != 1:
+                        ok = False
+                        break
+                if ok:
                     for j in range(b * M, (b + 1) * M):
-                        if sz[j] != 1:
-                            ok = False
-                            break
-                    if ok:
-                        for j in range(b * M, (b + 1) * M):
-                            sz[j] = M
-            i = 0
-            while i < n:
-                st[count] = i
-                so[count] = sz[i]
-                count += 1
-                i += sz[i]
-    if status != 0:
-        raise ValueError("psg_tail_cells: invalid argument")
+                        sz[j] = M
+        j = 0
+        while j < n:
+            st[count] = j
+            so[count] = sz[j]
+            count += 1
+            j += sz[j]
     return starts[:count].copy(), sizes[:count].copy()
 
 
