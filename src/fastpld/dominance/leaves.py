@@ -716,8 +716,10 @@ def _mean_deficit(loss, p, e) -> tuple:
     tot = float(np.sum(p))
     if not (math.isfinite(mu) and tot > 0):
         return -math.inf, 0.0
-    m = float(np.dot(p, e)) / tot
-    return mu - m, float(np.dot(p, (e - m) ** 2)) / tot
+    # (np.sum of products, not np.dot: a dot of this length wakes OpenBLAS's threads, which then spin on the other
+    # core while the chains' FFTs run there -- PSG(0.8, 0.001) x 1e5 took 13.5 ms against 8.5)
+    m = float(np.sum(p * e)) / tot
+    return mu - m, float(np.sum(p * (e - m) ** 2)) / tot
 
 
 def _merged_loss(loss, lo: float, w: float) -> float | None:
