@@ -19,6 +19,7 @@ from .ends import _anchor_end, _anchored_shift, _end_shift, _end_tail_at, _exact
 from .atoms import _atom_places, _check_size, _discrete_leaf, _with_anchor
 from .masses import _atom_masses, _cdf_sf
 from .rules import _GL5_RULE, _U_STEP, _log_panels, _panels, _rule_error
+from .balance import rebalanced
 from .splits import _balanced_split, _claimed_mass, _MARGIN, _split_lower
 
 _U = np.finfo(np.float64).eps / 2  # unit roundoff
@@ -36,7 +37,7 @@ def _continuous_grid(loss: ContinuousLoss, h: float, tail: float, max_buckets: i
     """The leaf's lattice (mesh ``h``) over the window, the atoms inside it, the tails cut off, the
     lattice's first point exactly (``lat + i_lo h`` as :func:`fastpld.composition.roundoff._dyadic`'s pair: the
     point each lattice point ``e[j]`` stands for is ``lat + (i_lo + j) h``, its rounding charged by
-    :func:`_integrals`), and ``lat`` (:func:`_anchor_atom`, or the one given: :func:`_balance_anchors`)."""
+    :func:`_integrals`), and ``lat`` (:func:`_anchor_atom`, or the one given: :func:`fastpld.dominance.balance.rebalanced`)."""
     a0, b0 = truncation_window(loss, tail, native)
     atoms = [x for x in loss.atoms if a0 < x <= b0]
     if lat is None:
@@ -68,7 +69,7 @@ def _leaf_data(loss, h: float, tail: float, max_buckets: int, native: bool, memo
     origin, lat)``.  ``memo`` (one composition's, shared
     by its two chains, dropped with it) keeps them for the other chain's leaf of the same loss and mesh.
     ``cells``: the thin tails in cells (:func:`_tail_blocks`), else every lattice interval its own; ``lat``: the
-    lattice's anchor where not the default one (:func:`_balance_anchors`)."""
+    lattice's anchor where not the default one (:mod:`fastpld.dominance.balance`)."""
     key = ("data", id(loss), float(h), float(tail), cells) + (() if lat is None else (float(lat),))
     hit = _memo_get(memo, key, loss)
     if hit is not None:
@@ -666,18 +667,14 @@ def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, nati
     out, kept, tv = _dominated_masses(loss, e, atoms, starts, sizes, a5, a_err, b5, b_err, h, origin)
     if not atoms:
         # (a loss whose mass crowds a support end off the lattice: the lattice anchored where that mass balances,
-        # kept where its leaf's mean is higher and its variance not lower -- any lattice gives a dominated leaf)
-        deficit, var = _mean_deficit(loss, out, e)
-        if deficit > _ANCHOR_DEFICIT * h:
-            for alt in _balance_anchors(loss, e, h):
-                d = _leaf_data(loss, h, tail, max_buckets, native, memo, cells, lat=alt)
-                if d[1]:
-                    continue
-                o, k, t = _dominated_masses(loss, d[0], d[1], *d[3], d[4][0], d[4][1], d[4][4], d[4][5], h, d[5])
-                dd, vv = _mean_deficit(loss, o, d[0])
-                if dd < deficit and vv >= _ANCHOR_VARIANCE * var and k > 0:
-                    deficit, var, out, kept, tv = dd, vv, o, k, t
-                    e, atoms, truncated, origin, lat = d[0], d[1], d[2], d[5], d[6]
+        # where that places the leaf better -- any lattice gives a dominated leaf; balance.rebalanced)
+        def remake(alt):
+            d = _leaf_data(loss, h, tail, max_buckets, native, memo, cells, lat=alt)
+            o, k, t = _dominated_masses(loss, d[0], d[1], *d[3], d[4][0], d[4][1], d[4][4], d[4][5], h, d[5])
+            return (o, k, t), d
+        better = rebalanced(loss, out, e, h, _integrals, remake)
+        if better is not None:
+            (out, kept, tv), (e, atoms, truncated, _, _, origin, lat) = better
     tv = tv + _anchored_shift(loss, lat, copies)
     # the window's mass, from the CDF at its ends: below the true one by at most 8 cdf_rel_error of the mass cut off
     # plus twice the CDF's shift there (_continuous_grid), both within 3 `truncated`; the claimed mass is lowered by
@@ -692,76 +689,6 @@ def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, nati
 
 
 _SPLIT_CELL = 4  # the dominated leaf's balanced split: its bound on the atoms a cell sums, for their rounding
-
-# A dominated leaf whose mean lies more than this many meshes below the loss's tries lattices anchored where the mass
-# next to a support end balances (_balance_anchors): a well placed leaf is ~1e-3 meshes off, one whose end cell holds
-# most of the mass off the lattice a good part of a mesh, in every copy (PSG(0.52, 0.008) at mesh 0.0168: -0.87)
-_ANCHOR_DEFICIT = 0.02
-# ... but only where that leaf's variance is at least this share of the default's: on a mesh wider than the loss's
-# spread the end cell holds nearly all of it, and anchored at its merged loss (~0) the leaf is nearly one atom, its
-# mean right and its variance gone (PSG(1.19, 0.0013) at mesh 0.0018: 0.18 of the loss's against 0.40) -- a lower
-# bound far below the default's once composed, and in a mix the widths then grew on finer meshes
-_ANCHOR_VARIANCE = 0.9
-_ANCHOR_STEPS = 8  # the upper end's fixed point: at most this many steps (any anchor gives a dominated leaf)
-_ANCHOR_REACH = 8  # ... within this many meshes of the end (the mass it balances spreads over a few meshes there)
-
-
-def _mean_deficit(loss, p, e) -> tuple:
-    """``(d, v)``: how far the mean of the masses ``p`` on the lattice ``e`` lies below ``loss``'s mean (``-inf``
-    where the loss has no mean or ``p`` no mass), and their variance."""
-    try:
-        mu = float(loss.mean())
-    except (NotImplementedError, AttributeError, TypeError, ValueError):
-        return -math.inf, 0.0
-    tot = float(np.sum(p))
-    if not (math.isfinite(mu) and tot > 0):
-        return -math.inf, 0.0
-    # (np.sum of products, not np.dot: a dot of this length wakes OpenBLAS's threads, which then spin on the other
-    # core while the chains' FFTs run there -- PSG(0.8, 0.001) x 1e5 took 13.5 ms against 8.5)
-    m = float(np.sum(p * e)) / tot
-    return mu - m, float(np.sum(p * (e - m) ** 2)) / tot
-
-
-def _merged_loss(loss, lo: float, w: float) -> float | None:
-    """The loss of the interval ``(lo, lo + w]`` merged into one atom, ``lo + log(A / B)`` (its masses under the two
-    distributions, :func:`_integrals`), or ``None`` where either is not positive."""
-    a, _, _, _, b, _ = _integrals(loss, np.array([float(lo)]), np.array([float(w)]))
-    a, b = float(a[0]), float(b[0])
-    if not (a > 0 and b > 0 and math.isfinite(a) and math.isfinite(b)):
-        return None
-    return float(lo) + math.log(a / b)
-
-
-def _balance_anchors(loss, e, h: float) -> list:
-    """Lattice anchors for the dominated leaf of a loss whose mass crowds a finite support end inside the window
-    ``e`` (docs/dominance.md, "The dominated leaf at a support end").  The balanced split puts a point's atoms on it
-    where their merged loss is at least the point; mass next to an end, off the lattice, is moved a part of a mesh
-    down in every copy.  At the lower end ``s``: the point ``P = `` the merged loss of ``[s, s + h)`` -- the cell
-    below ``P`` holds ``[s, P)``, and with the next cell's atoms (above ``P``) it merges at or above ``P``.  At the
-    upper end ``s``: ``P`` the merged loss of ``[P - h, s]`` (a fixed point, by iteration from ``(s - h, s]``'s):
-    the cell below ``P`` and those above it then merge at exactly ``P`` (the points above ``P``, where they cannot
-    balance, send their atoms below them down to ``P``).  Any anchor gives a dominated leaf;
-    these only place it better."""
-    out = []
-    s_lo, s_hi = getattr(loss, "support", (-math.inf, math.inf))
-    if math.isfinite(s_lo) and e[0] - h <= s_lo <= e[-1] - h:
-        p = _merged_loss(loss, s_lo, h)
-        if p is not None and s_lo < p < s_lo + h:
-            out.append(p)
-    if math.isfinite(s_hi) and e[0] + h <= s_hi <= e[-1] + h:
-        p = _merged_loss(loss, s_hi - h, h)
-        for _ in range(_ANCHOR_STEPS):
-            if p is None or not s_hi - _ANCHOR_REACH * h < p < s_hi:
-                break
-            nxt = _merged_loss(loss, p - h, s_hi - p + h)
-            if nxt is None or abs(nxt - p) <= 1e-3 * h:
-                p = nxt if nxt is not None else p
-                break
-            p = nxt
-        if p is not None and s_hi - _ANCHOR_REACH * h < p < s_hi:
-            out.append(p)
-    return out
-
 
 def _dominated_masses(loss, e, atoms, starts, sizes, a5, a_err, b5, b_err, h: float, origin=None):
     """The dominated leaf's masses on its lattice ``e`` from its cells' integrals: ``(p, kept, tv)``, ``p`` divided
