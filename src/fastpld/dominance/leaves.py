@@ -37,7 +37,7 @@ def _continuous_grid(loss: ContinuousLoss, h: float, tail: float, max_buckets: i
     """The leaf's lattice (mesh ``h``) over the window, the atoms inside it, the tails cut off, the
     lattice's first point exactly (``lat + i_lo h`` as :func:`fastpld.composition.roundoff._dyadic`'s pair: the
     point each lattice point ``e[j]`` stands for is ``lat + (i_lo + j) h``, its rounding charged by
-    :func:`_integrals`), and ``lat`` (:func:`_anchor_atom`, or the one given: :func:`fastpld.dominance.balance.rebalanced`)."""
+    :func:`_integrals`), and ``lat`` (:func:`_anchor_atom`, or the one given: :mod:`fastpld.dominance.balance`)."""
     a0, b0 = truncation_window(loss, tail, native)
     atoms = [x for x in loss.atoms if a0 < x <= b0]
     if lat is None:
@@ -689,6 +689,7 @@ def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, nati
 
 
 _SPLIT_CELL = 4  # the dominated leaf's balanced split: its bound on the atoms a cell sums, for their rounding
+
 
 def _dominated_masses(loss, e, atoms, starts, sizes, a5, a_err, b5, b_err, h: float, origin=None):
     """The dominated leaf's masses on its lattice ``e`` from its cells' integrals: ``(p, kept, tv)``, ``p`` divided
