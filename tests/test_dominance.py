@@ -1113,6 +1113,9 @@ def test_coarser_meshes_that_miss_the_width_are_dropped(monkeypatch):
     m = fastpld.PoissonSubsampledGaussian(1.0, 0.02)
     # (the reversed direction's chains composed at once: deferred, they are checked when they run -- below)
     monkeypatch.setattr(planner, "_DEFER_REVERSED", False)
+    # (and no group refined to its loss's spread: 40 times the model's mesh, the add leaf's would be, 8x finer, and
+    # the width would not miss -- planner.resolved_meshes)
+    monkeypatch.setattr(planner, "_RESOLVE_SHARE", math.inf)
     with monkeypatch.context() as mp:
         mp.setattr(planner, "_coarse_factors", lambda *a: {})
         plain = fastpld.compose(m, 300, rel_error=1e-3)

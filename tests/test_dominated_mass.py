@@ -176,3 +176,29 @@ def test_crowded_end_answers_at_its_first_meshes(monkeypatch):
     assert len(runs) <= 3, runs
     assert b.upper - b.lower <= 0.02 + 1e-12
     assert overlaps_coupling(mech, 4337, b, 0.05)
+
+
+def test_a_part_narrower_than_its_mesh_is_resolved(monkeypatch):
+    """A mix with a part of small q (PSG(5.99, 1.46e-4) x 565, sd 2.5e-5) that the width model gives a leaf mesh of
+    3.2e-5: its dominated leaf is first order on any lattice there, and the rescalings took four compositions and
+    every mesh 6x finer (14 chains, 2.2-3.3 s).  With its group refined to half its spread (planner.resolved_meshes)
+    the first answer reaches the width (two chains), and its interval meets the coupling certificate's."""
+    from fastpld.dominance import chains, planner
+    runs = []
+    orig = chains._run_chain
+    monkeypatch.setattr(chains, "_run_chain", lambda *a: runs.append(a[1]) or orig(*a))
+    parts = [(fastpld.PoissonSubsampledGaussian(5.992993480024983, 1.4644628782697092e-4), 565),
+             (fastpld.PoissonSubsampledGaussian(0.5847049849103985, 1.1450916686016755e-4), 1696),
+             (fastpld.PoissonSubsampledGaussian(0.6891388100738853, 1.6325577734373523e-4), 1029)]
+    pld = fastpld.compose(parts)
+    b = pld.epsilon(1e-5)
+    assert pld.method.startswith("dominance") and len(runs) == 2, (pld.method, len(runs))
+    assert b.upper - b.lower <= 1e-3 * b.lower
+    assert min(min(m.values()) for m in runs) < 2.5e-5 / 2  # (the narrow part's group, refined)
+    ref = fastpld.compose(parts, eps_error=1e-4, method="coupling").epsilon(1e-5)
+    assert b.lower <= ref.upper and ref.lower <= b.upper
+    # a narrow part of a few copies is not worth refining for: the mix's meshes are the model's
+    runs.clear()
+    few = [(fastpld.PoissonSubsampledGaussian(5.77, 2.16e-4), 5), (fastpld.PoissonSubsampledGaussian(0.6, 0.0308), 3642)]
+    fastpld.compose(few).epsilon(1e-5)
+    assert min(min(m.values()) for m in runs) > 1e-3

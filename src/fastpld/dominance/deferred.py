@@ -94,12 +94,13 @@ def _retry_args(build, parts, arity: int, eps_error: float, scale: float, rest, 
     """The arguments of :func:`fastpld.dominance.chains._run_chain` for a deferred chain (dominated, or ``upper``)
     at each arity of ``_ARITIES`` above ``arity`` in turn (its plan and meshes as :func:`_compose_dominance`'s
     ``attempt`` makes them at ``scale``; ``rest``: the other arguments, budgets to ``p_inf``)."""
-    from .planner import _ARITIES, dominance_meshes, leaf_mesh
+    from .planner import _ARITIES, leaf_mesh, resolved_meshes
 
     for a in _ARITIES:
         if a > arity:
             plan = build(a)
-            yield ((plan, dominance_meshes(plan, leaf_mesh(parts, plan, eps_error, scale, far=False))) + tuple(rest)
+            yield ((plan, resolved_meshes(plan, leaf_mesh(parts, plan, eps_error, scale, far=False), eps_error))
+                   + tuple(rest)
                    + (upper, a))
 
 
@@ -110,10 +111,10 @@ def _deferred_chains(plan, parts, eps_error: float, scale: float, rest_up, rest_
     at larger arities where its charges do not fit (``rest_up``, ``rest_lo``: budgets to ``p_inf``)."""
     from .chains import _DeferredChain
     from .directions import _quantized
-    from .planner import dominance_meshes, leaf_mesh
+    from .planner import leaf_mesh, resolved_meshes
 
     s = scale if mult == 1.0 else _quantized(scale * mult)
-    meshes = dominance_meshes(plan, leaf_mesh(parts, plan, eps_error, s, far=False))
+    meshes = resolved_meshes(plan, leaf_mesh(parts, plan, eps_error, s, far=False), eps_error)
     out = []
     for upper, rest in ((True, rest_up), (False, rest_lo)):
         c = _DeferredChain((plan, meshes) + tuple(rest) + (upper, arity), memo)

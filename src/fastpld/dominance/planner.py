@@ -44,6 +44,60 @@ def dominance_meshes(plan, h1: float) -> dict:
     return {g: h1 * 2.0 ** round(_MESH_GROWTH * math.log2(K / max(c, 1))) for g, c in copies.items()}
 
 
+def resolved_meshes(plan, h1: float, eps_error: float) -> dict:
+    """:func:`dominance_meshes` with a group's mesh at most ``1 / _RESOLVE`` of the standard deviation of each PMF
+    discretised onto it -- a leaf of a loss without atoms, a node's output split onto it -- (halved as often as that
+    takes, so the lattices stay nested; every child's group then at most as coarse as its parent's), where such PMFs
+    narrower than that could cost the lower bound more than ``_RESOLVE_SHARE`` of ``eps_error``: up to a mesh in
+    each of their copies.  A part much narrower than the mesh the mix's width model gives it (a small ``q`` beside a
+    heavy part) is otherwise first order in its dominated leaf on any lattice, the widths do not follow ``h^2`` and
+    the rescalings go far finer than the other parts need (PSG(5.99, 1.46e-4) x 565 in a three-part mix: sd 2.5e-5 at
+    mesh 3.2e-5, the lower bound 13 widths low; docs/dominance.md, "Meshes").  A narrow part of a few copies costs
+    too little to refine for (PSG(2.07, 5e-4) x 1 beside three parts of epsilon 114: every mesh 7.8e-5, 2.9 s), and a
+    group is refined at most ``_RESOLVE_MAX`` times.  Execution only: the width model keeps the copies' ratios."""
+    meshes = dominance_meshes(plan, h1)
+    sd = {}
+    for o in plan.order:
+        if isinstance(o, _Leaf):
+            try:
+                v = float(o.loss.std()) if not getattr(o.loss, "atoms", ()) else math.nan
+            except (NotImplementedError, AttributeError, TypeError, ValueError):
+                v = math.nan
+        else:
+            v = math.sqrt(sum(m * sd[id(c)] ** 2 for c, m in o.children))  # (NaN where a leaf has none)
+        sd[id(o)] = v
+    cap, narrow = {}, {}
+    for o in plan.order:
+        entering = ([(o.group, sd[id(o)], plan.instances[id(o)])] if isinstance(o, _Leaf)
+                    else [(o.group, sd[id(c)], plan.instances[id(o)] * m) for c, m in o.children if c.group != o.group])
+        for g, v, copies in entering:
+            if math.isfinite(v) and v > 0 and meshes[g] > v / _RESOLVE:
+                cap[g] = min(cap.get(g, math.inf), v / _RESOLVE)
+                narrow[g] = narrow.get(g, 0) + copies
+    cap = {g: c for g, c in cap.items()
+           if narrow[g] * meshes[g] > _RESOLVE_SHARE * eps_error and c * _RESOLVE_MAX >= meshes[g]}
+    if not cap:
+        return meshes
+    out = dict(meshes)
+    for g, c in cap.items():
+        while out[g] > c:
+            out[g] /= 2
+    for o in reversed(plan.order):  # (parents first: a split goes onto a lattice at least as coarse)
+        if isinstance(o, _Node):
+            for c, _ in o.children:
+                while out[c.group] > out[o.group]:
+                    out[c.group] /= 2
+    return out
+
+
+_RESOLVE = 2.0  # a group's mesh at most this many times finer than the spread of what is discretised onto it
+_RESOLVE_SHARE = 0.1  # ... where its narrow PMFs' copies times the mesh exceed this share of eps_error
+# ... and at most this many times finer than the model's mesh: a part of a few copies enters its parent's group as
+# its leaf (composition.plan._chain), and a far finer root lattice costs all the other parts (PSG(5.77, 2.2e-4) x 5
+# beside two heavy parts: every mesh 500x finer, 4.6 s)
+_RESOLVE_MAX = 8.0
+
+
 # measured against 1/2 (equal shares) on subsampled Gaussians at rel_error 1e-3: 0.80-0.85x the time at
 # q = 0.001-0.004 (k 1e5, 1e6), 0.9-1.0x at q = 0.01 and 0.1; 1/4 is slower (the root's lattice grows past the leaf's)
 _MESH_GROWTH = 1.0 / 3.0
@@ -468,7 +522,7 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
                 # (before any leaf: the next arity's first node has fewer instances)
                 raise _DoomedArity(f"arity {arity}: the first node's round-off is predicted not to fit "
                                    f"delta_error={delta_error:g}")
-            meshes = meshes_of[name] = dominance_meshes(plan, h1)
+            meshes = meshes_of[name] = resolved_meshes(plan, h1, eps_error)
             args = (plan, meshes, budgets, backend, max_buckets, p_inf)
             args_lo = args[:5] + (p_inf_lo,)
             # (the chains run at once build their answer's query tables where they run; a deferred one, when it runs)
