@@ -199,6 +199,7 @@ def test_a_part_narrower_than_its_mesh_is_resolved(monkeypatch):
     assert b.lower <= ref.upper and ref.lower <= b.upper
     # a narrow part of a few copies is not worth refining for: the mix's meshes are the model's
     runs.clear()
-    few = [(fastpld.PoissonSubsampledGaussian(5.77, 2.16e-4), 5), (fastpld.PoissonSubsampledGaussian(0.6, 0.0308), 3642)]
+    few = [(fastpld.PoissonSubsampledGaussian(5.77, 2.16e-4), 5),
+           (fastpld.PoissonSubsampledGaussian(0.6, 0.0308), 3642)]
     fastpld.compose(few).epsilon(1e-5)
     assert min(min(m.values()) for m in runs) > 1e-3
