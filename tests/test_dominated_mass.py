@@ -197,7 +197,8 @@ def test_a_part_narrower_than_its_mesh_is_resolved(monkeypatch):
     assert min(min(m.values()) for m in runs) < 2.5e-5 / 2  # (the narrow part's group, refined)
     ref = fastpld.compose(parts, eps_error=1e-4, method="coupling").epsilon(1e-5)
     assert b.lower <= ref.upper and ref.lower <= b.upper
-    # a narrow part of a few copies is not worth refining for: the mix's meshes are the model's
+    # a narrow part of a few copies, in its parent's group: refined at most 8x there, so not at all (planner.
+    # _RESOLVE_MAX; every mesh of the mix 1.5e-5 otherwise): the mix's meshes are the model's
     runs.clear()
     few = [(fastpld.PoissonSubsampledGaussian(5.77, 2.16e-4), 5),
            (fastpld.PoissonSubsampledGaussian(0.6, 0.0308), 3642)]

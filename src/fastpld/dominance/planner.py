@@ -52,9 +52,10 @@ def resolved_meshes(plan, h1: float, eps_error: float) -> dict:
     each of their copies.  A part much narrower than the mesh the mix's width model gives it (a small ``q`` beside a
     heavy part) is otherwise first order in its dominated leaf on any lattice, the widths do not follow ``h^2`` and
     the rescalings go far finer than the other parts need (PSG(5.99, 1.46e-4) x 565 in a three-part mix: sd 2.5e-5 at
-    mesh 3.2e-5, the lower bound 13 widths low; docs/dominance.md, "Meshes").  A narrow part of a few copies costs
-    too little to refine for (PSG(2.07, 5e-4) x 1 beside three parts of epsilon 114: every mesh 7.8e-5, 2.9 s), and a
-    group is refined at most ``_RESOLVE_MAX`` times.  Execution only: the width model keeps the copies' ratios."""
+    mesh 3.2e-5, the lower bound 13 widths low; docs/dominance.md, "Meshes").  A group is refined at most
+    ``_RESOLVE_MAX`` times: a narrow part of a few copies enters its parent's group as its leaf, and refined there
+    it refines every part (PSG(2.07, 5e-4) x 1 beside three parts of epsilon 114: every mesh 7.8e-5, 2.9-3.4 s).
+    Execution only: the width model keeps the copies' ratios."""
     meshes = dominance_meshes(plan, h1)
     sd = {}
     for o in plan.order:
