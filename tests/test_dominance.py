@@ -519,9 +519,9 @@ def test_compiled_log_panels_agree_with_their_reference(sigma, q, monkeypatch):
         d_far = off
         ulo = np.where(rng.random(60) < 0.5, -rng.choice([5.0, 10.0, 45.0], 60), -rng.uniform(0.0, 3.0, 60))
         step = rng.choice([0.125, 0.125 / 4], 60)
-        got = D.leaves._log_panels(loss, lo, end, d_far, ulo, side, step)
+        got = D.quadrature._log_panels(loss, lo, end, d_far, ulo, side, step)
         monkeypatch.setattr(D._kernels, "_core", None)  # the numpy rules
-        ref = D.leaves._log_panels(loss, lo, end, d_far, ulo, side, step)
+        ref = D.quadrature._log_panels(loss, lo, end, d_far, ulo, side, step)
         monkeypatch.undo()
         for g3, r3 in zip(got, ref):
             for g, r in zip(g3, r3):

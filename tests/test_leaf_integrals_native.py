@@ -1,6 +1,6 @@
 """The dominance leaf's integrals of the Poisson-subsampled Gaussian in one compiled call
 (``_leaf.psg_integrals``, the C ``fpld_psg_integrals``) against the numpy code of
-``fastpld.dominance.leaves._integrals`` it replaces: the numpy reference (no compiled kernel anywhere) and
+``fastpld.dominance.quadrature._integrals`` it replaces: the numpy reference (no compiled kernel anywhere) and
 the numpy glue around the compiled rules (``_panels``, ``_log_panels``) that ran before it.
 
 The kernel runs the same algorithm -- the same rules, branches and comparisons -- so the six arrays agree
@@ -16,6 +16,7 @@ import fastpld
 from fastpld import _kernels
 from fastpld import dominance as D
 from fastpld.dominance import leaves as L
+from fastpld.dominance import quadrature as Q
 from concurrency import each_on_its_own_thread
 
 pytestmark = pytest.mark.skipif(not (_kernels.have_leaf() and hasattr(_kernels._leaf, "psg_integrals")),
@@ -42,7 +43,7 @@ def _numpy_reference(loss, lo, h, tiny, anchor=None):
     """``_integrals`` by numpy alone (the rules too: no compiled core)."""
     core, _kernels._core = _kernels._core, None
     try:
-        return L._integrals(loss, lo, h, tiny, anchor=anchor)
+        return Q._integrals(loss, lo, h, tiny, anchor=anchor)
     finally:
         _kernels._core = core
 
@@ -52,7 +53,7 @@ def _compiled_glue(loss, lo, h, tiny, anchor=None):
     fused = _kernels._leaf.psg_integrals
     del _kernels._leaf.psg_integrals
     try:
-        return L._integrals(loss, lo, h, tiny, anchor=anchor)
+        return Q._integrals(loss, lo, h, tiny, anchor=anchor)
     finally:
         _kernels._leaf.psg_integrals = fused
 
@@ -103,7 +104,7 @@ def _compare_all(sigma, q, meshes):
             anchor = _anchor(loss, h, tail)
             for lo, hh, tiny in _cases(loss, h, tail):
                 what = (sigma, q, loss.direction, h, np.ndim(hh), tiny, anchor)
-                got = L._integrals(loss, lo, hh, tiny, anchor=anchor)
+                got = Q._integrals(loss, lo, hh, tiny, anchor=anchor)
                 _check(got, _numpy_reference(loss, lo, hh, tiny, anchor), what, _TOL_NUMPY)
                 _check(got, _compiled_glue(loss, lo, hh, tiny, anchor), what)
 
@@ -129,7 +130,7 @@ def test_fused_integrals_match_through_every_refinement(sigma, q, h, tail):
     for loss in fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses().values():
         for lo, hh, tiny in _cases(loss, h, tail):
             what = (sigma, q, loss.direction, h, np.ndim(hh), tiny)
-            got = L._integrals(loss, lo, hh, tiny)
+            got = Q._integrals(loss, lo, hh, tiny)
             _check(got, _numpy_reference(loss, lo, hh, tiny), what, _TOL_NUMPY)
             _check(got, _compiled_glue(loss, lo, hh, tiny), what)
 
@@ -138,7 +139,7 @@ def test_the_refining_cases_take_every_refinement(monkeypatch):
     # over _REFINING the reference (the glue around the compiled rules, whose calls tell its path) takes all
     # three levels of panels and both log-distance refinements: the comparisons above cover every branch
     levels, log_calls = 0, 0
-    panels, log_panels = L._panels, L._log_panels
+    panels, log_panels = Q._panels, Q._log_panels
     for sigma, q, h, tail in _REFINING:
         for loss in fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses().values():
             for lo, hh, tiny in _cases(loss, h, tail):
@@ -150,24 +151,24 @@ def test_the_refining_cases_take_every_refinement(monkeypatch):
                         return f(*a, **kw)
                     return wrapped
 
-                monkeypatch.setattr(L, "_panels", count("panels", panels))
-                monkeypatch.setattr(L, "_log_panels", count("log", log_panels))
+                monkeypatch.setattr(Q, "_panels", count("panels", panels))
+                monkeypatch.setattr(Q, "_log_panels", count("log", log_panels))
                 _compiled_glue(loss, lo, hh, tiny)
                 monkeypatch.undo()
                 levels = max(levels, seen["panels"] - 1)  # (the first rules, then one call per level)
                 log_calls = max(log_calls, seen["log"])  # (one support end: the rules, then one per refinement)
     assert levels == 3
-    assert log_calls == 1 + L._U_REFINE
+    assert log_calls == 1 + Q._U_REFINE
 
 
 def test_fused_integrals_respect_the_panel_budget(monkeypatch):
     # a small _REFINE_MAX_PANELS stops the log-distance refinements and the panel levels early (the coarser
     # bounds stand): the kernel takes it from the module, as the numpy code does
-    monkeypatch.setattr(L, "_REFINE_MAX_PANELS", 200)
+    monkeypatch.setattr(Q, "_REFINE_MAX_PANELS", 200)
     for sigma, q, h, tail in _REFINING:
         for loss in fastpld.PoissonSubsampledGaussian(sigma, q).privacy_losses().values():
             for lo, hh, tiny in _cases(loss, h, tail):
-                got = L._integrals(loss, lo, hh, tiny)
+                got = Q._integrals(loss, lo, hh, tiny)
                 _check(got, _compiled_glue(loss, lo, hh, tiny), (sigma, q, loss.direction, h, tiny))
                 _check(got, _numpy_reference(loss, lo, hh, tiny), (sigma, q, loss.direction, h, tiny), _TOL_NUMPY)
 
@@ -175,7 +176,7 @@ def test_fused_integrals_respect_the_panel_budget(monkeypatch):
 def test_fused_integrals_of_no_cells():
     loss = fastpld.PoissonSubsampledGaussian(1.0, 0.01).privacy_losses()["remove"]
     for h in (1e-3, np.zeros(0)):
-        got = L._integrals(loss, np.zeros(0), h, 0.0)
+        got = Q._integrals(loss, np.zeros(0), h, 0.0)
         ref = _numpy_reference(loss, np.zeros(0), h, 0.0)
         assert len(got) == 6 and all(g.shape == (0,) for g in got) and all(r.shape == (0,) for r in ref)
 
@@ -187,8 +188,8 @@ def test_fused_integrals_in_threads_match_serial():
     for loss in losses:
         e, starts, sizes = _leaves(loss, 1e-4, 1e-14)
         args.append((loss, e[starts], 1e-4 * sizes, L._negligible(1e-14, starts.size)))
-    serial = [L._integrals(*a) for a in args]
-    out = each_on_its_own_thread(lambda a: L._integrals(*a), args)
+    serial = [Q._integrals(*a) for a in args]
+    out = each_on_its_own_thread(lambda a: Q._integrals(*a), args)
     for s, o in zip(serial, out):
         for a, b in zip(s, o):
             np.testing.assert_array_equal(a, b)
@@ -198,10 +199,10 @@ def _kernel_args(**kw):
     loss = fastpld.PoissonSubsampledGaussian(1.0, 0.01).privacy_losses()["remove"]
     q, v, sd, remove = loss.psg_params
     args = dict(lo=np.linspace(-0.02, 0.05, 8), h=0.01, tiny=0.0, s_lo=loss.support[0], s_hi=loss.support[1], q=q,
-                v=v, sd=sd, remove=remove, cre=loss.cdf_rel_error, near_end=float(L._NEAR_END),
-                refine_rel=L._REFINE_REL, u_step=L._U_STEP, u_step_near=L._U_STEP_NEAR, u_depth=L._U_DEPTH,
-                u_refine=L._U_REFINE, rel_cap=L._REL_CAP, max_panels=L._REFINE_MAX_PANELS, x5=L._GL5_RULE[0],
-                w5=L._GL5_RULE[1])
+                v=v, sd=sd, remove=remove, cre=loss.cdf_rel_error, near_end=float(Q._NEAR_END),
+                refine_rel=Q._REFINE_REL, u_step=Q._U_STEP, u_step_near=Q._U_STEP_NEAR, u_depth=Q._U_DEPTH,
+                u_refine=Q._U_REFINE, rel_cap=Q._REL_CAP, max_panels=Q._REFINE_MAX_PANELS, x5=Q._GL5_RULE[0],
+                w5=Q._GL5_RULE[1])
     args.update(kw)
     return args
 
@@ -227,7 +228,7 @@ def test_kernel_matches_the_dispatch():
     loss = fastpld.PoissonSubsampledGaussian(1.0, 0.01).privacy_losses()["remove"]
     a = _kernel_args()
     got = _kernels._leaf.psg_integrals(**a)
-    ref = L._integrals(loss, a["lo"], a["h"], a["tiny"])
+    ref = Q._integrals(loss, a["lo"], a["h"], a["tiny"])
     for g, r in zip(got, ref):
         np.testing.assert_array_equal(g, r)
 
@@ -250,7 +251,7 @@ def test_the_cell_holding_the_end_against_the_cdf(sigma, q):
         end = loss.support[side]
         h = 2e-3
         lo = np.array([end - h / 3 if side == 0 else end - 2 * h / 3])
-        a, a_err, n, n_err, b, b_err = L._integrals(loss, lo, h, 0.0)
+        a, a_err, n, n_err, b, b_err = Q._integrals(loss, lo, h, 0.0)
         x = np.array([lo[0] + h if side == 0 else lo[0]])
         exact = float((loss.cdf(x) if side == 0 else loss.sf(x))[0])
         assert abs(a[0] - exact) <= a_err[0] + 1e-10 * exact, (sigma, q, loss.direction, a, exact, a_err)
@@ -268,8 +269,8 @@ def test_the_anchored_end_is_charged_no_position():
     h = 0.19437627
     lo = np.array([end - 4 * h, end - h])
     hh = np.array([3 * h, h])
-    plain = L._integrals(loss, lo, hh, 0.0)
-    for got in (L._integrals(loss, lo, hh, 0.0, anchor=end), _numpy_reference(loss, lo, hh, 0.0, end)):
+    plain = Q._integrals(loss, lo, hh, 0.0)
+    for got in (Q._integrals(loss, lo, hh, 0.0, anchor=end), _numpy_reference(loss, lo, hh, 0.0, end)):
         a, a_err = got[0], got[1]
         assert a[-1] > 0.99 and a_err[-1] <= 1e-12 * a[-1], (a, a_err)
         assert np.all(got[1] <= plain[1])

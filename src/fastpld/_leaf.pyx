@@ -200,7 +200,7 @@ def psg_integrals(const double[::1] lo, h, double tiny, double s_lo, double s_hi
                   bint remove, double cre, double near_end, double refine_rel, double u_step, double u_step_near,
                   double u_depth, int u_refine, double rel_cap, int64_t max_panels, const double[::1] x5,
                   const double[::1] w5, double anchor=float("nan")):
-    """``(a, a_err, n, n_err, b, b_err)`` of ``fpld_psg_integrals`` (reference: ``dominance.leaves._integrals``).
+    """``(a, a_err, n, n_err, b, b_err)`` of ``fpld_psg_integrals`` (reference: ``dominance.quadrature._integrals``).
 
     Parameters
     ----------
@@ -217,7 +217,7 @@ def psg_integrals(const double[::1] lo, h, double tiny, double s_lo, double s_hi
     cre : float
         The loss's ``cdf_rel_error``.
     near_end, refine_rel, u_step, u_step_near, u_depth, u_refine, rel_cap, max_panels :
-        ``leaves._NEAR_END``, ``_REFINE_REL``, ``_U_STEP``, ``_U_STEP_NEAR``, ``_U_DEPTH``, ``_U_REFINE``,
+        ``quadrature._NEAR_END``, ``_REFINE_REL``, ``_U_STEP``, ``_U_STEP_NEAR``, ``_U_DEPTH``, ``_U_REFINE``,
         ``_REL_CAP`` and ``_REFINE_MAX_PANELS``.
     x5, w5 : float64 arrays
         The 5-point Gauss-Legendre rule on ``[-1, 1]``.

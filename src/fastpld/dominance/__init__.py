@@ -24,9 +24,10 @@ perturbation of at most that much, by linearity of the composed curve in each fa
 from __future__ import annotations
 
 from .leaves import (  # noqa: F401  (the names the tests and the docs reach)
-    _BLOCK, _BLOCK_SHARE, _atom_masses, _check_window, _continuous_grid, _integrals, _leaf_data, _panels,
-    _tail_blocks, ctd_leaf, dominated_leaf,
+    _BLOCK, _BLOCK_SHARE, _atom_masses, _check_window, _continuous_grid, _leaf_data, _tail_blocks, ctd_leaf,
+    dominated_leaf,
 )
+from .quadrature import _integrals, _panels  # noqa: F401
 from .planner import _compose_dominance, _epsilon_guess, compose_dominance, dominance_meshes, leaf_mesh  # noqa: F401
 from .result import _REFERENCE_DELTAS, _allowed_width, DominancePLD  # noqa: F401
 from .splits import _MARGIN, _balanced_split, _balanced_split_py, _dom, ctd_split, dominated_split  # noqa: F401

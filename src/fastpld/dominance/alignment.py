@@ -84,7 +84,7 @@ def _one_part(loss, R: float, h1: float) -> float:
             # (a continuous part between two atoms at its support's ends -- a subsampled Laplace's -- takes two leaf
             # intervals at least: in one, a cell would hold both ends, whose integration rules each bound only
             # near one end; PoissonSubsampledLaplace(0.46, 0.00106) x 1 at rel_error 1e-2 was refused, its one
-            # cell's error bound infinite.  The leaves now integrate such a cell in halves, leaves._both_ends, which
+            # cell's error bound infinite.  The leaves now integrate such a cell in halves, quadrature._both_ends, which
             # answers these too; the floor is kept so that their meshes do not change)
             M = 2
         if isinstance(loss, DiscreteLoss):

@@ -13,6 +13,8 @@ import math
 
 import numpy as np
 
+from .quadrature import _integrals
+
 # A dominated leaf whose mean lies more than this many meshes below the loss's tries lattices anchored where the mass
 # next to a support end balances: a well placed leaf is ~1e-3 meshes off, one whose end cell holds most of the mass off
 # the lattice a good part of a mesh, in every copy
@@ -26,11 +28,11 @@ _ANCHOR_STEPS = 8  # the upper end's fixed point: at most this many steps (any a
 _ANCHOR_REACH = 8  # ... within this many meshes of the end (the mass it balances spreads over a few meshes there)
 
 
-def rebalanced(loss, p, e, h: float, integrals, remake):
+def rebalanced(loss, p, e, h: float, remake):
     """The dominated leaf of ``loss`` on a lattice through a balance point (:func:`_balance_anchors`), where its
     default leaf (masses ``p`` on the lattice ``e``, mesh ``h``) lies more than ``_ANCHOR_DEFICIT`` meshes low and the
-    new one's mean is higher with a variance at least ``_ANCHOR_VARIANCE`` of its; else ``None``.  ``integrals``:
-    the cells' integrals (:func:`fastpld.dominance.leaves._integrals`); ``remake(anchor)``: ``(masses, data)``, the
+    new one's mean is higher with a variance at least ``_ANCHOR_VARIANCE`` of its; else ``None``.
+    ``remake(anchor)``: ``(masses, data)``, the
     leaf's masses ``(p, kept, tv)`` and lattice data on that anchor (the leaf's own construction).  Returns the best
     ``remake`` result."""
     deficit, mean = _mean_deficit(loss, p, e)
@@ -38,7 +40,7 @@ def rebalanced(loss, p, e, h: float, integrals, remake):
         return None
     var = _variance(p, e, mean)  # (only here: the check runs on every dominated leaf, this pass only where it fires)
     best = None
-    for alt in _balance_anchors(loss, e, h, integrals):
+    for alt in _balance_anchors(loss, e, h):
         masses, data = remake(alt)
         dd, mm = _mean_deficit(loss, masses[0], data[0])
         if dd < deficit and masses[1] > 0:
@@ -69,17 +71,17 @@ def _variance(p, e, m: float) -> float:
     return float(np.sum(p * (e - m) ** 2)) / float(np.sum(p))
 
 
-def _merged_loss(loss, lo: float, w: float, integrals) -> float | None:
+def _merged_loss(loss, lo: float, w: float) -> float | None:
     """The loss of the interval ``(lo, lo + w]`` merged into one atom, ``lo + log(A / B)`` (its masses under the two
-    distributions, ``integrals``), or ``None`` where either is not positive."""
-    a, _, _, _, b, _ = integrals(loss, np.array([float(lo)]), np.array([float(w)]))
+    distributions, :func:`fastpld.dominance.quadrature._integrals`), or ``None`` where either is not positive."""
+    a, _, _, _, b, _ = _integrals(loss, np.array([float(lo)]), np.array([float(w)]))
     a, b = float(a[0]), float(b[0])
     if not (a > 0 and b > 0 and math.isfinite(a) and math.isfinite(b)):
         return None
     return float(lo) + math.log(a / b)
 
 
-def _balance_anchors(loss, e, h: float, integrals) -> list:
+def _balance_anchors(loss, e, h: float) -> list:
     """Lattice anchors for the dominated leaf of a loss whose mass crowds a finite support end inside the window
     ``e``.  At the lower end ``s``: the point ``P = `` the merged loss of ``[s, s + h)`` -- the cell below ``P`` holds
     ``[s, P)``, and with the next cell's atoms (above ``P``) it merges at or above ``P``.  At the upper end ``s``:
@@ -89,15 +91,15 @@ def _balance_anchors(loss, e, h: float, integrals) -> list:
     out = []
     s_lo, s_hi = getattr(loss, "support", (-math.inf, math.inf))
     if math.isfinite(s_lo) and e[0] - h <= s_lo <= e[-1] - h:
-        p = _merged_loss(loss, s_lo, h, integrals)
+        p = _merged_loss(loss, s_lo, h)
         if p is not None and s_lo < p < s_lo + h:
             out.append(p)
     if math.isfinite(s_hi) and e[0] + h <= s_hi <= e[-1] + h:
-        p = _merged_loss(loss, s_hi - h, h, integrals)
+        p = _merged_loss(loss, s_hi - h, h)
         for _ in range(_ANCHOR_STEPS):
             if p is None or not s_hi - _ANCHOR_REACH * h < p < s_hi:
                 break
-            nxt = _merged_loss(loss, p - h, s_hi - p + h, integrals)
+            nxt = _merged_loss(loss, p - h, s_hi - p + h)
             if nxt is None or abs(nxt - p) <= 1e-3 * h:
                 p = nxt if nxt is not None else p
                 break

@@ -1,5 +1,5 @@
 """The dominance leaves' quadrature rules: Gauss-Legendre 5-point rules on panels of a cell, and in
-``u = log(distance to a support end)`` near one (:func:`fastpld.dominance.leaves._integrals` chooses among them and
+``u = log(distance to a support end)`` near one (:func:`fastpld.dominance.quadrature._integrals` chooses among them and
 refines), with their truncation error -- proved for the subsampled Gaussian, the Gaussian, the Laplace and the
 subsampled Laplace densities, else estimated by a 4-point rule -- and the sums that bound the density's rounding
 (:meth:`fastpld.mechanisms.ContinuousLoss.pdf_error`; docs/dominance.md, "Leaf", "The density's rounding" and "The
