@@ -142,6 +142,25 @@ def delta_error(value) -> float:
     return v
 
 
+DEFAULT_DELTA_ERROR = 1e-10
+# A relative accuracy holds for deltas at least this many times delta_error: the delta charges (at most delta_error)
+# then move delta by at most 0.1% of it.  Closer, they widen epsilon(delta)'s interval past the accuracy asked (the
+# README's DP-SGD rows at delta 1e-9 and delta_error 1e-10: 1.2-4.8 times the 0.1% asked; docs/performance.md)
+DELTA_ERROR_MARGIN = 1e3
+
+
+def delta_error_at(delta: float, value=None) -> float:
+    """The ``delta_error`` of a composition queried at ``delta``: ``value`` where given (checked), else
+    ``DEFAULT_DELTA_ERROR`` or ``delta / DELTA_ERROR_MARGIN`` where that is smaller (at least 1e-250), so that the
+    accuracy asked holds at ``delta`` (the entry points that know the delta before they compose: the command line's
+    ``epsilon``, ``PrivacyAccountant.get_epsilon``, the dp_accounting adapter's ``get_epsilon``)."""
+    if value is not None:
+        return delta_error(value)
+    d = float(delta) / DELTA_ERROR_MARGIN
+    # (within a few ulps of the default it is the default: 1e-7 / 1000 rounds below 1e-10, a composition apart)
+    return DEFAULT_DELTA_ERROR if d >= DEFAULT_DELTA_ERROR * (1 - 1e-12) else max(d, 1e-250)
+
+
 def query_array(name: str, value, *, lo: float | None = None, hi: float | None = None,
                 lo_open: bool = False) -> np.ndarray:
     """Validate a scalar or array query argument; returns a float64 array."""

@@ -80,9 +80,13 @@ class PrivacyAccountant:
 
     Parameters
     ----------
-    eps_error, delta_error : float
+    eps_error : float, optional
         Error budget of every composition (see :func:`fastpld.compose`); give ``eps_error`` or
         ``rel_error``, or neither: compose's default (``rel_error=1e-3``; ``None`` kept here).
+    delta_error : float, optional
+        The compositions' delta error.  By default (``None``, kept here) 1e-10, and for
+        :meth:`get_epsilon` at a ``delta`` below 1e-7 that delta over 1000: the delta charges (at most
+        ``delta_error``) then keep the accuracy asked at that delta.
     rel_error : float, optional
         The accuracy relative to epsilon instead of ``eps_error`` (see :func:`fastpld.compose`: the
         certified interval of epsilon at most ``rel_error`` times it wide; the dominance certificate).
@@ -109,13 +113,14 @@ class PrivacyAccountant:
     ...     eps = acc.get_epsilon(1e-5).upper
     """
 
-    def __init__(self, eps_error: float | None = None, delta_error: float = 1e-10, *, rel_error: float | None = None,
+    def __init__(self, eps_error: float | None = None, delta_error: float | None = None, *,
+                 rel_error: float | None = None,
                  method: str = "auto", backend: str | None = None, max_buckets: int = DEFAULT_MAX_BUCKETS,
                  cache_size: int = 8, lookahead: float = 1e-3):
         rel, eps, default = V.accuracy(rel_error, eps_error, method)
         # (neither given: None, None, and every composition takes compose's default accuracy)
         self.rel_error, self.eps_error = (None, None) if default else (rel, eps)
-        self.delta_error = V.delta_error(delta_error)
+        self.delta_error = None if delta_error is None else V.delta_error(delta_error)
         if not isinstance(method, str) or method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}")
         self.method = method
@@ -162,19 +167,27 @@ class PrivacyAccountant:
             return sum(self._counts.values())
 
     # composition ---------------------------------------------------------------------
-    def _composed(self, state: tuple) -> PrivacyLossDistribution:
-        """``compose(state)``, from the cache when there."""
+    def _delta_error(self, delta: float | None = None) -> float:
+        """The delta error of a composition queried at ``delta`` (``None``: any query but ``get_epsilon``)."""
+        if delta is None:
+            return self.delta_error if self.delta_error is not None else V.DEFAULT_DELTA_ERROR
+        return V.delta_error_at(delta, self.delta_error)
+
+    def _composed(self, state: tuple, delta_error: float | None = None) -> PrivacyLossDistribution:
+        """``compose(state)`` at ``delta_error`` (default: :meth:`_delta_error`'s), from the cache when there."""
+        de = self._delta_error() if delta_error is None else delta_error
+        key = (state, de)
         with self._lock:
-            hit = self._cache.get(state)
+            hit = self._cache.get(key)
             if hit is not None:
-                self._cache.move_to_end(state)
+                self._cache.move_to_end(key)
                 return hit
         acc = {"rel_error": self.rel_error, "eps_error": self.eps_error}
-        result = compose(list(state), delta_error=self.delta_error, method=self.method, backend=self.backend,
+        result = compose(list(state), delta_error=de, method=self.method, backend=self.backend,
                          max_buckets=self.max_buckets, **acc)
         with self._lock:
-            self._cache[state] = result
-            self._cache.move_to_end(state)
+            self._cache[key] = result
+            self._cache.move_to_end(key)
             while len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
         return result
@@ -211,7 +224,7 @@ class PrivacyAccountant:
             if hit is not None:
                 self._answers.move_to_end(key)
                 return hit
-        pld = self._composed(state)
+        pld = self._composed(state, self._delta_error(x if kind == "epsilon" else None))
         out = pld.epsilon(x) if kind == "epsilon" else pld.delta(x)
         with self._lock:
             self._answers[key] = out

@@ -133,7 +133,9 @@ def _add_accuracy(p):
 
 def _add_budget(p):
     _add_accuracy(p)
-    p.add_argument("--delta-error", type=float, default=1e-10, help="certified delta error (default 1e-10)")
+    p.add_argument("--delta-error", type=float, default=None,
+                   help="certified delta error (default 1e-10, or delta / 1000 where that is smaller: the accuracy "
+                        "asked then holds at --delta)")
     p.add_argument("--method", default="auto", help="auto, glw, two_stage, recursive, coupling or dominance")
     _add_max_buckets(p)
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -219,6 +221,15 @@ def _accuracy(args) -> dict:
             if v is not None}  # (neither: compose's default accuracy)
 
 
+def _delta_error(args) -> float:
+    """``--delta-error``, or its default: 1e-10, or ``--delta`` / 1000 where a delta is asked and that is smaller
+    (:func:`fastpld._validation.delta_error_at`: the delta charges then keep the accuracy asked at that delta)."""
+    delta = getattr(args, "delta", None)
+    if delta is not None and args.delta_error is None:
+        return V.delta_error_at(V.probability("delta", delta, open_low=True))
+    return V.delta_error(args.delta_error if args.delta_error is not None else V.DEFAULT_DELTA_ERROR)
+
+
 def _run_query(args):
     mech = _mechanism(args)
     V.positive_int("steps", args.steps)
@@ -227,16 +238,15 @@ def _run_query(args):
     else:
         V.nonnegative_float("epsilon", args.epsilon)
     acc = _accuracy(args)
-    pld = compose(mech, args.steps, delta_error=args.delta_error, method=args.method, max_buckets=args.max_buckets,
-                  **acc)
+    de = _delta_error(args)
+    pld = compose(mech, args.steps, delta_error=de, method=args.method, max_buckets=args.max_buckets, **acc)
     if args.command == "epsilon":
         b = pld.epsilon(args.delta)
         key, query = "epsilon", {"delta": args.delta}
     else:
         b = pld.delta(args.epsilon)
         key, query = "delta", {"epsilon": args.epsilon}
-    params = {"mechanism": repr(mech), "steps": args.steps, **acc, "delta_error": args.delta_error,
-              "method": pld.method, **query}
+    params = {"mechanism": repr(mech), "steps": args.steps, **acc, "delta_error": de, "method": pld.method, **query}
     if args.json:
         print(json.dumps({key: _bounds_dict(b), "parameters": params}))
     else:
@@ -286,13 +296,13 @@ def _run_tradeoff(args):
     fprs = _parse_fprs(args.fpr)
     ar = tuple(args.alpha_range) if args.alpha_range is not None else None
     acc = _accuracy(args)
-    pld = compose(mech, args.steps, delta_error=args.delta_error, method=args.method, **acc)
+    de = _delta_error(args)
+    pld = compose(mech, args.steps, delta_error=de, method=args.method, **acc)
     tpr = pld.tpr(fprs)
     beta = pld.tradeoff(fprs)
     adv = pld.advantage()
     g = pld.gdp_mu(ar)
-    params = {"mechanism": repr(mech), "steps": args.steps, **acc,
-              "delta_error": args.delta_error, "method": pld.method}
+    params = {"mechanism": repr(mech), "steps": args.steps, **acc, "delta_error": de, "method": pld.method}
     if args.json:
         rows = [{"fpr": f, "tpr": _bounds_dict(type(tpr)(tpr.lower[i], tpr.estimate[i], tpr.upper[i])),
                  "beta": _bounds_dict(type(beta)(beta.lower[i], beta.estimate[i], beta.upper[i]))}
@@ -350,8 +360,9 @@ def _run_plot(args):
     fig, axes = plt.subplots(1, panels, figsize=(6.4 * panels, 4.6), layout="constrained", squeeze=False)
     axes = list(axes[0])
     out = {"output": args.output, "mechanism": repr(mech)}
+    de = _delta_error(args)
     if args.steps is not None:
-        pld = compose(mech, args.steps, delta_error=args.delta_error, method=args.method,
+        pld = compose(mech, args.steps, delta_error=de, method=args.method,
                       max_buckets=args.max_buckets, **_accuracy(args))
         if args.tradeoff:
             from .plot import plot_tradeoff
@@ -365,7 +376,7 @@ def _run_plot(args):
             ax.set_title(f"delta(eps) after {args.steps} steps\n{_describe(mech)}", fontsize="small")
         out["steps"] = args.steps
     if grid is not None:
-        b = epsilon_vs_steps(mech, grid, args.delta, delta_error=args.delta_error, method=args.method,
+        b = epsilon_vs_steps(mech, grid, args.delta, delta_error=de, method=args.method,
                              max_buckets=args.max_buckets, **_accuracy(args))
         ax = plot_epsilon_vs_steps(mech, grid, args.delta, axes.pop(0), bounds=b, label="estimate")
         ax.set_title(f"epsilon at delta={args.delta:g}\n{_describe(mech)}", fontsize="small")
@@ -378,7 +389,7 @@ def _run_plot(args):
     finally:
         plt.close(fig)
     if args.json:
-        print(json.dumps({"plot": out, "parameters": {**_accuracy(args), "delta_error": args.delta_error}}))
+        print(json.dumps({"plot": out, "parameters": {**_accuracy(args), "delta_error": de}}))
     else:
         print(f"wrote {args.output}")
 

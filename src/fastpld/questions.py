@@ -23,7 +23,8 @@ A *question* is a plain JSON object (a ``dict``), so that a batch is a JSON-line
 A schedule is a non-empty list of ``{"mechanism": {...}, "count": n}``; a mechanism is
 ``{"name": ..., parameters}`` with the names and parameters of :data:`MECHANISMS`.  Optional
 accuracy fields (by default the library's, ``rel_error`` 1e-3): ``eps_error`` or ``rel_error``,
-``delta_error``, ``method``, ``max_buckets`` (epsilon/delta, as in :func:`fastpld.compose`);
+``delta_error``, ``method``, ``max_buckets`` (epsilon/delta, as in :func:`fastpld.compose`; an epsilon question's
+``delta_error`` by default 1e-10, or its ``delta`` over 1000 where that is smaller);
 ``eps_error`` or ``rel_error``, ``delta_error``, ``rtol``, ``max_buckets`` and
 ``neighboring`` or ``max_steps`` (calibrations, as in :mod:`fastpld.calibrate`).  ``id`` (a string
 or an integer) is echoed in the answer.
@@ -205,7 +206,9 @@ def parse_question(question) -> _Parsed:
             fields["delta"] = V.probability("delta", question["delta"], open_low=True)
         else:
             fields["epsilon"] = V.nonnegative_float("epsilon", question["epsilon"])
-        fields["delta_error"] = V.delta_error(question.get("delta_error", 1e-10))
+        # (an epsilon question's default delta_error: 1e-10, or its delta / 1000 where smaller, V.delta_error_at)
+        fields["delta_error"] = (V.delta_error_at(fields["delta"], question.get("delta_error")) if ask == "epsilon"
+                                 else V.delta_error(question.get("delta_error", V.DEFAULT_DELTA_ERROR)))
         method = question.get("method", "auto")
         if not isinstance(method, str) or method not in METHODS:
             raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")

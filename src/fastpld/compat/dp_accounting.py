@@ -149,8 +149,10 @@ class FastPLDAccountant(PrivacyAccountant):
         at most about ``2 * eps_error`` above the true epsilon.  By default (neither
         ``eps_error`` nor ``rel_error``): ``rel_error=1e-3``, and ``eps_error=0.01``
         for a composition the dominance certificate refuses.
-    delta_error : float, default 1e-10
-        Certified delta error; queries need ``target_delta`` well above it.
+    delta_error : float, optional
+        Certified delta error.  By default 1e-10, and for :meth:`get_epsilon` at a ``target_delta``
+        below 1e-7 that delta over 1000 (a composition of its own): the delta charges (at most
+        ``delta_error``) then keep the accuracy asked at that delta.
     method : str, default "auto"
         Composition method of :func:`fastpld.compose`.
     rel_error : float, optional
@@ -165,7 +167,7 @@ class FastPLDAccountant(PrivacyAccountant):
     """
 
     def __init__(self, neighboring_relation: NeighboringRelation = NeighboringRelation.ADD_OR_REMOVE_ONE,
-                 eps_error: Optional[float] = None, delta_error: float = 1e-10, method: str = "auto", *,
+                 eps_error: Optional[float] = None, delta_error: Optional[float] = None, method: str = "auto", *,
                  rel_error: Optional[float] = None):
         if neighboring_relation not in (NeighboringRelation.ADD_OR_REMOVE_ONE, NeighboringRelation.REPLACE_ONE):
             raise ValueError(
@@ -173,11 +175,12 @@ class FastPLDAccountant(PrivacyAccountant):
         super().__init__(neighboring_relation)
         # by default: 0.1% of epsilon (the dominance certificate), eps_error 0.01 where it refuses
         self._fallback, self._rel_error, self._eps_error = accuracy(eps_error, rel_error)
-        self._delta_error = V.delta_error(delta_error)
+        self._delta_error = None if delta_error is None else V.delta_error(delta_error)
         self._method = method
         self._counts: dict[Mechanism, int] = {}
         self._non_private = False
         self._pld: Optional[PrivacyLossDistribution] = None
+        self._small: dict = {}  # delta_error -> the composition get_epsilon reads at deltas below 1e-7 (by default)
 
     # ---- event translation ----------------------------------------------------------
     def _translate(self, event) -> tuple[object, Optional[_CompositionErrorDetails]]:
@@ -295,6 +298,7 @@ class FastPLDAccountant(PrivacyAccountant):
             elif mech is not _NO_OP:
                 self._counts[mech] = self._counts.get(mech, 0) + count
                 self._pld = None
+                self._small.clear()
         return None
 
     # ---- queries --------------------------------------------------------------------
@@ -309,9 +313,24 @@ class FastPLDAccountant(PrivacyAccountant):
         if self._non_private or not self._counts:
             return None
         if self._pld is None:
+            de = self._delta_error if self._delta_error is not None else V.DEFAULT_DELTA_ERROR
             self._pld = compose(list(self._counts.items()), self._rel_error, self._eps_error, self._fallback,
-                                delta_error=self._delta_error, method=self._method)
+                                delta_error=de, method=self._method)
         return self._pld
+
+    def _pld_at(self, delta: float) -> Optional[PrivacyLossDistribution]:
+        """:meth:`get_pld`, or where ``delta_error`` is the default and ``delta`` is below 1000 times it, the
+        composition at ``delta / 1000`` (:func:`fastpld._validation.delta_error_at`)."""
+        pld = self.get_pld()
+        de = V.delta_error_at(delta, self._delta_error)
+        if pld is None or de == (self._delta_error if self._delta_error is not None else V.DEFAULT_DELTA_ERROR):
+            return pld
+        if de not in self._small:
+            if len(self._small) >= 4:  # (a few small deltas asked in turn: the oldest out)
+                self._small.pop(next(iter(self._small)))
+            self._small[de] = compose(list(self._counts.items()), self._rel_error, self._eps_error, self._fallback,
+                                      delta_error=de, method=self._method)
+        return self._small[de]
 
     def get_epsilon_bounds(self, target_delta: float) -> Bounds:
         """Certified bounds on epsilon at ``target_delta``.
@@ -330,7 +349,7 @@ class FastPLDAccountant(PrivacyAccountant):
         d = V.probability("target_delta", target_delta, open_low=True)
         if self._non_private:
             return Bounds(math.inf, math.inf, math.inf)
-        pld = self.get_pld()
+        pld = self._pld_at(d)
         if pld is None:
             return Bounds(0.0, 0.0, 0.0)
         return pld.epsilon(d)

@@ -126,8 +126,9 @@ def compose(mechanism, count: int | None = None, *, eps_error: float | None = No
         certified interval of ``epsilon(delta)`` at most ``rel_error`` times epsilon wide (so both
         bounds within ``rel_error`` of the truth, relative), checked at deltas 1e-3 .. 1e-9, for
         epsilons of at least 0.01 (below: ``rel_error * 0.01``, absolute).  The width counts the
-        discretisation; where ``delta`` is within a few orders of ``delta_error`` the delta charges
-        widen it further.  Certified by dominance: ``method`` "auto" or "dominance"; where the dominance
+        discretisation; where ``delta`` is below 1000 times ``delta_error`` (1e-7 at the default) the delta
+        charges widen it further (at 1e-9 up to ~5 times): pass ``delta_error=delta / 1000`` to query smaller
+        deltas.  Certified by dominance: ``method`` "auto" or "dominance"; where the dominance
         certificate refuses it, so does ``compose`` (give ``eps_error`` for the coupling certificate: its width is
         absolute), but for the default accuracy (neither given), which falls back as above.
     method : {"auto", "glw", "two_stage", "recursive", "coupling", "dominance"}
