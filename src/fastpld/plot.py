@@ -142,7 +142,7 @@ def plot_delta_curve(pld: PrivacyLossDistribution, ax=None, *, epsilons: Sequenc
 
 
 def epsilon_vs_steps(mechanism: Mechanism, steps: Sequence[int], delta: float, *, eps_error: float | None = None,
-                     delta_error: float = 1e-10, method: str = "auto",
+                     delta_error: float | None = None, method: str = "auto",
                      max_buckets: int = DEFAULT_MAX_BUCKETS, rel_error: float | None = None) -> Bounds:
     """Certified epsilon at ``delta`` after each number of steps in ``steps``.
 
@@ -155,7 +155,8 @@ def epsilon_vs_steps(mechanism: Mechanism, steps: Sequence[int], delta: float, *
     delta : float
         In ``(0, 1]``.
     eps_error, delta_error, rel_error : float, optional
-        Accuracy passed to :func:`fastpld.compose` (by default its own: ``rel_error=1e-3``).
+        Accuracy passed to :func:`fastpld.compose` (by default its own: ``rel_error=1e-3``; ``delta_error``
+        1e-10, or ``delta / 1000`` where that is smaller, so that the accuracy holds at ``delta``).
     method : str, default "auto"
     max_buckets : int
         Size guard passed to :func:`fastpld.compose`.
@@ -171,13 +172,14 @@ def epsilon_vs_steps(mechanism: Mechanism, steps: Sequence[int], delta: float, *
     if not ks:
         raise ValueError("steps must not be empty")
     delta = V.probability("delta", delta, open_low=True)
+    delta_error = V.delta_error_at(delta, delta_error)
     rows = [compose(mechanism, k, eps_error=eps_error, rel_error=rel_error, delta_error=delta_error, method=method,
                     max_buckets=max_buckets).epsilon(delta) for k in ks]
     return Bounds(*(np.array([r[i] for r in rows], dtype=np.float64) for i in range(3)))
 
 
 def plot_epsilon_vs_steps(mechanism: Mechanism, steps: Sequence[int], delta: float, ax=None, *,
-                          eps_error: float | None = None, delta_error: float = 1e-10, label: str | None = None,
+                          eps_error: float | None = None, delta_error: float | None = None, label: str | None = None,
                           color: str | None = None, bounds: Bounds | None = None, rel_error: float | None = None):
     """Draw certified epsilon against the number of steps (log-scaled steps).
 
