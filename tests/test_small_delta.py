@@ -99,3 +99,26 @@ def test_dp_accounting_adapter_small_delta():
     given = FastPLDAccountant(delta_error=1e-10)
     given.compose(dpa.GaussianDpEvent(SIGMA), K)
     assert _width(given.get_epsilon_bounds(DELTA)) > 1.2
+
+
+def test_delta_errors_at_ladder():
+    assert V.delta_errors_at(1e-5) == (1e-10,)
+    assert V.delta_errors_at(1e-9) == pytest.approx((1e-12, 1e-11, 1e-10), rel=1e-12)
+    assert V.delta_errors_at(5e-8) == pytest.approx((5e-11, 1e-10), rel=1e-12)
+    assert V.delta_errors_at(1e-14) == pytest.approx((1e-17, 1e-16, 1e-15), rel=1e-12)
+    assert V.delta_errors_at(1e-9, 3e-11) == (3e-11,)
+
+
+def test_a_delta_too_small_for_delta_over_1000_is_answered_wider():
+    # Gaussian(1) x 1000 at delta 1e-14: delta / 1000 and delta / 100 are refused (round-off ~1e-16), delta / 10 is
+    # answered: certified, wider than asked (refused outright at the default delta_error 1e-10 before)
+    true = gaussian_epsilon(1e-14, math.sqrt(1000) / 1.0)
+    acc = fastpld.PrivacyAccountant()
+    acc.compose(fastpld.Gaussian(1.0), 1000)
+    b = acc.get_epsilon(1e-14)
+    assert b.lower <= true <= b.upper
+    assert [de for _, de in acc._cache] == [pytest.approx(1e-15, rel=1e-12)]
+    with pytest.raises(ValueError, match="too small"):
+        fastpld.compose(fastpld.Gaussian(1.0), 1000).epsilon(1e-14)
+    with pytest.raises(ValueError, match="delta_error"):
+        fastpld.compose(fastpld.Gaussian(1.0), 1000, delta_error=1e-17)

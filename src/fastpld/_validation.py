@@ -149,6 +149,25 @@ DEFAULT_DELTA_ERROR = 1e-10
 DELTA_ERROR_MARGIN = 1e3
 
 
+def delta_errors_at(delta: float, value=None) -> tuple:
+    """The delta errors a composition queried at ``delta`` tries in turn, the first not refused for its budget
+    (:func:`fastpld.composition.api.compose_widening`): ``(value,)`` where given (checked); else
+    :func:`delta_error_at`'s, then ten and a hundred times it while below ``DEFAULT_DELTA_ERROR``, then the default
+    where it is at most ``delta / 10`` -- a delta too small for ``delta / 1000`` (round-off at that budget) gets a
+    certified answer wider than asked, as with the default before, rather than a refusal."""
+    first = delta_error_at(delta, value)
+    if value is not None or first == DEFAULT_DELTA_ERROR:
+        return (first,)
+    out = [first]
+    for f in (10.0, 100.0):
+        d = first * f
+        if d < DEFAULT_DELTA_ERROR * (1 - 1e-12):
+            out.append(d)
+    if DEFAULT_DELTA_ERROR <= float(delta) / 10:
+        out.append(DEFAULT_DELTA_ERROR)
+    return tuple(out)
+
+
 def delta_error_at(delta: float, value=None) -> float:
     """The ``delta_error`` of a composition queried at ``delta``: ``value`` where given (checked), else
     ``DEFAULT_DELTA_ERROR`` or ``delta / DELTA_ERROR_MARGIN`` where that is smaller (at least 1e-250), so that the

@@ -64,7 +64,7 @@ from collections import OrderedDict
 
 from . import _validation as V
 from ._serialize import check_fields, mechanism_from_dict, mechanism_to_dict
-from .composition.api import DEFAULT_MAX_BUCKETS, METHODS, compose
+from .composition.api import DEFAULT_MAX_BUCKETS, METHODS, compose, compose_widening
 from .curve import Bounds, PrivacyLossDistribution
 from .mechanisms import Mechanism
 
@@ -167,15 +167,10 @@ class PrivacyAccountant:
             return sum(self._counts.values())
 
     # composition ---------------------------------------------------------------------
-    def _delta_error(self, delta: float | None = None) -> float:
-        """The delta error of a composition queried at ``delta`` (``None``: any query but ``get_epsilon``)."""
-        if delta is None:
-            return self.delta_error if self.delta_error is not None else V.DEFAULT_DELTA_ERROR
-        return V.delta_error_at(delta, self.delta_error)
-
     def _composed(self, state: tuple, delta_error: float | None = None) -> PrivacyLossDistribution:
-        """``compose(state)`` at ``delta_error`` (default: :meth:`_delta_error`'s), from the cache when there."""
-        de = self._delta_error() if delta_error is None else delta_error
+        """``compose(state)`` at ``delta_error`` (default: the accountant's, or 1e-10), from the cache when there."""
+        de = delta_error if delta_error is not None else (
+            self.delta_error if self.delta_error is not None else V.DEFAULT_DELTA_ERROR)
         key = (state, de)
         with self._lock:
             hit = self._cache.get(key)
@@ -224,7 +219,10 @@ class PrivacyAccountant:
             if hit is not None:
                 self._answers.move_to_end(key)
                 return hit
-        pld = self._composed(state, self._delta_error(x if kind == "epsilon" else None))
+        if kind == "epsilon":  # (at delta / 1000 where that is below the default: the accuracy asked holds at x)
+            pld = compose_widening(lambda de: self._composed(state, de), V.delta_errors_at(x, self.delta_error))
+        else:
+            pld = self._composed(state)
         out = pld.epsilon(x) if kind == "epsilon" else pld.delta(x)
         with self._lock:
             self._answers[key] = out

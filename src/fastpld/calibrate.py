@@ -38,8 +38,7 @@ from typing import Callable
 
 from . import _validation as V
 from .allocation import _upper_only
-from .composition.api import DEFAULT_MAX_BUCKETS, compose
-from .composition.budget import _BudgetError
+from .composition.api import DEFAULT_MAX_BUCKETS, compose, compose_widening
 from .mechanisms import Mechanism, PoissonSubsampledGaussian
 
 
@@ -394,12 +393,8 @@ def _compose_widening(mech, count, acc, delta_errors, max_buckets, method="auto"
     """``compose`` with the first of ``delta_errors`` whose composition is not refused for its error
     budget (the calibration's ladder, :func:`_default_errors`); the last refusal is raised.
     ``acc``: the accuracy arguments (:func:`_accuracy`)."""
-    for i, de in enumerate(delta_errors):
-        try:
-            return compose(mech, count, delta_error=de, method=method, max_buckets=max_buckets, **acc)
-        except _BudgetError:
-            if i + 1 == len(delta_errors):
-                raise
+    return compose_widening(lambda de: compose(mech, count, delta_error=de, method=method, max_buckets=max_buckets,
+                                               **acc), delta_errors)
 
 
 def find_noise_multiplier(target_epsilon: float, target_delta: float, sampling_probability: float, steps: int,

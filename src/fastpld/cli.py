@@ -41,7 +41,7 @@ import sys
 from . import _validation as V
 from .calibrate import _accuracy as _calibration_accuracy
 from .calibrate import _compose_widening, find_noise_multiplier
-from .composition.api import DEFAULT_MAX_BUCKETS, compose
+from .composition.api import DEFAULT_MAX_BUCKETS, compose, compose_widening
 from .mechanisms import (
     ApproxDP,
     Gaussian,
@@ -221,13 +221,14 @@ def _accuracy(args) -> dict:
             if v is not None}  # (neither: compose's default accuracy)
 
 
-def _delta_error(args) -> float:
-    """``--delta-error``, or its default: 1e-10, or ``--delta`` / 1000 where a delta is asked and that is smaller
-    (:func:`fastpld._validation.delta_error_at`: the delta charges then keep the accuracy asked at that delta)."""
+def _delta_errors(args) -> tuple:
+    """``(--delta-error,)``, or its default: 1e-10, or where a delta is asked ``--delta`` / 1000 if that is smaller
+    (then ten and a hundred times it where a composition is refused for its budget:
+    :func:`fastpld._validation.delta_errors_at`; the delta charges then keep the accuracy asked at that delta)."""
     delta = getattr(args, "delta", None)
     if delta is not None and args.delta_error is None:
-        return V.delta_error_at(V.probability("delta", delta, open_low=True))
-    return V.delta_error(args.delta_error if args.delta_error is not None else V.DEFAULT_DELTA_ERROR)
+        return V.delta_errors_at(V.probability("delta", delta, open_low=True))
+    return (V.delta_error(args.delta_error if args.delta_error is not None else V.DEFAULT_DELTA_ERROR),)
 
 
 def _run_query(args):
@@ -238,15 +239,16 @@ def _run_query(args):
     else:
         V.nonnegative_float("epsilon", args.epsilon)
     acc = _accuracy(args)
-    de = _delta_error(args)
-    pld = compose(mech, args.steps, delta_error=de, method=args.method, max_buckets=args.max_buckets, **acc)
+    pld = compose_widening(lambda de: compose(mech, args.steps, delta_error=de, method=args.method,
+                                              max_buckets=args.max_buckets, **acc), _delta_errors(args))
     if args.command == "epsilon":
         b = pld.epsilon(args.delta)
         key, query = "epsilon", {"delta": args.delta}
     else:
         b = pld.delta(args.epsilon)
         key, query = "delta", {"epsilon": args.epsilon}
-    params = {"mechanism": repr(mech), "steps": args.steps, **acc, "delta_error": de, "method": pld.method, **query}
+    params = {"mechanism": repr(mech), "steps": args.steps, **acc, "delta_error": pld.delta_error, "method": pld.method,
+              **query}
     if args.json:
         print(json.dumps({key: _bounds_dict(b), "parameters": params}))
     else:
@@ -296,7 +298,7 @@ def _run_tradeoff(args):
     fprs = _parse_fprs(args.fpr)
     ar = tuple(args.alpha_range) if args.alpha_range is not None else None
     acc = _accuracy(args)
-    de = _delta_error(args)
+    de = _delta_errors(args)[0]
     pld = compose(mech, args.steps, delta_error=de, method=args.method, **acc)
     tpr = pld.tpr(fprs)
     beta = pld.tradeoff(fprs)
@@ -360,7 +362,9 @@ def _run_plot(args):
     fig, axes = plt.subplots(1, panels, figsize=(6.4 * panels, 4.6), layout="constrained", squeeze=False)
     axes = list(axes[0])
     out = {"output": args.output, "mechanism": repr(mech)}
-    de = _delta_error(args)
+    # (the delta curve at the default delta_error or the one given; epsilon against steps at --delta's, as
+    # plot.epsilon_vs_steps takes it)
+    de = V.delta_error(args.delta_error) if args.delta_error is not None else V.DEFAULT_DELTA_ERROR
     if args.steps is not None:
         pld = compose(mech, args.steps, delta_error=de, method=args.method,
                       max_buckets=args.max_buckets, **_accuracy(args))
@@ -376,7 +380,7 @@ def _run_plot(args):
             ax.set_title(f"delta(eps) after {args.steps} steps\n{_describe(mech)}", fontsize="small")
         out["steps"] = args.steps
     if grid is not None:
-        b = epsilon_vs_steps(mech, grid, args.delta, delta_error=de, method=args.method,
+        b = epsilon_vs_steps(mech, grid, args.delta, delta_error=args.delta_error, method=args.method,
                              max_buckets=args.max_buckets, **_accuracy(args))
         ax = plot_epsilon_vs_steps(mech, grid, args.delta, axes.pop(0), bounds=b, label="estimate")
         ax.set_title(f"epsilon at delta={args.delta:g}\n{_describe(mech)}", fontsize="small")
@@ -389,7 +393,7 @@ def _run_plot(args):
     finally:
         plt.close(fig)
     if args.json:
-        print(json.dumps({"plot": out, "parameters": {**_accuracy(args), "delta_error": de}}))
+        print(json.dumps({"plot": out, "parameters": {**_accuracy(args), "delta_error": args.delta_error}}))
     else:
         print(f"wrote {args.output}")
 

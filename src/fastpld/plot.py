@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from . import _validation as V
-from .composition.api import DEFAULT_MAX_BUCKETS, compose
+from .composition.api import DEFAULT_MAX_BUCKETS, compose, compose_widening
 from .curve import Bounds, PrivacyLossDistribution
 from .mechanisms import Mechanism
 
@@ -172,9 +172,10 @@ def epsilon_vs_steps(mechanism: Mechanism, steps: Sequence[int], delta: float, *
     if not ks:
         raise ValueError("steps must not be empty")
     delta = V.probability("delta", delta, open_low=True)
-    delta_error = V.delta_error_at(delta, delta_error)
-    rows = [compose(mechanism, k, eps_error=eps_error, rel_error=rel_error, delta_error=delta_error, method=method,
-                    max_buckets=max_buckets).epsilon(delta) for k in ks]
+    ladder = V.delta_errors_at(delta, delta_error)
+    rows = [compose_widening(lambda de, k=k: compose(mechanism, k, eps_error=eps_error, rel_error=rel_error,
+                                                     delta_error=de, method=method, max_buckets=max_buckets),
+                             ladder).epsilon(delta) for k in ks]
     return Bounds(*(np.array([r[i] for r in rows], dtype=np.float64) for i in range(3)))
 
 

@@ -48,7 +48,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from . import _validation as V
 from .calibrate import _accuracy as _calibration_accuracy
 from .calibrate import _compose_widening, find_noise_multiplier, find_sampling_probability, find_steps
-from .composition.api import DEFAULT_MAX_BUCKETS, METHODS, compose
+from .composition.api import DEFAULT_MAX_BUCKETS, METHODS, compose, compose_widening
 from .mechanisms import (
     ApproxDP,
     CustomPMF,
@@ -206,9 +206,10 @@ def parse_question(question) -> _Parsed:
             fields["delta"] = V.probability("delta", question["delta"], open_low=True)
         else:
             fields["epsilon"] = V.nonnegative_float("epsilon", question["epsilon"])
-        # (an epsilon question's default delta_error: 1e-10, or its delta / 1000 where smaller, V.delta_error_at)
-        fields["delta_error"] = (V.delta_error_at(fields["delta"], question.get("delta_error")) if ask == "epsilon"
-                                 else V.delta_error(question.get("delta_error", V.DEFAULT_DELTA_ERROR)))
+        # (the delta errors tried in turn: an epsilon question's by default 1e-10, or its delta / 1000 where smaller,
+        # V.delta_errors_at)
+        fields["delta_error"] = (V.delta_errors_at(fields["delta"], question.get("delta_error")) if ask == "epsilon"
+                                 else (V.delta_error(question.get("delta_error", V.DEFAULT_DELTA_ERROR)),))
         method = question.get("method", "auto")
         if not isinstance(method, str) or method not in METHODS:
             raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
@@ -296,8 +297,10 @@ def _compute(p: _Parsed, memo):
         got = memo.get(p.key) if memo is not None else None
         if got is None:
             try:
-                got = compose(list(p.events), eps_error=f["eps_error"], rel_error=f["rel_error"],
-                              delta_error=f["delta_error"], method=f["method"], max_buckets=f["max_buckets"])
+                got = compose_widening(lambda de: compose(list(p.events), eps_error=f["eps_error"],
+                                                          rel_error=f["rel_error"], delta_error=de,
+                                                          method=f["method"], max_buckets=f["max_buckets"]),
+                                       f["delta_error"])
             except Exception as exc:  # a shared composition fails the same way for each question
                 got = exc
             if memo is not None:

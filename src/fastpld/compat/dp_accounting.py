@@ -57,6 +57,7 @@ from dp_accounting.privacy_accountant import NeighboringRelation, PrivacyAccount
 
 from .. import _validation as V
 from ._accuracy import accuracy, compose
+from ..composition.api import compose_widening
 from ..curve import Bounds, PrivacyLossDistribution
 from ..samplers import SubsampledWithoutReplacement, TruncatedPoissonSubsampled
 from ..mechanisms import (
@@ -322,15 +323,19 @@ class FastPLDAccountant(PrivacyAccountant):
         """:meth:`get_pld`, or where ``delta_error`` is the default and ``delta`` is below 1000 times it, the
         composition at ``delta / 1000`` (:func:`fastpld._validation.delta_error_at`)."""
         pld = self.get_pld()
-        de = V.delta_error_at(delta, self._delta_error)
-        if pld is None or de == (self._delta_error if self._delta_error is not None else V.DEFAULT_DELTA_ERROR):
-            return pld
-        if de not in self._small:
-            if len(self._small) >= 4:  # (a few small deltas asked in turn: the oldest out)
-                self._small.pop(next(iter(self._small)))
-            self._small[de] = compose(list(self._counts.items()), self._rel_error, self._eps_error, self._fallback,
-                                      delta_error=de, method=self._method)
-        return self._small[de]
+        base = self._delta_error if self._delta_error is not None else V.DEFAULT_DELTA_ERROR
+
+        def at(de):
+            if de == base:
+                return pld
+            if de not in self._small:
+                if len(self._small) >= 4:  # (a few small deltas asked in turn: the oldest out)
+                    self._small.pop(next(iter(self._small)))
+                self._small[de] = compose(list(self._counts.items()), self._rel_error, self._eps_error,
+                                          self._fallback, delta_error=de, method=self._method)
+            return self._small[de]
+
+        return pld if pld is None else compose_widening(at, V.delta_errors_at(delta, self._delta_error))
 
     def get_epsilon_bounds(self, target_delta: float) -> Bounds:
         """Certified bounds on epsilon at ``target_delta``.

@@ -206,6 +206,17 @@ def compose(mechanism, count: int | None = None, *, eps_error: float | None = No
     return _answers.answer(key, compute, events, loss_keys)
 
 
+def compose_widening(compose_at, delta_errors):
+    """``compose_at(delta_error)`` with the first of ``delta_errors`` whose composition is not refused for its error
+    budget (:func:`fastpld._validation.delta_errors_at`, the calibration's ladder); the last refusal is raised."""
+    for i, de in enumerate(delta_errors):
+        try:
+            return compose_at(de)
+        except _BudgetError:
+            if i + 1 == len(delta_errors):
+                raise
+
+
 def _compose_default(dir_parts, events, delta_err, arity, max_buckets, threads, be, rel_error):
     """:func:`compose` at the default accuracy: the dominance certificate at ``rel_error``, and where it
     refuses (its charges do not fit delta_error, a lattice too large, a loss it cannot bound, a width it
