@@ -171,8 +171,9 @@ def delta_errors_at(delta: float, value=None) -> tuple:
 def delta_error_at(delta: float, value=None) -> float:
     """The ``delta_error`` of a composition queried at ``delta``: ``value`` where given (checked), else
     ``DEFAULT_DELTA_ERROR`` or ``delta / DELTA_ERROR_MARGIN`` where that is smaller (at least 1e-250), so that the
-    accuracy asked holds at ``delta`` (the entry points that know the delta before they compose: the command line's
-    ``epsilon``, ``PrivacyAccountant.get_epsilon``, the dp_accounting adapter's ``get_epsilon``)."""
+    accuracy asked holds at ``delta`` (the first of :func:`delta_errors_at`, which the entry points that know the
+    delta before they compose try: the command line's ``epsilon``, ``PrivacyAccountant.get_epsilon``, the
+    dp_accounting adapter's ``get_epsilon``, ``fastpld batch``'s epsilon questions, ``plot.epsilon_vs_steps``)."""
     if value is not None:
         return delta_error(value)
     d = float(delta) / DELTA_ERROR_MARGIN

@@ -321,7 +321,8 @@ class FastPLDAccountant(PrivacyAccountant):
 
     def _pld_at(self, delta: float) -> Optional[PrivacyLossDistribution]:
         """:meth:`get_pld`, or where ``delta_error`` is the default and ``delta`` is below 1000 times it, the
-        composition at ``delta / 1000`` (:func:`fastpld._validation.delta_error_at`)."""
+        composition at ``delta / 1000`` (ten and a hundred times it where that is refused for its budget:
+        :func:`fastpld._validation.delta_errors_at`)."""
         pld = self.get_pld()
         base = self._delta_error if self._delta_error is not None else V.DEFAULT_DELTA_ERROR
 
