@@ -110,3 +110,28 @@ def test_memoised_answers_are_the_compositions_answers():
 def test_bad_lookahead_refused(bad):
     with pytest.raises(ValueError, match="lookahead"):
         fastpld.PrivacyAccountant(lookahead=bad)
+
+
+def test_a_bracket_wider_than_the_accuracy_asked_is_answered_exactly():
+    # Gaussian(3.548) x 2,385 at the default accuracy: epsilon ~160 grows about linearly in the steps, and the
+    # stride-2 bracket [2,384, 2,386] is 1.3 times the 0.1% asked; the accountant answers the state exactly instead
+    g, k = fastpld.Gaussian(3.548), 2385
+    acc = fastpld.PrivacyAccountant().compose(g, k)
+    b = acc.get_epsilon(1e-5)
+    assert b.lower <= gaussian_epsilon(1e-5, math.sqrt(k) / 3.548) <= b.upper
+    assert b.upper - b.lower <= 1e-3 * b.lower
+    low, up = fastpld.compose(g, k - 1).epsilon(1e-5), fastpld.compose(g, k + 1).epsilon(1e-5)
+    assert up.upper - low.lower > 1e-3 * low.lower  # (the bracket it did not take)
+    assert b == fastpld.compose(g, k).epsilon(1e-5)
+
+
+def test_a_bracket_too_wide_is_halved():
+    # PSG(1, 0.01) x 100,016: stride 64 ([99,968, 100,032]) is wider than the 0.1% asked, stride 32 ([100,000,
+    # 100,032]) is not: its bounds are those two compositions'
+    m, k = fastpld.PoissonSubsampledGaussian(1.0, 0.01), 100_016
+    acc = fastpld.PrivacyAccountant().compose(m, k)
+    b = acc.get_epsilon(1e-5)
+    e = {c: fastpld.compose(m, c).epsilon(1e-5) for c in (99_968, 100_000, 100_032)}
+    assert e[100_032].upper - e[99_968].lower > 1e-3 * e[99_968].lower
+    assert (b.lower, b.upper) == (e[100_000].lower, e[100_032].upper)
+    assert b.upper - b.lower <= 1e-3 * b.lower
