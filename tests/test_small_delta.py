@@ -122,3 +122,17 @@ def test_a_delta_too_small_for_delta_over_1000_is_answered_wider():
         fastpld.compose(fastpld.Gaussian(1.0), 1000).epsilon(1e-14)
     with pytest.raises(ValueError, match="delta_error"):
         fastpld.compose(fastpld.Gaussian(1.0), 1000, delta_error=1e-17)
+
+
+def test_a_coupling_fallback_at_delta_over_1000_gives_way_to_a_certified_dominance_rung():
+    # Gaussian(92) x 2 at delta 1.6e-13: at delta / 1000 the default accuracy falls back to a coupling plan ~0.2 wide;
+    # at delta / 100 dominance certifies it within 0.1% (composition.api.compose_for_delta takes the first rung within
+    # the accuracy asked)
+    d, s = 1.5642230132453736e-13, 91.91408569191641
+    true = gaussian_epsilon(d, math.sqrt(2) / s)
+    first = fastpld.compose(fastpld.Gaussian(s), 2, delta_error=d / 1000).epsilon(d)
+    assert first.lower <= true <= first.upper  # (here 0.2 wide: its round-off refuses dominance at that budget)
+    acc = fastpld.PrivacyAccountant()
+    acc.compose(fastpld.Gaussian(s), 2)
+    b = acc.get_epsilon(d)
+    assert b.lower <= true <= b.upper and _width(b) <= 1.0

@@ -69,7 +69,7 @@ from collections import OrderedDict
 
 from . import _validation as V
 from ._serialize import check_fields, mechanism_from_dict, mechanism_to_dict
-from .composition.api import DEFAULT_MAX_BUCKETS, METHODS, compose, compose_widening
+from .composition.api import DEFAULT_MAX_BUCKETS, METHODS, compose, compose_for_delta
 from .curve import Bounds, PrivacyLossDistribution
 from .dominance.result import _REL_FLOOR
 from .mechanisms import Mechanism
@@ -232,7 +232,8 @@ class PrivacyAccountant:
                 self._answers.move_to_end(key)
                 return hit
         if kind == "epsilon":  # (at delta / 1000 where that is below the default: the accuracy asked holds at x)
-            pld = compose_widening(lambda de: self._composed(state, de), V.delta_errors_at(x, self.delta_error))
+            pld = compose_for_delta(lambda de: self._composed(state, de), x, self.delta_error, self.rel_error,
+                                    self.eps_error)
         else:
             pld = self._composed(state)
         out = pld.epsilon(x) if kind == "epsilon" else pld.delta(x)

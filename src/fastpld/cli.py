@@ -41,7 +41,7 @@ import sys
 from . import _validation as V
 from .calibrate import _accuracy as _calibration_accuracy
 from .calibrate import _compose_widening, find_noise_multiplier
-from .composition.api import DEFAULT_MAX_BUCKETS, compose, compose_widening
+from .composition.api import DEFAULT_MAX_BUCKETS, compose, compose_for_delta
 from .mechanisms import (
     ApproxDP,
     Gaussian,
@@ -221,14 +221,9 @@ def _accuracy(args) -> dict:
             if v is not None}  # (neither: compose's default accuracy)
 
 
-def _delta_errors(args) -> tuple:
-    """``(--delta-error,)``, or its default: 1e-10, or where a delta is asked ``--delta`` / 1000 if that is smaller
-    (then ten and a hundred times it where a composition is refused for its budget:
-    :func:`fastpld._validation.delta_errors_at`; the delta charges then keep the accuracy asked at that delta)."""
-    delta = getattr(args, "delta", None)
-    if delta is not None and args.delta_error is None:
-        return V.delta_errors_at(V.probability("delta", delta, open_low=True))
-    return (V.delta_error(args.delta_error if args.delta_error is not None else V.DEFAULT_DELTA_ERROR),)
+def _delta_error(args) -> float:
+    """``--delta-error``, or its default 1e-10 (an epsilon query's: :func:`fastpld.composition.api.compose_for_delta`)."""
+    return V.delta_error(args.delta_error if args.delta_error is not None else V.DEFAULT_DELTA_ERROR)
 
 
 def _run_query(args):
@@ -239,8 +234,14 @@ def _run_query(args):
     else:
         V.nonnegative_float("epsilon", args.epsilon)
     acc = _accuracy(args)
-    pld = compose_widening(lambda de: compose(mech, args.steps, delta_error=de, method=args.method,
-                                              max_buckets=args.max_buckets, **acc), _delta_errors(args))
+
+    def compose_at(de):
+        return compose(mech, args.steps, delta_error=de, method=args.method, max_buckets=args.max_buckets, **acc)
+
+    # (an epsilon query: at delta / 1000 where that is below 1e-10, unless --delta-error is given, so that the
+    # accuracy asked holds at --delta)
+    pld = (compose_for_delta(compose_at, args.delta, args.delta_error, args.rel_error, args.eps_error)
+           if args.command == "epsilon" else compose_at(_delta_error(args)))
     if args.command == "epsilon":
         b = pld.epsilon(args.delta)
         key, query = "epsilon", {"delta": args.delta}
@@ -298,7 +299,7 @@ def _run_tradeoff(args):
     fprs = _parse_fprs(args.fpr)
     ar = tuple(args.alpha_range) if args.alpha_range is not None else None
     acc = _accuracy(args)
-    de = _delta_errors(args)[0]
+    de = _delta_error(args)
     pld = compose(mech, args.steps, delta_error=de, method=args.method, **acc)
     tpr = pld.tpr(fprs)
     beta = pld.tradeoff(fprs)

@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from . import _validation as V
-from .composition.api import DEFAULT_MAX_BUCKETS, compose, compose_widening
+from .composition.api import DEFAULT_MAX_BUCKETS, compose, compose_for_delta
 from .curve import Bounds, PrivacyLossDistribution
 from .mechanisms import Mechanism
 
@@ -172,10 +172,9 @@ def epsilon_vs_steps(mechanism: Mechanism, steps: Sequence[int], delta: float, *
     if not ks:
         raise ValueError("steps must not be empty")
     delta = V.probability("delta", delta, open_low=True)
-    ladder = V.delta_errors_at(delta, delta_error)
-    rows = [compose_widening(lambda de, k=k: compose(mechanism, k, eps_error=eps_error, rel_error=rel_error,
-                                                     delta_error=de, method=method, max_buckets=max_buckets),
-                             ladder).epsilon(delta) for k in ks]
+    rows = [compose_for_delta(lambda de, k=k: compose(mechanism, k, eps_error=eps_error, rel_error=rel_error,
+                                                      delta_error=de, method=method, max_buckets=max_buckets),
+                              delta, delta_error, rel_error, eps_error).epsilon(delta) for k in ks]
     return Bounds(*(np.array([r[i] for r in rows], dtype=np.float64) for i in range(3)))
 
 

@@ -48,7 +48,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from . import _validation as V
 from .calibrate import _accuracy as _calibration_accuracy
 from .calibrate import _compose_widening, find_noise_multiplier, find_sampling_probability, find_steps
-from .composition.api import DEFAULT_MAX_BUCKETS, METHODS, compose, compose_widening
+from .composition.api import DEFAULT_MAX_BUCKETS, METHODS, compose, compose_for_delta
 from .mechanisms import (
     ApproxDP,
     CustomPMF,
@@ -206,10 +206,12 @@ def parse_question(question) -> _Parsed:
             fields["delta"] = V.probability("delta", question["delta"], open_low=True)
         else:
             fields["epsilon"] = V.nonnegative_float("epsilon", question["epsilon"])
-        # (the delta errors tried in turn: an epsilon question's by default 1e-10, or its delta / 1000 where smaller,
-        # V.delta_errors_at)
-        fields["delta_error"] = (V.delta_errors_at(fields["delta"], question.get("delta_error")) if ask == "epsilon"
-                                 else (V.delta_error(question.get("delta_error", V.DEFAULT_DELTA_ERROR)),))
+        # (an epsilon question's composition: at its delta / 1000 where that is below 1e-10, unless one is given,
+        # composition.api.compose_for_delta; its key holds the ladder it tries)
+        given = question.get("delta_error")
+        fields["delta_error"] = None if given is None else V.delta_error(given)
+        ladder = (V.delta_errors_at(fields["delta"], fields["delta_error"]) if ask == "epsilon"
+                  else (fields["delta_error"] if given is not None else V.DEFAULT_DELTA_ERROR,))
         method = question.get("method", "auto")
         if not isinstance(method, str) or method not in METHODS:
             raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
@@ -219,7 +221,7 @@ def parse_question(question) -> _Parsed:
         fields["eps_error"], fields["rel_error"] = (None, None) if default else (eps, rel)
         fields["max_buckets"] = V.positive_int("max_buckets", question.get("max_buckets", DEFAULT_MAX_BUCKETS))
         key = (tuple((_mechanism_key(m), c) for m, c in events), fields["eps_error"], fields["rel_error"],
-               fields["delta_error"], fields["method"], fields["max_buckets"])
+               ladder, fields["method"], fields["max_buckets"])
     else:
         fields["target_epsilon"] = V.positive_float("target_epsilon", question["target_epsilon"])
         fields["target_delta"] = V.probability("target_delta", question["target_delta"], open_low=True,
@@ -297,10 +299,14 @@ def _compute(p: _Parsed, memo):
         got = memo.get(p.key) if memo is not None else None
         if got is None:
             try:
-                got = compose_widening(lambda de: compose(list(p.events), eps_error=f["eps_error"],
-                                                          rel_error=f["rel_error"], delta_error=de,
-                                                          method=f["method"], max_buckets=f["max_buckets"]),
-                                       f["delta_error"])
+                def compose_at(de):
+                    return compose(list(p.events), eps_error=f["eps_error"], rel_error=f["rel_error"], delta_error=de,
+                                   method=f["method"], max_buckets=f["max_buckets"])
+
+                if p.ask == "epsilon":
+                    got = compose_for_delta(compose_at, f["delta"], f["delta_error"], f["rel_error"], f["eps_error"])
+                else:
+                    got = compose_at(f["delta_error"] if f["delta_error"] is not None else V.DEFAULT_DELTA_ERROR)
             except Exception as exc:  # a shared composition fails the same way for each question
                 got = exc
             if memo is not None:

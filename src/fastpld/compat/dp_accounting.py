@@ -57,7 +57,7 @@ from dp_accounting.privacy_accountant import NeighboringRelation, PrivacyAccount
 
 from .. import _validation as V
 from ._accuracy import accuracy, compose
-from ..composition.api import compose_widening
+from ..composition.api import compose_for_delta
 from ..curve import Bounds, PrivacyLossDistribution
 from ..samplers import SubsampledWithoutReplacement, TruncatedPoissonSubsampled
 from ..mechanisms import (
@@ -321,8 +321,8 @@ class FastPLDAccountant(PrivacyAccountant):
 
     def _pld_at(self, delta: float) -> Optional[PrivacyLossDistribution]:
         """:meth:`get_pld`, or where ``delta_error`` is the default and ``delta`` is below 1000 times it, the
-        composition at ``delta / 1000`` (ten and a hundred times it where that is refused for its budget:
-        :func:`fastpld._validation.delta_errors_at`)."""
+        composition at ``delta / 1000`` (ten and a hundred times it where that is refused for its budget or wider than
+        asked there: :func:`fastpld.composition.api.compose_for_delta`)."""
         pld = self.get_pld()
         base = self._delta_error if self._delta_error is not None else V.DEFAULT_DELTA_ERROR
 
@@ -336,7 +336,7 @@ class FastPLDAccountant(PrivacyAccountant):
                                           self._fallback, delta_error=de, method=self._method)
             return self._small[de]
 
-        return pld if pld is None else compose_widening(at, V.delta_errors_at(delta, self._delta_error))
+        return pld if pld is None else compose_for_delta(at, delta, self._delta_error, self._rel_error, self._eps_error)
 
     def get_epsilon_bounds(self, target_delta: float) -> Bounds:
         """Certified bounds on epsilon at ``target_delta``.
