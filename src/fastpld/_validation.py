@@ -150,8 +150,9 @@ DELTA_ERROR_MARGIN = 1e3
 
 
 def delta_errors_at(delta: float, value=None) -> tuple:
-    """The delta errors a composition queried at ``delta`` tries in turn, the first not refused for its budget
-    (:func:`fastpld.composition.api.compose_widening`): ``(value,)`` where given (checked); else
+    """The delta errors a composition queried at ``delta`` tries in turn, the first not refused for its budget and
+    within the accuracy asked there (:func:`fastpld.composition.api.compose_for_delta`): ``(value,)`` where given
+    (checked); else
     :func:`delta_error_at`'s, then ten and a hundred times it while below ``DEFAULT_DELTA_ERROR``, then the default
     where it is at most ``delta / 10`` -- a delta too small for ``delta / 1000`` (round-off at that budget) gets a
     certified answer wider than asked, as with the default before, rather than a refusal."""
