@@ -149,13 +149,17 @@ DEFAULT_DELTA_ERROR = 1e-10
 DELTA_ERROR_MARGIN = 1e3
 
 
+def delta_error_or_default(value=None) -> float:
+    """``value`` as a ``delta_error`` (checked), or ``DEFAULT_DELTA_ERROR`` where it is ``None``."""
+    return DEFAULT_DELTA_ERROR if value is None else delta_error(value)
+
+
 def delta_errors_at(delta: float, value=None) -> tuple:
     """The delta errors a composition queried at ``delta`` tries in turn, the first not refused for its budget and
     within the accuracy asked there (:func:`fastpld.composition.api.compose_for_delta`): ``(value,)`` where given
-    (checked); else
-    :func:`delta_error_at`'s, then ten and a hundred times it while below ``DEFAULT_DELTA_ERROR``, then the default
-    where it is at most ``delta / 10`` -- a delta too small for ``delta / 1000`` (round-off at that budget) gets a
-    certified answer wider than asked, as with the default before, rather than a refusal."""
+    (checked); else :func:`delta_error_at`'s, then ten and a hundred times it while below ``DEFAULT_DELTA_ERROR``,
+    then the default where it is at most ``delta / 10`` -- a delta too small for ``delta / 1000`` (round-off at that
+    budget) gets a certified answer wider than asked, as with the default before, rather than a refusal."""
     first = delta_error_at(delta, value)
     if value is not None or first == DEFAULT_DELTA_ERROR:
         return (first,)

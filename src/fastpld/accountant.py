@@ -69,9 +69,8 @@ from collections import OrderedDict
 
 from . import _validation as V
 from ._serialize import check_fields, mechanism_from_dict, mechanism_to_dict
-from .composition.api import DEFAULT_MAX_BUCKETS, METHODS, compose, compose_for_delta
+from .composition.api import DEFAULT_MAX_BUCKETS, METHODS, compose, compose_for_delta, within_accuracy
 from .curve import Bounds, PrivacyLossDistribution
-from .dominance.result import _REL_FLOOR
 from .mechanisms import Mechanism
 
 __all__ = ["PrivacyAccountant"]
@@ -175,8 +174,7 @@ class PrivacyAccountant:
     # composition ---------------------------------------------------------------------
     def _composed(self, state: tuple, delta_error: float | None = None) -> PrivacyLossDistribution:
         """``compose(state)`` at ``delta_error`` (default: the accountant's, or 1e-10), from the cache when there."""
-        de = delta_error if delta_error is not None else (
-            self.delta_error if self.delta_error is not None else V.DEFAULT_DELTA_ERROR)
+        de = delta_error if delta_error is not None else V.delta_error_or_default(self.delta_error)
         key = (state, de)
         with self._lock:
             hit = self._cache.get(key)
@@ -246,10 +244,7 @@ class PrivacyAccountant:
     def _narrow_enough(self, kind: str, b: Bounds) -> bool:
         """Whether a bracket's ``epsilon`` interval is within the relative accuracy asked (``rel_error``, or the
         default's 1e-3; an absolute ``eps_error`` and ``delta`` queries: always)."""
-        rel = self.rel_error if self.rel_error is not None else (V.DEFAULT_REL_ERROR if self.eps_error is None else None)
-        if kind != "epsilon" or rel is None:
-            return True
-        return b.upper - b.lower <= rel * max(b.lower, _REL_FLOOR)
+        return kind != "epsilon" or within_accuracy(b, self.rel_error, self.eps_error)
 
     def _answer(self, kind: str, x: float) -> Bounds:
         state, last, g = self._snapshot()

@@ -221,11 +221,6 @@ def _accuracy(args) -> dict:
             if v is not None}  # (neither: compose's default accuracy)
 
 
-def _delta_error(args) -> float:
-    """``--delta-error``, or its default 1e-10 (an epsilon query's: :func:`fastpld.composition.api.compose_for_delta`)."""
-    return V.delta_error(args.delta_error if args.delta_error is not None else V.DEFAULT_DELTA_ERROR)
-
-
 def _run_query(args):
     mech = _mechanism(args)
     V.positive_int("steps", args.steps)
@@ -241,7 +236,7 @@ def _run_query(args):
     # (an epsilon query: at delta / 1000 where that is below 1e-10, unless --delta-error is given, so that the
     # accuracy asked holds at --delta)
     pld = (compose_for_delta(compose_at, args.delta, args.delta_error, args.rel_error, args.eps_error)
-           if args.command == "epsilon" else compose_at(_delta_error(args)))
+           if args.command == "epsilon" else compose_at(V.delta_error_or_default(args.delta_error)))
     if args.command == "epsilon":
         b = pld.epsilon(args.delta)
         key, query = "epsilon", {"delta": args.delta}
@@ -299,7 +294,7 @@ def _run_tradeoff(args):
     fprs = _parse_fprs(args.fpr)
     ar = tuple(args.alpha_range) if args.alpha_range is not None else None
     acc = _accuracy(args)
-    de = _delta_error(args)
+    de = V.delta_error_or_default(args.delta_error)
     pld = compose(mech, args.steps, delta_error=de, method=args.method, **acc)
     tpr = pld.tpr(fprs)
     beta = pld.tradeoff(fprs)
@@ -365,7 +360,7 @@ def _run_plot(args):
     out = {"output": args.output, "mechanism": repr(mech)}
     # (the delta curve at the default delta_error or the one given; epsilon against steps at --delta's, as
     # plot.epsilon_vs_steps takes it)
-    de = V.delta_error(args.delta_error) if args.delta_error is not None else V.DEFAULT_DELTA_ERROR
+    de = V.delta_error_or_default(args.delta_error)
     if args.steps is not None:
         pld = compose(mech, args.steps, delta_error=de, method=args.method,
                       max_buckets=args.max_buckets, **_accuracy(args))

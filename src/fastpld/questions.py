@@ -211,7 +211,7 @@ def parse_question(question) -> _Parsed:
         given = question.get("delta_error")
         fields["delta_error"] = None if given is None else V.delta_error(given)
         ladder = (V.delta_errors_at(fields["delta"], fields["delta_error"]) if ask == "epsilon"
-                  else (fields["delta_error"] if given is not None else V.DEFAULT_DELTA_ERROR,))
+                  else (V.delta_error_or_default(fields["delta_error"]),))
         method = question.get("method", "auto")
         if not isinstance(method, str) or method not in METHODS:
             raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
@@ -306,7 +306,7 @@ def _compute(p: _Parsed, memo):
                 if p.ask == "epsilon":
                     got = compose_for_delta(compose_at, f["delta"], f["delta_error"], f["rel_error"], f["eps_error"])
                 else:
-                    got = compose_at(f["delta_error"] if f["delta_error"] is not None else V.DEFAULT_DELTA_ERROR)
+                    got = compose_at(V.delta_error_or_default(f["delta_error"]))
             except Exception as exc:  # a shared composition fails the same way for each question
                 got = exc
             if memo is not None:

@@ -314,9 +314,8 @@ class FastPLDAccountant(PrivacyAccountant):
         if self._non_private or not self._counts:
             return None
         if self._pld is None:
-            de = self._delta_error if self._delta_error is not None else V.DEFAULT_DELTA_ERROR
             self._pld = compose(list(self._counts.items()), self._rel_error, self._eps_error, self._fallback,
-                                delta_error=de, method=self._method)
+                                delta_error=V.delta_error_or_default(self._delta_error), method=self._method)
         return self._pld
 
     def _pld_at(self, delta: float) -> Optional[PrivacyLossDistribution]:
@@ -324,7 +323,7 @@ class FastPLDAccountant(PrivacyAccountant):
         composition at ``delta / 1000`` (ten and a hundred times it where that is refused for its budget or wider than
         asked there: :func:`fastpld.composition.api.compose_for_delta`)."""
         pld = self.get_pld()
-        base = self._delta_error if self._delta_error is not None else V.DEFAULT_DELTA_ERROR
+        base = V.delta_error_or_default(self._delta_error)
 
         def at(de):
             if de == base:

@@ -208,13 +208,22 @@ def compose(mechanism, count: int | None = None, *, eps_error: float | None = No
 
 def compose_widening(compose_at, delta_errors):
     """``compose_at(delta_error)`` with the first of ``delta_errors`` whose composition is not refused for its error
-    budget (:func:`fastpld._validation.delta_errors_at`, the calibration's ladder); the last refusal is raised."""
+    budget (the calibration's ladder, :func:`fastpld.calibrate._default_errors`); the last refusal is raised."""
     for i, de in enumerate(delta_errors):
         try:
             return compose_at(de)
         except _BudgetError:
             if i + 1 == len(delta_errors):
                 raise
+
+
+def within_accuracy(b, rel_error=None, eps_error=None) -> bool:
+    """Whether ``b``, an interval of ``epsilon(delta)``, is within the relative accuracy asked (``rel_error``, or the
+    default's where neither accuracy is given: :func:`fastpld.dominance.result._allowed_width`); always under an
+    absolute ``eps_error``."""
+    from ..dominance.result import _allowed_width
+    rel = rel_error if rel_error is not None else (V.DEFAULT_REL_ERROR if eps_error is None else None)
+    return rel is None or b.upper - b.lower <= _allowed_width(0.0, rel, b.lower)
 
 
 def compose_for_delta(compose_at, delta: float, delta_error=None, rel_error=None, eps_error=None):
@@ -225,8 +234,6 @@ def compose_for_delta(compose_at, delta: float, delta_error=None, rel_error=None
     those composed (at ``delta / 1000`` the default accuracy may fall back to a coupling plan 0.2 wide where ten
     times that budget is certified by dominance within 0.1%: ``Gaussian(92) x 2`` at 1.6e-13).  Where every one
     is refused, the last refusal is raised."""
-    from ..dominance.result import _REL_FLOOR
-    rel = rel_error if rel_error is not None else (V.DEFAULT_REL_ERROR if eps_error is None else None)
     best, err = None, None
     for de in V.delta_errors_at(delta, delta_error):
         try:
@@ -239,11 +246,10 @@ def compose_for_delta(compose_at, delta: float, delta_error=None, rel_error=None
         except ValueError as exc:  # (a delta too small for what this budget spent)
             err = exc
             continue
-        width = b.upper - b.lower
-        if rel is None or width <= rel * max(b.lower, _REL_FLOOR):
+        if within_accuracy(b, rel_error, eps_error):
             return pld
-        if best is None or width < best[0]:
-            best = (width, pld)
+        if best is None or b.upper - b.lower < best[0]:
+            best = (b.upper - b.lower, pld)
     if best is not None:
         return best[1]
     raise err
