@@ -608,10 +608,14 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
     if excess > 1.0 and coarse:
         # (a miss with coarser meshes for the other directions: they may be what widened it -- their upper bounds
         # above the eager one's lower bound somewhere -- so every direction takes the meshes the model gives
-        # before the rescaling below judges them)
+        # before the rescaling below judges them; not on these meshes again where the eager direction's own chains
+        # already miss whatever the others' meshes: a pilot 10-100 times too coarse for a subsampled Laplace,
+        # composed twice on the same meshes)
+        again = pld._excess_with(eager, eps_error, rel_error) <= 1.0
         coarse.clear()
-        pld = attempt(scale, plans)
-        excess = pld._reference_excess(eps_error, rel_error)
+        if again:
+            pld = attempt(scale, plans)
+            excess = pld._reference_excess(eps_error, rel_error)
     # (the widths against the eager direction's leaf mesh, which sets them: aligned meshes do not follow the scale)
     lead = next((i for i, (name, _, _) in enumerate(plans) if name == eager), None)
     seen = []

@@ -335,6 +335,34 @@ class DominancePLD(PrivacyLossDistribution):
             lo = np.maximum(self._lower_max(lambda name: self._ref_lower(name, d), ups, d.shape), 0.0)
         return self._excess(up, lo, live, eps_error, rel_error)
 
+    def _excess_with(self, name, eps_error: float, rel_error: float | None = None) -> float:
+        """About the least :meth:`_reference_excess` an answer can have whose direction ``name`` has these chains (the
+        same meshes) and whose other directions are composed on any meshes: ``name``'s upper solution less the larger
+        of its lower one and the others' upper ones here (another direction's lower solution lies below its epsilon,
+        which lies about below its upper one), against the width asked at that larger value.  For the planner's
+        choice only (a re-run with finer meshes for the other directions cannot narrow the answer below it).  Where
+        the other direction is ``name``'s reverse, deferred, the reference width is ``name``'s alone: exactly it.
+        ``0`` where ``name``'s own chains are deferred."""
+        pair = self._deferred()
+        if pair is not None and pair[0] == name:
+            return self._reference_excess(eps_error, rel_error)
+        if (pair is not None or name not in self.directions or name in self.directions.deferred
+                or name in self.lower_directions.deferred):
+            return 0.0
+        d = np.array(_reference_deltas(self.delta_error), dtype=np.float64)
+        live = np.ones(d.size, dtype=bool)
+        up, others = None, np.full(d.size, -np.inf)
+        for n in self.directions:
+            dr = self.directions[n]
+            live &= d > dr.p_inf * (1 + 1e-9)
+            e = self._q[n].epsilon(self._ref_base(dr, d))
+            if n == name:
+                up = e
+            else:
+                others = np.maximum(others, e)
+        lo = np.maximum(np.maximum(self._ref_lower(name, d), others), 0.0)
+        return self._excess(up, lo, live, eps_error, rel_error)
+
     def _ref_lower(self, name, d, dl=None, ql=None):
         """The dominated chain's solution at the reference deltas ``d`` (its lost mass counted: the meshes' doing
         too), as :meth:`_reference_excess` reads it."""
