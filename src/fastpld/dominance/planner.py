@@ -147,6 +147,11 @@ _SHIFT_FACTOR = 3.0
 _DEFAULT_ARITY = 64
 _ARITIES = (_DEFAULT_ARITY, 256, 1024, 4096)  # tried in turn when a plan's charges do not fit delta_error
 _PILOT_SCALE = 3.0  # the pilot's meshes against the planner's (see _compose_dominance)
+# ... where the parts are composed themselves (no proxy) and some loss has a continuous part: the planner's own
+# meshes.  Three times coarser, the first width of a subsampled Laplace was 10-1,800 times the width asked, and one or
+# two rescalings followed; on the planner's meshes the first answer is the answer more often (docs/performance.md,
+# thirty-seventh session)
+_PILOT_SCALE_PARTS = 1.0
 _SCALE_MARGIN = 0.9  # the answer's meshes aim at 0.81 of the width asked for
 # the width's model for smooth losses (_model_scale): at the planner's meshes it is c (lambda + 1) times the
 # width asked, lambda the tilt of the composed loss at epsilon.  With 0.55 the first answer landed at 0.56-0.78 of
@@ -588,12 +593,17 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
         scale, proxy = model, False
         pld = attempt(scale, plans)
     else:
+        # (discrete losses keep the coarse pilot: their atoms sit on its lattices, and it is their answer)
+        discrete = all(isinstance(loss, DiscreteLoss) for _, parts in dir_parts for loss, _ in parts)
+        first = _PILOT_SCALE if proxy or discrete else _PILOT_SCALE_PARTS
         try:
-            pld = attempt(_PILOT_SCALE, proxies)
-            scale = _PILOT_SCALE
+            pld = attempt(first, proxies)
+            scale = first
         except _BudgetError:
             # (the pilot's coarse lattice may be charged more round-off: a lattice-like PMF's spectral
             # peaks; the planner's meshes then, refusals of which are the caller's)
+            if first == 1.0 and not proxy:
+                raise  # (the planner's meshes already)
             scale, proxy = 1.0, False
             pld = attempt(scale, plans)
     if proxy:  # (the proxy's width only aims the first answer; the answers' own widths decide)
