@@ -12,11 +12,11 @@ from ..composition.budget import _BudgetError, _Budgets
 from ..composition.plan import _Leaf, _Node, _Plan, _build_plan, _merge_order as _plan_merge_order
 from ..composition.roundoff import _ULD
 from ..composition.threads import _PARALLEL_MIN_US, _run_jobs, _run_shared
-from ..discretize import truncation_window
 from ..mechanisms import DiscreteLoss
 from ..mechanisms.base import ContinuousLoss
 from .alignment import aligned_mesh
 from .chains import _DeferredChain
+from .leaves import WINDOWS, window
 from .deferred import _DeferredDirection, _deferred_chains, _retry_args
 from .directions import (  # noqa: F401  (_COARSE_MAX, _epsilon_guess: reached here by the tests and the api)
     _COARSE_MAX, _DEFER_REVERSED, _coarse_factors, _eager_direction, _epsilon_guess, _normal_moments, _quantized,
@@ -440,13 +440,14 @@ def _model_scale(dir_parts) -> float | None:
 _DOOMED_FACTOR = 6.0
 
 
-def _first_node_floor(parts, plan, h1: float, native: bool = False) -> float:
+def _first_node_floor(parts, plan, h1: float, native: bool = False, windows: dict | None = None) -> float:
     """A prediction of the round-off charged to the first node of a single part's plan (its leaf raised to
     the arity, over all its instances), from the normal approximation: the inverse FFT's ``12 u log2 N |P|``
     per instance (docs/roundoff.md, section 3) in long double, with
     ``|P|^2 = sum_k |X_k|^(2m) ~ N / (sqrt(pi m) sd)`` (``sd`` the loss's in buckets).  The least a node
     can be charged, whatever its series; 0 where it cannot be predicted.  ``native``: the loss's window by the
-    compiled kernel where it has one (the same candidates and arithmetic as the numpy code)."""
+    compiled kernel where it has one (the same candidates and arithmetic as the numpy code); ``windows``: the
+    composition's memo of windows (:func:`fastpld.dominance.leaves.window`)."""
     if len(parts) != 1:
         return 0.0
     loss, _ = parts[0]
@@ -456,7 +457,7 @@ def _first_node_floor(parts, plan, h1: float, native: bool = False) -> float:
     m = first.children[0][1]
     try:
         sd = float(loss.std()) / h1
-        a, b = truncation_window(loss, 1e-12, native)
+        a, b = window(loss, 1e-12, native, windows)
     except (NotImplementedError, AttributeError, TypeError, ValueError, ArithmeticError):
         return 0.0
     if not (sd > 0 and math.isfinite(sd) and math.isfinite(b - a)) or m < 2:
@@ -470,6 +471,7 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
                        rel_error=None, skip_doomed=False):
     budgets = _Budgets(eps=eps_error, delta=delta_error, eta=delta_error, trunc=0.3 * delta_error,
                        wrap=0.3 * delta_error, fp=0.4 * delta_error)
+    windows = {}  # (the truncation windows its attempts and predictions ask: leaves.window)
     # many distinct parts: grouped into blocks (one mesh group per level), as the coupling planner does
     # (a part of at most _DIRECT_COPIES arity^2 copies enters its block as its leaf: one forward transform
     # there instead of a chain of nodes and a re-discretisation, and one stage less)
@@ -502,7 +504,7 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
 
     def attempt(scale, plans):
         jobs, names = [], []
-        memo = {}  # the leaves' grids and integrals, shared by the two chains of this attempt
+        memo = {WINDOWS: windows}  # the leaves' grids and integrals, shared by the two chains of this attempt
         meshes_of = {}
         deferred, dds = {}, {}
         for name, parts, plan in plans:
@@ -524,7 +526,7 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
             h1 = leaf_mesh(parts, plan, eps_error, scale * coarse.get(name, 1.0),
                            far=far[0] and eager in (None, name))
             if (not meshes_of and doomed[0]
-                    and _DOOMED_FACTOR * _first_node_floor(parts, plan, h1, backend.native) > delta_error):
+                    and _DOOMED_FACTOR * _first_node_floor(parts, plan, h1, backend.native, windows) > delta_error):
                 # (before any leaf: the next arity's first node has fewer instances)
                 raise _DoomedArity(f"arity {arity}: the first node's round-off is predicted not to fit "
                                    f"delta_error={delta_error:g}")
@@ -544,7 +546,7 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
         # the directions on two threads where they are predicted to take long enough (the FFTs and compiled
         # kernels release the GIL: 0.63x the time at q = 0.001 x 1e5, 1e6; small ones lose by the handover)
         doomed[0] = False
-        leaves = (sum(_leaf_buckets(plan, meshes_of[name], budgets, backend.native, _SHARED_LEAF_BUCKETS)
+        leaves = (sum(_leaf_buckets(plan, meshes_of[name], budgets, backend.native, _SHARED_LEAF_BUCKETS, windows)
                       for name, _, plan in plans if name in meshes_of) if threads > 1 and len(plans) > 1 else 0.0)
         least = _PARALLEL_LEAF_BUCKETS if len(jobs) > 1 else _PARALLEL_ONE_DIRECTION
         us = _PARALLEL_MIN_US if leaves >= least else 0.0
@@ -709,7 +711,7 @@ def _plan_at(parts, merge, order, arity: int):
     return plan
 
 
-def _leaf_buckets(plan, meshes, budgets, native, enough=1e5) -> float:
+def _leaf_buckets(plan, meshes, budgets, native, enough=1e5, windows=None) -> float:
     """About how many buckets the plan's leaves hold (their truncation windows over their meshes, the tails as
     :func:`fastpld.composition.execute._execute` sets them); a prediction only (a loss whose window cannot be
     had counts 0), summed until ``enough``."""
@@ -724,7 +726,7 @@ def _leaf_buckets(plan, meshes, budgets, native, enough=1e5) -> float:
                 v = np.asarray(loss.values, dtype=np.float64)
                 span = float(v.max() - v.min()) if v.size else 0.0
             else:
-                a, b = truncation_window(loss, budgets.trunc / (n_objects * plan.instances[id(o)] * 2), native)
+                a, b = window(loss, budgets.trunc / (n_objects * plan.instances[id(o)] * 2), native, windows)
                 span = b - a
         except (ValueError, ArithmeticError, NotImplementedError, AttributeError, TypeError):
             continue
