@@ -218,6 +218,30 @@ def test_an_arity_predicted_to_fail_is_skipped_but_never_the_last(monkeypatch):
     assert a.lower <= b.upper and b.lower <= a.upper and a.upper - a.lower <= 1e-3 * a.lower
 
 
+def test_the_larger_arities_are_searched_only_when_needed(monkeypatch):
+    # the searches near 1024 and 4096 copies (~2,500 plans' work) took 2-3 ms of every new count's answer, which the
+    # default arity serves: they run only when the arity before them has not certified
+    from fastpld.dominance import planner
+
+    asked = []
+    real = planner._least_work_near
+
+    def spy(k, a):
+        asked.append(a)
+        return real(k, a)
+
+    monkeypatch.setattr(planner, "_least_work_near", spy)
+    m = fastpld.PoissonSubsampledGaussian(1.0, 0.01)
+    pld = fastpld.compose(m, 10_007, rel_error=1e-3)
+    assert pld.method == f"dominance(arity={planner._least_work_arity(10_007)})"
+    assert asked == []
+    # where every arity is predicted to fail, each is found in turn, and the last one is composed
+    monkeypatch.setattr(planner, "_DOOMED_FACTOR", 1e300)
+    pld = fastpld.compose(m, 10_007, rel_error=1e-3)
+    assert asked == list(planner._ARITIES)
+    assert pld.method == f"dominance(arity={real(10_007, planner._ARITIES[-1])})"
+
+
 def test_the_larger_arities_are_the_least_work_near_them():
     from fastpld.dominance import planner
 

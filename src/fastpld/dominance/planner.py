@@ -255,12 +255,10 @@ def _compose_arities(dir_parts, events, eps_error: float, delta_error: float, ba
     # the default arity first; where its nodes' round-off does not fit delta_error (many copies: the
     # first node's charge counts once per instance), larger ones: fewer instances of each node
     first = skipped = None  # (a composed arity's refusal says more than a predicted one's)
-    a0 = _homogeneous_arity(dir_parts)
-    arities = (a0,) + tuple(dict.fromkeys(b for b in (_nearby_arity(dir_parts, a) for a in _ARITIES) if b > a0))
-    for a in arities:
+    for a, last in _arities(dir_parts):
         try:
             return _compose_dominance(dir_parts, events, eps_error, delta_error, backend, a, max_buckets, threads,
-                                      rel_error, skip_doomed=a != arities[-1])
+                                      rel_error, skip_doomed=not last)
         except _WidthError:  # (the meshes', not the nodes' round-off: another arity does not help)
             raise
         except _DoomedArity as exc:
@@ -268,6 +266,22 @@ def _compose_arities(dir_parts, events, eps_error: float, delta_error: float, ba
         except _BudgetError as exc:
             first = first or exc
     raise first or skipped
+
+
+def _arities(dir_parts):
+    """The arities :func:`_compose_arities` tries in turn, as ``(arity, last)``: the default one
+    (:func:`_homogeneous_arity`), then those near ``_ARITIES`` (:func:`_nearby_arity`) above it, each found only
+    when the one before has not certified (the searches near 1024 and 4096 copies took 2-3 ms of a new count's
+    answer, which the default arity serves but for round-off at the largest counts).  The one near the largest of
+    ``_ARITIES``, at least ``0.75 * 4096``, is above every other and the last."""
+    a0 = _homogeneous_arity(dir_parts)
+    yield a0, False
+    seen = {a0}
+    for i, a in enumerate(_ARITIES):
+        b = _nearby_arity(dir_parts, a)
+        if b > a0 and b not in seen:
+            seen.add(b)
+            yield b, i == len(_ARITIES) - 1
 
 
 # a single part's arity is chosen in this range (the fewest nodes and re-discretisations): measured faster than 64
@@ -287,34 +301,34 @@ _SINGLE_NODE_MAX = 512
 def _plan_work(count: int, arity: int) -> float:
     """The work of a single part's recursive plan at ``arity <= count`` (as
     :func:`fastpld.composition.plan._chain` builds it): its nodes that convolve, and half a node per
-    re-discretisation (a split and a forward transform)."""
+    re-discretisation (a split and a forward transform).  (Evaluated for every arity of a range at each new count,
+    :func:`_least_work`: plain integer steps, no lists.)"""
     a, t = arity, 1
-    while a ** t <= count // a:
+    q, p = count // a, a
+    while p <= q:  # (the levels: a^t <= count // a)
+        p *= a
         t += 1
     conv, red = t, t - 1  # node_1 .. node_t (node_j on level j - 1's lattice; from node_2 on, re-discretised)
-    rem, digits = count, []
-    for _ in range(t):
+    rem = count
+    carry = -1  # the lattice level of the carry so far (a node or a lone child passed on; -1: none yet)
+    for j in range(t):
         rem, d = divmod(rem, a)
-        digits.append(d)
-    carry = None  # the lattice level of the carry so far (a node or a lone child passed on)
-    for j, d in enumerate(digits):
-        kids = []
-        if carry is not None:
-            kids.append((carry, 1))
-        if d:
-            kids.append((max(j - 1, 0), d))  # node_j's lattice (the leaf's for j = 0)
-        if not kids:
-            continue
-        if len(kids) == 1 and kids[0][1] == 1:
-            carry = kids[0][0]
-            continue
-        conv += 1
-        red += sum(1 for lv, _ in kids if lv != j)
-        carry = j
+        lv = j - 1 if j else 0  # (node_j's lattice: the leaf's for j = 0)
+        if carry < 0:
+            if d == 1:  # (a lone child is passed on)
+                carry = lv
+            elif d:
+                conv += 1
+                red += lv != j
+                carry = j
+        elif d:  # (the carry and d copies of node_j's: a node; a lone carry is passed on)
+            conv += 1
+            red += (carry != j) + (lv != j)
+            carry = j
     # the root (its own lattice): node_t's power and the carry.  (A root passing node_t through is node_t itself,
     # :func:`_plan_at`, but counted as a node and a re-discretisation here: at k = 1e4 arity 100 -- two nodes, 100^2
     # -- took 1.15x the time of 125 -- 125 and 80 copies -- whose work it would otherwise undercut)
-    kids = 1 + (carry is not None)
+    kids = 1 + (carry >= 0)
     red += kids
     conv += not (kids == 1 and rem == 1)
     return conv + 0.5 * red
