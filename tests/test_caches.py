@@ -289,6 +289,22 @@ def test_clear_caches_can_keep_the_plans(answers):
     assert fastpld.cache_info()["bytes"] == 0
 
 
+def test_the_arity_choices_are_kept_as_plans_are():
+    # a count's arity search is a plan choice: kept by clear_caches(keep_plans=True), as the FFT plans; a full clear
+    # drops it, so that a timed run after one pays for it as a new count's first answer does
+    from fastpld.dominance import arities
+
+    m = fastpld.PoissonSubsampledGaussian(1.0, 0.05)
+    fastpld.clear_caches()
+    assert arities._least_work_arity.cache_info().currsize == 0
+    fastpld.compose(m, 12_345)
+    assert arities._least_work_arity.cache_info().currsize == 1
+    fastpld.clear_caches(keep_plans=True)
+    assert arities._least_work_arity.cache_info().currsize == 1
+    fastpld.clear_caches()
+    assert arities._least_work_arity.cache_info().currsize == 0
+
+
 def test_thread_limit_bounds_concurrent_compositions(monkeypatch):
     active, peak = [0], [0]
     lock = threading.Lock()

@@ -267,9 +267,10 @@ def region(name: str) -> Region:
     return r
 
 
-def on_clear(fn) -> None:
-    """Call ``fn()`` from :func:`clear_caches` (for small memo tables kept outside the store)."""
-    _clear_hooks.append(fn)
+def on_clear(fn, plans: bool = False) -> None:
+    """Call ``fn()`` from :func:`clear_caches` (for small memo tables kept outside the store); ``plans``: only where
+    the plans go too (``keep_plans=False``: a table of plan choices, as the FFT plans are)."""
+    _clear_hooks.append((fn, plans))
 
 
 def clear_caches(*, keep_plans: bool = False) -> None:
@@ -283,9 +284,10 @@ def clear_caches(*, keep_plans: bool = False) -> None:
     Parameters
     ----------
     keep_plans : bool, optional
-        Keep the FFT plans and scratch arrays (every workspace's, and the memory pool's; they hold no answers): the next
-        composition then computes everything else afresh without rebuilding the FFT plans of the
-        lengths it has used, as numpy's and scipy's FFTs keep theirs.  Default ``False``.
+        Keep the FFT plans and scratch arrays (every workspace's, and the memory pool's; they hold no answers), and the
+        plans' shapes chosen for the counts composed so far: the next composition then computes everything else afresh
+        without rebuilding the FFT plans of the lengths it has used, as numpy's and scipy's FFTs keep theirs.  Default
+        ``False``.
 
     Examples
     --------
@@ -309,8 +311,9 @@ def clear_caches(*, keep_plans: bool = False) -> None:
     if not keep_plans and _pool is not None:  # (the pool's freed arrays are scratch memory, as the plans' buffers)
         _pool.set_limit(0)
         _sync_pool()
-    for fn in _clear_hooks:
-        fn()
+    for fn, plans in _clear_hooks:
+        if not (plans and keep_plans):
+            fn()
 
 
 def cache_info() -> dict:

@@ -94,7 +94,8 @@ def _retry_args(build, parts, arity: int, eps_error: float, scale: float, rest, 
     """The arguments of :func:`fastpld.dominance.chains._run_chain` for a deferred chain (dominated, or ``upper``)
     at each arity of ``_ARITIES`` above ``arity`` in turn (its plan and meshes as :func:`_compose_dominance`'s
     ``attempt`` makes them at ``scale``; ``rest``: the other arguments, budgets to ``p_inf``)."""
-    from .planner import _ARITIES, leaf_mesh, resolved_meshes
+    from .arities import _ARITIES
+    from .planner import leaf_mesh, resolved_meshes
 
     for a in _ARITIES:
         if a > arity:
