@@ -19,17 +19,28 @@ def _fresh_compositions():
 
 
 @pytest.fixture
-def allocation_builds(monkeypatch):
+def spy(monkeypatch):
+    """``spy(owner, name, record)``: ``owner.name`` replaced, while the test runs, by a wrapper that calls the real one
+    and appends ``record(*args, **kwargs)`` to a list, which ``spy`` returns."""
+
+    def install(owner, name, record):
+        seen = []
+        real = getattr(owner, name)
+
+        def wrapper(*args, **kwargs):
+            seen.append(record(*args, **kwargs))
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, wrapper)
+        return seen
+
+    return install
+
+
+@pytest.fixture
+def allocation_builds(spy):
     """The ``upper`` flag of every random-allocation epoch loss built while the test runs (a spy on
     ``RandomAllocation._losses``)."""
     from fastpld.allocation import RandomAllocation
 
-    built = []
-    real = RandomAllocation._losses
-
-    def counting(self, upper):
-        built.append(upper)
-        return real(self, upper)
-
-    monkeypatch.setattr(RandomAllocation, "_losses", counting)
-    return built
+    return spy(RandomAllocation, "_losses", lambda self, upper: upper)

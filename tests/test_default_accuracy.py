@@ -218,19 +218,13 @@ def test_an_arity_predicted_to_fail_is_skipped_but_never_the_last(monkeypatch):
     assert a.lower <= b.upper and b.lower <= a.upper and a.upper - a.lower <= 1e-3 * a.lower
 
 
-def test_the_larger_arities_are_searched_only_when_needed(monkeypatch):
+def test_the_larger_arities_are_searched_only_when_needed(monkeypatch, spy):
     # the searches near 1024 and 4096 copies (~2,500 plans' work) took 2-3 ms of every new count's answer, which the
     # default arity serves: they run only when the arity before them has not certified
     from fastpld.dominance import arities, planner
 
-    asked = []
     real = arities._least_work_near
-
-    def spy(k, a):
-        asked.append(a)
-        return real(k, a)
-
-    monkeypatch.setattr(arities, "_least_work_near", spy)
+    asked = spy(arities, "_least_work_near", lambda k, a: a)
     m = fastpld.PoissonSubsampledGaussian(1.0, 0.01)
     pld = fastpld.compose(m, 10_007, rel_error=1e-3)
     assert pld.method == f"dominance(arity={planner._least_work_arity(10_007)})"
