@@ -17,11 +17,11 @@ _ARITIES = (_DEFAULT_ARITY, 256, 1024, 4096)  # tried in turn when a plan's char
 
 
 def _arities(dir_parts):
-    """The arities :func:`fastpld.dominance.planner._compose_arities` tries in turn, as ``(arity, last)``: the default one
-    (:func:`_homogeneous_arity`), then those near ``_ARITIES`` (:func:`_nearby_arity`) above it, each found only
-    when the one before has not certified (the searches near 1024 and 4096 copies took 2-3 ms of a new count's
-    answer, which the default arity serves but for round-off at the largest counts).  The one near the largest of
-    ``_ARITIES``, at least ``0.75 * 4096``, is above every other and the last."""
+    """The arities :func:`fastpld.dominance.planner._compose_arities` tries in turn, as ``(arity, last)``: the
+    default one (:func:`_homogeneous_arity`), then those near ``_ARITIES`` (:func:`_nearby_arity`) above it, each
+    found only when the one before has not certified (the searches near 1024 and 4096 copies took 2-3 ms of a new
+    count's answer, which the default arity serves but for round-off at the largest counts).  The one near the
+    largest of ``_ARITIES``, at least ``0.75 * 4096``, is above every other and the last."""
     a0 = _homogeneous_arity(dir_parts)
     yield a0, False
     seen = {a0}
