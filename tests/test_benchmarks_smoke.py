@@ -208,3 +208,21 @@ def test_ab_versions_small(tmp_path):
     assert "| 2, 0.05, 30 |" in p.stdout and "| yes |" in p.stdout
     rows = json.loads(out.read_text())["rows"]
     assert rows[0]["bounds_equal"] and len(rows[0]["base_ms"]) == 1
+
+
+def test_bench_mechanisms_quick(tmp_path):
+    pytest.importorskip("dp_accounting")
+    script = os.path.join(ROOT, "benchmarks", "bench_mechanisms.py")
+    p = subprocess.run([sys.executable, script, "--quick", "--repeat", "1", "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    rows = json.loads((tmp_path / "mechanisms.json").read_text())["rows"]
+    assert len(rows) == 3
+    for r in rows:
+        lo, hi = r["ref"]
+        f = r["fastpld"]
+        # fastpld's certified interval and the reference's overlap, within the 0.1% asked
+        assert f["lower"] <= hi and lo <= f["upper"] and f["width"] <= 1e-3 * (1 + 1e-9), r
+        if "time" in r["dp_accounting"]:
+            assert _finite(f["time"]) and _finite(r["dp_accounting"]["time"]), r
+            assert r["dp_accounting"]["upper"] >= lo * (1 - 1e-9), r  # (its pessimistic answer: an upper bound)
