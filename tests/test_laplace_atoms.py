@@ -248,3 +248,13 @@ def test_truncated_poisson_batches_of_laplace(b, cap, k):
         assert np.all(mass > 0) and np.all(err <= 1e-14)
     r = dominance_epsilon(m, k)
     assert overlaps_coupling(m, k, r, 0.1 * r.upper * 1e-2)
+
+
+def test_a_million_subsampled_laplaces_where_the_planners_meshes_exceed_delta_error():
+    # the first composition of losses with atoms is on the planner's meshes; a million copies of a Poisson-subsampled
+    # Laplace charge more than delta_error there (their cells' mass error bounds): the coarse pilot, whose fewer cells
+    # fit, and the rescaling from it find meshes that certify by dominance (the coupling certificate answered before)
+    pld = fastpld.compose(fastpld.PoissonSubsampled(fastpld.Laplace(1.0), 0.01), 1_000_000)
+    b = pld.epsilon(1e-5)
+    assert pld.method.startswith("dominance"), pld.method
+    assert b.upper - b.lower <= 1e-3 * b.lower and pld.delta_spent <= pld.delta_error

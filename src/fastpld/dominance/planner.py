@@ -496,12 +496,17 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
             pld = attempt(first, proxies)
             scale = first
         except _BudgetError:
-            # (the pilot's coarse lattice may be charged more round-off: a lattice-like PMF's spectral
-            # peaks; the planner's meshes then, refusals of which are the caller's)
-            if first == 1.0 and not proxy:
-                raise  # (the planner's meshes already)
-            scale, proxy = 1.0, False
-            pld = attempt(scale, plans)
+            if first == _PILOT_SCALE_PARTS and not proxy:
+                # (the planner's meshes charged more than delta_error -- their cells' mass error bounds, over a
+                # million copies of a Poisson-subsampled Laplace --: the coarse pilot, whose fewer cells may fit, and
+                # the rescaling from it, which may find meshes fine enough and coarse enough)
+                scale = _PILOT_SCALE
+                pld = attempt(scale, proxies)
+            else:
+                # (the pilot's coarse lattice may be charged more round-off: a lattice-like PMF's spectral
+                # peaks; the planner's meshes then, refusals of which are the caller's)
+                scale, proxy = 1.0, False
+                pld = attempt(scale, plans)
     if proxy:  # (the proxy's width only aims the first answer; the answers' own widths decide)
         excess = pld._reference_excess(eps_error, rel_error)
         if math.isfinite(excess):
