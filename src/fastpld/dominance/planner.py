@@ -522,7 +522,7 @@ def _compose_dominance(dir_parts, events, eps_error, delta_error, backend, arity
         # before the rescaling below judges them; not on these meshes again where the eager direction's own chains
         # already miss whatever the others' meshes: a pilot 10-100 times too coarse for a subsampled Laplace,
         # composed twice on the same meshes)
-        again = pld._excess_with(eager, eps_error, rel_error) <= 1.0
+        again = pld._excess_with(eager, eps_error, rel_error, excess) <= 1.0
         coarse.clear()
         if again:
             pld = attempt(scale, plans)

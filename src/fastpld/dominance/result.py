@@ -316,18 +316,11 @@ class DominancePLD(PrivacyLossDistribution):
         A deferred direction (:meth:`_deferred`) is not run here: the direction composed at once is measured
         alone (its own width, which the answer's can only narrow where the reversal bound covers the other), and
         the deferred one is measured when it runs (:meth:`_deferred_excess`)."""
-        # (every reference delta at once per chain: the same arithmetic elementwise)
-        d = np.array(_reference_deltas(self.delta_error), dtype=np.float64)
         pair = self._deferred()
-        names = [pair[0]] if pair is not None else list(self.directions)
-        live = np.ones(d.size, dtype=bool)  # (no finite epsilon where some direction's p_inf reaches d)
+        d, live, ups = self._ref_uppers([pair[0]] if pair is not None else list(self.directions))
         up = np.full(d.size, -np.inf)
-        ups = {}
-        for name in names:
-            dr = self.directions[name]
-            live &= d > dr.p_inf * (1 + 1e-9)
-            ups[name] = self._q[name].epsilon(self._ref_base(dr, d))
-            up = np.maximum(up, ups[name])
+        for u in ups.values():
+            up = np.maximum(up, u)
         if pair is not None:
             lo = np.maximum(self._ref_lower(pair[0], d), 0.0)
         else:
@@ -335,33 +328,41 @@ class DominancePLD(PrivacyLossDistribution):
             lo = np.maximum(self._lower_max(lambda name: self._ref_lower(name, d), ups, d.shape), 0.0)
         return self._excess(up, lo, live, eps_error, rel_error)
 
-    def _excess_with(self, name, eps_error: float, rel_error: float | None = None) -> float:
+    def _ref_uppers(self, names):
+        """``(d, live, ups)``: the reference deltas, where every one of the directions ``names`` has a finite epsilon
+        (``d`` above its ``p_inf``), and per direction its dominating chain's solution there (every reference delta at
+        once per chain: the same arithmetic elementwise)."""
+        d = np.array(_reference_deltas(self.delta_error), dtype=np.float64)
+        live = np.ones(d.size, dtype=bool)
+        ups = {}
+        for name in names:
+            dr = self.directions[name]
+            live &= d > dr.p_inf * (1 + 1e-9)
+            ups[name] = self._q[name].epsilon(self._ref_base(dr, d))
+        return d, live, ups
+
+    def _excess_with(self, name, eps_error: float, rel_error: float | None = None,
+                     excess: float | None = None) -> float:
         """About the least :meth:`_reference_excess` an answer can have whose direction ``name`` has these chains (the
         same meshes) and whose other directions are composed on any meshes: ``name``'s upper solution less the larger
         of its lower one and the others' upper ones here (another direction's lower solution lies below its epsilon,
         which lies about below its upper one), against the width asked at that larger value.  For the planner's
         choice only (a re-run with finer meshes for the other directions cannot narrow the answer below it).  Where
-        the other direction is ``name``'s reverse, deferred, the reference width is ``name``'s alone: exactly it.
-        ``0`` where ``name``'s own chains are deferred."""
+        the other direction is ``name``'s reverse, deferred, the reference width is ``name``'s alone: exactly it
+        (``excess``, this answer's, where the caller has it).  ``0`` where ``name``'s own chains are deferred."""
         pair = self._deferred()
         if pair is not None and pair[0] == name:
-            return self._reference_excess(eps_error, rel_error)
+            return self._reference_excess(eps_error, rel_error) if excess is None else excess
         if (pair is not None or name not in self.directions or name in self.directions.deferred
                 or name in self.lower_directions.deferred):
             return 0.0
-        d = np.array(_reference_deltas(self.delta_error), dtype=np.float64)
-        live = np.ones(d.size, dtype=bool)
-        up, others = None, np.full(d.size, -np.inf)
-        for n in self.directions:
-            dr = self.directions[n]
-            live &= d > dr.p_inf * (1 + 1e-9)
-            e = self._q[n].epsilon(self._ref_base(dr, d))
-            if n == name:
-                up = e
-            else:
-                others = np.maximum(others, e)
+        d, live, ups = self._ref_uppers(list(self.directions))
+        others = np.full(d.size, -np.inf)
+        for n, u in ups.items():
+            if n != name:
+                others = np.maximum(others, u)
         lo = np.maximum(np.maximum(self._ref_lower(name, d), others), 0.0)
-        return self._excess(up, lo, live, eps_error, rel_error)
+        return self._excess(ups[name], lo, live, eps_error, rel_error)
 
     def _ref_lower(self, name, d, dl=None, ql=None):
         """The dominated chain's solution at the reference deltas ``d`` (its lost mass counted: the meshes' doing
