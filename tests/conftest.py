@@ -19,6 +19,14 @@ def _fresh_compositions():
 
 
 @pytest.fixture
+def separate_gaussians(monkeypatch):
+    """Gaussian parts composed as given, not merged into one (``composition.api._merged_gaussians``): the tests of the
+    heterogeneous planners take distinct Gaussians for their exact oracle."""
+    from fastpld.composition import api
+    monkeypatch.setattr(api, "_MERGE_GAUSSIANS", False)
+
+
+@pytest.fixture
 def spy(monkeypatch):
     """``spy(owner, name, record)``: ``owner.name`` replaced, while the test runs, by a wrapper that calls the real one
     and appends ``record(*args, **kwargs)`` to a list, which ``spy`` returns."""

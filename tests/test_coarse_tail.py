@@ -80,6 +80,7 @@ def test_coarse_cells_aggregate_the_fine_leaf(direction, q):
         assert p <= 2e-4 and r > h and a_r >= r / 2
 
 
+@pytest.mark.usefixtures("separate_gaussians")
 def test_heterogeneous_gaussians_with_coarse_tails_against_gdp(monkeypatch):
     # (Gaussian tails are light: coarse cells are ~2/3 of the buckets, below the speed threshold;
     # forced here for the exact oracle)

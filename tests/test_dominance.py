@@ -557,6 +557,7 @@ def test_leaf_end_charge_without_a_finite_density(monkeypatch):
         assert all(abs(got[0][j] - float(A[j])) <= got[1][j] for j in range(lo.size))
 
 
+@pytest.mark.usefixtures("separate_gaussians")
 def test_a_misleading_proxy_pilot_is_corrected_by_the_answers_own_width(monkeypatch):
     # the proxy only measures: a misleading proxy (every part replaced by a Gaussian of sigma 0.7, whose
     # epsilon is far larger: a small width relative to it) sends the answer to coarse meshes, whose own

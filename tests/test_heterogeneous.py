@@ -21,6 +21,7 @@ def _check(pld, mu):
     assert pld.eps_spent <= pld.eps_error
 
 
+@pytest.mark.usefixtures("separate_gaussians")
 @pytest.mark.parametrize("method", ["coupling", "recursive", "two_stage"])
 def test_200_distinct_gaussians_count_one(method):
     sig = np.linspace(8.0, 40.0, 200)
@@ -38,6 +39,7 @@ def test_20_distinct_gaussians_times_50():
     _check(pld, math.sqrt(np.sum(50 / sig**2)))
 
 
+@pytest.mark.usefixtures("separate_gaussians")
 @pytest.mark.parametrize("merge", [2, 3, 7])
 def test_every_grouping_is_certified(merge):
     # forced grouping with mixed counts (chains below the blocks): still exact-GDP consistent

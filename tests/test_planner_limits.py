@@ -68,6 +68,7 @@ def test_sampling_probability_at_epsilon_1000():
     assert fastpld.find_sampling_probability(1000.0, 1e-5, 0.1, 10) == 1.0
 
 
+@pytest.mark.usefixtures("separate_gaussians")
 # 4. a refusal from the prediction, not after minutes of execution ------------------------------
 @pytest.mark.parametrize("method", ["recursive", "coupling", "two_stage", "glw"])
 def test_many_gaussians_refused_from_the_prediction(monkeypatch, method):

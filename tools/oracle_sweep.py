@@ -40,11 +40,13 @@ def _draw(rng):
         sigma = math.sqrt(k) / mu
         pld, desc = F.compose(F.Gaussian(sigma), k, **acc), f"Gaussian({sigma:.6g}) x {k}"
     elif kind == "hetero":
-        parts = [(10 ** rng.uniform(-0.3, 1.5), int(10 ** rng.uniform(0, 3.5))) for _ in range(rng.randint(2, 5))]
-        mu = math.sqrt(sum(c / s ** 2 for s, c in parts))
+        # (merged into one Gaussian by compose: composition.api._merged_gaussians)
+        parts = [(10 ** rng.uniform(-0.3, 1.5), 10 ** rng.uniform(-0.5, 0.5), int(10 ** rng.uniform(0, 3.5)))
+                 for _ in range(rng.randint(2, 5))]
+        mu = math.sqrt(sum(c * (d / s) ** 2 for s, d, c in parts))
         if not 0.05 < mu < 20:
             return None
-        pld, desc = F.compose([(F.Gaussian(s), c) for s, c in parts], **acc), f"Gaussians {parts}"
+        pld, desc = F.compose([(F.Gaussian(s, d), c) for s, d, c in parts], **acc), f"Gaussians {parts}"
     if kind in ("gauss", "hetero"):
         return (f"{desc}, rel_error={rel}", pld, lambda e: float(O.gaussian_delta(e, mu)),
                 lambda d: O.gaussian_epsilon(d, mu))
@@ -68,12 +70,16 @@ def _draw(rng):
         fd = lambda e: O.approx_dp_delta(e, e0, d0, k)  # noqa: E731
         return f"ApproxDP({e0:.6g}, {d0:.3g}) x {k}, rel_error={rel}", pld, fd, lambda d: O.epsilon_of(fd, d)
     if kind == "gauss_pure":
-        kg, kp = int(10 ** rng.uniform(0, 4)), int(10 ** rng.uniform(0, 3))
+        kp = int(10 ** rng.uniform(0, 3))
         mu, e0 = 10 ** rng.uniform(-1, 0.7), 10 ** rng.uniform(-2.5, 0)
-        sigma = math.sqrt(kg) / mu
-        pld = F.compose([(F.Gaussian(sigma), kg), (F.PureDP(e0), kp)], **acc)
+        # (one to three Gaussian parts sharing mu^2 at random: several are merged into one by compose)
+        shares = [rng.uniform(0.1, 1.0) for _ in range(rng.randint(1, 3))]
+        gauss = [(math.sqrt(kg / (mu * mu * w / sum(shares))), kg)
+                 for w, kg in zip(shares, (int(10 ** rng.uniform(0, 4)) for _ in shares))]
+        mu = math.sqrt(sum(kg / sigma ** 2 for sigma, kg in gauss))
+        pld = F.compose([(F.Gaussian(sigma), kg) for sigma, kg in gauss] + [(F.PureDP(e0), kp)], **acc)
         fd = lambda e: O.gauss_pure_delta(e, mu, e0, kp)  # noqa: E731
-        return (f"Gaussian({sigma:.6g}) x {kg} with PureDP({e0:.6g}) x {kp}, rel_error={rel}", pld, fd,
+        return (f"Gaussians {gauss} with PureDP({e0:.6g}) x {kp}, rel_error={rel}", pld, fd,
                 lambda d: O.epsilon_of(fd, d))
     if kind == "psl1":
         b, q = 10 ** rng.uniform(-1, 1), 10 ** rng.uniform(-3, -0.3)

@@ -24,15 +24,32 @@ class GaussianLoss(ContinuousLoss):
     # 1e-300 from z = -37.5), 35 u for |z| <= 5 (docs/roundoff.md section 7)
     cdf_rel_error = _NDTR_REL
 
-    def __init__(self, mu: float):
+    def __init__(self, mu: float, mu_rel: float = 0.0):
         self.mu = float(mu)
+        # (the exact loss's parameter within mu_rel of mu, relative: Gaussians merged into one, whose mu is the
+        # rounded square root of a rounded sum; its moves of the CDF's argument and of the density are charged
+        # with the arithmetic's, below)
+        self.mu_rel = float(mu_rel)
         self.m = 0.5 * self.mu**2
         self.s = self.mu
         self.support = (-math.inf, math.inf)
+        if self.mu_rel:
+            # (the standardised argument z moves by D / s <= 1.02 r (|z| + mu) (_param_shift); the normal tails'
+            # relative change by at most max(|z|, 1) times that, |z| <= 37.6 where ndtr does not underflow)
+            self.cdf_rel_error = _NDTR_REL + 38.6 * 1.02 * self.mu_rel * (37.6 + self.mu)
+
+    def _param_shift(self, t):
+        """Where ``mu`` is within ``mu_rel`` of the exact parameter: the exact CDF at ``t`` is the computed one's
+        (``N(m, s^2)``) at a point within this distance, ``|m* - m| + |t - m| |s / s* - 1|`` with ``|m* - m| <=
+        2.01 r m`` and ``|s / s* - 1| <= 1.01 r`` (``r = mu_rel <= 1e-10``)."""
+        r = self.mu_rel
+        return 1.02 * r * (np.abs(np.asarray(t, dtype=np.float64) - self.m) + 2 * abs(self.m))
 
     def cdf_shift(self, tmax: float) -> float:
-        """``(t - m) / s`` rounds twice, each time by at most ``u |t - m|`` in ``t``'s units."""
-        return 2 * _U * (tmax + abs(self.m))
+        """``(t - m) / s`` rounds twice, each time by at most ``u |t - m|`` in ``t``'s units (and the parameter's
+        uncertainty, :meth:`_param_shift`, where ``mu_rel > 0``)."""
+        base = 2 * _U * (tmax + abs(self.m))
+        return base + 1.02 * self.mu_rel * (tmax + 3 * abs(self.m)) if self.mu_rel else base  # (|t - m| <= tmax + |m|)
 
     # (a standardised argument beyond the float range is +-inf, where ndtr and the density are exact)
     def cdf(self, t):
@@ -55,7 +72,11 @@ class GaussianLoss(ContinuousLoss):
         with np.errstate(over="ignore", invalid="ignore"):
             z = np.abs((np.asarray(t, dtype=np.float64) - self.m) / self.s)
             a = (np.asarray(dt, dtype=np.float64) + _U * abs(self.m)) / self.s
-            return _rel_of_log((2.5 * z * z + 16) * _U + z * a + 0.5 * a * a)
+            if not self.mu_rel:
+                return _rel_of_log((2.5 * z * z + 16) * _U + z * a + 0.5 * a * a)
+            # (the parameter's uncertainty: a point within _param_shift more, and the scale 1 / s within 1.01 r)
+            a = a + self._param_shift(t) / self.s
+            return _rel_of_log((2.5 * z * z + 16) * _U + z * a + 0.5 * a * a + 1.01 * self.mu_rel)
 
     def partial_mean(self, edges):
         a, b = float(edges[0]), float(edges[-1])
@@ -68,11 +89,24 @@ class GaussianLoss(ContinuousLoss):
         phi = lambda z: math.exp(-0.5 * z * z) / math.sqrt(2 * math.pi) if math.isfinite(z) else 0.0
         val = self.m * mass + self.s * (phi(al) - phi(be))
         err = _NDTR_REL * (abs(self.m) * mass + self.s * (phi(al) + phi(be)) + abs(val))
+        if self.mu_rel:
+            # (the exact loss is this one with t moved by at most D(t) = 1.02 r (|t - m| + 2 |m|), _param_shift: the
+            # integrand by the integral of D over the cell -- |t - m| there at most its ends' or, over an infinite
+            # cell, the whole law's E|t - m| = s sqrt(2 / pi) -- and each finite end's mass by D(end) times the
+            # density's peak 1 / (s sqrt(2 pi)), at |end|)
+            ends = [x for x in (a, b) if math.isfinite(x)]
+            spread = max(abs(x - self.m) for x in ends) * mass if len(ends) == 2 else 0.8 * self.s
+            peak = 1.0 / (self.s * math.sqrt(2 * math.pi))
+            moved = 1.02 * self.mu_rel * (spread + 2 * abs(self.m) * mass)
+            err += 1.01 * (moved + sum(abs(x) * float(self._param_shift(x)) * peak for x in ends))
         return float(val), float(err)
 
     def log_mgf(self, s):
         s = np.asarray(s, dtype=np.float64)
-        return s * self.m + 0.5 * s * s * self.s**2
+        k = s * self.m + 0.5 * s * s * self.s**2
+        if self.mu_rel:  # (an upper bound for every mu within mu_rel: |K* - K| <= 2.02 r (|s m| + s^2 mu^2 / 2))
+            k = k + 2.03 * self.mu_rel * (np.abs(s * self.m) + 0.5 * s * s * self.s**2)
+        return k
 
     def mean(self):
         return self.m
@@ -81,7 +115,7 @@ class GaussianLoss(ContinuousLoss):
         return self.s
 
     def __repr__(self):
-        return f"GaussianLoss(mu={self.mu})"
+        return f"GaussianLoss(mu={self.mu})" if not self.mu_rel else f"GaussianLoss(mu={self.mu}, mu_rel={self.mu_rel})"
 
 
 class LaplaceLoss(ContinuousLoss):
