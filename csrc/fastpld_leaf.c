@@ -332,6 +332,94 @@ int fpld_psg_panels(const double *lo, const double *c0, const double *c1, ptrdif
     return FPLD_OK;
 }
 
+/* The Gaussian loss N(m, s^2)'s panel rules (numpy reference: fastpld.dominance.rules._panels with
+ * fastpld.mechanisms.GaussianLoss.pdf and pdf_error and fastpld.dominance.rules._gauss_truncation; the same
+ * operations in the same order, libm's exp and expm1 in place of numpy's).  mu_rel: the merged Gaussians' parameter
+ * uncertainty (GaussianLoss._param_shift), 0 for one mechanism's loss. */
+void fpld_gauss_rule_bound(double lo, double c0, double c1, double m, double s, double *R)
+{
+    const double u = 0x1p-53;
+    double W = c1 - c0;
+    double ya = lo + c0, yb = lo + c1;
+    /* (the panel's ends against m, widened by their rounding and m's) */
+    double la = (ya - m) - 4 * u * (fabs(ya) + fabs(m)), lb = (yb - m) + 4 * u * (fabs(yb) + fabs(m));
+    double v = s * s, cden = 1.0 / (s * 2.5066282746310002);
+    double x = fmax(fabs(la), fabs(lb));
+    double r0 = fmin((-x + sqrt(x * x + 40 * v)) / 2, 1.0), best = INFINITY, rb = 0.0;
+    for (int k = 0; k < 3; k++) {
+        double r = k == 0 ? r0 : (k == 1 ? 0.5 * r0 : fmin(2 * r0, 1.0));
+        if (!(r > 0))
+            continue;
+        double wr = W / r, wr2 = wr * wr, wr10 = wr2 * wr2 * wr2 * wr2 * wr2;
+        double Rk = GL5_CAUCHY * W * wr10 * (cden * psg_gauss_sup(la, lb, r, v));
+        if (Rk < best) {
+            best = Rk;
+            rb = r;
+        }
+    }
+    best = best < INFINITY ? best * (1 + 1e-6) : INFINITY;
+    if (!(W > 0)) {
+        R[0] = R[1] = R[2] = 0.0;
+        return;
+    }
+    R[0] = best;
+    R[1] = best * expm1(c1 + rb) * (1 + 1e-6);
+    R[2] = best * exp(rb - c0) * (1 + 1e-6);
+}
+
+int fpld_gauss_panels(const double *lo, const double *c0, const double *c1, ptrdiff_t n, double m, double s,
+                      double mu_rel, const double *x5, const double *w5, double *out, double *eout)
+{
+    if (n < 0 || !(s > 0) || !(mu_rel >= 0))
+        return FPLD_EINVAL;
+    const double u = 0x1p-53;
+    double snorm = s * 2.5066282746310002, am = fabs(m);
+    double kc0 = NAN, kc1 = NAN, em[5], ex[5], tn[5];
+    for (ptrdiff_t i = 0; i < n; i++) {
+        double half = 0.5 * (c1[i] - c0[i]);
+        if (!(c0[i] == kc0 && c1[i] == kc1)) {
+            kc0 = c0[i];
+            kc1 = c1[i];
+            for (int j = 0; j < 5; j++) {
+                tn[j] = c0[i] + half * (1.0 + x5[j]);
+                em[j] = -expm1(-tn[j]);
+                ex[j] = exp(-tn[j]);
+            }
+        }
+        double I[3] = {0, 0, 0}, E[3] = {0, 0, 0};
+        for (int j = 0; j < 5; j++) {
+            double y = lo[i] + tn[j], z = (y - m) / s;
+            double fw = ((exp(-0.5 * z * z) / snorm) * half) * w5[j];
+            I[0] += fw;
+            I[1] += fw * em[j];
+            I[2] += fw * ex[j];
+            if (eout && fw != 0) {
+                /* GaussianLoss.pdf_error at the node, the node within u (|y| + 4 tn) of the exact one */
+                double za = fabs(z), dt = u * (fabs(y) + 4 * tn[j]);
+                double a = (dt + u * am) / s, xl;
+                if (mu_rel > 0) {
+                    a = a + (1.02 * mu_rel * (fabs(y - m) + 2 * am)) / s;
+                    xl = (2.5 * za * za + 16) * u + za * a + 0.5 * a * a + 1.01 * mu_rel;
+                } else {
+                    xl = (2.5 * za * za + 16) * u + za * a + 0.5 * a * a;
+                }
+                xl *= 1 + 1e-6;
+                double rel = (xl < 0.5 ? xl * (1 + xl) : INFINITY) + 12 * u;
+                add_error_terms(E, fw, em[j], ex[j], rel, fabs(fw) * ex[j] * (4 * u * tn[j]));
+            }
+        }
+        double Rt[3];
+        fpld_gauss_rule_bound(lo[i], c0[i], c1[i], m, s, Rt);
+        for (int k = 0; k < 3; k++) {
+            out[2 * k * n + i] = I[k];
+            out[(2 * k + 1) * n + i] = Rt[k] + 16 * u * I[k];
+            if (eout)
+                eout[k * n + i] = E[k];
+        }
+    }
+    return FPLD_OK;
+}
+
 /* The same in u = log(distance to the end), for fpld_psg_logpanels (numpy reference: fastpld.dominance.rules.
  * _psg_log_truncation): the panel [bot, top] of u - log dfar, the distance d = dfar e^u, the offset t = end + sgn d
  * from lo.  In tt = +-y, tt = log(1 - q) + d, so l = log(1 - q) - log q + log(expm1(d)) and the integrand in u is

@@ -39,6 +39,13 @@ int fpld_psg_panels(const double *lo, const double *c0, const double *c1, ptrdif
 void fpld_psg_rule_bound(double lo, double c0, double c1, double q, double v, double sd, double logq, double ylo,
                          int remove, double *R);
 
+/* The same panel rules for the Gaussian loss N(m, s^2) (fastpld.dominance.rules._panels with GaussianLoss's density
+ * and error bound; mu_rel its parameter's relative uncertainty, 0 for one mechanism's loss) and its proved truncation
+ * bound (fastpld.dominance.rules._gauss_truncation): the same outputs as fpld_psg_panels. */
+int fpld_gauss_panels(const double *lo, const double *c0, const double *c1, ptrdiff_t n, double m, double s,
+                      double mu_rel, const double *x5, const double *w5, double *out, double *eout);
+void fpld_gauss_rule_bound(double lo, double c0, double c1, double m, double s, double *R);
+
 /* The same rules in u = log(distance to a support end) (fastpld.dominance.rules._log_panels): interval i
  * has the end at offset end_i from lo_i and its far edge at distance dfar_i; its panels k = 0, 1, .. are
  * [max(-(k + 1) step_i, ulo_i), -k step_i] in u - log dfar_i, from 0 down to ulo_i <= 0 (at least one); the

@@ -12,6 +12,7 @@ import pytest
 import fastpld
 from fastpld import _fft
 from fastpld import dominance as D
+from fastpld.mechanisms import GaussianLoss
 from fastpld.discretize import GridPMF
 
 from oracles import gaussian_delta, gaussian_epsilon, pure_dp_delta
@@ -178,6 +179,29 @@ def test_compiled_panels_agree_with_their_reference(sigma, q, monkeypatch):
             # (charged where the cell holds mass, ~1e-13 of it)
             assert np.all((r > 0) | (i5 == 0)) and np.all(r <= 1e-11 * np.abs(i5) + 1e-300)
             np.testing.assert_allclose(g, r, rtol=1e-6, atol=1e-300)
+
+
+@pytest.mark.skipif(D._kernels._leaf is None, reason="compiled leaf kernels not built")
+@pytest.mark.parametrize("mu,mu_rel", [(0.03, 0.0), (1.0, 0.0), (25.0, 0.0), (11.7, 5 * 2.0 ** -53), (2.0, 1e-11)])
+def test_compiled_gaussian_panels_agree_with_their_reference(mu, mu_rel, monkeypatch):
+    # (fpld_gauss_panels against rules._panels's numpy code: the Gaussian's density and pdf_error, the merged
+    # Gaussians' parameter charge included, and _gauss_truncation's proved bound)
+    rng = np.random.default_rng(5)
+    loss = GaussianLoss(mu, mu_rel=mu_rel)
+    lo = np.sort(loss.m + loss.s * rng.uniform(-38.0, 38.0, 400))
+    c0 = np.where(rng.random(400) < 0.3, rng.uniform(0, 1e-3, 400), 0.0) * loss.s
+    c1 = c0 + rng.choice([3e-4, 3e-2, 0.3, 2.0], 400) * loss.s
+    got = D._panels(loss, lo, c0, c1)
+    monkeypatch.setattr(D._kernels, "_core", None)  # the numpy rules
+    ref = D._panels(loss, lo, c0, c1)
+    monkeypatch.undo()
+    for g, r in zip(got[:6:2], ref[:6:2]):  # the integrals: libm's exp against numpy's, amplified by z^2 / 2
+        np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-300)
+    for g, r in zip(got[1:6:2], ref[1:6:2]):  # the proved bounds: the same operations
+        assert np.array_equal(np.isinf(g), np.isinf(r))
+        np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-300)
+    for g, r in zip(got[6:], ref[6:]):  # the density's rounding: the same formula, to its rounding
+        np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-300)
 
 
 @pytest.mark.parametrize("backend", [b for b in ("native", "numpy") if b in _fft.available_backends()])

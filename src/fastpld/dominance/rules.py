@@ -4,7 +4,8 @@ refines), with their truncation error -- proved for the subsampled Gaussian, the
 subsampled Laplace densities, else estimated by a 4-point rule -- and the sums that bound the density's rounding
 (:meth:`fastpld.mechanisms.ContinuousLoss.pdf_error`; docs/dominance.md, "Leaf", "The density's rounding" and "The
 rules' truncation error").  The subsampled Gaussian's in compiled kernels
-(``_leaf.psg_panels``, ``_leaf.psg_logpanels``); the numpy code here is their reference and every other loss's."""
+(``_leaf.psg_panels``, ``_leaf.psg_logpanels``) and the Gaussian's panels (``_leaf.gauss_panels``); the numpy code
+here is their reference and every other loss's."""
 from __future__ import annotations
 
 import math
@@ -428,6 +429,10 @@ def _panels(loss, lo, c0, c1):
         return _kernels._leaf.psg_panels(*(np.ascontiguousarray(a, dtype=np.float64) for a in (lo, c0, c1)),
                                          float(psg[0]), float(psg[1]), float(psg[2]), bool(psg[3]),
                                          *_GL5_RULE)
+    if type(loss) is GaussianLoss and _kernels._core is not None and _kernels._leaf is not None:
+        # (the Gaussian's by the compiled fpld_gauss_panels: the same terms; this numpy code is its reference)
+        return _kernels._leaf.gauss_panels(*(np.ascontiguousarray(a, dtype=np.float64) for a in (lo, c0, c1)),
+                                           loss.m, loss.s, loss.mu_rel, *_GL5_RULE)
     # (the 5-point truncation error, proved where :func:`_proved_truncation` has it: the choices read it, and refine
     # or take the log-distance rules where it is loose, near an end; NaN on a panel it does not cover -- the symmetric
     # loss's kink at 0 -- and the 4-point rule runs for its estimate)
