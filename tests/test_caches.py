@@ -416,6 +416,20 @@ def test_an_evicted_loss_still_in_use_is_not_built_again(allocation_builds):
         fastpld.clear_caches()
 
 
+def test_many_distinct_mechanisms_are_cached_in_linear_time(spy):
+    # the weak references that revive an evicted loss are purged of dead ones as they grow; where every value is
+    # alive (one composition of thousands of distinct mechanisms) the purge is not run again at every new value:
+    # 10,000 distinct Gaussians took 2.4 s, 49 million revivals
+    from fastpld.mechanisms import cache
+    fastpld.clear_caches()
+    revived = spy(cache, "_revive", lambda shadow: None)
+    n = 5000
+    held = [fastpld.Gaussian(20.0 + 1e-3 * i).privacy_losses() for i in range(n)]
+    assert len(revived) < 4 * n, len(revived)
+    del held
+    fastpld.clear_caches()
+
+
 def test_a_kept_answer_pickles_as_its_own_class():
     # the cache hands out answers of a class made at run time (KeptDominancePLD), which pickle cannot find by name:
     # they pickle as the answer's own class, without the remembered queries (conftest keeps no answers: made here)

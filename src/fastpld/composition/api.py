@@ -110,7 +110,8 @@ def _merged_gaussians(parts):
     single part where a schedule of many noise levels had one each.  The computed ``mu`` is within
     ``_MERGED_MU_REL`` of the exact one, which the merged loss charges (:class:`fastpld.mechanisms.GaussianLoss`'s
     ``mu_rel``).  One Gaussian part is left as it is (its copies' plan is the homogeneous one's)."""
-    gauss = [(loss, c) for loss, c in parts if type(loss) is _mechanisms.GaussianLoss and not loss.mu_rel]
+    G = _mechanisms.GaussianLoss  # (once: the package's attribute costs microseconds a lookup)
+    gauss = [(loss, c) for loss, c in parts if type(loss) is G and not loss.mu_rel]
     if len(gauss) < 2 or not _MERGE_GAUSSIANS:
         return parts
     mu = math.sqrt(math.fsum(float(c) * (loss.mu * loss.mu) for loss, c in gauss))
@@ -118,10 +119,10 @@ def _merged_gaussians(parts):
         return parts
     # (one loss object per merged schedule: equal questions share it, as the answers kept are keyed by it)
     key = ("merged Gaussian", tuple(sorted((loss.mu, c) for loss, c in gauss)))
-    merged = _mechanisms._cached(key, lambda: _mechanisms.GaussianLoss(mu, mu_rel=_MERGED_MU_REL))
+    merged = _mechanisms._cached(key, lambda: G(mu, mu_rel=_MERGED_MU_REL))
     out, placed = [], False
     for loss, c in parts:
-        if type(loss) is _mechanisms.GaussianLoss and not loss.mu_rel:
+        if type(loss) is G and not loss.mu_rel:
             if not placed:
                 out.append((merged, 1))
                 placed = True
