@@ -64,7 +64,17 @@ def _atom_masses(loss: ContinuousLoss, atoms):
 
 def _subsampled_masses(loss: SubsampledLoss):
     """``(P-masses, masses)`` of a subsampled loss's atoms (the images of its pair's, in their order) from the pair's
-    closed forms, where the loss's CDF through g^-1 may round across them; ``None`` where they are not its pair's."""
+    closed forms, where the loss's CDF through g^-1 may round across them; ``None`` where they are not its pair's.
+    Kept on the loss (a function of it alone): a composition's leaves, their anchor and the dominated leaf ask for
+    them again (three times an answer of a subsampled Laplace)."""
+    memo = loss.__dict__.get("_subsampled_masses_memo")
+    if memo is None:
+        memo = loss.__dict__["_subsampled_masses_memo"] = (_subsampled_masses_of(loss),)
+    return None if memo[0] is None else tuple(a.copy() for a in memo[0])  # (copies: callers may write them)
+
+
+def _subsampled_masses_of(loss: SubsampledLoss):
+    """:func:`_subsampled_masses`, computed."""
     pair = loss.pair
     if len(pair.atoms) != len(loss.atoms):
         return None
