@@ -226,3 +226,14 @@ def test_bench_mechanisms_quick(tmp_path):
         if "time" in r["dp_accounting"]:
             assert _finite(f["time"]) and _finite(r["dp_accounting"]["time"]), r
             assert r["dp_accounting"]["upper"] >= lo * (1 - 1e-9), r  # (its pessimistic answer: an upper bound)
+
+
+def test_bench_many_parts_quick(tmp_path):
+    script = os.path.join(ROOT, "benchmarks", "bench_many_parts.py")
+    p = subprocess.run([sys.executable, script, "--sizes", "20", "--repeat", "1", "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    rows = json.loads((tmp_path / "many_parts.json").read_text())["rows"]
+    assert [r["family"] for r in rows] == ["Gaussian levels", "subsampled Gaussian levels", "pure-DP ledger"]
+    for r in rows:
+        assert r["parts"] == 20 and _finite(r["time"]) and 0 < r["lower"] <= r["upper"] <= r["lower"] * (1 + 1e-3), r
