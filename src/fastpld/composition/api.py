@@ -117,9 +117,9 @@ def _merged_gaussians(parts):
     mu = math.sqrt(math.fsum(float(c) * (loss.mu * loss.mu) for loss, c in gauss))
     if not 1e-100 <= mu <= 1e100:  # (the range of a Gaussian's noise ratio: its loss's arithmetic)
         return parts
-    # (one loss object per merged schedule: equal questions share it, as the answers kept are keyed by it)
-    key = ("merged Gaussian", tuple(sorted((loss.mu, c) for loss, c in gauss)))
-    merged = _mechanisms._cached(key, lambda: G(mu, mu_rel=_MERGED_MU_REL))
+    # (one loss object per merged mu -- all the merged loss depends on; fsum's sum does not depend on the parts'
+    # order -- so equal questions share it, as the answers kept are keyed by it)
+    merged = _mechanisms._cached(("merged Gaussian", mu, _MERGED_MU_REL), lambda: G(mu, mu_rel=_MERGED_MU_REL))
     out, placed = [], False
     for loss, c in parts:
         if type(loss) is G and not loss.mu_rel:
