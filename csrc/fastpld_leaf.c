@@ -420,6 +420,108 @@ int fpld_gauss_panels(const double *lo, const double *c0, const double *c1, ptrd
     return FPLD_OK;
 }
 
+/* The Poisson-subsampled Laplace loss's panel rules (numpy reference: fastpld.dominance.rules._panels with
+ * SubsampledLoss.pdf and pdf_error of the Laplace pair, and fastpld.dominance.rules._psl_truncation; the same
+ * operations in the same order, libm's exp, expm1 and log in place of numpy's).  e0: the pair's eps0; l = g^-1(+-y)
+ * and dl/dy as for the subsampled Gaussian (psg_em1, psg_l, psg_dl: _kernels.subsampled_ginv's operations). */
+static inline double psl_pair_pdf(double l, double e, int which_q)
+{
+    if (!(l > -e && l < e))
+        return 0.0;
+    double c = l < -e ? -e : (l > e ? e : l);
+    return which_q ? 0.25 * exp((c - e) / 2) : 0.25 * exp(-(c + e) / 2);
+}
+
+/* _psl_sup: the largest |f| where Re tau <= tau_max and tau lies gap above log(1 - q) */
+static inline double psl_sup(double e0, double q, int remove, double tau_max, double gap)
+{
+    double wmin = (1.0 - q) * expm1(gap) / q * (1 - 1e-9);
+    double dens = remove ? (1 - q) * pow(wmin, -1.5) + q * pow(wmin, -0.5) : pow(wmin, -1.5);
+    return 0.25 * exp(-e0 / 2) / q * exp(tau_max) * dens;
+}
+
+void fpld_psl_rule_bound(double lo, double c0, double c1, double e0, double q, int remove, double ylo, double *R)
+{
+    const double u = 0x1p-53;
+    double W = c1 - c0, ya = lo + c0, yb = lo + c1, A = remove ? ya : -yb, B = remove ? yb : -ya;
+    double gap = (A - ylo) - 8 * u * (fabs(A) + fabs(ylo)), best = INFINITY, rb = 0.0;
+    int bad = !(gap > 0) || !(W < 1e300);
+    static const double fr[3] = {0.25, 0.5, 0.75};
+    for (int k = 0; k < 3; k++) {
+        double r = fmin(fr[k] * gap, 1.0);
+        if (!(r > 0))
+            continue;
+        double wr = W / r, wr2 = wr * wr, wr10 = wr2 * wr2 * wr2 * wr2 * wr2;
+        double Rk = GL5_CAUCHY * W * wr10 * psl_sup(e0, q, remove, B + r, gap - r);
+        if (Rk < best) {
+            best = Rk;
+            rb = r;
+        }
+    }
+    best = (bad || !(best < INFINITY)) ? INFINITY : best * (1 + 1e-6);
+    if (!(W > 0)) {
+        R[0] = R[1] = R[2] = 0.0;
+        return;
+    }
+    R[0] = best;
+    R[1] = best * expm1(c1 + rb) * (1 + 1e-6);
+    R[2] = best * exp(rb - c0) * (1 + 1e-6);
+}
+
+int fpld_psl_panels(const double *lo, const double *c0, const double *c1, ptrdiff_t n, double e0, double q,
+                    int remove, const double *x5, const double *w5, double *out, double *eout)
+{
+    if (n < 0 || !(q > 0 && q < 1) || !(e0 > 0))
+        return FPLD_EINVAL;
+    const double u = 0x1p-53;
+    double logq = log(q), ylo = log1p(-q), lq = fabs(logq) + fabs(ylo);
+    double kc0 = NAN, kc1 = NAN, em[5], ex[5], tn[5];
+    for (ptrdiff_t i = 0; i < n; i++) {
+        double half = 0.5 * (c1[i] - c0[i]);
+        if (!(c0[i] == kc0 && c1[i] == kc1)) {
+            kc0 = c0[i];
+            kc1 = c1[i];
+            for (int j = 0; j < 5; j++) {
+                tn[j] = c0[i] + half * (1.0 + x5[j]);
+                em[j] = -expm1(-tn[j]);
+                ex[j] = exp(-tn[j]);
+            }
+        }
+        double I[3] = {0, 0, 0}, E[3] = {0, 0, 0};
+        for (int j = 0; j < 5; j++) {
+            double y = lo[i] + tn[j], tt = remove ? y : -y;
+            double em1 = psg_em1(tt, ylo), l = psg_l(tt, em1, q, logq, ylo), dl = psg_dl(tt, em1, q);
+            double dens = remove ? ((1 - q) * psl_pair_pdf(l, e0, 0) + q * psl_pair_pdf(l, e0, 1)) * dl
+                                 : psl_pair_pdf(l, e0, 0) * dl;
+            if (!isfinite(dens))
+                dens = 0.0;
+            double fw = (dens * half) * w5[j];
+            I[0] += fw;
+            I[1] += fw * em[j];
+            I[2] += fw * ex[j];
+            if (eout && fw != 0) {
+                /* SubsampledLoss.pdf_error at the node (the node within u (|y| + 4 tn) of the exact one), the Laplace
+                 * pair's slope 1/2 and operations (|l| + e0) u / 2 + 9 u */
+                double delta = u * (fabs(y) + 4 * tn[j]) + (tt < 0 ? u * fabs(tt - ylo) + 8 * u * fabs(ylo) : 0.0);
+                double dlz = 10 * u * (1 + 2 * fabs(l) + 2 * lq) + fabs(dl) * delta;
+                double ops = (0.5 * (fabs(l) + e0) + 9) * u;
+                double xl = (0.5 * dlz + ops + 15 * u + fabs(dl - 1.0) * delta) * (1 + 1e-6);
+                double rel = (xl < 0.5 ? xl * (1 + xl) : INFINITY) + 12 * u;
+                add_error_terms(E, fw, em[j], ex[j], rel, fabs(fw) * ex[j] * (4 * u * tn[j]));
+            }
+        }
+        double Rt[3];
+        fpld_psl_rule_bound(lo[i], c0[i], c1[i], e0, q, remove, ylo, Rt);
+        for (int k = 0; k < 3; k++) {
+            out[2 * k * n + i] = I[k];
+            out[(2 * k + 1) * n + i] = Rt[k] + 16 * u * I[k];
+            if (eout)
+                eout[k * n + i] = E[k];
+        }
+    }
+    return FPLD_OK;
+}
+
 /* The same in u = log(distance to the end), for fpld_psg_logpanels (numpy reference: fastpld.dominance.rules.
  * _psg_log_truncation): the panel [bot, top] of u - log dfar, the distance d = dfar e^u, the offset t = end + sgn d
  * from lo.  In tt = +-y, tt = log(1 - q) + d, so l = log(1 - q) - log q + log(expm1(d)) and the integrand in u is

@@ -46,6 +46,13 @@ int fpld_gauss_panels(const double *lo, const double *c0, const double *c1, ptrd
                       double mu_rel, const double *x5, const double *w5, double *out, double *eout);
 void fpld_gauss_rule_bound(double lo, double c0, double c1, double m, double s, double *R);
 
+/* The same panel rules for the Poisson-subsampled Laplace loss (fastpld.dominance.rules._panels with SubsampledLoss's
+ * density and error bound for the Laplace pair of eps0 e0, 0 < q < 1) and its proved truncation bound
+ * (fastpld.dominance.rules._psl_truncation; ylo = log1p(-q)): the same outputs as fpld_psg_panels. */
+int fpld_psl_panels(const double *lo, const double *c0, const double *c1, ptrdiff_t n, double e0, double q,
+                    int remove, const double *x5, const double *w5, double *out, double *eout);
+void fpld_psl_rule_bound(double lo, double c0, double c1, double e0, double q, int remove, double ylo, double *R);
+
 /* The same rules in u = log(distance to a support end) (fastpld.dominance.rules._log_panels): interval i
  * has the end at offset end_i from lo_i and its far edge at distance dfar_i; its panels k = 0, 1, .. are
  * [max(-(k + 1) step_i, ulo_i), -k step_i] in u - log dfar_i, from 0 down to ulo_i <= 0 (at least one); the

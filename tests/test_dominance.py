@@ -204,6 +204,28 @@ def test_compiled_gaussian_panels_agree_with_their_reference(mu, mu_rel, monkeyp
         np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-300)
 
 
+@pytest.mark.skipif(D._kernels._leaf is None, reason="compiled leaf kernels not built")
+@pytest.mark.parametrize("scale,q", [(1.0, 0.05), (2.0, 0.01), (0.1, 0.3), (8.0, 1e-3)])
+def test_compiled_subsampled_laplace_panels_agree_with_their_reference(scale, q, monkeypatch):
+    # (fpld_psl_panels against rules._panels's numpy code: the subsampled Laplace's density and pdf_error and
+    # _psl_truncation's proved bound, both directions, panels across the support and past its end)
+    rng = np.random.default_rng(7)
+    for loss in fastpld.PoissonSubsampledLaplace(scale, q).privacy_losses().values():
+        s_lo, s_hi = loss.support
+        span = s_hi - s_lo
+        lo = np.sort(s_lo + span * rng.uniform(-0.05, 1.0, 400))
+        w = span * 10 ** rng.uniform(-5, -0.5, 400)
+        c0 = np.where(rng.random(400) < 0.3, rng.uniform(0, 1, 400) * w, 0.0)
+        c1 = c0 + w * rng.uniform(0.01, 1.0, 400)
+        got = D._panels(loss, lo, c0, c1)
+        monkeypatch.setattr(D._kernels, "_core", None)  # the numpy rules
+        ref = D._panels(loss, lo, c0, c1)
+        monkeypatch.undo()
+        for g, r in zip(got, ref):  # (libm's exp, expm1, log and pow against numpy's: a few ulps)
+            assert np.array_equal(np.isinf(g), np.isinf(r)) and np.array_equal(g == 0, r == 0)
+            np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-300)
+
+
 @pytest.mark.parametrize("backend", [b for b in ("native", "numpy") if b in _fft.available_backends()])
 @pytest.mark.parametrize("sigma,k", [(30.0, 10_000), (2.0, 16), (5.0, 1000)])
 def test_gaussian_oracle(backend, sigma, k):

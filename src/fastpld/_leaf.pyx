@@ -22,6 +22,8 @@ cdef extern from "fastpld_leaf.h" nogil:
                              int remove, double *R)
     int fpld_gauss_panels(const double *lo, const double *c0, const double *c1, Py_ssize_t n, double m, double s,
                           double mu_rel, const double *x5, const double *w5, double *out, double *eout)
+    int fpld_psl_panels(const double *lo, const double *c0, const double *c1, Py_ssize_t n, double e0, double q,
+                        int remove, const double *x5, const double *w5, double *out, double *eout)
     int fpld_psg_logpanels(const double *lo, const double *end, const double *dfar, const double *ulo,
                            const double *steps, Py_ssize_t n, double sgn, double q, double v, double sd, int remove,
                            const double *x5, const double *w5, double *out)
@@ -185,6 +187,24 @@ def gauss_panels(const double[::1] lo, const double[::1] c0, const double[::1] c
                                        &ov[6, 0])
     if status != 0:
         raise ValueError("gauss_panels: invalid argument")
+    return tuple(out)
+
+
+def psl_panels(const double[::1] lo, const double[::1] c0, const double[::1] c1, double e0, double q, bint remove,
+               const double[::1] x5, const double[::1] w5):
+    """``(a, a_err, n, n_err, b, b_err, ea, en, eb)`` of ``fpld_psl_panels``, the Poisson-subsampled Laplace loss's
+    (the pair's ``eps0`` ``e0``; reference: ``fastpld.dominance.rules._panels``)."""
+    cdef Py_ssize_t n = lo.shape[0]
+    if c0.shape[0] != n or c1.shape[0] != n or x5.shape[0] != 5 or w5.shape[0] != 5:
+        raise ValueError("psl_panels: need n panels and the 5-point Gauss-Legendre rule")
+    out = np.empty((9, n), dtype=np.float64)
+    cdef double[:, ::1] ov = out
+    cdef int status = 0
+    if n:
+        with nogil:
+            status = fpld_psl_panels(&lo[0], &c0[0], &c1[0], n, e0, q, remove, &x5[0], &w5[0], &ov[0, 0], &ov[6, 0])
+    if status != 0:
+        raise ValueError("psl_panels: invalid argument")
     return tuple(out)
 
 

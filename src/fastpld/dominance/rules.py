@@ -433,6 +433,12 @@ def _panels(loss, lo, c0, c1):
         # (the Gaussian's by the compiled fpld_gauss_panels: the same terms; this numpy code is its reference)
         return _kernels._leaf.gauss_panels(*(np.ascontiguousarray(a, dtype=np.float64) for a in (lo, c0, c1)),
                                            loss.m, loss.s, loss.mu_rel, *_GL5_RULE)
+    psl = _psl_params(loss)
+    if psl is not None and _kernels._core is not None and _kernels._leaf is not None:
+        # (the subsampled Laplace's by the compiled fpld_psl_panels, likewise; its proved bound has no NaN -- no panel
+        # it does not cover -- so the 4-point rule never runs for it here either)
+        return _kernels._leaf.psl_panels(*(np.ascontiguousarray(a, dtype=np.float64) for a in (lo, c0, c1)),
+                                         float(psl[0]), float(psl[1]), bool(psl[2]), *_GL5_RULE)
     # (the 5-point truncation error, proved where :func:`_proved_truncation` has it: the choices read it, and refine
     # or take the log-distance rules where it is loose, near an end; NaN on a panel it does not cover -- the symmetric
     # loss's kink at 0 -- and the 4-point rule runs for its estimate)
