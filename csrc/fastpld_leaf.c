@@ -207,6 +207,24 @@ static double psg_end_tail(double d, double s_end, int side, double q, double v,
  * at most gap / 2 and 1; any r gives a bound.  R[3]: the bounds of the three integrals (infinite where the panel
  * reaches the support's end). */
 #define GL5_CAUCHY 1.4316e-6 /* (5!)^4 10! / (11 (10!)^3) = 1.43155e-6, rounded up */
+static inline double cauchy_wr10(double W, double r)
+{
+    double wr = W / r, wr2 = wr * wr;
+    return wr2 * wr2 * wr2 * wr2 * wr2;
+}
+
+/* The rules' bounds R[3] of a lattice panel from best, the bound of int f at radius rb: the weights 1 - e^-t and
+ * e^-t are at most e^(c1 + rb) - 1 and e^(rb - c0) on the stadium (0 on an empty panel) */
+static inline void lattice_weights(double best, double rb, double W, double c0, double c1, double *R)
+{
+    if (!(W > 0)) {
+        R[0] = R[1] = R[2] = 0.0;
+        return;
+    }
+    R[0] = best;
+    R[1] = best * expm1(c1 + rb) * (1 + 1e-6);
+    R[2] = best * exp(rb - c0) * (1 + 1e-6);
+}
 static inline double psg_gauss_sup(double la, double lb, double D, double v)
 {
     double mn = (la <= 0 && lb >= 0) ? 0.0 : fmin(fabs(la), fabs(lb)), mx = fmax(fabs(la), fabs(lb));
@@ -230,8 +248,7 @@ static inline double psg_cauchy(double W, double r, double lA, double lB, double
     double h = v / 2;
     double M = remove ? (1 - q) * psg_gauss_sup(lA + h, lB + h, D, v) + q * psg_gauss_sup(lA - h, lB - h, D, v)
                       : psg_gauss_sup(lA + h, lB + h, D, v);
-    double wr = W / r, wr2 = wr * wr, wr10 = wr2 * wr2 * wr2 * wr2 * wr2;
-    return GL5_CAUCHY * W * wr10 * (M * cden * jac);
+    return GL5_CAUCHY * W * cauchy_wr10(W, r) * (M * cden * jac);
 }
 
 void fpld_psg_rule_bound(double lo, double c0, double c1, double q, double v, double sd, double logq, double ylo,
@@ -272,20 +289,26 @@ void fpld_psg_rule_bound(double lo, double c0, double c1, double q, double v, do
         R[0] = R[1] = R[2] = INFINITY;
         return;
     }
-    best *= 1 + 1e-6; /* (this evaluation's own rounding: a few dozen u, and the exponent's, relative ~ u |exponent|) */
-    R[0] = best;
-    R[1] = best * expm1(c1 + rb) * (1 + 1e-6);
-    R[2] = best * exp(rb - c0) * (1 + 1e-6);
+    /* (1e-6: this evaluation's own rounding, a few dozen u, and the exponent's, relative ~ u |exponent|) */
+    lattice_weights(best * (1 + 1e-6), rb, W, c0, c1, R);
 }
 
-int fpld_psg_panels(const double *lo, const double *c0, const double *c1, ptrdiff_t n, double q, double v,
-                    double sd, int remove, const double *x5, const double *w5, double *out, double *eout)
+/* One loss's density at a 5-point node y (tn: its offset from the panel's start, c0 <= tn) and, where rel is not
+ * NULL and the density not 0, the relative error bound of the computed value against the exact density at the exact
+ * node (the node within u (|y| + 4 tn) of it); and its rules' proved truncation bound R[3] on a panel */
+typedef double (*panel_density_fn)(const void *par, double y, double tn, double *rel);
+typedef void (*panel_bound_fn)(const void *par, double lo, double c0, double c1, double *R);
+
+/* The 5-point rules on the panels [lo_i + c0_i, lo_i + c1_i] of one loss's density (fpld_psg_panels and the others:
+ * the same loop, the loss's density, error bound and proved truncation bound passed in): out[6 n] = {a, a_err, n,
+ * n_err, b, b_err} with err = R + 16 u I5; eout[3 n] (unless NULL) the 5-point terms' sums weighted by their
+ * relative error bounds, the weights' 12 u and their move by the rounded tn (e^-t 4 u tn, absolute: 1 - e^-t is
+ * small near tn = 0) included */
+static void panels_run(const double *lo, const double *c0, const double *c1, ptrdiff_t n, const double *x5,
+                       const double *w5, const void *par, panel_density_fn density, panel_bound_fn bound,
+                       double *out, double *eout)
 {
-    if (n < 0 || !(q > 0 && q < 1) || !(v > 0) || !(sd > 0))
-        return FPLD_EINVAL;
     const double u = 0x1p-53;
-    double logq = log(q), ylo = log1p(-q), h = v / 2, cden = 1.0 / (sd * 2.5066282746310002);
-    double lq = fabs(logq) + fabs(ylo), isd = 1.0 / sd;
     /* e^-t and -expm1(-t) per node, kept while consecutive panels share (c0, c1) (most do) */
     double kc0 = NAN, kc1 = NAN, em[5], ex[5], tn[5];
     for (ptrdiff_t i = 0; i < n; i++) {
@@ -301,27 +324,19 @@ int fpld_psg_panels(const double *lo, const double *c0, const double *c1, ptrdif
         }
         double I[3] = {0, 0, 0}, E[3] = {0, 0, 0};
         for (int j = 0; j < 5; j++) {
-            double y = lo[i] + tn[j], tt = remove ? y : -y;
-            double em1 = psg_em1(tt, ylo), l = psg_l(tt, em1, q, logq, ylo), dl = psg_dl(tt, em1, q);
-            double dens = psg_density_dl(dl, l, q, h, sd, cden, remove);
+            double rel = 0.0;
+            double dens = density(par, lo[i] + tn[j], tn[j], eout ? &rel : NULL);
             double fw = (dens * half) * w5[j];
             I[0] += fw;
             I[1] += fw * em[j];
             I[2] += fw * ex[j];
-            if (eout && fw != 0) {
-                /* the node within u |y| + 4 u tn of the exact one (tn = c0 + half (1 + x), c0 >= 0), and for t
-                 * below 0 the argument t - log(1 - q) of expm1 within u |t - log(1 - q)| + 8 u |log(1 - q)|; the
-                 * weights 1 - e^-t and e^-t within 12 u of their values at the rounded tn, which moves both by up
-                 * to e^-t 4 u tn (absolute: 1 - e^-t is small near tn = 0) */
-                double delta = u * (fabs(y) + 4 * tn[j]) + (tt < 0 ? u * fabs(tt - ylo) + 8 * u * fabs(ylo) : 0.0);
-                add_error_terms(E, fw, em[j], ex[j], psg_density_rel(l, dl, delta, lq, v, isd) + 12 * u,
-                                fabs(fw) * ex[j] * (4 * u * tn[j]));
-            }
+            if (eout && fw != 0)
+                add_error_terms(E, fw, em[j], ex[j], rel + 12 * u, fabs(fw) * ex[j] * (4 * u * tn[j]));
         }
         /* the 5-point rule's truncation error, proved (the choices read it: where it is loose -- near the support's
          * end -- they refine or take the log-distance rules) */
         double Rt[3];
-        fpld_psg_rule_bound(lo[i], c0[i], c1[i], q, v, sd, logq, ylo, remove, Rt);
+        bound(par, lo[i], c0[i], c1[i], Rt);
         for (int m = 0; m < 3; m++) {
             out[2 * m * n + i] = I[m];
             out[(2 * m + 1) * n + i] = Rt[m] + 16 * u * I[m];
@@ -329,6 +344,43 @@ int fpld_psg_panels(const double *lo, const double *c0, const double *c1, ptrdif
                 eout[m * n + i] = E[m];
         }
     }
+}
+
+/* The subsampled Gaussian's density and bounds for panels_run */
+struct psg_par {
+    double q, v, sd, logq, ylo, h, cden, lq, isd;
+    int remove;
+};
+
+static double psg_panel_density(const void *vp, double y, double tn, double *rel)
+{
+    const struct psg_par *P = vp;
+    const double u = 0x1p-53;
+    double tt = P->remove ? y : -y;
+    double em1 = psg_em1(tt, P->ylo), l = psg_l(tt, em1, P->q, P->logq, P->ylo), dl = psg_dl(tt, em1, P->q);
+    double dens = psg_density_dl(dl, l, P->q, P->h, P->sd, P->cden, P->remove);
+    if (rel && dens != 0) {
+        /* for t below 0 the argument t - log(1 - q) of expm1 within u |t - log(1 - q)| + 8 u |log(1 - q)| */
+        double delta = u * (fabs(y) + 4 * tn) + (tt < 0 ? u * fabs(tt - P->ylo) + 8 * u * fabs(P->ylo) : 0.0);
+        *rel = psg_density_rel(l, dl, delta, P->lq, P->v, P->isd);
+    }
+    return dens;
+}
+
+static void psg_panel_bound(const void *vp, double lo, double c0, double c1, double *R)
+{
+    const struct psg_par *P = vp;
+    fpld_psg_rule_bound(lo, c0, c1, P->q, P->v, P->sd, P->logq, P->ylo, P->remove, R);
+}
+
+int fpld_psg_panels(const double *lo, const double *c0, const double *c1, ptrdiff_t n, double q, double v,
+                    double sd, int remove, const double *x5, const double *w5, double *out, double *eout)
+{
+    if (n < 0 || !(q > 0 && q < 1) || !(v > 0) || !(sd > 0))
+        return FPLD_EINVAL;
+    struct psg_par P = {q, v, sd, log(q), log1p(-q), v / 2, 1.0 / (sd * 2.5066282746310002), 0.0, 1.0 / sd, remove};
+    P.lq = fabs(P.logq) + fabs(P.ylo);
+    panels_run(lo, c0, c1, n, x5, w5, &P, psg_panel_density, psg_panel_bound, out, eout);
     return FPLD_OK;
 }
 
@@ -350,21 +402,46 @@ void fpld_gauss_rule_bound(double lo, double c0, double c1, double m, double s, 
         double r = k == 0 ? r0 : (k == 1 ? 0.5 * r0 : fmin(2 * r0, 1.0));
         if (!(r > 0))
             continue;
-        double wr = W / r, wr2 = wr * wr, wr10 = wr2 * wr2 * wr2 * wr2 * wr2;
-        double Rk = GL5_CAUCHY * W * wr10 * (cden * psg_gauss_sup(la, lb, r, v));
+        double Rk = GL5_CAUCHY * W * cauchy_wr10(W, r) * (cden * psg_gauss_sup(la, lb, r, v));
         if (Rk < best) {
             best = Rk;
             rb = r;
         }
     }
-    best = best < INFINITY ? best * (1 + 1e-6) : INFINITY;
-    if (!(W > 0)) {
-        R[0] = R[1] = R[2] = 0.0;
-        return;
+    lattice_weights(best < INFINITY ? best * (1 + 1e-6) : INFINITY, rb, W, c0, c1, R);
+}
+
+/* The Gaussian's density (GaussianLoss.pdf) and error bound (GaussianLoss.pdf_error) for panels_run */
+struct gauss_par {
+    double m, s, mu_rel, snorm, am;
+};
+
+static double gauss_panel_density(const void *vp, double y, double tn, double *rel)
+{
+    const struct gauss_par *P = vp;
+    const double u = 0x1p-53;
+    double z = (y - P->m) / P->s;
+    double dens = exp(-0.5 * z * z) / P->snorm;
+    if (rel && dens != 0) {
+        double za = fabs(z), dt = u * (fabs(y) + 4 * tn);
+        double a = (dt + u * P->am) / P->s, xl;
+        if (P->mu_rel > 0) {
+            /* (the parameter's uncertainty: a point within GaussianLoss._param_shift more, the scale 1.01 r) */
+            a = a + (1.02 * P->mu_rel * (fabs(y - P->m) + 2 * P->am)) / P->s;
+            xl = (2.5 * za * za + 16) * u + za * a + 0.5 * a * a + 1.01 * P->mu_rel;
+        } else {
+            xl = (2.5 * za * za + 16) * u + za * a + 0.5 * a * a;
+        }
+        xl *= 1 + 1e-6;
+        *rel = xl < 0.5 ? xl * (1 + xl) : INFINITY;
     }
-    R[0] = best;
-    R[1] = best * expm1(c1 + rb) * (1 + 1e-6);
-    R[2] = best * exp(rb - c0) * (1 + 1e-6);
+    return dens;
+}
+
+static void gauss_panel_bound(const void *vp, double lo, double c0, double c1, double *R)
+{
+    const struct gauss_par *P = vp;
+    fpld_gauss_rule_bound(lo, c0, c1, P->m, P->s, R);
 }
 
 int fpld_gauss_panels(const double *lo, const double *c0, const double *c1, ptrdiff_t n, double m, double s,
@@ -372,51 +449,8 @@ int fpld_gauss_panels(const double *lo, const double *c0, const double *c1, ptrd
 {
     if (n < 0 || !(s > 0) || !(mu_rel >= 0))
         return FPLD_EINVAL;
-    const double u = 0x1p-53;
-    double snorm = s * 2.5066282746310002, am = fabs(m);
-    double kc0 = NAN, kc1 = NAN, em[5], ex[5], tn[5];
-    for (ptrdiff_t i = 0; i < n; i++) {
-        double half = 0.5 * (c1[i] - c0[i]);
-        if (!(c0[i] == kc0 && c1[i] == kc1)) {
-            kc0 = c0[i];
-            kc1 = c1[i];
-            for (int j = 0; j < 5; j++) {
-                tn[j] = c0[i] + half * (1.0 + x5[j]);
-                em[j] = -expm1(-tn[j]);
-                ex[j] = exp(-tn[j]);
-            }
-        }
-        double I[3] = {0, 0, 0}, E[3] = {0, 0, 0};
-        for (int j = 0; j < 5; j++) {
-            double y = lo[i] + tn[j], z = (y - m) / s;
-            double fw = ((exp(-0.5 * z * z) / snorm) * half) * w5[j];
-            I[0] += fw;
-            I[1] += fw * em[j];
-            I[2] += fw * ex[j];
-            if (eout && fw != 0) {
-                /* GaussianLoss.pdf_error at the node, the node within u (|y| + 4 tn) of the exact one */
-                double za = fabs(z), dt = u * (fabs(y) + 4 * tn[j]);
-                double a = (dt + u * am) / s, xl;
-                if (mu_rel > 0) {
-                    a = a + (1.02 * mu_rel * (fabs(y - m) + 2 * am)) / s;
-                    xl = (2.5 * za * za + 16) * u + za * a + 0.5 * a * a + 1.01 * mu_rel;
-                } else {
-                    xl = (2.5 * za * za + 16) * u + za * a + 0.5 * a * a;
-                }
-                xl *= 1 + 1e-6;
-                double rel = (xl < 0.5 ? xl * (1 + xl) : INFINITY) + 12 * u;
-                add_error_terms(E, fw, em[j], ex[j], rel, fabs(fw) * ex[j] * (4 * u * tn[j]));
-            }
-        }
-        double Rt[3];
-        fpld_gauss_rule_bound(lo[i], c0[i], c1[i], m, s, Rt);
-        for (int k = 0; k < 3; k++) {
-            out[2 * k * n + i] = I[k];
-            out[(2 * k + 1) * n + i] = Rt[k] + 16 * u * I[k];
-            if (eout)
-                eout[k * n + i] = E[k];
-        }
-    }
+    struct gauss_par P = {m, s, mu_rel, s * 2.5066282746310002, fabs(m)};
+    panels_run(lo, c0, c1, n, x5, w5, &P, gauss_panel_density, gauss_panel_bound, out, eout);
     return FPLD_OK;
 }
 
@@ -451,21 +485,46 @@ void fpld_psl_rule_bound(double lo, double c0, double c1, double e0, double q, i
         double r = fmin(fr[k] * gap, 1.0);
         if (!(r > 0))
             continue;
-        double wr = W / r, wr2 = wr * wr, wr10 = wr2 * wr2 * wr2 * wr2 * wr2;
-        double Rk = GL5_CAUCHY * W * wr10 * psl_sup(e0, q, remove, B + r, gap - r);
+        double Rk = GL5_CAUCHY * W * cauchy_wr10(W, r) * psl_sup(e0, q, remove, B + r, gap - r);
         if (Rk < best) {
             best = Rk;
             rb = r;
         }
     }
-    best = (bad || !(best < INFINITY)) ? INFINITY : best * (1 + 1e-6);
-    if (!(W > 0)) {
-        R[0] = R[1] = R[2] = 0.0;
-        return;
+    lattice_weights((bad || !(best < INFINITY)) ? INFINITY : best * (1 + 1e-6), rb, W, c0, c1, R);
+}
+
+/* The subsampled Laplace's density (SubsampledLoss.pdf) and error bound (SubsampledLoss.pdf_error: the Laplace pair's
+ * slope 1/2 and operations (|l| + e0) u / 2 + 9 u) for panels_run */
+struct psl_par {
+    double e0, q, logq, ylo, lq;
+    int remove;
+};
+
+static double psl_panel_density(const void *vp, double y, double tn, double *rel)
+{
+    const struct psl_par *P = vp;
+    const double u = 0x1p-53;
+    double tt = P->remove ? y : -y, q = P->q;
+    double em1 = psg_em1(tt, P->ylo), l = psg_l(tt, em1, q, P->logq, P->ylo), dl = psg_dl(tt, em1, q);
+    double dens = P->remove ? ((1 - q) * psl_pair_pdf(l, P->e0, 0) + q * psl_pair_pdf(l, P->e0, 1)) * dl
+                            : psl_pair_pdf(l, P->e0, 0) * dl;
+    if (!isfinite(dens))
+        dens = 0.0;
+    if (rel && dens != 0) {
+        double delta = u * (fabs(y) + 4 * tn) + (tt < 0 ? u * fabs(tt - P->ylo) + 8 * u * fabs(P->ylo) : 0.0);
+        double dlz = 10 * u * (1 + 2 * fabs(l) + 2 * P->lq) + fabs(dl) * delta;
+        double ops = (0.5 * (fabs(l) + P->e0) + 9) * u;
+        double xl = (0.5 * dlz + ops + 15 * u + fabs(dl - 1.0) * delta) * (1 + 1e-6);
+        *rel = xl < 0.5 ? xl * (1 + xl) : INFINITY;
     }
-    R[0] = best;
-    R[1] = best * expm1(c1 + rb) * (1 + 1e-6);
-    R[2] = best * exp(rb - c0) * (1 + 1e-6);
+    return dens;
+}
+
+static void psl_panel_bound(const void *vp, double lo, double c0, double c1, double *R)
+{
+    const struct psl_par *P = vp;
+    fpld_psl_rule_bound(lo, c0, c1, P->e0, P->q, P->remove, P->ylo, R);
 }
 
 int fpld_psl_panels(const double *lo, const double *c0, const double *c1, ptrdiff_t n, double e0, double q,
@@ -473,52 +532,9 @@ int fpld_psl_panels(const double *lo, const double *c0, const double *c1, ptrdif
 {
     if (n < 0 || !(q > 0 && q < 1) || !(e0 > 0))
         return FPLD_EINVAL;
-    const double u = 0x1p-53;
-    double logq = log(q), ylo = log1p(-q), lq = fabs(logq) + fabs(ylo);
-    double kc0 = NAN, kc1 = NAN, em[5], ex[5], tn[5];
-    for (ptrdiff_t i = 0; i < n; i++) {
-        double half = 0.5 * (c1[i] - c0[i]);
-        if (!(c0[i] == kc0 && c1[i] == kc1)) {
-            kc0 = c0[i];
-            kc1 = c1[i];
-            for (int j = 0; j < 5; j++) {
-                tn[j] = c0[i] + half * (1.0 + x5[j]);
-                em[j] = -expm1(-tn[j]);
-                ex[j] = exp(-tn[j]);
-            }
-        }
-        double I[3] = {0, 0, 0}, E[3] = {0, 0, 0};
-        for (int j = 0; j < 5; j++) {
-            double y = lo[i] + tn[j], tt = remove ? y : -y;
-            double em1 = psg_em1(tt, ylo), l = psg_l(tt, em1, q, logq, ylo), dl = psg_dl(tt, em1, q);
-            double dens = remove ? ((1 - q) * psl_pair_pdf(l, e0, 0) + q * psl_pair_pdf(l, e0, 1)) * dl
-                                 : psl_pair_pdf(l, e0, 0) * dl;
-            if (!isfinite(dens))
-                dens = 0.0;
-            double fw = (dens * half) * w5[j];
-            I[0] += fw;
-            I[1] += fw * em[j];
-            I[2] += fw * ex[j];
-            if (eout && fw != 0) {
-                /* SubsampledLoss.pdf_error at the node (the node within u (|y| + 4 tn) of the exact one), the Laplace
-                 * pair's slope 1/2 and operations (|l| + e0) u / 2 + 9 u */
-                double delta = u * (fabs(y) + 4 * tn[j]) + (tt < 0 ? u * fabs(tt - ylo) + 8 * u * fabs(ylo) : 0.0);
-                double dlz = 10 * u * (1 + 2 * fabs(l) + 2 * lq) + fabs(dl) * delta;
-                double ops = (0.5 * (fabs(l) + e0) + 9) * u;
-                double xl = (0.5 * dlz + ops + 15 * u + fabs(dl - 1.0) * delta) * (1 + 1e-6);
-                double rel = (xl < 0.5 ? xl * (1 + xl) : INFINITY) + 12 * u;
-                add_error_terms(E, fw, em[j], ex[j], rel, fabs(fw) * ex[j] * (4 * u * tn[j]));
-            }
-        }
-        double Rt[3];
-        fpld_psl_rule_bound(lo[i], c0[i], c1[i], e0, q, remove, ylo, Rt);
-        for (int k = 0; k < 3; k++) {
-            out[2 * k * n + i] = I[k];
-            out[(2 * k + 1) * n + i] = Rt[k] + 16 * u * I[k];
-            if (eout)
-                eout[k * n + i] = E[k];
-        }
-    }
+    struct psl_par P = {e0, q, log(q), log1p(-q), 0.0, remove};
+    P.lq = fabs(P.logq) + fabs(P.ylo);
+    panels_run(lo, c0, c1, n, x5, w5, &P, psl_panel_density, psl_panel_bound, out, eout);
     return FPLD_OK;
 }
 

@@ -152,60 +152,55 @@ def psg_rule_bound(const double[::1] lo, const double[::1] c0, const double[::1]
     return tuple(out)
 
 
+cdef int _panels_call(int kind, const double *lo, const double *c0, const double *c1, Py_ssize_t n,
+                      const double *p, const double *x5, const double *w5, double *out) noexcept nogil:
+    if kind == 0:
+        return fpld_psg_panels(lo, c0, c1, n, p[0], p[1], p[2], <int>p[3], x5, w5, out, out + 6 * n)
+    if kind == 1:
+        return fpld_gauss_panels(lo, c0, c1, n, p[0], p[1], p[2], x5, w5, out, out + 6 * n)
+    return fpld_psl_panels(lo, c0, c1, n, p[0], p[1], <int>p[2], x5, w5, out, out + 6 * n)
+
+
+cdef tuple _panels(str name, int kind, const double[::1] lo, const double[::1] c0, const double[::1] c1,
+                   tuple params, const double[::1] x5, const double[::1] w5):
+    """``(a, a_err, n, n_err, b, b_err, ea, en, eb)`` of the panels kernel ``kind`` (0: ``fpld_psg_panels``, 1:
+    ``fpld_gauss_panels``, 2: ``fpld_psl_panels``) with its loss's ``params``."""
+    cdef Py_ssize_t n = lo.shape[0]
+    if c0.shape[0] != n or c1.shape[0] != n or x5.shape[0] != 5 or w5.shape[0] != 5:
+        raise ValueError(f"{name}: need n panels and the 5-point Gauss-Legendre rule")
+    out = np.empty((9, n), dtype=np.float64)
+    cdef double[:, ::1] ov = out
+    cdef double p[4]
+    cdef int status = 0, j
+    for j in range(len(params)):
+        p[j] = float(params[j])
+    if n:
+        with nogil:
+            status = _panels_call(kind, &lo[0], &c0[0], &c1[0], n, p, &x5[0], &w5[0], &ov[0, 0])
+    if status != 0:
+        raise ValueError(f"{name}: invalid argument")
+    return tuple(out)
+
+
 def psg_panels(const double[::1] lo, const double[::1] c0, const double[::1] c1, double q, double v, double sd,
                bint remove, const double[::1] x5, const double[::1] w5):
     """``(a, a_err, n, n_err, b, b_err, ea, en, eb)`` of ``fpld_psg_panels`` (reference:
     ``fastpld.dominance.rules._panels``)."""
-    cdef Py_ssize_t n = lo.shape[0]
-    if c0.shape[0] != n or c1.shape[0] != n or x5.shape[0] != 5 or w5.shape[0] != 5:
-        raise ValueError("psg_panels: need n panels and the 5-point Gauss-Legendre rule")
-    out = np.empty((9, n), dtype=np.float64)
-    cdef double[:, ::1] ov = out
-    cdef int status = 0
-    if n:
-        with nogil:
-            status = fpld_psg_panels(&lo[0], &c0[0], &c1[0], n, q, v, sd, remove, &x5[0], &w5[0], &ov[0, 0],
-                                     &ov[6, 0])
-    if status != 0:
-        raise ValueError("psg_panels: invalid argument")
-    return tuple(out)
+    return _panels("psg_panels", 0, lo, c0, c1, (q, v, sd, 1.0 if remove else 0.0), x5, w5)
 
 
 def gauss_panels(const double[::1] lo, const double[::1] c0, const double[::1] c1, double m, double s,
                  double mu_rel, const double[::1] x5, const double[::1] w5):
-    """``(a, a_err, n, n_err, b, b_err, ea, en, eb)`` of ``fpld_gauss_panels``, the Gaussian loss ``N(m, s^2)``'s
-    (``mu_rel``: its parameter's uncertainty; reference: ``fastpld.dominance.rules._panels``)."""
-    cdef Py_ssize_t n = lo.shape[0]
-    if c0.shape[0] != n or c1.shape[0] != n or x5.shape[0] != 5 or w5.shape[0] != 5:
-        raise ValueError("gauss_panels: need n panels and the 5-point Gauss-Legendre rule")
-    out = np.empty((9, n), dtype=np.float64)
-    cdef double[:, ::1] ov = out
-    cdef int status = 0
-    if n:
-        with nogil:
-            status = fpld_gauss_panels(&lo[0], &c0[0], &c1[0], n, m, s, mu_rel, &x5[0], &w5[0], &ov[0, 0],
-                                       &ov[6, 0])
-    if status != 0:
-        raise ValueError("gauss_panels: invalid argument")
-    return tuple(out)
+    """The same of ``fpld_gauss_panels``, the Gaussian loss ``N(m, s^2)``'s (``mu_rel``: its parameter's
+    uncertainty; reference: ``fastpld.dominance.rules._panels``)."""
+    return _panels("gauss_panels", 1, lo, c0, c1, (m, s, mu_rel), x5, w5)
 
 
 def psl_panels(const double[::1] lo, const double[::1] c0, const double[::1] c1, double e0, double q, bint remove,
                const double[::1] x5, const double[::1] w5):
-    """``(a, a_err, n, n_err, b, b_err, ea, en, eb)`` of ``fpld_psl_panels``, the Poisson-subsampled Laplace loss's
-    (the pair's ``eps0`` ``e0``; reference: ``fastpld.dominance.rules._panels``)."""
-    cdef Py_ssize_t n = lo.shape[0]
-    if c0.shape[0] != n or c1.shape[0] != n or x5.shape[0] != 5 or w5.shape[0] != 5:
-        raise ValueError("psl_panels: need n panels and the 5-point Gauss-Legendre rule")
-    out = np.empty((9, n), dtype=np.float64)
-    cdef double[:, ::1] ov = out
-    cdef int status = 0
-    if n:
-        with nogil:
-            status = fpld_psl_panels(&lo[0], &c0[0], &c1[0], n, e0, q, remove, &x5[0], &w5[0], &ov[0, 0], &ov[6, 0])
-    if status != 0:
-        raise ValueError("psl_panels: invalid argument")
-    return tuple(out)
+    """The same of ``fpld_psl_panels``, the Poisson-subsampled Laplace loss's (the pair's ``eps0`` ``e0``;
+    reference: ``fastpld.dominance.rules._panels``)."""
+    return _panels("psl_panels", 2, lo, c0, c1, (e0, q, 1.0 if remove else 0.0), x5, w5)
 
 
 def psg_logpanels(const double[::1] lo, const double[::1] end, const double[::1] dfar, const double[::1] ulo,
