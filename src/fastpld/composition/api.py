@@ -144,7 +144,9 @@ def compose(mechanism, count: int | None = None, *, eps_error: float | None = No
     ----------
     mechanism : Mechanism or list of (Mechanism, int)
         One mechanism composed ``count`` times, or a heterogeneous list of
-        ``(mechanism, count)`` pairs.
+        ``(mechanism, count)`` pairs.  Gaussian parts at different noise levels or
+        sensitivities are merged into one Gaussian first (exactly; the rounding of the
+        merged parameter is charged), so the result's ``stages`` show one part for them.
     count : int, optional
         Number of compositions of a single ``mechanism``.
     eps_error, delta_error : float
