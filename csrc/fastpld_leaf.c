@@ -460,10 +460,9 @@ int fpld_gauss_panels(const double *lo, const double *c0, const double *c1, ptrd
  * and dl/dy as for the subsampled Gaussian (psg_em1, psg_l, psg_dl: _kernels.subsampled_ginv's operations). */
 static inline double psl_pair_pdf(double l, double e, int which_q)
 {
-    if (!(l > -e && l < e))
+    if (!(l > -e && l < e)) /* (inside, the reference's clip to [-e, e] leaves l as it is) */
         return 0.0;
-    double c = l < -e ? -e : (l > e ? e : l);
-    return which_q ? 0.25 * exp((c - e) / 2) : 0.25 * exp(-(c + e) / 2);
+    return which_q ? 0.25 * exp((l - e) / 2) : 0.25 * exp(-(l + e) / 2);
 }
 
 /* _psl_sup: the largest |f| where Re tau <= tau_max and tau lies gap above log(1 - q) */

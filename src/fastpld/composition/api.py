@@ -111,7 +111,8 @@ def _merged_gaussians(parts):
     ``_MERGED_MU_REL`` of the exact one, which the merged loss charges (:class:`fastpld.mechanisms.GaussianLoss`'s
     ``mu_rel``).  One Gaussian part is left as it is (its copies' plan is the homogeneous one's)."""
     G = _mechanisms.GaussianLoss  # (once: the package's attribute costs microseconds a lookup)
-    gauss = [(loss, c) for loss, c in parts if type(loss) is G and not loss.mu_rel]
+    plain = [type(loss) is G and not loss.mu_rel for loss, _ in parts]  # (one mechanism's Gaussian, not a merged one)
+    gauss = [part for part, g in zip(parts, plain) if g]
     if len(gauss) < 2 or not _MERGE_GAUSSIANS:
         return parts
     mu = math.sqrt(math.fsum(float(c) * (loss.mu * loss.mu) for loss, c in gauss))
@@ -120,15 +121,8 @@ def _merged_gaussians(parts):
     # (one loss object per merged mu -- all the merged loss depends on; fsum's sum does not depend on the parts'
     # order -- so equal questions share it, as the answers kept are keyed by it)
     merged = _mechanisms._cached(("merged Gaussian", mu, _MERGED_MU_REL), lambda: G(mu, mu_rel=_MERGED_MU_REL))
-    out, placed = [], False
-    for loss, c in parts:
-        if type(loss) is G and not loss.mu_rel:
-            if not placed:
-                out.append((merged, 1))
-                placed = True
-        else:
-            out.append((loss, c))
-    return out
+    first = plain.index(True)  # (the merged part where the first Gaussian was)
+    return [(merged, 1) if i == first else part for i, (part, g) in enumerate(zip(parts, plain)) if not g or i == first]
 
 
 _PREFETCH_MIN_PARTS = 32

@@ -416,29 +416,33 @@ def _proved_truncation(loss, lo, c0, c1):
     return None
 
 
+def _compiled_panels(loss):
+    """``(kernel, params)`` of the compiled panel rules of ``loss`` (``_leaf.psg_panels``, ``gauss_panels`` or
+    ``psl_panels``, each with this numpy code as its reference), or ``None``.  Their proved bounds have no NaN (no
+    panel they do not cover), so the 4-point rule would not run for these losses here either."""
+    psg = getattr(loss, "psg_params", None)
+    if psg is not None:
+        return _kernels._leaf.psg_panels, (float(psg[0]), float(psg[1]), float(psg[2]), bool(psg[3]))
+    if type(loss) is GaussianLoss:
+        return _kernels._leaf.gauss_panels, (loss.m, loss.s, loss.mu_rel)
+    psl = _psl_params(loss)
+    if psl is not None:
+        return _kernels._leaf.psl_panels, (float(psl[0]), float(psl[1]), bool(psl[2]))
+    return None
+
+
 def _panels(loss, lo, c0, c1):
     """5-point rules on the panels ``[lo + c0, lo + c1]`` (see :func:`_integrals`): ``(a, a_err, n, n_err,
     b, b_err, ea, en, eb)``, the errors the rules' (their truncation error -- proved for the subsampled Gaussian, the
     Gaussian, the Laplace and the subsampled Laplace, else estimated by a 4-point rule -- and rounding) and
     ``ea, en, eb`` the 5-point
     terms' sums weighted by their relative error bounds (:meth:`ContinuousLoss.pdf_error` at the nodes' positions,
-    and the weights'), which no refinement reduces; the subsampled Gaussian's by the compiled ``fpld_psg_panels``
-    (same terms, sums in another order)."""
-    psg = getattr(loss, "psg_params", None)
-    if psg is not None and _kernels._core is not None and _kernels._leaf is not None:
-        return _kernels._leaf.psg_panels(*(np.ascontiguousarray(a, dtype=np.float64) for a in (lo, c0, c1)),
-                                         float(psg[0]), float(psg[1]), float(psg[2]), bool(psg[3]),
-                                         *_GL5_RULE)
-    if type(loss) is GaussianLoss and _kernels._core is not None and _kernels._leaf is not None:
-        # (the Gaussian's by the compiled fpld_gauss_panels: the same terms; this numpy code is its reference)
-        return _kernels._leaf.gauss_panels(*(np.ascontiguousarray(a, dtype=np.float64) for a in (lo, c0, c1)),
-                                           loss.m, loss.s, loss.mu_rel, *_GL5_RULE)
-    psl = _psl_params(loss)
-    if psl is not None and _kernels._core is not None and _kernels._leaf is not None:
-        # (the subsampled Laplace's by the compiled fpld_psl_panels, likewise; its proved bound has no NaN -- no panel
-        # it does not cover -- so the 4-point rule never runs for it here either)
-        return _kernels._leaf.psl_panels(*(np.ascontiguousarray(a, dtype=np.float64) for a in (lo, c0, c1)),
-                                         float(psl[0]), float(psl[1]), bool(psl[2]), *_GL5_RULE)
+    and the weights'), which no refinement reduces; the subsampled Gaussian's, the Gaussian's and the subsampled
+    Laplace's by the compiled kernels (:func:`_compiled_panels`: the same terms, sums in another order)."""
+    compiled = _compiled_panels(loss) if _kernels._core is not None and _kernels._leaf is not None else None
+    if compiled is not None:
+        fn, params = compiled
+        return fn(*(np.ascontiguousarray(a, dtype=np.float64) for a in (lo, c0, c1)), *params, *_GL5_RULE)
     # (the 5-point truncation error, proved where :func:`_proved_truncation` has it: the choices read it, and refine
     # or take the log-distance rules where it is loose, near an end; NaN on a panel it does not cover -- the symmetric
     # loss's kink at 0 -- and the 4-point rule runs for its estimate)
