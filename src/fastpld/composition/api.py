@@ -110,7 +110,7 @@ def _merged_gaussians(parts):
     single part where a schedule of many noise levels had one each.  The computed ``mu`` is within
     ``_MERGED_MU_REL`` of the exact one, which the merged loss charges (:class:`fastpld.mechanisms.GaussianLoss`'s
     ``mu_rel``).  One Gaussian part is left as it is (its copies' plan is the homogeneous one's)."""
-    G = _mechanisms.GaussianLoss  # (once: the package's attribute costs microseconds a lookup)
+    G = _mechanisms.GaussianLoss
     plain = [type(loss) is G and not loss.mu_rel for loss, _ in parts]  # (one mechanism's Gaussian, not a merged one)
     gauss = [part for part, g in zip(parts, plain) if g]
     if len(gauss) < 2 or not _MERGE_GAUSSIANS:
