@@ -396,16 +396,18 @@ void fpld_gauss_rule_bound(double lo, double c0, double c1, double m, double s, 
     /* (the panel's ends against m, widened by their rounding and m's) */
     double la = (ya - m) - 4 * u * (fabs(ya) + fabs(m)), lb = (yb - m) + 4 * u * (fabs(yb) + fabs(m));
     double v = s * s, cden = 1.0 / (s * 2.5066282746310002);
-    double x = fmax(fabs(la), fabs(lb));
-    double r0 = fmin((-x + sqrt(x * x + 40 * v)) / 2, 1.0), best = INFINITY, rb = 0.0;
+    double x = fmax(fabs(la), fabs(lb)), xv = x + v;
+    double r0 = 20 * v / (xv + sqrt(xv * xv + 40 * v)), best = INFINITY, rb = 0.0, tot = INFINITY;
     for (int k = 0; k < 3; k++) {
-        double r = k == 0 ? r0 : (k == 1 ? 0.5 * r0 : fmin(2 * r0, 1.0));
+        double r = k == 0 ? r0 : (k == 1 ? 0.5 * r0 : 2 * r0);
         if (!(r > 0))
             continue;
         double Rk = GL5_CAUCHY * W * cauchy_wr10(W, r) * (cden * psg_gauss_sup(la, lb, r, v));
-        if (Rk < best) {
+        double t = Rk * (exp(c1 + r) + exp(r - c0)); /* (R[0] + R[1] + R[2] before their 1e-6: lattice_weights) */
+        if (t < tot) {
             best = Rk;
             rb = r;
+            tot = t;
         }
     }
     lattice_weights(best < INFINITY ? best * (1 + 1e-6) : INFINITY, rb, W, c0, c1, R);

@@ -255,16 +255,17 @@ def test_log_rule_bound_is_charged(sigma, q, monkeypatch):
             assert np.all(np.abs(g[fin] - r[fin]) <= 1e-12 * r[fin])
 
 
-@pytest.mark.parametrize("mu", [0.05, 0.5, 2.0, 8.0])
-def test_gaussian_rule_bound_holds_against_exact_errors(mu):
+@pytest.mark.parametrize("mu,cells", [(0.05, 600), (0.5, 600), (2.0, 600), (8.0, 600), (30.0, 600), (10.0, 160)])
+def test_gaussian_rule_bound_holds_against_exact_errors(mu, cells):
     """The Gaussian loss's (``N(mu^2/2, mu^2)``) lattice panels: the bound against the rule's exact error, and charged
-    (its panels' errors at least the bound; on some panels many times the 4-point estimate)."""
+    (its panels' errors at least the bound; on some panels many times the 4-point estimate).  Wide ones (``mu``
+    10 and 30, panels of 0.04-0.15 ``mu``) take radii past 1, the bound far below the one at radius 1."""
     from fastpld.mechanisms.losses import GaussianLoss
     mpmath.mp.dps = 60
     loss = GaussianLoss(mu)
     m, s = mpmath.mpf(loss.m), mpmath.mpf(loss.s)
     a, b = loss.m - 12 * loss.s, loss.m + 12 * loss.s
-    h = (b - a) / 600
+    h = (b - a) / cells
     lo = a + h * np.arange(0, 600, 11, dtype=np.float64)
     c0, c1 = np.zeros(lo.size), np.full(lo.size, h)
     R = rules._gauss_truncation(loss.m, loss.s, lo, c0, c1)
@@ -281,6 +282,13 @@ def test_gaussian_rule_bound_holds_against_exact_errors(mu):
     for e, r in zip((out[1], out[3], out[5]), R):
         assert np.all(e >= r * (1 - 1e-12))
     assert np.any(R[0] > 1e-300) and np.all(np.isfinite(R[0]))
+    if mu >= 10:
+        # (the bound at radius 1, where the radius was capped until the thirty-ninth session)
+        la, lb = lo - loss.m, lo + h - loss.m
+        at1 = rules._cauchy(c1 - c0, 1.0, rules._normal_sup(la, lb, 1.0, loss.s ** 2) / (loss.s * 2.5066282746310002))
+        live = R[0] > 1e-300
+        ratio = R[0][live] / at1[live]
+        assert np.median(ratio) <= 1e-4 and np.all(ratio <= 0.1)
 
 
 @pytest.mark.parametrize("native", [False, True])

@@ -243,7 +243,9 @@ def _gauss_truncation(m: float, s: float, lo, c0, c1):
     """The 5-point rule's truncation error on the panels ``[lo + c0, lo + c1]`` of the Gaussian loss's density
     ``N(m, s^2)``, proved as :func:`_psg_truncation`'s with ``l = t`` (entire: ``Lp = 1``, no end):
     ``|exp(-(z - m)^2 / 2 s^2)| <= exp((-x^2 + 2 x r + r^2) / 2 s^2)`` within ``r`` of a point ``x`` from ``m``;
-    ``r = (-x + sqrt(x^2 + 40 s^2)) / 2`` (half and twice it too), at most 1.  ``(R_A, R_N, R_B)``."""
+    ``r`` the minimiser of ``-10 log r + (x r + r^2 / 2) / s^2 + r`` (the weights' ``e^r`` counted):
+    ``20 s^2 / ((x + s^2) + sqrt((x + s^2)^2 + 40 s^2))``, at most 10, and half and twice it; of the three the one
+    whose ``R_A + R_N + R_B`` is least.  ``(R_A, R_N, R_B)``."""
     lo, c0, c1 = (np.asarray(a, dtype=np.float64) for a in (lo, c0, c1))
     W = c1 - c0
     with np.errstate(all="ignore"):
@@ -253,12 +255,14 @@ def _gauss_truncation(m: float, s: float, lo, c0, c1):
         lb = (yb - m) + 4 * _U * (np.abs(yb) + abs(m))
         v, cden = s * s, 1.0 / (s * 2.5066282746310002)
         x = np.maximum(np.abs(la), np.abs(lb))
-        r0 = np.minimum((-x + np.sqrt(x * x + 40 * v)) / 2, 1.0)
-        best, rb = np.full(W.shape, np.inf), np.zeros(W.shape)
-        for r in (r0, 0.5 * r0, np.minimum(2 * r0, 1.0)):
+        xv = x + v
+        r0 = 20 * v / (xv + np.sqrt(xv * xv + 40 * v))
+        best, rb, tot = np.full(W.shape, np.inf), np.zeros(W.shape), np.full(W.shape, np.inf)
+        for r in (r0, 0.5 * r0, 2 * r0):
             Rk = _cauchy(W, r, cden * _normal_sup(la, lb, r, v))
-            take = (r > 0) & (Rk < best)
-            best, rb = np.where(take, Rk, best), np.where(take, r, rb)
+            t = Rk * (np.exp(c1 + r) + np.exp(r - c0))  # (R_A + R_N + R_B before their 1e-6: _lattice_weights)
+            take = (r > 0) & (t < tot)
+            best, rb, tot = np.where(take, Rk, best), np.where(take, r, rb), np.where(take, t, tot)
         best = np.where(best < np.inf, best * (1 + 1e-6), np.inf)
     return _lattice_weights(best, W, c0, c1, rb)
 
