@@ -87,6 +87,55 @@ def test_compiled_balanced_split_agrees_with_its_reference():
         np.testing.assert_allclose(c, r, rtol=1e-13, atol=1e-300)
 
 
+@pytest.mark.parametrize("H", [0.05, 1.0, 3.9])
+def test_bounded_balanced_split_is_dominated_and_agrees_with_its_reference(H):
+    """The bounded split (a point repays its debt from its own interval only): at most the atoms' curve everywhere,
+    no mass lost, the compiled pass the reference's operations."""
+    rng = np.random.default_rng(7)
+    for _ in range(5):
+        n = 300
+        j = np.sort(rng.integers(0, 60, n))
+        s = np.where(rng.random(n) < 0.2, 0.0, rng.random(n) * H)
+        order = np.lexsort((s, j))
+        j, s = j[order], s[order]
+        a = rng.random(n) * np.exp(-0.1 * j)  # (a decaying tail: where the unbounded split reaches up)
+        r = D._balanced_split_py(j, s, a, H, 62, D._MARGIN, True)
+        if D._dom is not None:
+            c = D._dom.balanced_split(j.astype(np.int64), s, a, H, 62, D._MARGIN, True)
+            np.testing.assert_allclose(c, r, rtol=1e-13, atol=1e-300)
+        assert abs(r.sum() - a.sum()) <= 1e-12 * a.sum()
+        eps = np.linspace(-1.0, 64 * H, 3001)
+        y = j * H + s
+        assert np.all(curve(np.arange(62) * H, r / a.sum(), eps) <= curve(y, a / a.sum(), eps) + 1e-14)
+
+
+def test_dominated_leaf_of_one_wide_copy_keeps_its_tail():
+    """One copy of a Gaussian at mu = 100 on a mesh of 3.9 (the planner's for rel_error 1e-3): the unbounded
+    balanced split swept the tail above mu^2 / 2 + 2.8 mu down (its curve 0 at epsilon(1e-5)); the leaf keeps the
+    higher-tailed of the two splits, within a factor 2 of the exact curve there and below it."""
+    mu = 100.0
+    loss = GaussianLoss(mu)
+    lo = D.dominated_leaf(loss, 3.9, 1e-13, native=True, copies=1)
+    eps = np.array([5276.0, 5400.0, 5425.5])
+    exact = gaussian_delta(eps, mu)
+    v = lo.values
+    got = np.array([np.sum(lo.probs[v > x] * -np.expm1(x - v[v > x])) for x in eps]) * lo.mass
+    assert np.all(got <= exact * (1 + 1e-9))
+    assert np.all(got >= 0.5 * exact)
+    b = fastpld.compose(fastpld.Gaussian(1 / mu), 1).epsilon(1e-5)
+    want = gaussian_epsilon(1e-5, mu)
+    assert b.lower <= want <= b.upper and b.upper - b.lower <= 1e-3 * want
+
+
+def test_lattice_curve_is_the_direct_sum():
+    rng = np.random.default_rng(2)
+    for n, h in ((50, 0.3), (400, 3.9), (3000, 0.25), (7, 500.0)):
+        p = rng.random(n)
+        p /= p.sum()
+        direct = np.array([np.sum(p[i + 1:] * -np.expm1(-(np.arange(i + 1, n) - i) * h)) for i in range(n)])
+        np.testing.assert_allclose(D.leaves._lattice_curve(p, h), direct, rtol=1e-12, atol=1e-300)
+
+
 @pytest.mark.parametrize("mech", [fastpld.Gaussian(2.0), fastpld.Laplace(1.5),
                                   fastpld.PoissonSubsampledGaussian(1.0, 0.05)])
 def test_leaves_bracket_the_mechanism(mech):

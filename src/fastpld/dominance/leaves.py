@@ -420,6 +420,9 @@ def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, nati
 
 
 _SPLIT_CELL = 4  # the dominated leaf's balanced split: its bound on the atoms a cell sums, for their rounding
+# meshes from which the dominated leaf also tries the bounded split (splits._balanced_split), keeping the one with
+# the higher tail (_higher_tail): from about 1 the unbounded one may sweep a decaying tail down
+_BOUNDED_MESH = 0.25
 
 
 def _dominated_masses(loss, e, atoms, starts, sizes, a5, a_err, b5, b_err, h: float, origin=None):
@@ -434,8 +437,12 @@ def _dominated_masses(loss, e, atoms, starts, sizes, a5, a_err, b5, b_err, h: fl
         # the cells are in order and each atom inside its cell, so the atoms are sorted as the lexsort below sorts
         # them)
         a, b, ratio = _splits._dom.dominated_ratio(a5, a_err, b5, b_err)
-        return _splits._dom.dominated_cells(a, b, np.log(ratio), starts, sizes, e.size, h, _U, _MARGIN,
-                                            _split_lower(_SPLIT_CELL)) + (0.0,)
+        lr = np.log(ratio)
+        res = _splits._dom.dominated_cells(a, b, lr, starts, sizes, e.size, h, _U, _MARGIN, _split_lower(_SPLIT_CELL))
+        if h >= _BOUNDED_MESH:
+            res = _higher_tail(res, _splits._dom.dominated_cells(a, b, lr, starts, sizes, e.size, h, _U, _MARGIN,
+                                                                 _split_lower(_SPLIT_CELL), True), h)
+        return res + (0.0,)
     a = np.maximum(a5 - a_err, 0.0)  # A-mass, rounded down
     b = b5 + b_err  # B-mass times e^lo, rounded up
     ok = (a > 0) & (b > 0)
@@ -464,9 +471,52 @@ def _dominated_masses(loss, e, atoms, starts, sizes, a5, a_err, b5, b_err, h: fl
     j = np.concatenate(idx)
     sj = np.concatenate(ss)
     order = np.lexsort((sj, j))
-    out = _balanced_split(j[order], sj[order], np.concatenate(ms)[order], h, e.size, cell=_SPLIT_CELL)
+    j, sj, ms = j[order], sj[order], np.concatenate(ms)[order]
+    out = _balanced_split(j, sj, ms, h, e.size, cell=_SPLIT_CELL)
     kept = float(out.sum())
-    return (out / kept if kept > 0 else out), kept, tv
+    res = (out / kept if kept > 0 else out), kept
+    if h >= _BOUNDED_MESH:
+        out = _balanced_split(j, sj, ms, h, e.size, cell=_SPLIT_CELL, bounded=True)
+        kept = float(out.sum())
+        res = _higher_tail(res, ((out / kept if kept > 0 else out), kept), h)
+    return res + (tv,)
+
+
+def _higher_tail(res, alt, h: float):
+    """Of two dominated leaves ``(p, kept)`` on one lattice of mesh ``h`` (the balanced split unbounded, then
+    bounded), the one whose curve is the higher where it is between ``_TAIL_RANGE``: the sum of the log-ratio of the
+    curves at the lattice points there decides (both are dominated: the choice only decides how tight)."""
+    p0, p1 = res[0], alt[0]
+    if not (alt[1] > 0 and res[1] > 0):
+        return res if res[1] > 0 or not alt[1] > 0 else alt
+    with np.errstate(all="ignore"):
+        d0, d1 = _lattice_curve(p0, h), _lattice_curve(p1, h)
+        hi = np.maximum(d0, d1)
+        live = (hi >= _TAIL_RANGE[0]) & (hi <= _TAIL_RANGE[1])
+        score = float(np.sum(np.log(np.maximum(d1[live], 1e-300)) - np.log(np.maximum(d0[live], 1e-300))))
+    return alt if score > 0 else res
+
+
+_TAIL_RANGE = (1e-10, 1e-2)
+
+
+def _lattice_curve(p, h: float) -> np.ndarray:
+    """The privacy curve of masses ``p`` on a lattice of mesh ``h`` at its points: ``delta_g = sum_(i > g) p_i
+    (1 - e^(-(i - g) h))``, the second sum by blocks from the top (within a block ``e^(+-k h)`` stays in range)."""
+    n = p.size
+    step = max(1, int(300.0 / h))
+    tilt = np.empty(n)
+    carry = 0.0  # sum_(i >= b1) p_i e^(-(i - b1) h)
+    for b0 in range(((n - 1) // step) * step, -1, -step):
+        b1 = min(b0 + step, n)
+        seg = p[b0:b1]
+        k = np.arange(b1 - b0, dtype=np.float64)
+        wl = np.exp(-h * k)
+        incl = np.cumsum((seg * wl)[::-1])[::-1]
+        tilt[b0:b1] = (incl - seg * wl) / wl + carry * np.exp(-h * (b1 - b0 - k))
+        carry = tilt[b0] + seg[0]
+    above = np.cumsum(p[::-1])[::-1] - p
+    return np.maximum(above - tilt, 0.0)
 
 
 _REL_TOTAL = 1e-7  # ... or (quadrature._REL_CAP) above this over the leaf's copies where that is larger (_rel_cap)

@@ -35,7 +35,7 @@ def _claimed_mass(ratio: float, n: int, rel: float = 0.0) -> float:
     return min(ratio * (1.0 - rel - 16 * _U - 2 * _pairwise_gamma(n)), 1.0)
 
 
-def _balanced_split(j, s, a, H, n, cell=4):
+def _balanced_split(j, s, a, H, n, cell=4, bounded=False):
     """Atoms of mass ``a`` at ``j H + s`` (``0 <= s < H``, sorted) onto the lattice points ``0..n-1``
     (times ``H``), dominated; returns the masses per point (summing to ``a.sum()`` but for rounding).
 
@@ -56,12 +56,20 @@ def _balanced_split(j, s, a, H, n, cell=4):
     keeps them there (the boundaries' offsets follow a neutral recursion, so a bad start would persist).
     No mass is lost.  ``cell`` bounds the atoms per cell for the rounding of the sums (the result is
     lowered by it).
+
+    ``bounded``: a point takes atoms of its own interval only (but for the first cell's lower half, none past it):
+    where they cannot repay the atoms left below it, those go to the point below, as at the top end.  Each point's
+    debt is ``e^x - 1`` per unit of an atom ``x`` below it, and an atom ``x`` above repays at most ``1 - e^-x``: on
+    meshes of about 1 and more the unbounded split's points reach further and further up for atoms to repay it,
+    and a decaying tail -- each interval lighter than the one below -- is swept down whole (one copy of a Gaussian
+    at ``mu = 100`` on a mesh of 3.9: 4 meshes low on average, nothing above ``mu^2 / 2 + 2.8 mu``).  Bounded, such
+    a tail's atoms go to their intervals' lower points (first order, as rounding down).
     """
     j = np.ascontiguousarray(j, dtype=np.int64)
     s = np.ascontiguousarray(s, dtype=np.float64)
     a = np.ascontiguousarray(a, dtype=np.float64)
-    out = (_dom.balanced_split(j, s, a, float(H), int(n), _MARGIN) if _dom is not None
-           else _balanced_split_py(j, s, a, float(H), int(n), _MARGIN))
+    out = (_dom.balanced_split(j, s, a, float(H), int(n), _MARGIN, bool(bounded)) if _dom is not None
+           else _balanced_split_py(j, s, a, float(H), int(n), _MARGIN, bool(bounded)))
     return out * _split_lower(cell)
 
 
@@ -71,7 +79,7 @@ def _split_lower(cell: int) -> float:
     return 1 - 8 * _U * (cell + 3)
 
 
-def _balanced_split_py(j, s, a, H, n, margin):
+def _balanced_split_py(j, s, a, H, n, margin, bounded=False):
     """Reference of the compiled kernel :func:`fastpld._dominance.balanced_split` (same operations)."""
     out = np.zeros(n)
     m = a.size
@@ -110,6 +118,8 @@ def _balanced_split_py(j, s, a, H, n, margin):
                     i += 1
                     r = 1.0
                     continue
+                break
+            if bounded and j[i] > g:  # (what its interval cannot repay: not balanced, below)
                 break
             c = r * a[i] * -math.expm1(-x)
             if c > need:
