@@ -156,6 +156,11 @@ _SCALE_MARGIN = 0.9  # the answer's meshes aim at 0.81 of the width asked for
 # the width asked on 16 subsampled Gaussians (q 1e-3 .. 0.25, sigma 0.6 .. 5, k 100 .. 1.2e5), 0.57-0.74 on 4
 # Gaussians, 0.70-0.77 on heterogeneous schedules of 5-8 parts and 0.64-0.67 on grouped ones (50 x 100, 20 x 3,000)
 _MODEL_C = 0.55
+# ... but where every direction is one copy of one loss (a merged Gaussian schedule, a single release) the width
+# is no sum over copies and the model's first meshes missed 40% of the time (39 Gaussians, mu 0.2-200, rel_error
+# 1e-2 .. 1e-4, and 8 merged schedules: 67 compositions for 47 questions, 47.5 ms in all; at 2^-0.5 48 and 40.4 ms,
+# at 2^-0.25 56 and 43.9 ms, at 2^-0.625 48 and 40.2 ms)
+_ONE_COPY_SCALE = 2.0 ** -0.5
 # the directions run on two threads from this many leaf buckets in all (subsampled Gaussians at rel_error 1e-3, with
 # the leaves' integrals compiled without the GIL and the other direction's chain coarser: 8,000 -> 3,000 took
 # PSG(1, 0.01) x 1e4 from 3.85 to 3.40 ms, PSG(5, 0.1) x 1e3 from 2.50 to 2.39; 1,000 lost 1.1x on PSG(2, 0.05) x 300)
@@ -314,7 +319,7 @@ def _model_scale(dir_parts) -> float | None:
     meshes is ``c (lambda + 1)`` times the width asked, ``c`` measured (``_MODEL_C``).  ``lambda`` is the
     tilt of the normal approximation at its ``mu + 4 sd``: ``4 / sd``, of the direction whose ``mu + 4 sd``
     is largest (the one epsilon comes from).  The width is second order in the meshes: the scale is
-    ``sqrt(_SCALE_MARGIN^2 / (c (lambda + 1)))``.
+    ``sqrt(_SCALE_MARGIN^2 / (c (lambda + 1)))``, times ``_ONE_COPY_SCALE`` where every direction is one copy.
     """
     for _, parts in dir_parts:
         for loss, _c in parts:
@@ -325,7 +330,8 @@ def _model_scale(dir_parts) -> float | None:
         return None
     _, sd = max(moments, key=lambda m: m[0] + 4 * m[1])
     lam = 4.0 / sd
-    return _quantized(math.sqrt(_SCALE_MARGIN ** 2 / (_MODEL_C * (lam + 1.0))))
+    one = all(len(parts) == 1 and parts[0][1] == 1 for _, parts in dir_parts)
+    return _quantized(math.sqrt(_SCALE_MARGIN ** 2 / (_MODEL_C * (lam + 1.0))) * (_ONE_COPY_SCALE if one else 1.0))
 
 
 # an arity whose first node's predicted round-off floor (_first_node_floor) times this exceeds delta_error is
