@@ -20,8 +20,9 @@ def _fresh_compositions():
 
 @pytest.fixture
 def separate_gaussians(monkeypatch):
-    """Gaussian parts composed as given, not merged into one (``composition.api._merged_gaussians``): the tests of the
-    heterogeneous planners take distinct Gaussians for their exact oracle."""
+    """Gaussian parts composed as given, not merged into one (``composition.api._merged_gaussians``), and a Gaussian's
+    ``k`` copies as ``k`` copies (``_single_gaussians``): the tests of the heterogeneous planners take distinct
+    Gaussians for their exact oracle, those of the dominance chains' plans a Gaussian's copies."""
     from fastpld.composition import api
     monkeypatch.setattr(api, "_MERGE_GAUSSIANS", False)
 

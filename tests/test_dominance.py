@@ -1399,7 +1399,7 @@ def test_reversed_directions_only_where_every_part_is_a_reversed_pair():
 
 @pytest.mark.parametrize("backend", [b for b in ("native", "numpy") if b in _fft.available_backends()])
 @pytest.mark.parametrize("sigma,k,arity", [(4.0, 300, None), (12.0, 4096, 64), (6.0, 500, None)])
-def test_a_pass_through_root_is_its_child(backend, sigma, k, arity):
+def test_a_pass_through_root_is_its_child(backend, sigma, k, arity, separate_gaussians):
     # k = arity^t copies (one node up to _SINGLE_NODE_MAX copies, arity 64 twice at 4096): the root would pass its
     # one child through, re-discretised onto its own coarser lattice for nothing; the plan ends at that child, its
     # leaf mesh and other lattices those of the full plan, and the answer still brackets the Gaussian's

@@ -104,9 +104,17 @@ def test_extreme_answers_or_refuses(name):
     _guarded(run)
 
 
-def test_k_1e12_refusal_says_round_off():
+def test_k_1e12_refusal_says_round_off(separate_gaussians):
+    # (a chain of 10^12 copies: the Gaussian's copies kept as copies, as a mechanism without a closed form is)
     with pytest.raises(ValueError, match="round-off"):
         _guarded(lambda: F.compose(F.Gaussian(1e6), 10**12))
+
+
+def test_k_1e12_gaussian_is_one_copy():
+    # (the dominance certificate composes a Gaussian's copies as one Gaussian at mu sqrt(k): no chain to round off)
+    b = _guarded(lambda: F.compose(F.Gaussian(1e6), 10**12).epsilon(1e-5))
+    exact = gaussian_epsilon(1e-5, 1.0)
+    assert b.lower <= exact <= b.upper and b.upper - b.lower <= 1e-3 * exact
 
 
 def test_gaussian_sigma_1e3_epsilon_regime():

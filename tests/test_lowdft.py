@@ -262,7 +262,7 @@ def test_large_powers_keep_the_series(backend):
 
 
 @pytest.mark.parametrize("backend", ["numpy", "native"])
-def test_composition_with_low_frequencies_brackets_the_gaussian(backend, monkeypatch):
+def test_composition_with_low_frequencies_brackets_the_gaussian(backend, monkeypatch, separate_gaussians):
     """A whole composition whose nodes sum their low frequencies (Gaussian(20) x 1000, dominance at the default
     accuracy): its certified intervals contain the analytic Gaussian's delta(eps) and epsilon(delta)."""
     if backend not in _fft.available_backends():

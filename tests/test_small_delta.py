@@ -109,9 +109,10 @@ def test_delta_errors_at_ladder():
     assert V.delta_errors_at(1e-9, 3e-11) == (3e-11,)
 
 
-def test_a_delta_too_small_for_delta_over_1000_is_answered_wider():
-    # Gaussian(1) x 1000 at delta 1e-14: delta / 1000 and delta / 100 are refused (round-off ~1e-16), delta / 10 is
-    # answered: certified, wider than asked (refused outright at the default delta_error 1e-10 before)
+def test_a_delta_too_small_for_delta_over_1000_is_answered_wider(separate_gaussians):
+    # Gaussian(1) x 1000 at delta 1e-14 (its copies composed as copies, by a chain): delta / 1000 and delta / 100 are
+    # refused (round-off ~1e-16), delta / 10 is answered: certified, wider than asked (refused outright at the default
+    # delta_error 1e-10 before)
     true = gaussian_epsilon(1e-14, math.sqrt(1000) / 1.0)
     acc = fastpld.PrivacyAccountant()
     acc.compose(fastpld.Gaussian(1.0), 1000)
@@ -122,6 +123,17 @@ def test_a_delta_too_small_for_delta_over_1000_is_answered_wider():
         fastpld.compose(fastpld.Gaussian(1.0), 1000).epsilon(1e-14)
     with pytest.raises(ValueError, match="delta_error"):
         fastpld.compose(fastpld.Gaussian(1.0), 1000, delta_error=1e-17)
+
+
+def test_one_gaussian_copy_is_answered_at_delta_over_1000():
+    # the same question with the Gaussian's 1000 copies as one copy at mu sqrt(1000) (the dominance certificate's):
+    # one leaf's round-off fits delta / 1000, and the first rung answers within the accuracy asked
+    true = gaussian_epsilon(1e-14, math.sqrt(1000) / 1.0)
+    acc = fastpld.PrivacyAccountant()
+    acc.compose(fastpld.Gaussian(1.0), 1000)
+    b = acc.get_epsilon(1e-14)
+    assert b.lower <= true <= b.upper and b.upper - b.lower <= 1e-3 * true
+    assert [de for _, de in acc._cache] == [pytest.approx(1e-17, rel=1e-12)]
 
 
 def test_a_coupling_fallback_at_delta_over_1000_gives_way_to_a_certified_dominance_rung():

@@ -222,6 +222,10 @@ def compose_dominance(dir_parts, events, eps_error: float, delta_error: float, b
     :func:`_allowed_width`); ``eps_error`` is then only the planner's first guess.  A relative accuracy whose
     width is missed is asked once more ``_RETRY_FACTOR`` times finer (at least ``_RETRY_MIN_REL``; ``retry``:
     :func:`compose_finer`)."""
+    if arity is None:
+        # (a Gaussian composed k times is one Gaussian: one leaf, no chain; an arity asked keeps the chain)
+        from ..composition.api import _single_gaussians
+        dir_parts = _single_gaussians(dir_parts)
     try:
         return _compose_arities(dir_parts, events, eps_error, delta_error, backend, arity, max_buckets, threads,
                                 rel_error)
