@@ -23,8 +23,12 @@ def separate_gaussians(monkeypatch):
     """Gaussian parts composed as given, not merged into one (``composition.api._merged_gaussians``), and a Gaussian's
     ``k`` copies as ``k`` copies (``_single_gaussians``): the tests of the heterogeneous planners take distinct
     Gaussians for their exact oracle, those of the dominance chains' plans a Gaussian's copies."""
+    import fastpld
     from fastpld.composition import api
     monkeypatch.setattr(api, "_MERGE_GAUSSIANS", False)
+    fastpld.clear_caches(keep_plans=True)  # (answers kept by other tests: their keys do not hold the flag)
+    yield
+    fastpld.clear_caches(keep_plans=True)
 
 
 @pytest.fixture

@@ -276,8 +276,14 @@ def test_compiled_subsampled_laplace_panels_agree_with_their_reference(scale, q,
 
 
 @pytest.mark.parametrize("backend", [b for b in ("native", "numpy") if b in _fft.available_backends()])
+@pytest.mark.parametrize("chain", [True, False])
 @pytest.mark.parametrize("sigma,k", [(30.0, 10_000), (2.0, 16), (5.0, 1000)])
-def test_gaussian_oracle(backend, sigma, k):
+def test_gaussian_oracle(backend, sigma, k, chain, monkeypatch):
+    # (chain: the Gaussian's k copies composed by the dominance chains, as any mechanism's; else as one copy at
+    # mu sqrt(k), composition.api._single_gaussians)
+    from fastpld.composition import api
+    monkeypatch.setattr(api, "_MERGE_GAUSSIANS", not chain)
+    fastpld.clear_caches()  # (the kept answers do not know the flag)
     mu = math.sqrt(k) / sigma
     pld = fastpld.compose(fastpld.Gaussian(sigma), k, eps_error=0.01, method="dominance", backend=backend)
     for delta in (1e-3, 1e-5, 1e-8):
@@ -432,11 +438,16 @@ def test_bad_queries_are_refused():
         pld.epsilon(1e-300)
 
 
+@pytest.mark.parametrize("chain", [True, False])
 @pytest.mark.parametrize("sigma,k", [(2.0, 100), (30.0, 10_000)])
-def test_relative_accuracy_against_the_gaussian_oracle(sigma, k):
+def test_relative_accuracy_against_the_gaussian_oracle(sigma, k, chain, monkeypatch):
+    from fastpld.composition import api
+    monkeypatch.setattr(api, "_MERGE_GAUSSIANS", not chain)
+    fastpld.clear_caches()  # (the kept answers do not know the flag)
     mu = math.sqrt(k) / sigma
     pld = fastpld.compose(fastpld.Gaussian(sigma), k, rel_error=1e-3)
     assert pld.method.startswith("dominance") and pld.rel_error == 1e-3
+    assert pld.directions["remove"].stages[0].instances == (k if chain else 1)
     for delta, slack in ((1e-3, 1.0), (1e-5, 1.0), (1e-7, 1.5)):  # (at 1e-7 the delta charges widen it too)
         b = pld.epsilon(delta)
         exact = gaussian_epsilon(delta, mu)
