@@ -359,6 +359,8 @@ def _first_node_floor(parts, plan, h1: float, native: bool = False, windows: dic
     if first is None or len(first.children) != 1:
         return 0.0
     m = first.children[0][1]
+    if m < 2:  # (a pass-through root: no power, no round-off to predict; before the window, ~70 us)
+        return 0.0
     try:
         sd = float(loss.std()) / h1
         a, b = window(loss, 1e-12, native, windows)
