@@ -2,6 +2,7 @@
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -76,3 +77,21 @@ def test_inconsistent_custom_mechanism_is_refused():
     loss.partial_mean = lambda edges: (3.0, 0.0)
     with pytest.raises(ValueError, match="mean correction"):
         discretize_loss(loss, 0.01, 1e-12)
+
+
+@pytest.mark.parametrize("mu", [1e-3, 0.3, 1.0, 10.0, 300.0])
+@pytest.mark.parametrize("tail", [1e-4, 1e-12, 1e-20, 1e-300])
+def test_gaussian_window_from_the_quantile_is_valid_and_tight(mu, tail):
+    """The Gaussian loss's window from the normal quantile (``discretize._gauss_window``): its ends' computed tails at
+    most ``tail`` (as the ladder's), within 0.01 standard deviations outward of the exact quantile."""
+    from scipy.stats import norm
+
+    from fastpld import discretize
+    from fastpld.mechanisms import GaussianLoss
+    for loss in (GaussianLoss(mu), GaussianLoss(mu, mu_rel=1e-15)):
+        a, b = discretize._gauss_window(loss, tail)
+        assert float(loss.cdf(np.array([a]))[0]) <= tail and float(loss.sf(np.array([b]))[0]) <= tail
+        z = norm.isf(tail)
+        assert loss.m - (z + 0.011) * loss.s <= a <= loss.m - (z - 1e-9) * loss.s
+        assert loss.m + (z - 1e-9) * loss.s <= b <= loss.m + (z + 0.011) * loss.s
+        assert discretize.truncation_window(loss, tail) == (a, b)

@@ -67,7 +67,7 @@ import numpy as np
 from . import _kernels, resources
 from . import _validation as V
 from ._limits import BucketLimitError
-from .mechanisms import ContinuousLoss, DiscreteLoss, PrivacyLoss, _generic_window
+from .mechanisms import ContinuousLoss, DiscreteLoss, GaussianLoss, PrivacyLoss, _generic_window
 
 __all__ = ["GridPMF", "discretize_loss", "rediscretize", "truncation_window"]
 
@@ -116,8 +116,30 @@ def truncation_window(loss: ContinuousLoss, tail: float, native: bool = False) -
              else _psg_window(loss, tail))
         if r is not None:
             return r
+    if type(loss) is GaussianLoss and tail < 1e-3:
+        r = _gauss_window(loss, tail)
+        if r is not None:
+            return r
     cs = loss._native_moments() if native and hasattr(loss, "_native_moments") else None
     return _generic_window(loss, tail, *(cs if cs is not None else (loss.mean(), loss.std())))
+
+
+def _gauss_window(loss, tail: float):
+    """Window of the Gaussian loss ``N(m, s^2)`` from the normal quantile of ``tail``, then the steps of
+    ``_PSG_STEPS`` outward (``None``: use the ladder): the first candidate whose *computed* CDF (or survival
+    function) is at most ``tail`` is taken, as on the ladder, so any end returned is valid (two vector evaluations
+    where the ladder took four of ~25 points and a merge of its steps: ~50 us of a Gaussian leaf)."""
+    z = _kernels.ndtri(tail)
+    if not math.isfinite(z):
+        return None
+    a_c = loss.m + loss.s * (z - _PSG_STEPS)
+    b_c = loss.m - loss.s * (z - _PSG_STEPS)
+    ok_a = np.flatnonzero(np.asarray(loss.cdf(a_c), dtype=np.float64) <= tail)
+    ok_b = np.flatnonzero(np.asarray(loss.sf(b_c), dtype=np.float64) <= tail)
+    if ok_a.size == 0 or ok_b.size == 0:
+        return None
+    a, b = float(a_c[ok_a[0]]), float(b_c[ok_b[0]])
+    return (a, b) if a <= b and math.isfinite(a) and math.isfinite(b) else None
 
 
 # steps (in standard deviations of L) past the Gaussian quantile tried by _psg_window
