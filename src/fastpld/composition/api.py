@@ -111,17 +111,18 @@ _SINGLE_MU_MAX = 300.0
 
 
 def _single_gaussians(dir_parts):
-    """``dir_parts`` with every direction made of one Gaussian part of ``k > 1`` copies at ``mu`` as one copy at
-    ``mu sqrt(k)`` (the dominance certificate's plans: one leaf instead of a chain, as :func:`_merged_gaussians`
-    makes of several parts; the coupling plans keep their copies, as their research uses ask).  The merged loss
+    """``dir_parts`` with every direction's one Gaussian part of ``k > 1`` copies at ``mu`` as one copy at ``mu
+    sqrt(k)`` (the dominance certificate's plans: one leaf instead of a chain, as :func:`_merged_gaussians` makes
+    of several parts; the coupling plans keep their copies, as their research uses ask).  Beside other parts too:
+    PSG(1, 0.01) x 1e4 with Gaussian(5) x 100 5.7 -> 4.1 ms, Laplace(3) x 100 with it 2.6 -> 2.0 ms.  The merged loss
     charges its parameter's rounding (``_MERGED_MU_REL``).  Up to ``mu sqrt(k) = _SINGLE_MU_MAX``."""
     if not _MERGE_GAUSSIANS:
         return dir_parts
     G = _mechanisms.GaussianLoss
     out = []
     for name, parts in dir_parts:
-        if (len(parts) == 1 and type(parts[0][0]) is G and not parts[0][0].mu_rel and parts[0][1] > 1
-                and parts[0][0].mu * math.sqrt(parts[0][1]) <= _SINGLE_MU_MAX):
+        gauss = [(loss, c) for loss, c in parts if type(loss) is G and not loss.mu_rel]
+        if len(gauss) == 1 and gauss[0][1] > 1 and gauss[0][0].mu * math.sqrt(gauss[0][1]) <= _SINGLE_MU_MAX:
             parts = _merged_gaussians(parts, alone=True)
         out.append((name, parts))
     return out
