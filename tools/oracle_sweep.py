@@ -36,7 +36,9 @@ def _draw(rng):
     acc = {"rel_error": rel} if rel else {}
     if kind == "gauss":
         k = int(10 ** rng.uniform(0, 6))
-        mu = 10 ** rng.uniform(-1, 1)
+        # (up to mu 300: one copy at mu sqrt(k), composition.api._single_gaussians, on meshes of 1 and more where the
+        # dominated leaf's split is bounded)
+        mu = 10 ** rng.uniform(-1, 2.5)
         sigma = math.sqrt(k) / mu
         pld, desc = F.compose(F.Gaussian(sigma), k, **acc), f"Gaussian({sigma:.6g}) x {k}"
     elif kind == "hetero":
@@ -44,7 +46,7 @@ def _draw(rng):
         parts = [(10 ** rng.uniform(-0.3, 1.5), 10 ** rng.uniform(-0.5, 0.5), int(10 ** rng.uniform(0, 3.5)))
                  for _ in range(rng.randint(2, 5))]
         mu = math.sqrt(sum(c * (d / s) ** 2 for s, d, c in parts))
-        if not 0.05 < mu < 20:
+        if not 0.05 < mu < 300:
             return None
         pld, desc = F.compose([(F.Gaussian(s, d), c) for s, d, c in parts], **acc), f"Gaussians {parts}"
     if kind in ("gauss", "hetero"):
