@@ -127,15 +127,6 @@ def test_dominated_leaf_of_one_wide_copy_keeps_its_tail():
     assert b.lower <= want <= b.upper and b.upper - b.lower <= 1e-3 * want
 
 
-def test_lattice_curve_is_the_direct_sum():
-    rng = np.random.default_rng(2)
-    for n, h in ((50, 0.3), (400, 3.9), (3000, 0.25), (7, 500.0)):
-        p = rng.random(n)
-        p /= p.sum()
-        direct = np.array([np.sum(p[i + 1:] * -np.expm1(-(np.arange(i + 1, n) - i) * h)) for i in range(n)])
-        np.testing.assert_allclose(D.leaves._lattice_curve(p, h), direct, rtol=1e-12, atol=1e-300)
-
-
 @pytest.mark.parametrize("mech", [fastpld.Gaussian(2.0), fastpld.Laplace(1.5),
                                   fastpld.PoissonSubsampledGaussian(1.0, 0.05)])
 def test_leaves_bracket_the_mechanism(mech):

@@ -439,11 +439,8 @@ def _dominated_masses(loss, e, atoms, starts, sizes, a5, a_err, b5, b_err, h: fl
         # them)
         a, b, ratio = _splits._dom.dominated_ratio(a5, a_err, b5, b_err)
         lr = np.log(ratio)
-        res = _splits._dom.dominated_cells(a, b, lr, starts, sizes, e.size, h, _U, _MARGIN, _split_lower(_SPLIT_CELL))
-        if h >= _BOUNDED_MESH:
-            res = _higher_tail(res, _splits._dom.dominated_cells(a, b, lr, starts, sizes, e.size, h, _U, _MARGIN,
-                                                                 _split_lower(_SPLIT_CELL), True), h)
-        return res + (0.0,)
+        return _higher_tail(lambda bounded: _splits._dom.dominated_cells(
+            a, b, lr, starts, sizes, e.size, h, _U, _MARGIN, _split_lower(_SPLIT_CELL), bounded), h) + (0.0,)
     a = np.maximum(a5 - a_err, 0.0)  # A-mass, rounded down
     b = b5 + b_err  # B-mass times e^lo, rounded up
     ok = (a > 0) & (b > 0)
@@ -473,25 +470,28 @@ def _dominated_masses(loss, e, atoms, starts, sizes, a5, a_err, b5, b_err, h: fl
     sj = np.concatenate(ss)
     order = np.lexsort((sj, j))
     j, sj, ms = j[order], sj[order], np.concatenate(ms)[order]
-    out = _balanced_split(j, sj, ms, h, e.size, cell=_SPLIT_CELL)
-    kept = float(out.sum())
-    res = (out / kept if kept > 0 else out), kept
-    if h >= _BOUNDED_MESH:
-        out = _balanced_split(j, sj, ms, h, e.size, cell=_SPLIT_CELL, bounded=True)
+
+    def split(bounded):
+        out = _balanced_split(j, sj, ms, h, e.size, cell=_SPLIT_CELL, bounded=bounded)
         kept = float(out.sum())
-        res = _higher_tail(res, ((out / kept if kept > 0 else out), kept), h)
-    return res + (tv,)
+        return (out / kept if kept > 0 else out), kept
+
+    return _higher_tail(split, h) + (tv,)
 
 
-def _higher_tail(res, alt, h: float):
-    """Of two dominated leaves ``(p, kept)`` on one lattice of mesh ``h`` (the balanced split unbounded, then
-    bounded), the one whose curve is the higher where it is between ``_TAIL_RANGE``: the sum of the log-ratio of the
-    curves at the lattice points there decides (both are dominated: the choice only decides how tight)."""
-    p0, p1 = res[0], alt[0]
-    if not (alt[1] > 0 and res[1] > 0):
-        return res if res[1] > 0 or not alt[1] > 0 else alt
+def _higher_tail(split, h: float):
+    """The dominated leaf ``(p, kept)`` of ``split(bounded)`` (the balanced split onto the lattice of mesh ``h``):
+    the unbounded one, or on meshes of at least ``_BOUNDED_MESH`` the bounded one where its curve is the higher
+    between ``_TAIL_RANGE``: the sum of the log-ratio of the curves at the lattice points there decides (the query
+    tables' ``dgrid``, :func:`fastpld._kernels.query_tables`; both are dominated: the choice only decides how
+    tight).  No mass is lost by either, so both ``kept`` are positive or neither."""
+    res = split(False)
+    if not (h >= _BOUNDED_MESH and res[1] > 0):
+        return res
+    alt = split(True)
+    f = math.exp(-h)
     with np.errstate(all="ignore"):
-        d0, d1 = _lattice_curve(p0, h), _lattice_curve(p1, h)
+        d0, d1 = _kernels.query_tables(res[0], f)[2], _kernels.query_tables(alt[0], f)[2]
         hi = np.maximum(d0, d1)
         live = (hi >= _TAIL_RANGE[0]) & (hi <= _TAIL_RANGE[1])
         score = float(np.sum(np.log(np.maximum(d1[live], 1e-300)) - np.log(np.maximum(d0[live], 1e-300))))
@@ -499,18 +499,6 @@ def _higher_tail(res, alt, h: float):
 
 
 _TAIL_RANGE = (1e-10, 1e-2)
-
-
-def _lattice_curve(p, h: float) -> np.ndarray:
-    """The privacy curve of masses ``p`` on a lattice of mesh ``h`` at its points: ``delta_g = sum_(i > g) p_i
-    (1 - e^(-(i - g) h))``, the second sum over the ``K = 37 / h`` points above (the rest is below ``e^-37`` of the
-    mass above: a few ``u`` of the curve from the meshes it is asked on, ``h >= 0.25``)."""
-    n = p.size
-    K = max(1, min(n, math.ceil(37.0 / h)))
-    w = np.exp(-h * np.arange(1, K + 1, dtype=np.float64))
-    tilt = np.correlate(np.concatenate([p[1:], np.zeros(K)]), w, "valid")
-    above = np.cumsum(p[::-1])[::-1] - p
-    return np.maximum(above - tilt, 0.0)
 
 
 _REL_TOTAL = 1e-7  # ... or (quadrature._REL_CAP) above this over the leaf's copies where that is larger (_rel_cap)
