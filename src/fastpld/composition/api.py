@@ -116,16 +116,7 @@ def _single_gaussians(dir_parts):
     of several parts; the coupling plans keep their copies, as their research uses ask).  Beside other parts too:
     PSG(1, 0.01) x 1e4 with Gaussian(5) x 100 5.7 -> 4.1 ms, Laplace(3) x 100 with it 2.6 -> 2.0 ms.  The merged loss
     charges its parameter's rounding (``_MERGED_MU_REL``).  Up to ``mu sqrt(k) = _SINGLE_MU_MAX``."""
-    if not _MERGE_GAUSSIANS:
-        return dir_parts
-    G = _mechanisms.GaussianLoss
-    out = []
-    for name, parts in dir_parts:
-        gauss = [(loss, c) for loss, c in parts if type(loss) is G and not loss.mu_rel]
-        if len(gauss) == 1 and gauss[0][1] > 1 and gauss[0][0].mu * math.sqrt(gauss[0][1]) <= _SINGLE_MU_MAX:
-            parts = _merged_gaussians(parts, alone=True)
-        out.append((name, parts))
-    return out
+    return [(name, _merged_gaussians(parts, alone=True)) for name, parts in dir_parts]
 
 
 def _merged_gaussians(parts, alone=False):
@@ -134,14 +125,16 @@ def _merged_gaussians(parts, alone=False):
     single part where a schedule of many noise levels had one each.  The computed ``mu`` is within
     ``_MERGED_MU_REL`` of the exact one, which the merged loss charges (:class:`fastpld.mechanisms.GaussianLoss`'s
     ``mu_rel``).  One Gaussian part is left as it is (its copies' plan is the homogeneous one's), but ``alone``
-    (:func:`_single_gaussians`) where it has several copies."""
+    (:func:`_single_gaussians`) where it has several copies and the merged ``mu`` is at most ``_SINGLE_MU_MAX``."""
     G = _mechanisms.GaussianLoss
     plain = [type(loss) is G and not loss.mu_rel for loss, _ in parts]  # (one mechanism's Gaussian, not a merged one)
     gauss = [part for part, g in zip(parts, plain) if g]
-    if not (len(gauss) >= 2 or (alone and gauss and gauss[0][1] > 1)) or not _MERGE_GAUSSIANS:
+    single = alone and len(gauss) == 1 and gauss[0][1] > 1
+    if not (len(gauss) >= 2 or single) or not _MERGE_GAUSSIANS:
         return parts
     mu = math.sqrt(math.fsum(float(c) * (loss.mu * loss.mu) for loss, c in gauss))
-    if not 1e-100 <= mu <= 1e100:  # (the range of a Gaussian's noise ratio: its loss's arithmetic)
+    # (the range of a Gaussian's noise ratio, its loss's arithmetic; one part's copies up to _SINGLE_MU_MAX)
+    if not 1e-100 <= mu <= (_SINGLE_MU_MAX if single else 1e100):
         return parts
     # (one loss object per merged mu -- all the merged loss depends on; fsum's sum does not depend on the parts'
     # order -- so equal questions share it, as the answers kept are keyed by it)
