@@ -109,6 +109,34 @@ def test_bounded_balanced_split_is_dominated_and_agrees_with_its_reference(H):
         assert np.all(curve(np.arange(62) * H, r / a.sum(), eps) <= curve(y, a / a.sum(), eps) + 1e-14)
 
 
+
+@pytest.mark.parametrize("H", [0.05, 1.0])
+def test_balanced_split_without_the_first_half_is_dominated_and_agrees_with_its_reference(H):
+    """``half_first=False`` (the dominated leaf's: its first cell takes no part of its interval, which the next point
+    takes as debt): at most the atoms' curve everywhere, no mass lost, the compiled pass the reference's operations,
+    and the first interval's atoms no longer on the first point."""
+    rng = np.random.default_rng(11)
+    for _ in range(5):
+        n = 300
+        j = np.concatenate(([3, 3], rng.integers(3, 60, n - 2)))
+        s = np.concatenate(([0.0, 0.3 * H], np.where(rng.random(n - 2) < 0.2, 0.0, rng.random(n - 2) * H)))
+        # (an atom on the first point, as a support end's, and one in the lower half of its interval)
+        order = np.lexsort((s, j))
+        j, s = j[order], s[order]
+        a = rng.random(n)
+        r = D._balanced_split_py(j, s, a, H, 62, D._MARGIN, False, False)
+        if D._dom is not None:
+            c = D._dom.balanced_split(j.astype(np.int64), s, a, H, 62, D._MARGIN, False, False)
+            np.testing.assert_allclose(c, r, rtol=1e-13, atol=1e-300)
+        assert abs(r.sum() - a.sum()) <= 1e-12 * a.sum()
+        eps = np.linspace(-1.0, 64 * H, 3001)
+        y = j * H + s
+        assert np.all(curve(np.arange(62) * H, r / a.sum(), eps) <= curve(y, a / a.sum(), eps) + 1e-14)
+        g0 = int(j[0])
+        on_point = a[(j == g0) & (s == 0.0)].sum()
+        assert r[g0] == pytest.approx(on_point, rel=1e-12)
+        assert D._balanced_split_py(j, s, a, H, 62, D._MARGIN)[g0] > on_point * (1 + 1e-9)  # (the default takes more)
+
 def test_dominated_leaf_of_one_wide_copy_keeps_its_tail():
     """One copy of a Gaussian at mu = 100 on a mesh of 3.9 (the planner's for rel_error 1e-3): the unbounded
     balanced split swept the tail above mu^2 / 2 + 2.8 mu down (its curve 0 at epsilon(1e-5)); the leaf keeps the

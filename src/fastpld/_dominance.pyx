@@ -22,9 +22,10 @@ cdef extern from "fastpld_npops.h" nogil:
 
 
 cdef void _split(const long long *j, const double *s, const double *a, Py_ssize_t m, double H, Py_ssize_t n,
-                 double margin, double *out, bint bounded=False) noexcept nogil:
+                 double margin, double *out, bint bounded=False, bint half_first=True) noexcept nogil:
     """The balanced split's pass (:func:`balanced_split`) into ``out[0..n)``, zeroed by the caller; ``bounded``: a
-    point repays the atoms left below it from its own interval only."""
+    point repays the atoms left below it from its own interval only; ``half_first``: the first cell takes the lower
+    half of its interval."""
     cdef Py_ssize_t g, i = 0
     cdef double r = 1.0, bal, neg, acc, acc0, acc_lo, acc_hi, c, f, x, need
     cdef bint started = False, first
@@ -35,7 +36,7 @@ cdef void _split(const long long *j, const double *s, const double *a, Py_ssize_
         acc0 = 0.0
         acc_lo = 0.0
         acc_hi = 0.0
-        first = not started
+        first = half_first and not started
         # atoms below the point (left over from the previous cell): all of them come up here
         while i < m and j[i] < g:
             x = <double>(g - j[i]) * H - s[i]  # point - y > 0
@@ -96,8 +97,8 @@ cdef void _split(const long long *j, const double *s, const double *a, Py_ssize_
 
 
 def balanced_split(const long long[::1] j, const double[::1] s, const double[::1] a, double H,
-                   Py_ssize_t n, double margin, bint bounded=False):
-    """See :func:`fastpld.dominance._balanced_split_py`."""
+                   Py_ssize_t n, double margin, bint bounded=False, bint half_first=True):
+    """See :func:`fastpld.dominance.splits._balanced_split_py`."""
     cdef Py_ssize_t m = a.shape[0]
     if j.shape[0] < m or s.shape[0] < m or n < 0:
         raise ValueError("balanced_split: invalid argument")
@@ -106,7 +107,8 @@ def balanced_split(const long long[::1] j, const double[::1] s, const double[::1
     if n == 0:
         return out_arr
     with nogil:
-        _split(&j[0] if m else NULL, &s[0] if m else NULL, &a[0] if m else NULL, m, H, n, margin, &out[0], bounded)
+        _split(&j[0] if m else NULL, &s[0] if m else NULL, &a[0] if m else NULL, m, H, n, margin, &out[0], bounded,
+               half_first)
     return out_arr
 
 
@@ -390,7 +392,7 @@ def dominated_ratio(const double[::1] a5, const double[::1] a_err, const double[
 
 def dominated_cells(const double[::1] a, const double[::1] b, const double[::1] log_ratio,
                     const long long[::1] starts, const long long[::1] sizes, Py_ssize_t n, double h, double u,
-                    double margin, double lower, bint bounded=False):
+                    double margin, double lower, bint bounded=False, bint half_first=True):
     """The dominated leaf's masses from :func:`dominated_ratio` and numpy's ``log_ratio = log(ratio)``
     (``fastpld.dominance.leaves.dominated_leaf`` without atoms; the numpy code there is the reference, the same
     operations and numpy's pairwise sum, so the same bits): returns ``(probs, kept)``, ``probs`` the ``n`` lattice
@@ -401,7 +403,8 @@ def dominated_cells(const double[::1] a, const double[::1] b, const double[::1] 
     the interval ``k = min(floor(s / h), sizes - 1)`` of it,
     its offset from that interval's start lowered by its rounding.  The atoms (in order: the cells are) go to the
     lattice by the balanced split (:func:`balanced_split`, ``margin``), whose masses are lowered by the factor
-    ``lower`` (``bounded``: each point's debt repaid from its own interval only)."""
+    ``lower`` (``bounded``: each point's debt repaid from its own interval only; ``half_first``: the first cell takes
+    the lower half of its interval)."""
     cdef Py_ssize_t m = a.shape[0], k, c = 0
     cdef long long jj
     cdef double s, kk, sb, kept, cap = h * (1 - 4 * u), low = 4 * u
@@ -434,7 +437,7 @@ def dominated_cells(const double[::1] a, const double[::1] b, const double[::1] 
                 c += 1
             # (each atom inside its cell and the cells in order: sorted by point, then offset)
             _split(&js[0] if c else NULL, &ss[0] if c else NULL, &ws[0] if c else NULL, c, h, n, margin, &out[0],
-                   bounded)
+                   bounded, half_first)
             for k in range(n):
                 out[k] = out[k] * lower
             kept = _np_sum(&out[0], n)

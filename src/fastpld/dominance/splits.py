@@ -35,7 +35,7 @@ def _claimed_mass(ratio: float, n: int, rel: float = 0.0) -> float:
     return min(ratio * (1.0 - rel - 16 * _U - 2 * _pairwise_gamma(n)), 1.0)
 
 
-def _balanced_split(j, s, a, H, n, cell=4, bounded=False):
+def _balanced_split(j, s, a, H, n, cell=4, bounded=False, half_first=True):
     """Atoms of mass ``a`` at ``j H + s`` (``0 <= s < H``, sorted) onto the lattice points ``0..n-1``
     (times ``H``), dominated; returns the masses per point (summing to ``a.sum()`` but for rounding).
 
@@ -64,12 +64,18 @@ def _balanced_split(j, s, a, H, n, cell=4, bounded=False):
     and a decaying tail -- each interval lighter than the one below -- is swept down whole (one copy of a Gaussian
     at ``mu = 100`` on a mesh of 3.9: 4 meshes low on average, nothing above ``mu^2 / 2 + 2.8 mu``).  Bounded, such
     a tail's atoms go to their intervals' lower points (first order, as rounding down).
+
+    ``half_first=False``: the first cell takes no part of its interval (atoms on its point only), so that its
+    interval's atoms are repaid as the next point's debt.  For the dominated leaf, whose cells hold one atom each
+    (merged at about the middle of the interval): the boundaries' phase then moves no mass far, and the rule took the
+    first interval's atom whole a mesh's half down -- first order where a support end holds mass (a subsampled
+    Laplace at a mesh of a 20th of its range: 2% of the mass, its lower bound 0.06 low at 10,000 copies).
     """
     j = np.ascontiguousarray(j, dtype=np.int64)
     s = np.ascontiguousarray(s, dtype=np.float64)
     a = np.ascontiguousarray(a, dtype=np.float64)
-    out = (_dom.balanced_split(j, s, a, float(H), int(n), _MARGIN, bool(bounded)) if _dom is not None
-           else _balanced_split_py(j, s, a, float(H), int(n), _MARGIN, bool(bounded)))
+    out = (_dom.balanced_split(j, s, a, float(H), int(n), _MARGIN, bool(bounded), bool(half_first)) if _dom is not None
+           else _balanced_split_py(j, s, a, float(H), int(n), _MARGIN, bool(bounded), bool(half_first)))
     return out * _split_lower(cell)
 
 
@@ -79,7 +85,7 @@ def _split_lower(cell: int) -> float:
     return 1 - 8 * _U * (cell + 3)
 
 
-def _balanced_split_py(j, s, a, H, n, margin, bounded=False):
+def _balanced_split_py(j, s, a, H, n, margin, bounded=False, half_first=True):
     """Reference of the compiled kernel :func:`fastpld._dominance.balanced_split` (same operations)."""
     out = np.zeros(n)
     m = a.size
@@ -88,7 +94,7 @@ def _balanced_split_py(j, s, a, H, n, margin, bounded=False):
     started = False
     for g in range(n):
         bal = neg = acc = acc0 = acc_lo = acc_hi = 0.0
-        first = not started
+        first = half_first and not started
         while i < m and j[i] < g:
             x = (g - j[i]) * H - s[i]
             c = r * a[i] * math.expm1(x)
