@@ -374,9 +374,14 @@ def dominated_leaf(loss, h: float, tail: float, max_buckets: int = 1 << 24, nati
     distributions of the pair (post-processing, hence dominated); the masses come from 5-point
     Gauss-Legendre rules per interval, the first lowered and the second raised by their error
     bounds, so that the atom's mass and loss are only lower.  The atoms are then moved onto the
-    lattice by :func:`_balanced_split`, its first cell taking no part of its interval (``half_first=False``: one
-    atom a cell, about mid-cell, which that rule took whole half a mesh down, first order where a support end
-    holds mass).  The PMF is normalised for the FFTs; ``mass`` (<= 1) is the
+    lattice by :func:`_balanced_split`; for a loss with atoms without its first-cell rule (``half_first=False``).
+    The leaf's cells hold one merged atom each, about mid-cell, which that rule took whole half a mesh down: first
+    order where a support end's atom sits on the first point with mass above it (a subsampled Laplace on a 20th of
+    its atoms' spacing: 2% of the mass in the interval above the bottom atom, the leaf 0.012 meshes low a copy, its
+    lower bound 0.063 low at 10,000 copies); without the rule that interval is the next point's debt.  (Not for
+    losses without atoms: a subsampled Gaussian whose end cell holds most of the mass then lies as high on average,
+    but its bulk on every other point composed to a lower bound 0.026 lower at 4,337 copies than the rule's leaf
+    re-anchored, :func:`~fastpld.dominance.balance.rebalanced`.)  The PMF is normalised for the FFTs; ``mass`` (<= 1) is the
     fraction of the window's mass it kept.
     """
     # a loss computed as a dominating bound may carry a dominated one (fastpld.allocation)
@@ -442,8 +447,7 @@ def _dominated_masses(loss, e, atoms, starts, sizes, a5, a_err, b5, b_err, h: fl
         a, b, ratio = _splits._dom.dominated_ratio(a5, a_err, b5, b_err)
         lr = np.log(ratio)
         return _higher_tail(lambda bounded: _splits._dom.dominated_cells(
-            a, b, lr, starts, sizes, e.size, h, _U, _MARGIN, _split_lower(_SPLIT_CELL), bounded, half_first=False),
-            h) + (0.0,)
+            a, b, lr, starts, sizes, e.size, h, _U, _MARGIN, _split_lower(_SPLIT_CELL), bounded), h) + (0.0,)
     a = np.maximum(a5 - a_err, 0.0)  # A-mass, rounded down
     b = b5 + b_err  # B-mass times e^lo, rounded up
     ok = (a > 0) & (b > 0)
@@ -475,7 +479,8 @@ def _dominated_masses(loss, e, atoms, starts, sizes, a5, a_err, b5, b_err, h: fl
     j, sj, ms = j[order], sj[order], np.concatenate(ms)[order]
 
     def split(bounded):
-        out = _balanced_split(j, sj, ms, h, e.size, cell=_SPLIT_CELL, bounded=bounded, half_first=False)
+        # (a loss with atoms: without the first-cell rule, see dominated_leaf)
+        out = _balanced_split(j, sj, ms, h, e.size, cell=_SPLIT_CELL, bounded=bounded, half_first=not atoms)
         kept = float(out.sum())
         return (out / kept if kept > 0 else out), kept
 
