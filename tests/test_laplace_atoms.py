@@ -230,6 +230,19 @@ def test_dominated_leaf_leaves_the_interval_above_a_bottom_atom_to_the_next_poin
     e_lo, e_up = _kfold_epsilon(lo, k, 1e-5), _kfold_epsilon(up, k, 1e-5)
     assert e_lo <= e_up <= e_lo + 2e-3
 
+
+def test_dominated_leaf_keeps_the_rule_where_a_thin_support_would_repay_the_debt_with_its_top_atom():
+    """PSL(0.1145, 0.00107) x 1 at rel_error 0.01: nearly all the mass on the bottom atom, the support above it thin
+    up to the top atom (loss ~2).  Without the first-cell rule the first interval's atom was the next point's debt,
+    repaid by the top atom merged down onto that point: the lower bound of epsilon(1e-5) 0.06 for 2.0168, refused
+    after five compositions.  The leaf keeps the higher-curved of the two: answered, bracketing the exact epsilon."""
+    from oracles import epsilon_of, psl_delta
+    b, q = 0.11446161401955088, 0.0010662900188294555
+    r = fastpld.compose(fastpld.PoissonSubsampledLaplace(b, q), 1, rel_error=0.01, method="dominance").epsilon(1e-5)
+    exact = epsilon_of(lambda e: psl_delta(e, b, q), 1e-5, hi=4.0)
+    assert r.lower <= exact <= r.upper
+    assert r.upper - r.lower <= 0.01 * exact
+
 @pytest.mark.parametrize("frac", [42.0008, 42.002, 30.001])
 def test_dominated_leaf_top_atom_a_little_above_a_point(frac):
     # PSL(4.89, 0.0013)'s atoms 5.4e-4 apart, a mesh dividing it to 0.1%: its top atom a little above a lattice
