@@ -392,7 +392,7 @@ def dominated_ratio(const double[::1] a5, const double[::1] a_err, const double[
 
 def dominated_cells(const double[::1] a, const double[::1] b, const double[::1] log_ratio,
                     const long long[::1] starts, const long long[::1] sizes, Py_ssize_t n, double h, double u,
-                    double margin, double lower, bint bounded=False, bint half_first=True):
+                    double margin, double lower, bint bounded=False):
     """The dominated leaf's masses from :func:`dominated_ratio` and numpy's ``log_ratio = log(ratio)``
     (``fastpld.dominance.leaves.dominated_leaf`` without atoms; the numpy code there is the reference, the same
     operations and numpy's pairwise sum, so the same bits): returns ``(probs, kept)``, ``probs`` the ``n`` lattice
@@ -403,8 +403,7 @@ def dominated_cells(const double[::1] a, const double[::1] b, const double[::1] 
     the interval ``k = min(floor(s / h), sizes - 1)`` of it,
     its offset from that interval's start lowered by its rounding.  The atoms (in order: the cells are) go to the
     lattice by the balanced split (:func:`balanced_split`, ``margin``), whose masses are lowered by the factor
-    ``lower`` (``bounded``: each point's debt repaid from its own interval only; ``half_first``: the first cell takes
-    the lower half of its interval)."""
+    ``lower`` (``bounded``: each point's debt repaid from its own interval only)."""
     cdef Py_ssize_t m = a.shape[0], k, c = 0
     cdef long long jj
     cdef double s, kk, sb, kept, cap = h * (1 - 4 * u), low = 4 * u
@@ -437,7 +436,7 @@ def dominated_cells(const double[::1] a, const double[::1] b, const double[::1] 
                 c += 1
             # (each atom inside its cell and the cells in order: sorted by point, then offset)
             _split(&js[0] if c else NULL, &ss[0] if c else NULL, &ws[0] if c else NULL, c, h, n, margin, &out[0],
-                   bounded, half_first)
+                   bounded)
             for k in range(n):
                 out[k] = out[k] * lower
             kept = _np_sum(&out[0], n)

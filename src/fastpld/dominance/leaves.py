@@ -442,7 +442,8 @@ def _dominated_masses(loss, e, atoms, starts, sizes, a5, a_err, b5, b_err, h: fl
     without atoms in two compiled calls without the GIL around numpy's log (``_dominance.dominated_ratio``,
     ``dominated_cells``: the same operations and numpy's pairwise sum, the same bits); the numpy code below is its
     reference (and that of every loss with atoms).  On meshes of at least ``_BOUNDED_MESH`` the bounded split's
-    masses too, and the leaf whose tail is higher kept (:func:`_higher_tail`)."""
+    masses too, and the leaf whose tail is higher kept (:func:`_higher_tail`); for a loss with atoms each split also
+    without its first-cell rule (:func:`_other_start`)."""
     if not atoms and _native_masses():
         # (numpy's log between them: its SIMD log rounds differently from libm's, alike wherever an element sits;
         # the cells are in order and each atom inside its cell, so the atoms are sorted as the lexsort below sorts

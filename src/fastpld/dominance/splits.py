@@ -66,10 +66,11 @@ def _balanced_split(j, s, a, H, n, cell=4, bounded=False, half_first=True):
     a tail's atoms go to their intervals' lower points (first order, as rounding down).
 
     ``half_first=False``: the first cell takes no part of its interval (atoms on its point only), so that its
-    interval's atoms are repaid as the next point's debt.  For the dominated leaf, whose cells hold one atom each
-    (merged at about the middle of the interval): the boundaries' phase then moves no mass far, and the rule took the
-    first interval's atom whole a mesh's half down -- first order where a support end holds mass (a subsampled
-    Laplace at a mesh of a 20th of its range: 2% of the mass, its lower bound 0.06 low at 10,000 copies).
+    interval's atoms are repaid as the next point's debt.  The dominated leaf of a loss with atoms tries it
+    (``leaves._other_start``): its cells hold one merged atom each, at about the middle of the interval, and the rule
+    took the first interval's atom whole half a mesh down -- first order where a support end's atom holds the first
+    point (a subsampled Laplace on a 20th of its atoms' spacing: 2% of the mass, its lower bound 0.06 low at 10,000
+    copies).
     """
     j = np.ascontiguousarray(j, dtype=np.int64)
     s = np.ascontiguousarray(s, dtype=np.float64)
